@@ -1,0 +1,78 @@
+// Host-side helpers shared by the CPU and CUDA op implementations: argument
+// checks with messages that name the argument, and option parsing.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <string_view>
+
+#define LIGER_CHECK_ARG(cond, name, ...) \
+  TORCH_CHECK(cond, "liger_cpp: argument '", name, "': ", __VA_ARGS__)
+
+namespace liger_cpp {
+
+enum class Casting : int { kLlama = 0, kGemma = 1, kNone = 2 };
+
+inline Casting parse_casting(std::string_view mode) {
+  if (mode == "llama") return Casting::kLlama;
+  if (mode == "gemma") return Casting::kGemma;
+  if (mode == "none") return Casting::kNone;
+  TORCH_CHECK(false, "liger_cpp: argument 'casting_mode': expected 'llama', 'gemma' or 'none', got '",
+              std::string(mode), "'");
+}
+
+inline bool is_float_type(at::ScalarType t, bool allow_double) {
+  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || (allow_double && t == at::kDouble);
+}
+
+// Checks shared by the forward and backward of the row-wise norms: X is
+// (..., N) with N > 0 and a unit last stride; W, when given, is (N,).
+inline void check_norm_inputs(const at::Tensor& X, const c10::optional<at::Tensor>& W, bool cuda) {
+  const bool allow_double = !cuda;
+  LIGER_CHECK_ARG(X.dim() >= 1, "X", "expected a tensor of at least 1 dimension, got a scalar");
+  LIGER_CHECK_ARG(X.size(-1) > 0, "X", "expected a non-empty last dimension, got shape ", X.sizes());
+  LIGER_CHECK_ARG(is_float_type(X.scalar_type(), allow_double), "X",
+                  "expected float32, float16 or bfloat16", allow_double ? " (or float64 on CPU)" : "",
+                  ", got ", X.scalar_type());
+  if (W.has_value() && W->defined()) {
+    const auto& w = *W;
+    LIGER_CHECK_ARG(w.dim() == 1 && w.size(0) == X.size(-1), "W", "expected shape (", X.size(-1),
+                    ",) to match X's last dimension, got ", w.sizes());
+    LIGER_CHECK_ARG(w.device() == X.device(), "W", "expected device ", X.device(), " (X's), got ",
+                    w.device());
+    LIGER_CHECK_ARG(w.scalar_type() == X.scalar_type() || w.scalar_type() == at::kFloat ||
+                        X.scalar_type() == at::kFloat,
+                    "W", "expected X's dtype (", X.scalar_type(), ") or float32, got ", w.scalar_type());
+  }
+}
+
+// Output dtype of RMSNorm: HF's LlamaRMSNorm returns `weight * x.to(x.dtype)`,
+// so llama mode promotes with the weight; gemma and none return X's dtype.
+inline at::ScalarType rms_norm_out_dtype(const at::Tensor& X, const c10::optional<at::Tensor>& W,
+                                         Casting casting) {
+  if (casting == Casting::kLlama && W.has_value() && W->defined())
+    return at::promote_types(X.scalar_type(), W->scalar_type());
+  return X.scalar_type();
+}
+
+// Records an in-place write in t's version counter, so autograd sees it: a
+// tensor saved for backward and overwritten afterwards then raises instead of
+// giving a wrong gradient. (The dispatcher's default Autograd fallback for
+// custom ops skips ADInplaceOrView, so the implementations do it themselves.)
+inline void mark_written(const at::Tensor& t) {
+  if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+}
+
+// X viewed as (rows, N) with unit column stride; copies only when the leading
+// dimensions cannot be flattened into one row stride.
+inline at::Tensor as_rows(const at::Tensor& X) {
+  const int64_t n = X.size(-1);
+  at::Tensor x = X.stride(-1) == 1 ? X : X.contiguous();
+  if (x.dim() == 1) return x.view({1, n});
+  at::Tensor r = x.dim() == 2 ? x : x.reshape({-1, n});
+  if (r.size(0) > 1 && r.stride(1) != 1) r = r.contiguous();
+  return r;
+}
+
+}  // namespace liger_cpp

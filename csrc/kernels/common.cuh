@@ -1,0 +1,119 @@
+// Shared device helpers for the ATen-free kernels: element conversion, aligned
+// vectors, warp and group reductions, and dtype dispatch onto templates.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dtype.h"
+
+namespace liger_cpp::kernels {
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Rounds a float through T, as a `.to(T)` followed by `.float()` would.
+template <typename T>
+__device__ __forceinline__ float round_through(float v) {
+  return to_float<T>(from_float<T>(v));
+}
+
+// N elements of T loaded or stored as one aligned access (16 bytes for the
+// common VEC = 16 / sizeof(T); wider types split into several 16-byte accesses).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, N>*>(p);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the blockDim.x threads of one threadIdx.y group (blockDim.x is a
+// multiple of 32). Every thread of the block must call it (it synchronises).
+// `scratch` holds at least blockDim.y * 32 floats. The order of the additions
+// is fixed, so the result is deterministic.
+__device__ __forceinline__ float group_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  if (blockDim.x == 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+  float* mine = scratch + threadIdx.y * 32;
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) mine[warp] = v;
+  __syncthreads();
+  float s = lane < nwarps ? mine[lane] : 0.f;
+  return warp_sum(s);
+}
+
+// dtype -> C++ type, for dispatch in the launchers.
+template <DType D>
+struct CType;
+template <>
+struct CType<DType::kFloat32> {
+  using type = float;
+};
+template <>
+struct CType<DType::kFloat16> {
+  using type = __half;
+};
+template <>
+struct CType<DType::kBFloat16> {
+  using type = __nv_bfloat16;
+};
+
+// Calls f(T{}) with T the C++ type of `d`.
+template <typename F>
+inline cudaError_t dispatch_dtype(DType d, F&& f) {
+  switch (d) {
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kFloat16:
+      return f(__half{});
+    case DType::kBFloat16:
+      return f(__nv_bfloat16{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+inline bool is_aligned(const void* p, int bytes) {
+  return (reinterpret_cast<std::uintptr_t>(p) % bytes) == 0;
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace liger_cpp::kernels

@@ -1,0 +1,544 @@
+// RMSNorm forward and backward kernels (see rms_norm.h for the math).
+//
+// Two families:
+//  * "cached": a group of TX threads (threadIdx.y selects the group) owns one
+//    row and keeps it in registers as up to MAXV aligned vectors per thread, so
+//    each row is read from device memory once. The backward kernel is
+//    persistent: each thread also keeps its columns' dW partial sums in fp32
+//    registers across all the rows its group visits; the groups of a block are
+//    then summed through shared memory and each block writes one partial row.
+//  * "generic": any width and alignment; a block per row that reads the row
+//    twice (the second read mostly hits L2), and a column-tiled dW kernel.
+// dW partials are finished by a fixed-order reduction kernel: deterministic,
+// no atomics.
+#include <algorithm>
+#include <initializer_list>
+#include <type_traits>
+#include <utility>
+
+#include "common.cuh"
+#include "rms_norm.h"
+
+namespace liger_cpp::kernels {
+namespace {
+
+constexpr int kGroupScratch = 32 * 32;  // floats: up to 32 groups x 32 warps
+// Vectors per thread in the cached kernels: 4 x 16 bytes in flight per operand
+// and thread; more spills in the backward (measured with -Xptxas -v).
+constexpr int kMaxV = 4;
+// Largest row the generic forward stashes in shared memory.
+constexpr int64_t kMaxStashBytes = 160 * 1024;
+
+template <typename T, typename WT, typename OT>
+constexpr bool valid_types() {
+  constexpr bool w_ok = std::is_same_v<WT, T> || std::is_same_v<WT, float> ||
+                        std::is_same_v<T, float>;
+  constexpr bool o_ok = std::is_same_v<OT, T> || std::is_same_v<OT, float>;
+  return w_ok && o_ok;
+}
+
+// (w + offset) for VEC consecutive columns starting at column c (a multiple
+// of VEC), loaded as one aligned access; all ones without a weight.
+template <typename WT, int VEC>
+__device__ __forceinline__ void load_weight(const WT* w, int64_t c, float offset, float (&out)[VEC]) {
+  if (w == nullptr) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = 1.f;
+    return;
+  }
+  const Vec<WT, VEC> wv = load_vec<WT, VEC>(w + c);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) out[j] = to_float<WT>(wv.v[j]) + offset;
+}
+
+// xn as the forward multiplies it by the weight (llama rounds it first).
+template <typename T>
+__device__ __forceinline__ float normed(float xf, float r, bool llama) {
+  const float v = xf * r;
+  return llama ? round_through<T>(v) : v;
+}
+
+// ---------------------------------------------------------------------------
+// Forward, row cached in registers.
+template <typename T, typename WT, typename OT, int VEC, int MAXV>
+__global__ void __launch_bounds__(1024)
+    rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w,
+                   OT* __restrict__ y, float* __restrict__ rstd, int64_t rows, int64_t cols,
+                   float eps, float offset, bool llama) {
+  __shared__ float scratch[kGroupScratch];
+  const int tx = threadIdx.x, TX = blockDim.x;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const bool active = row < rows;
+  const int64_t nvec = cols / VEC;
+  const T* xr = x + row * x_stride;
+
+  Vec<T, VEC> xv[MAXV];
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int64_t v = static_cast<int64_t>(i) * TX + tx;
+    if (active && v < nvec) {
+      xv[i] = load_vec<T, VEC>(xr + v * VEC);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float f = to_float<T>(xv[i].v[j]);
+        ss += f * f;
+      }
+    }
+  }
+  ss = group_sum(ss, scratch);
+  if (!active) return;
+  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  if (tx == 0) rstd[row] = r;
+  OT* yr = y + row * cols;
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int64_t v = static_cast<int64_t>(i) * TX + tx;
+    if (v < nvec) {
+      float wf[VEC];
+      load_weight<WT, VEC>(w, v * VEC, offset, wf);
+      Vec<OT, VEC> out;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        out.v[j] = from_float<OT>(normed<T>(to_float<T>(xv[i].v[j]), r, llama) * wf[j]);
+      store_vec<OT, VEC>(yr + v * VEC, out);
+    }
+  }
+}
+
+// Forward for any width: one block per row. The row is stashed in shared
+// memory on the first pass when it fits (STASH), else read again (from L2).
+template <typename T, typename WT, typename OT, int VEC, bool STASH>
+__global__ void __launch_bounds__(1024)
+    rms_fwd_generic(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w,
+                    OT* __restrict__ y, float* __restrict__ rstd, int64_t cols, float eps,
+                    float offset, bool llama) {
+  extern __shared__ __align__(16) unsigned char stash_raw[];
+  Vec<T, VEC>* stash = reinterpret_cast<Vec<T, VEC>*>(stash_raw);
+  __shared__ float scratch[kGroupScratch];
+  const int64_t row = blockIdx.x;
+  const int64_t nvec = cols / VEC;
+  const T* xr = x + row * x_stride;
+  float ss = 0.f;
+#pragma unroll 4
+  for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    const Vec<T, VEC> xv = load_vec<T, VEC>(xr + v * VEC);
+    if constexpr (STASH) stash[v] = xv;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float f = to_float<T>(xv.v[j]);
+      ss += f * f;
+    }
+  }
+  ss = group_sum(ss, scratch);  // its barrier also publishes the stash
+  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  OT* yr = y + row * cols;
+#pragma unroll 4
+  for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    Vec<T, VEC> xv;
+    if constexpr (STASH) {
+      xv = stash[v];
+    } else {
+      xv = load_vec<T, VEC>(xr + v * VEC);
+    }
+    float wf[VEC];
+    load_weight<WT, VEC>(w, v * VEC, offset, wf);
+    Vec<OT, VEC> out;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      out.v[j] = from_float<OT>(normed<T>(to_float<T>(xv.v[j]), r, llama) * wf[j]);
+    store_vec<OT, VEC>(yr + v * VEC, out);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Backward, persistent, row cached in registers; dW partials in registers.
+// dy and dx may alias (in place): each element is read before it is written,
+// by the same thread, so they are not __restrict__.
+// DW_SMEM (one group per block, TX = 1024): the dW partials live in shared
+// memory instead of registers, each thread updating only its own columns.
+template <typename T, typename WT, typename OT, int VEC, int MAXV, bool DW_SMEM>
+__global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
+    rms_bwd_cached(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
+                   const WT* __restrict__ w, const float* __restrict__ rstd, T* dx,
+                   int64_t dx_stride, float* __restrict__ partial, int64_t rows, int64_t cols,
+                   float offset, bool llama) {
+  extern __shared__ float dw_smem[];  // [TX * MAXV * VEC] when partial != nullptr
+  __shared__ float scratch[kGroupScratch];
+  const int tx = threadIdx.x, TX = blockDim.x;
+  const int64_t nvec = cols / VEC;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  const int64_t iters = (rows + step - 1) / step;  // the same for every thread
+
+  float dw_acc[DW_SMEM ? 1 : MAXV][VEC];
+  if constexpr (DW_SMEM) {
+    if (partial)
+      for (int64_t c = tx; c < static_cast<int64_t>(TX) * MAXV * VEC; c += TX) dw_smem[c] = 0.f;
+  } else {
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) dw_acc[i][j] = 0.f;
+  }
+
+  for (int64_t it = 0; it < iters; ++it) {
+    const int64_t row = it * step + static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+    const bool active = row < rows;
+    Vec<T, VEC> xv[MAXV];
+    Vec<OT, VEC> gv[MAXV];
+    float dot = 0.f;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int64_t v = static_cast<int64_t>(i) * TX + tx;
+      if (active && v < nvec) {
+        xv[i] = load_vec<T, VEC>(x + row * x_stride + v * VEC);
+        gv[i] = load_vec<OT, VEC>(dy + row * dy_stride + v * VEC);
+        float wf[VEC];
+        load_weight<WT, VEC>(w, v * VEC, offset, wf);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          dot += to_float<OT>(gv[i].v[j]) * wf[j] * to_float<T>(xv[i].v[j]);
+      }
+    }
+    dot = group_sum(dot, scratch);
+    if (!active) continue;
+    const float r = rstd[row];
+    const float c = r * r * r * dot / static_cast<float>(cols);
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int64_t v = static_cast<int64_t>(i) * TX + tx;
+      if (v < nvec) {
+        float wf[VEC];
+        load_weight<WT, VEC>(w, v * VEC, offset, wf);
+        Vec<T, VEC> out;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float xf = to_float<T>(xv[i].v[j]);
+          const float g = to_float<OT>(gv[i].v[j]);
+          out.v[j] = from_float<T>(r * g * wf[j] - c * xf);
+          if constexpr (DW_SMEM) {
+            if (partial) dw_smem[(i * TX + tx) * VEC + j] += g * normed<T>(xf, r, llama);
+          } else {
+            dw_acc[i][j] += g * normed<T>(xf, r, llama);
+          }
+        }
+        store_vec<T, VEC>(dx + row * dx_stride + v * VEC, out);
+      }
+    }
+  }
+  if (partial == nullptr) return;
+  // Sum the groups of this block in a fixed order, then write one partial row.
+  for (int g = 0; g < static_cast<int>(blockDim.y) && !DW_SMEM; ++g) {
+    if (static_cast<int>(threadIdx.y) == g) {
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const int idx = (i * TX + tx) * VEC + j;
+          dw_smem[idx] = (g == 0 ? 0.f : dw_smem[idx]) + dw_acc[DW_SMEM ? 0 : i][j];
+        }
+    }
+    __syncthreads();
+  }
+  if constexpr (DW_SMEM) __syncthreads();
+  float* out = partial + static_cast<int64_t>(blockIdx.x) * cols;
+  const int nthreads = blockDim.x * blockDim.y;
+  for (int64_t c = threadIdx.y * blockDim.x + tx; c < cols; c += nthreads) out[c] = dw_smem[c];
+}
+
+// Backward dx for any width: one block per row, the row is read twice.
+template <typename T, typename WT, typename OT, int VEC>
+__global__ void __launch_bounds__(512)
+    rms_bwd_dx_generic(const OT* dy, int64_t dy_stride, const T* __restrict__ x,
+                       int64_t x_stride, const WT* __restrict__ w, const float* __restrict__ rstd,
+                       T* dx, int64_t dx_stride, int64_t cols, float offset) {
+  __shared__ float scratch[kGroupScratch];
+  const int64_t row = blockIdx.x;
+  const int64_t nvec = cols / VEC;
+  const OT* gr = dy + row * dy_stride;
+  const T* xr = x + row * x_stride;
+  float dot = 0.f;
+  for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    const Vec<T, VEC> xv = load_vec<T, VEC>(xr + v * VEC);
+    const Vec<OT, VEC> gv = load_vec<OT, VEC>(gr + v * VEC);
+    float wf[VEC];
+    load_weight<WT, VEC>(w, v * VEC, offset, wf);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv.v[j]) * wf[j] * to_float<T>(xv.v[j]);
+  }
+  dot = group_sum(dot, scratch);
+  const float r = rstd[row];
+  const float c = r * r * r * dot / static_cast<float>(cols);
+  T* dr = dx + row * dx_stride;
+  for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    const Vec<T, VEC> xv = load_vec<T, VEC>(xr + v * VEC);
+    const Vec<OT, VEC> gv = load_vec<OT, VEC>(gr + v * VEC);
+    float wf[VEC];
+    load_weight<WT, VEC>(w, v * VEC, offset, wf);
+    Vec<T, VEC> out;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      out.v[j] = from_float<T>(r * to_float<OT>(gv.v[j]) * wf[j] - c * to_float<T>(xv.v[j]));
+    store_vec<T, VEC>(dr + v * VEC, out);
+  }
+}
+
+// dW partials for any width: blockIdx.x tiles the columns, blockIdx.y picks a
+// fixed, strided subset of the rows. Must run before an in-place dx overwrites dy.
+template <typename T, typename OT, int VEC>
+__global__ void __launch_bounds__(256)
+    rms_bwd_dw_generic(const OT* dy, int64_t dy_stride, const T* __restrict__ x,
+                       int64_t x_stride, const float* __restrict__ rstd,
+                       float* __restrict__ partial, int64_t rows, int64_t cols, bool llama) {
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= cols / VEC) return;
+  float acc[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) acc[j] = 0.f;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const Vec<T, VEC> xv = load_vec<T, VEC>(x + row * x_stride + v * VEC);
+    const Vec<OT, VEC> gv = load_vec<OT, VEC>(dy + row * dy_stride + v * VEC);
+    const float r = rstd[row];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      acc[j] += to_float<OT>(gv.v[j]) * normed<T>(to_float<T>(xv.v[j]), r, llama);
+  }
+  float* out = partial + static_cast<int64_t>(blockIdx.y) * cols + v * VEC;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) out[j] = acc[j];
+}
+
+// dw[c] = sum_g partial[g][c] in a fixed order: 32 columns per block, the
+// blockDim.y threads of a column each sum a strided slice, then a fixed tree.
+template <typename WT>
+__global__ void __launch_bounds__(512)
+    reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols,
+                    WT* __restrict__ dw) {
+  __shared__ float s[16][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float acc = 0.f;
+  if (c < cols)
+    for (int64_t g = threadIdx.y; g < groups; g += blockDim.y) acc += partial[g * cols + c];
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  for (int h = blockDim.y / 2; h > 0; h >>= 1) {
+    if (static_cast<int>(threadIdx.y) < h) s[threadIdx.y][threadIdx.x] += s[threadIdx.y + h][threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < cols) dw[c] = from_float<WT>(s[0][threadIdx.x]);
+}
+
+// ---------------------------------------------------------------------------
+// Host-side planning.
+
+struct Plan {
+  bool cached = false;
+  int vec = 1, tx = 32, ty = 1;
+  bool stash = false;     // forward generic: row stashed in shared memory
+  int64_t grid = 0;       // backward: persistent blocks (cached) or row splits (generic)
+  int64_t ws_floats = 0;  // backward workspace
+};
+
+int next_pow2(int64_t n) {
+  int p = 32;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+// Chooses the cached layout: TX (power of two >= 32) threads per row, MAXV
+// vectors per thread, TY rows per block.
+bool pick_cached(int64_t nvec, Plan& p) {
+  const int64_t tx = next_pow2((nvec + kMaxV - 1) / kMaxV);
+  if (tx > 1024) return false;
+  p.cached = true;
+  p.tx = static_cast<int>(tx);
+  p.ty = std::max(1, 256 / p.tx);
+  return true;
+}
+
+// True when every row of every operand starts on a whole vector of `vec`
+// elements: widths and row strides divisible by vec, and each base pointer
+// aligned to vec elements of its own type (given with it, in bytes).
+bool all_aligned(int vec, int64_t cols, std::initializer_list<int64_t> strides,
+                 std::initializer_list<std::pair<const void*, int>> ptrs) {
+  if (cols % vec != 0) return false;
+  for (int64_t s : strides)
+    if (s % vec != 0) return false;
+  for (const auto& q : ptrs)
+    if (q.first && !is_aligned(q.first, vec * q.second)) return false;
+  return true;
+}
+
+#define LIGER_DISPATCH_VEC(vec, VEC_FULL, ...) \
+  if ((vec) == 1) {                            \
+    constexpr int VEC = 1;                     \
+    __VA_ARGS__                                \
+  } else {                                     \
+    constexpr int VEC = VEC_FULL;              \
+    __VA_ARGS__                                \
+  }
+
+template <typename F>
+cudaError_t dispatch_types(DType xd, DType wd, DType yd, F&& f) {
+  return dispatch_dtype(xd, [&](auto xt) {
+    return dispatch_dtype(wd, [&](auto wt) {
+      return dispatch_dtype(yd, [&](auto yt) {
+        using T = decltype(xt);
+        using WT = decltype(wt);
+        using OT = decltype(yt);
+        if constexpr (valid_types<T, WT, OT>()) {
+          return f(T{}, WT{}, OT{});
+        } else {
+          return cudaErrorInvalidValue;
+        }
+      });
+    });
+  });
+}
+
+int sm_blocks(const void* kernel, int threads, size_t smem) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess)
+    n = 1;
+  return std::max(n, 1);
+}
+
+template <typename T, typename WT, typename OT>
+Plan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
+  Plan p;
+  const int full = 16 / static_cast<int>(sizeof(T));
+  const bool aligned =
+      all_aligned(full, a.cols, {a.x_row_stride, a.dy_row_stride, a.dx_row_stride},
+                  {{a.x, sizeof(T)}, {a.dy, sizeof(OT)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)}});
+  p.vec = aligned ? full : 1;
+  const bool want_dw = a.dw != nullptr;
+  if (aligned && pick_cached(a.cols / p.vec, p)) {
+    const bool dw_smem = p.tx == 1024;
+    const size_t smem = want_dw ? static_cast<size_t>(p.tx) * kMaxV * p.vec * sizeof(float) : 0;
+    auto* kern = dw_smem ? &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, true>
+                         : &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, false>;
+    // Above 48 KiB a kernel must opt in to dynamic shared memory; occupancy
+    // below is computed against that limit.
+    if (smem > 48 * 1024)
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const int per_sm = sm_blocks(reinterpret_cast<const void*>(kern), p.tx * p.ty, smem);
+    p.grid = std::min<int64_t>(ceil_div(a.rows, p.ty), static_cast<int64_t>(sm_count) * per_sm);
+    p.grid = std::max<int64_t>(p.grid, 1);
+    p.ws_floats = want_dw ? p.grid * a.cols : 0;
+  } else {
+    p.cached = false;
+    const int64_t col_blocks = ceil_div(a.cols / p.vec, 256);
+    p.grid = std::max<int64_t>(1, std::min<int64_t>(a.rows, ceil_div(4LL * sm_count, col_blocks)));
+    p.grid = std::min<int64_t>(p.grid, 65535);
+    p.ws_floats = want_dw ? p.grid * a.cols : 0;
+  }
+  return p;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return cudaSuccess;
+  const bool llama = a.casting == RmsCasting::kLlama;
+  return dispatch_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, a.y_dtype, [&](auto xt, auto wt, auto yt) {
+    using T = decltype(xt);
+    using WT = decltype(wt);
+    using OT = decltype(yt);
+    const T* x = static_cast<const T*>(a.x);
+    const WT* w = static_cast<const WT*>(a.w);
+    OT* y = static_cast<OT*>(a.y);
+    constexpr int full = 16 / sizeof(T);
+    const bool aligned = all_aligned(full, a.cols, {a.x_row_stride},
+                                     {{a.x, sizeof(T)}, {a.y, sizeof(OT)}, {a.w, sizeof(WT)}});
+    Plan p;
+    if (aligned && pick_cached(a.cols / full, p)) {
+      const dim3 block(p.tx, p.ty);
+      const int64_t grid = ceil_div(a.rows, p.ty);
+      rms_fwd_cached<T, WT, OT, full, kMaxV><<<grid, block, 0, stream>>>(
+          x, a.x_row_stride, w, y, a.rstd, a.rows, a.cols, a.eps, a.offset, llama);
+    } else {
+      const int vec = aligned ? full : 1;
+      const int64_t row_bytes = a.cols * static_cast<int64_t>(sizeof(T));
+      const bool stash = row_bytes <= kMaxStashBytes;
+      const size_t smem = stash ? static_cast<size_t>(row_bytes) : 0;
+      LIGER_DISPATCH_VEC(vec, full, {
+        if (stash) {
+          auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true>;
+          if (smem > 48 * 1024)
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+          kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps,
+                                               a.offset, llama);
+        } else {
+          rms_fwd_generic<T, WT, OT, VEC, false><<<a.rows, 1024, 0, stream>>>(
+              x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
+        }
+      })
+    }
+    return cudaGetLastError();
+  });
+}
+
+int64_t rms_norm_bwd_workspace_floats(const RmsNormBwdArgs& a, int sm_count) {
+  int64_t n = 0;
+  dispatch_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, a.y_dtype, [&](auto xt, auto wt, auto yt) {
+    n = plan_bwd<decltype(xt), decltype(wt), decltype(yt)>(a, sm_count).ws_floats;
+    return cudaSuccess;
+  });
+  return n;
+}
+
+cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t stream) {
+  if (a.rows == 0) {
+    if (a.dw) {
+      const int64_t bytes = a.cols * dtype_size(a.w_dtype);
+      return cudaMemsetAsync(a.dw, 0, bytes, stream);
+    }
+    return cudaSuccess;
+  }
+  const bool llama = a.casting == RmsCasting::kLlama;
+  return dispatch_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, a.y_dtype, [&](auto xt, auto wt, auto yt) {
+    using T = decltype(xt);
+    using WT = decltype(wt);
+    using OT = decltype(yt);
+    const Plan p = plan_bwd<T, WT, OT>(a, sm_count);
+    const OT* dy = static_cast<const OT*>(a.dy);
+    const T* x = static_cast<const T*>(a.x);
+    const WT* w = static_cast<const WT*>(a.w);
+    T* dx = static_cast<T*>(a.dx);
+    float* partial = a.dw ? a.workspace : nullptr;
+    constexpr int full = 16 / sizeof(T);
+    if (p.cached) {
+      const dim3 block(p.tx, p.ty);
+      const size_t smem = partial ? static_cast<size_t>(p.tx) * kMaxV * full * sizeof(float) : 0;
+      if (p.tx == 1024) {
+        rms_bwd_cached<T, WT, OT, full, kMaxV, true><<<p.grid, block, smem, stream>>>(
+            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial,
+            a.rows, a.cols, a.offset, llama);
+      } else {
+        rms_bwd_cached<T, WT, OT, full, kMaxV, false><<<p.grid, block, smem, stream>>>(
+            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial,
+            a.rows, a.cols, a.offset, llama);
+      }
+    } else {
+      LIGER_DISPATCH_VEC(p.vec, full, {
+        if (partial) {  // dW first: an in-place dx below overwrites dy
+          const dim3 grid(static_cast<unsigned>(ceil_div(a.cols / VEC, 256)), static_cast<unsigned>(p.grid));
+          rms_bwd_dw_generic<T, OT, VEC><<<grid, 256, 0, stream>>>(
+              dy, a.dy_row_stride, x, a.x_row_stride, a.rstd, partial, a.rows, a.cols, llama);
+        }
+        rms_bwd_dx_generic<T, WT, OT, VEC><<<a.rows, 512, 0, stream>>>(
+            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, a.cols, a.offset);
+      })
+    }
+    if (partial) {
+      reduce_partials<WT><<<ceil_div(a.cols, 32), dim3(32, 16), 0, stream>>>(
+          partial, p.grid, a.cols, static_cast<WT*>(a.dw));
+    }
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace liger_cpp::kernels

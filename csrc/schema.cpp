@@ -1,0 +1,45 @@
+// The one schema file: every op of the `liger` library is declared here, with
+// its math, shapes and dtypes. Implementations register per device in
+// csrc/cpu/*.cpp and csrc/cuda/*.cpp. Importing liger_cpp._C runs these
+// static registrations; there is no pybind11 module (abi3-compatible).
+#include <Python.h>
+#include <torch/library.h>
+
+#include <string>
+
+#include "build_info.h"
+
+TORCH_LIBRARY(liger, m) {
+  // Which backends and CUDA architectures this build contains.
+  m.def("build_info() -> str", &liger_cpp::build_info);
+
+  // RMSNorm forward. X: (..., N) float32/float16/bfloat16 (float64 on CPU),
+  // unit last stride; W: (N,) of X's dtype or float32, or None.
+  //   rstd = 1 / sqrt(mean(x^2) + eps), saved in float32 (RSTD: X.shape[:-1])
+  //   llama: Y = (x * rstd).to(X.dtype) * (W + offset), Y dtype promote(X, W)
+  //   gemma: Y = (x * rstd) * (W + offset) in float32, Y dtype X's
+  //   none : as gemma (no intermediate casts; float32 math)
+  // in_place only tells the registered autograd formula that it may write dX
+  // into dY's storage (through rms_norm_bwd_, visibly to autograd).
+  m.def(
+      "rms_norm_fwd(Tensor X, Tensor? W, float eps, float offset=0., str casting_mode=\"llama\", "
+      "bool in_place=False) -> (Tensor Y, Tensor RSTD)");
+  // RMSNorm backward: dX (X's shape and dtype) and dW ((N,) in W's dtype,
+  // summed over rows in float32, deterministically; empty when W is None or
+  // compute_dw is False).
+  m.def(
+      "rms_norm_bwd(Tensor dY, Tensor X, Tensor? W, Tensor RSTD, float offset=0., "
+      "str casting_mode=\"llama\", bool compute_dw=True) -> (Tensor dX, Tensor dW)");
+  // As rms_norm_bwd, but dX is written into dY (which must be dense and of X's
+  // dtype); returns dW only.
+  m.def(
+      "rms_norm_bwd_(Tensor(a!) dY, Tensor X, Tensor? W, Tensor RSTD, float offset=0., "
+      "str casting_mode=\"llama\", bool compute_dw=True) -> Tensor dW");
+}
+
+// An empty Python module: importing it loads the shared library, whose static
+// initialisers register the ops above.
+extern "C" PyObject* PyInit__C(void) {
+  static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module);
+}

@@ -1,0 +1,26 @@
+"""liger_cpp: exact fused kernels for LLM training, in C++/CUDA, with Liger-Kernel's API.
+
+Importing the package loads the compiled extension ``liger_cpp._C``, which registers the
+``torch.ops.liger.*`` operators (CPU always; CUDA when the build had a CUDA toolkit).
+"""
+
+__version__ = "0.1.0"
+
+import torch  # noqa: F401  (loads libc10/libtorch, which _C links against)
+
+try:
+    from liger_cpp import _C  # noqa: F401  (registers torch.ops.liger.*)
+except ImportError as e:  # pragma: no cover - only without a build
+    raise ImportError(
+        "liger_cpp: the compiled extension liger_cpp._C is missing or does not load "
+        f"({e}). Build it with `pip install --no-build-isolation -e .` from the source tree."
+    ) from e
+
+from liger_cpp import ops  # noqa: E402,F401  (fake and autograd registrations)
+
+
+def env_report() -> str:
+    """torch, CUDA, GPU and what this build contains (also `python -m liger_cpp.env`)."""
+    from liger_cpp.env import env_report as _report
+
+    return _report()

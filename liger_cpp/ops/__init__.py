@@ -1,0 +1,4 @@
+"""Fake (meta) and autograd registrations of the torch.ops.liger operators, and the
+functional entry points that call them."""
+
+from liger_cpp.ops.rms_norm import rms_norm  # noqa: F401

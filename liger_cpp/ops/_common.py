@@ -1,0 +1,38 @@
+"""Helpers shared by the op modules."""
+
+import functools
+
+import torch
+
+
+@functools.lru_cache(maxsize=None)
+def _has_cuda_kernels() -> bool:
+    return "cuda: yes" in torch.ops.liger.build_info()
+
+
+def check_device(t: torch.Tensor, name: str) -> None:
+    """A clear error for CUDA tensors on a build without CUDA kernels."""
+    if t.is_cuda and not _has_cuda_kernels():
+        raise RuntimeError(
+            f"liger_cpp: argument '{name}' is on {t.device}, but this liger_cpp build has no CUDA "
+            "kernels (see `python -m liger_cpp.env`); reinstall where nvcc and a CUDA torch are present."
+        )
+
+
+def acc_dtype(t: torch.Tensor) -> torch.dtype:
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def may_write_into(grad: torch.Tensor, like: torch.Tensor) -> bool:
+    """Whether a backward may reuse `grad`'s storage for a gradient shaped and typed like `like`.
+
+    Never under torch.compile (the functional op is traced instead) and only for a dense,
+    non-overlapping tensor of the same dtype and shape (an expanded gradient, say from
+    `.sum()`, has stride 0 and must not be written).
+    """
+    return (
+        not torch.compiler.is_compiling()
+        and grad.dtype == like.dtype
+        and grad.shape == like.shape
+        and grad.is_contiguous()
+    )

@@ -1,0 +1,72 @@
+"""RMSNorm modules, drop-in for HF's LlamaRMSNorm / GemmaRMSNorm (same `weight` parameter
+and `variance_epsilon` attribute), with Liger-Kernel's constructor arguments."""
+
+import torch
+from torch import nn
+
+from liger_cpp.ops.rms_norm import CASTING_MODES, rms_norm
+
+
+class LigerRMSNorm(nn.Module):
+    def __init__(
+        self,
+        hidden_size: int,
+        eps: float = 1e-6,
+        offset: float = 0.0,
+        casting_mode: str = "llama",
+        init_fn: str = "ones",
+        in_place: bool = True,
+        elementwise_affine: bool = True,
+    ):
+        super().__init__()
+        if init_fn not in ("ones", "zeros"):
+            raise ValueError(f"liger_cpp: argument 'init_fn': expected 'ones' or 'zeros', got {init_fn!r}")
+        if casting_mode not in CASTING_MODES:
+            raise ValueError(
+                f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}"
+            )
+        self.hidden_size = hidden_size
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            init = torch.ones if init_fn == "ones" else torch.zeros
+            self.weight = nn.Parameter(init(hidden_size))
+        else:
+            self.register_parameter("weight", None)
+        self.variance_epsilon = eps
+        self.offset = offset
+        self.casting_mode = casting_mode
+        self.in_place = in_place
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return rms_norm(
+            hidden_states,
+            self.weight,
+            self.variance_epsilon,
+            offset=self.offset,
+            casting_mode=self.casting_mode,
+            in_place=self.in_place,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.hidden_size}, eps={self.variance_epsilon}, offset={self.offset}, "
+            f"casting_mode={self.casting_mode}, in_place={self.in_place}, "
+            f"elementwise_affine={self.elementwise_affine}"
+        )
+
+
+class LigerRMSNormForGemma(LigerRMSNorm):
+    """Gemma's RMSNorm: y = norm(x) * (1 + w) in fp32, weight initialised to zeros."""
+
+    def __init__(self, hidden_size, eps=1e-6, offset=1.0, casting_mode="gemma", init_fn="zeros", in_place=False):
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)
+
+
+class LigerRMSNormForGemma2(LigerRMSNormForGemma):
+    """Gemma 2 sandwich norms: the incoming gradient is shared with the residual, so never in place."""
+
+    def __init__(self, hidden_size, eps=1e-6, offset=1.0, casting_mode="gemma", init_fn="zeros", in_place=False):
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)
+
+
+LigerRMSNormForGemma3 = LigerRMSNormForGemma2

@@ -1,0 +1,26 @@
+"""Independent pure-PyTorch references mirroring Hugging Face's modules (no liger_cpp code)."""
+
+import torch
+
+
+def rms_norm_ref(x, w, eps, offset=0.0, casting_mode="llama"):
+    """HF LlamaRMSNorm (llama), GemmaRMSNorm (gemma); 'none' keeps everything in float math
+    without intermediate casts. Run it on float64 copies for the exact reference, or on the
+    original dtype for the 'low precision PyTorch' baseline."""
+    dtype = x.dtype
+    if casting_mode == "llama":
+        xf = x.float() if dtype != torch.float64 else x
+        var = xf.pow(2).mean(-1, keepdim=True)
+        xn = (xf * torch.rsqrt(var + eps)).to(dtype)
+        return xn if w is None else (w + offset) * xn
+    if casting_mode == "gemma":
+        xf = x.float() if dtype != torch.float64 else x
+        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        if w is not None:
+            out = out * (offset + (w.float() if w.dtype != torch.float64 else w))
+        return out.to(dtype)
+    # none: the formula in the input dtype
+    out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    if w is not None:
+        out = out * (offset + w)
+    return out.to(dtype)

@@ -1,0 +1,241 @@
+"""RMSNorm: forward and backward against an independent float64 reference, every option and
+dtype, odd shapes, strided rows, in-place backward, opcheck, torch.compile, gradcheck, errors."""
+
+import pytest
+import torch
+from reference import rms_norm_ref
+from utils import assert_close_to_ref
+
+import liger_cpp  # noqa: F401
+from liger_cpp.ops.rms_norm import rms_norm
+from liger_cpp.transformers import LigerRMSNorm, LigerRMSNormForGemma, liger_rms_norm
+from conftest import CUDA_OK, DEVICES
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# (rows..., hidden): one row, odd widths (vector and scalar paths), 3-D input.
+SHAPES = [(1, 769), (7, 8), (5, 123, 123), (17, 4096), (3, 5125), (2, 1, 2048)]
+CUDA_SHAPES = [(1, 65536), (3, 32768), (40, 16384), (2, 262144), (4, 100003), (300, 1024), (4096, 64)]
+
+
+def _weight(kind, n, dtype, device, gemma):
+    if kind is None:
+        return None
+    wdt = dtype if kind == "same" else torch.float32
+    base = torch.zeros(n) if gemma else torch.ones(n)
+    return (base + 0.1 * torch.randn(n)).to(device=device, dtype=wdt).requires_grad_(True)
+
+
+def _run_case(shape, dtype, wkind, mode, offset, in_place, device, strided=False):
+    n = shape[-1]
+    gemma = mode == "gemma"
+    if strided:
+        big = torch.randn(*shape[:-1], n + 24, device=device, dtype=dtype)
+        x = big[..., 3 : 3 + n]  # unit last stride, padded rows
+        assert not x.is_contiguous()
+    else:
+        x = torch.randn(*shape, device=device, dtype=dtype)
+    x = (x * 2.0).detach().requires_grad_(True)
+    w = _weight(wkind, n, dtype, device, gemma)
+    eps = 1e-6
+
+    y = rms_norm(x, w, eps, offset=offset, casting_mode=mode, in_place=in_place)
+    dy = torch.randn_like(y)
+    dy_copy = dy.clone()
+    y.backward(dy)
+
+    # float64 reference and the low-precision PyTorch baseline (HF formula in the input dtype)
+    x64 = x.detach().double().requires_grad_(True)
+    w64 = w.detach().double().requires_grad_(True) if w is not None else None
+    y64 = rms_norm_ref(x64, w64, eps, offset, mode)
+    y64.backward(dy_copy.double())
+    xlo = x.detach().clone().requires_grad_(True)
+    wlo = w.detach().clone().requires_grad_(True) if w is not None else None
+    ylo = rms_norm_ref(xlo, wlo, eps, offset, mode)
+    ylo.backward(dy_copy.to(ylo.dtype))
+
+    assert y.dtype == ylo.dtype, f"output dtype {y.dtype} != HF's {ylo.dtype}"
+    assert_close_to_ref(y, y64, ylo, "Y")
+    assert_close_to_ref(x.grad, x64.grad, xlo.grad, "dX")
+    if w is not None:
+        assert w.grad.dtype == w.dtype
+        assert_close_to_ref(w.grad, w64.grad, wlo.grad, "dW")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("wkind", [None, "same", "fp32"])
+@pytest.mark.parametrize("mode,offset", [("llama", 0.0), ("gemma", 1.0), ("none", 0.0), ("llama", 0.5)])
+def test_forward_backward(device, shape, dtype, wkind, mode, offset):
+    if mode == "none" and wkind == "fp32" and dtype != torch.float32:
+        pytest.skip("'none' keeps one dtype: HF's formula would promote")
+    _run_case(shape, dtype, wkind, mode, offset, in_place=False, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("in_place", [False, True])
+def test_strided_rows_and_in_place(device, dtype, in_place):
+    _run_case((9, 1000), dtype, "same", "llama", 0.0, in_place, device, strided=True)
+    _run_case((4, 6, 4096), dtype, "same", "gemma", 1.0, in_place, device, strided=True)
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("shape", CUDA_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.0)])
+def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
+    _run_case(shape, dtype, wkind, mode, offset, in_place=True, device="cuda")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_writes_dy_visibly(device):
+    x = torch.randn(6, 256, device=device, requires_grad=True)
+    w = torch.ones(256, device=device, requires_grad=True)
+    dy = torch.randn(6, 256, device=device)
+    y, rstd = torch.ops.liger.rms_norm_fwd(x, w, 1e-6, 0.0, "llama", True)
+    dx_ref, dw_ref = torch.ops.liger.rms_norm_bwd(dy, x, w, rstd, 0.0, "llama", True)
+    v0 = dy._version
+    dw = torch.ops.liger.rms_norm_bwd_(dy, x, w, rstd, 0.0, "llama", True)
+    assert dy._version > v0, "the in-place backward must bump dY's version counter"
+    torch.testing.assert_close(dy, dx_ref, rtol=0, atol=0)
+    torch.testing.assert_close(dw, dw_ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_never_writes_an_expanded_gradient(device):
+    # y.sum() sends an expanded (stride 0) gradient: writing into it would be wrong.
+    x = torch.randn(5, 64, device=device, requires_grad=True)
+    w = torch.randn(64, device=device, requires_grad=True)
+    liger_rms_norm(x, w, 1e-6, in_place=True).sum().backward()
+    x2 = x.detach().clone().requires_grad_(True)
+    w2 = w.detach().clone().requires_grad_(True)
+    rms_norm_ref(x2, w2, 1e-6).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w.grad, w2.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dw_is_deterministic(device):
+    x = torch.randn(3000, 512, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(512, device=device, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(3000, 512, device=device, dtype=torch.bfloat16)
+    grads = []
+    for _ in range(3):
+        x.grad = w.grad = None
+        rms_norm(x, w, 1e-6).backward(dy)
+        grads.append((x.grad.clone(), w.grad.clone()))
+    for gx, gw in grads[1:]:
+        assert torch.equal(gx, grads[0][0]) and torch.equal(gw, grads[0][1])
+
+
+def test_gradcheck_float64_cpu():
+    for mode, offset in [("llama", 0.0), ("gemma", 1.0), ("none", 0.3)]:
+        x = torch.randn(4, 7, 13, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(13, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b, 1e-5, offset, mode), (x, w))
+        assert torch.autograd.gradcheck(lambda a: rms_norm(a, None, 1e-5, 0.0, mode), (x,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(device, dtype):
+    x = torch.randn(5, 3, 96, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(96, device=device, dtype=dtype, requires_grad=True)
+    w32 = torch.randn(96, device=device, dtype=torch.float32, requires_grad=True)
+    for args in [(x, w, 1e-6, 0.0, "llama", False), (x, None, 1e-5, 0.0, "llama", False),
+                 (x, w32, 1e-6, 1.0, "gemma", True)]:
+        torch.library.opcheck(torch.ops.liger.rms_norm_fwd, args)
+    y, rstd = torch.ops.liger.rms_norm_fwd(x, w, 1e-6, 0.0, "llama", False)
+    dy = torch.randn_like(y)
+    torch.library.opcheck(torch.ops.liger.rms_norm_bwd, (dy, x.detach(), w.detach(), rstd, 0.0, "llama", True))
+    torch.library.opcheck(torch.ops.liger.rms_norm_bwd_, (dy.clone(), x.detach(), w.detach(), rstd, 0.0, "llama", True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+    mod = LigerRMSNorm(256, eps=1e-5).to(device)
+    with torch.no_grad():
+        mod.weight.add_(0.1 * torch.randn(256, device=device))
+
+    def f(x):
+        return mod(x * 2.0).square().sum()
+
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    x = torch.randn(4, 9, 256, device=device, requires_grad=True)
+    loss = cf(x)
+    loss.backward()
+    gx, gw = x.grad.clone(), mod.weight.grad.clone()
+    x.grad = None
+    mod.weight.grad = None
+    f(x).backward()
+    torch.testing.assert_close(gx, x.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw, mod.weight.grad, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_modules_match_hf_formulas(device):
+    x = torch.randn(3, 11, 64, device=device, dtype=torch.bfloat16)
+    m = LigerRMSNorm(64, eps=1e-5).to(device=device, dtype=torch.bfloat16)
+    assert m.weight.shape == (64,) and m.variance_epsilon == 1e-5
+    # within one bf16 rounding of HF's formula (rstd may differ in its last fp32 bit)
+    torch.testing.assert_close(m(x), rms_norm_ref(x, m.weight, 1e-5), rtol=2**-7, atol=1e-6)
+    g = LigerRMSNormForGemma(64, eps=1e-6).to(device)
+    assert torch.count_nonzero(g.weight) == 0
+    torch.testing.assert_close(g(x), rms_norm_ref(x, g.weight, 1e-6, 1.0, "gemma"), rtol=1.6e-2, atol=1e-2)
+    nw = LigerRMSNorm(64, elementwise_affine=False).to(device)
+    assert nw.weight is None
+    torch.testing.assert_close(nw(x), rms_norm_ref(x, None, 1e-6), rtol=2**-7, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_and_inf_propagate(device):
+    x = torch.randn(3, 128, device=device)
+    x[1, 5] = float("nan")
+    x[2, 7] = float("inf")
+    y = rms_norm(x, torch.ones(128, device=device), 1e-6)
+    assert torch.isfinite(y[0]).all()
+    assert torch.isnan(y[1]).all()
+    assert not torch.isfinite(y[2]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_rows(device):
+    x = torch.randn(0, 64, device=device, requires_grad=True)
+    w = torch.ones(64, device=device, requires_grad=True)
+    y = rms_norm(x, w, 1e-6)
+    assert y.shape == (0, 64)
+    y.sum().backward()
+    assert torch.equal(w.grad, torch.zeros_like(w))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs_name_the_argument(device):
+    x = torch.randn(4, 64, device=device)
+    with pytest.raises(RuntimeError, match="'W'.*shape"):
+        rms_norm(x, torch.ones(63, device=device), 1e-6)
+    with pytest.raises(RuntimeError, match="'W'.*dtype"):
+        rms_norm(x.half(), torch.ones(64, device=device, dtype=torch.bfloat16), 1e-6)
+    with pytest.raises(RuntimeError, match="'X'.*empty last dimension"):
+        rms_norm(torch.randn(4, 0, device=device), None, 1e-6)
+    with pytest.raises(RuntimeError, match="'X'.*expected float32"):
+        rms_norm(torch.ones(4, 8, device=device, dtype=torch.int32), None, 1e-6)
+    with pytest.raises(ValueError, match="casting_mode"):
+        rms_norm(x, None, 1e-6, casting_mode="llamas")
+    with pytest.raises(RuntimeError, match="casting_mode"):
+        torch.ops.liger.rms_norm_fwd(x, None, 1e-6, 0.0, "bogus", False)
+    y, rstd = torch.ops.liger.rms_norm_fwd(x, None, 1e-6, 0.0, "llama", False)
+    with pytest.raises(RuntimeError, match="'dY'.*shape"):
+        torch.ops.liger.rms_norm_bwd(torch.randn(4, 65, device=device), x, None, rstd, 0.0, "llama", True)
+    with pytest.raises(RuntimeError, match="'RSTD'"):
+        torch.ops.liger.rms_norm_bwd(torch.randn_like(x), x, None, rstd[:2], 0.0, "llama", True)
+    with pytest.raises(RuntimeError, match="'dY'.*contiguous"):
+        torch.ops.liger.rms_norm_bwd_(torch.randn(64, 4, device=device).t(), x, None, rstd, 0.0, "llama", True)
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+def test_mismatched_devices():
+    x = torch.randn(4, 64, device="cuda")
+    with pytest.raises(RuntimeError, match="'W'.*device"):
+        rms_norm(x, torch.ones(64), 1e-6)
