@@ -1,0 +1,120 @@
+"""RMSNorm benchmark (bf16): liger_cpp against PyTorch eager (HF formula), torch.compile of it,
+F.rms_norm and Liger-Kernel (when importable), in one run, as % of the copy bandwidth C.
+
+Bytes (minimum, ../shared/targets.md): fwd 2*M*N*2, fwd+bwd 5*M*N*2 (+ weight, negligible).
+Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick]
+"""
+
+import argparse
+import subprocess
+import sys
+import textwrap
+
+import torch
+import torch.nn.functional as F
+from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
+
+import liger_cpp
+from liger_cpp.ops.rms_norm import rms_norm
+
+EPS = 1e-6
+
+
+def eager(x, w):
+    xf = x.float()
+    xn = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype)
+    return w * xn
+
+
+def variants(have_liger):
+    out = {
+        "liger_cpp": lambda x, w: rms_norm(x, w, EPS),
+        "eager": eager,
+        "compile": torch.compile(eager, dynamic=False),
+        "F.rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
+    }
+    if have_liger:
+        from liger_kernel.transformers.functional import liger_rms_norm
+
+        out["liger"] = lambda x, w: liger_rms_norm(x, w, EPS, 0.0, "llama", False)
+    return out
+
+
+def run_shape(m, n, fns, C, modes, only=None):
+    rows = []
+    x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16).requires_grad_(True)
+    dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    for name, f in fns.items():
+        if only and name not in only:
+            continue
+        for mode in modes:
+            try:
+                if mode == "fwd":
+                    with torch.no_grad():
+                        ms = bench_ms(lambda f=f: f(x, w))
+                    nbytes = 2 * m * n * 2
+                else:
+                    ms = bench_ms(lambda f=f: f(x, w).backward(dy), grad_to_none=[x, w])
+                    nbytes = 5 * m * n * 2
+                gbs = nbytes / (ms * 1e-3) / 1e9
+                rows.append({"shape": f"{m}x{n}", "mode": mode, "impl": name, "ms": round(ms, 4),
+                             "GB/s": round(gbs), "%C": round(100 * gbs / C, 1)})
+            except Exception as e:  # noqa: BLE001 - a baseline that fails (e.g. Liger's N limit) is reported
+                rows.append({"shape": f"{m}x{n}", "mode": mode, "impl": name, "ms": None, "GB/s": None,
+                             "%C": None, "error": str(e).splitlines()[0][:120]})
+    del x, w, dy
+    torch.cuda.empty_cache()
+    return rows
+
+
+FIRST_CALL = textwrap.dedent(
+    """
+    import time, torch
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn_like(x); torch.cuda.synchronize()
+    {imp}
+    t = time.perf_counter(); f(x, w).backward(dy); torch.cuda.synchronize()
+    print((time.perf_counter() - t) * 1e3)
+    """
+)
+
+
+def first_call_ms(imp):
+    code = FIRST_CALL.format(imp=imp)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    return float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    have_liger = try_import_liger()
+    C = copy_bandwidth_gbs()
+    fns = variants(have_liger)
+    rows = []
+    rows += run_shape(16384, 4096, fns, C, ["fwd+bwd", "fwd"])
+    rows += run_shape(8192, 16384, fns, C, ["fwd"])
+    sweep = [1024, 2048, 8192, 16384, 32768, 65536] if not args.quick else [1024, 32768]
+    for n in sweep:
+        rows += run_shape((128 << 20) // n, n, fns, C, ["fwd+bwd", "fwd"])
+    rows += run_shape(64, 262144, fns, C, ["fwd+bwd", "fwd"], only={"liger_cpp", "F.rms_norm"})
+    first = {"liger_cpp": first_call_ms("from liger_cpp.ops.rms_norm import rms_norm as r; f = lambda x, w: r(x, w, 1e-6)")}
+    if have_liger:
+        first["liger"] = first_call_ms(
+            "from liger_kernel.transformers.functional import liger_rms_norm as r; "
+            "f = lambda x, w: r(x, w, 1e-6, 0.0, 'llama', False)")
+    payload = {"op": "rms_norm", "dtype": "bfloat16", "copy_GBps": round(C), **meta(),
+               "liger_cpp_version": liger_cpp.__version__, "rows": rows, "first_call_ms": first}
+    if args.out:
+        write_json(args.out, payload)
+    print(f"RMSNorm bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}")
+    print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
+    print("first call in a fresh process (ms):", {k: (round(v, 1) if v else v) for k, v in first.items()})
+
+
+if __name__ == "__main__":
+    main()

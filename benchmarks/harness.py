@@ -1,0 +1,119 @@
+"""Timing harness shared by the benchmarks (method: ../shared/targets.md).
+
+- Ceilings measured in the same run: copy bandwidth C (1 GiB uint8 `b.copy_(a)`, read + write
+  bytes over the median time) and the bf16 GEMM rate G (8192^3).
+- Times are medians of `triton.testing.do_bench(warmup=50, rep=300)` when triton is present,
+  else of CUDA-event timings with the same discipline. Inputs are random, never zeros.
+- Results are rows of dicts, written as JSON with the GPU, date and commit.
+"""
+
+import datetime
+import json
+import os
+import subprocess
+
+import torch
+
+
+def _git_commit():
+    if os.environ.get("LIGER_CPP_COMMIT"):
+        return os.environ["LIGER_CPP_COMMIT"]
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except OSError:
+        return os.environ.get("LIGER_CPP_COMMIT", "unknown")
+
+
+def bench_ms(fn, grad_to_none=None, warmup=50, rep=300):
+    """Median milliseconds of fn()."""
+    try:
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none,
+                                             return_mode="median"))
+    except ImportError:
+        pass
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(max(20, rep // 5)):
+        if grad_to_none:
+            for t in grad_to_none:
+                t.grad = None
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def copy_bandwidth_gbs():
+    a = torch.randint(0, 255, (1 << 30,), dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = bench_ms(lambda: b.copy_(a))
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * (1 << 30) / (ms * 1e-3) / 1e9
+
+
+def gemm_tflops(n=8192):
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = bench_ms(lambda: a @ b)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+def peak_extra_bytes(fn):
+    """Peak memory allocated during fn() above what was allocated before it."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def try_import_liger():
+    try:
+        import liger_kernel  # noqa: F401
+
+        return True
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return False
+
+
+def meta():
+    p = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": p.name,
+        "sms": p.multi_processor_count,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": _git_commit(),
+        "torch": torch.__version__,
+    }
+
+
+def write_json(path, payload):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)
+
+
+def fmt_table(rows, cols):
+    """A plain text table of the given columns."""
+    widths = [max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols]
+    line = "  ".join(c.ljust(w) for c, w in zip(cols, widths))
+    out = [line, "-" * len(line)]
+    for r in rows:
+        out.append("  ".join(str(r.get(c, "")).ljust(w) for c, w in zip(cols, widths)))
+    return "\n".join(out)

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU loop, in one call on the H200 machine, from the repo root:
+#   builds liger_cpp against the machine's torch (sm_90a only, for time; TORCH_CUDA_ARCH_LIST
+#   overrides), runs the whole test suite (CUDA cases included), runs the benchmarks, writes logs
+#   and JSON under $OUT and prints a short summary table last.
+# A Liger-Kernel wheel carried in .whl/ is installed (no deps) as the baseline.
+# Usage: bash scripts/gpu_check.sh [pytest -k expression]
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:$PWD/benchmarks:${PYTHONPATH:-}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+
+t0=$(date +%s)
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a} MAX_JOBS=${MAX_JOBS:-16} \
+    python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 1; }
+fi
+t1=$(date +%s)
+python3 -m liger_cpp.env | tee "$OUT/env.txt"
+
+python3 -m pytest tests -q -n 8 -p no:cacheprovider ${1:+-k "$1"} >"$OUT/tests.log" 2>&1
+test_rc=$?
+t2=$(date +%s)
+
+bench_rc=0
+for b in benchmarks/bench_*.py; do
+  name=$(basename "$b" .py)
+  timeout 420 python3 "$b" --out "$OUT/$name.json" >"$OUT/$name.log" 2>&1 || { bench_rc=1; echo "$name failed"; tail -20 "$OUT/$name.log"; }
+done
+t3=$(date +%s)
+
+echo
+echo "== tests (rc=$test_rc): $(tail -1 "$OUT/tests.log")"
+grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
+echo "== build ${t1}-${t0}=$((t1 - t0)) s, tests $((t2 - t1)) s, benchmarks $((t3 - t2)) s"
+for b in benchmarks/bench_*.py; do
+  name=$(basename "$b" .py)
+  echo "== $name"
+  sed -n '/^[A-Z].* on /,$p' "$OUT/$name.log"
+done
+exit $((test_rc != 0 || bench_rc != 0))
