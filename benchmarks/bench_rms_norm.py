@@ -52,17 +52,34 @@ def run_shape(m, n, fns, C, modes, only=None):
             try:
                 if mode == "fwd":
                     with torch.no_grad():
-                        ms = bench_ms(lambda f=f: f(x, w))
+                        ms = bench_ms(lambda f=f, x=x, w=w: f(x, w))
                     nbytes = 2 * m * n * 2
                 else:
-                    ms = bench_ms(lambda f=f: f(x, w).backward(dy), grad_to_none=[x, w])
+                    ms = bench_ms(lambda f=f, x=x, w=w, dy=dy: f(x, w).backward(dy), grad_to_none=[x, w])
                     nbytes = 5 * m * n * 2
                 gbs = nbytes / (ms * 1e-3) / 1e9
-                rows.append({"shape": f"{m}x{n}", "mode": mode, "impl": name, "ms": round(ms, 4),
-                             "GB/s": round(gbs), "%C": round(100 * gbs / C, 1)})
+                rows.append(
+                    {
+                        "shape": f"{m}x{n}",
+                        "mode": mode,
+                        "impl": name,
+                        "ms": round(ms, 4),
+                        "GB/s": round(gbs),
+                        "%C": round(100 * gbs / C, 1),
+                    }
+                )
             except Exception as e:  # noqa: BLE001 - a baseline that fails (e.g. Liger's N limit) is reported
-                rows.append({"shape": f"{m}x{n}", "mode": mode, "impl": name, "ms": None, "GB/s": None,
-                             "%C": None, "error": str(e).splitlines()[0][:120]})
+                rows.append(
+                    {
+                        "shape": f"{m}x{n}",
+                        "mode": mode,
+                        "impl": name,
+                        "ms": None,
+                        "GB/s": None,
+                        "%C": None,
+                        "error": str(e).splitlines()[0][:120],
+                    }
+                )
     del x, w, dy
     torch.cuda.empty_cache()
     return rows
@@ -102,13 +119,25 @@ def main():
     for n in sweep:
         rows += run_shape((128 << 20) // n, n, fns, C, ["fwd+bwd", "fwd"])
     rows += run_shape(64, 262144, fns, C, ["fwd+bwd", "fwd"], only={"liger_cpp", "F.rms_norm"})
-    first = {"liger_cpp": first_call_ms("from liger_cpp.ops.rms_norm import rms_norm as r; f = lambda x, w: r(x, w, 1e-6)")}
+    first = {
+        "liger_cpp": first_call_ms(
+            "from liger_cpp.ops.rms_norm import rms_norm as r; f = lambda x, w: r(x, w, 1e-6)"
+        )
+    }
     if have_liger:
         first["liger"] = first_call_ms(
             "from liger_kernel.transformers.functional import liger_rms_norm as r; "
-            "f = lambda x, w: r(x, w, 1e-6, 0.0, 'llama', False)")
-    payload = {"op": "rms_norm", "dtype": "bfloat16", "copy_GBps": round(C), **meta(),
-               "liger_cpp_version": liger_cpp.__version__, "rows": rows, "first_call_ms": first}
+            "f = lambda x, w: r(x, w, 1e-6, 0.0, 'llama', False)"
+        )
+    payload = {
+        "op": "rms_norm",
+        "dtype": "bfloat16",
+        "copy_GBps": round(C),
+        **meta(),
+        "liger_cpp_version": liger_cpp.__version__,
+        "rows": rows,
+        "first_call_ms": first,
+    }
     if args.out:
         write_json(args.out, payload)
     print(f"RMSNorm bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}")

@@ -20,9 +20,12 @@ def _git_commit():
         return os.environ["LIGER_CPP_COMMIT"]
     try:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True).stdout.strip()
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except OSError:
         return os.environ.get("LIGER_CPP_COMMIT", "unknown")
@@ -33,8 +36,11 @@ def bench_ms(fn, grad_to_none=None, warmup=50, rep=300):
     try:
         import triton.testing
 
-        return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none,
-                                             return_mode="median"))
+        return float(
+            triton.testing.do_bench(
+                fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none, return_mode="median"
+            )
+        )
     except ImportError:
         pass
     for _ in range(10):
@@ -58,7 +64,7 @@ def bench_ms(fn, grad_to_none=None, warmup=50, rep=300):
 def copy_bandwidth_gbs():
     a = torch.randint(0, 255, (1 << 30,), dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
-    ms = bench_ms(lambda: b.copy_(a))
+    ms = bench_ms(lambda a=a, b=b: b.copy_(a))
     del a, b
     torch.cuda.empty_cache()
     return 2 * (1 << 30) / (ms * 1e-3) / 1e9
@@ -67,7 +73,7 @@ def copy_bandwidth_gbs():
 def gemm_tflops(n=8192):
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    ms = bench_ms(lambda: a @ b)
+    ms = bench_ms(lambda a=a, b=b: a @ b)
     del a, b
     torch.cuda.empty_cache()
     return 2 * n**3 / (ms * 1e-3) / 1e12

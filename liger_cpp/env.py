@@ -40,8 +40,10 @@ def env_report() -> str:
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            lines.append(f"gpu {i}: {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, "
-                         f"{p.total_memory / 2**30:.0f} GiB")
+            lines.append(
+                f"gpu {i}: {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, "
+                f"{p.total_memory / 2**30:.0f} GiB"
+            )
     else:
         lines.append("gpu: none visible")
     return "\n".join(lines)

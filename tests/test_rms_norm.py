@@ -3,13 +3,13 @@ dtype, odd shapes, strided rows, in-place backward, opcheck, torch.compile, grad
 
 import pytest
 import torch
+from conftest import CUDA_OK, DEVICES
 from reference import rms_norm_ref
 from utils import assert_close_to_ref
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm
 from liger_cpp.transformers import LigerRMSNorm, LigerRMSNormForGemma, liger_rms_norm
-from conftest import CUDA_OK, DEVICES
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # (rows..., hidden): one row, odd widths (vector and scalar paths), 3-D input.
@@ -83,7 +83,9 @@ def test_strided_rows_and_in_place(device, dtype, in_place):
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("shape", CUDA_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.0)])
+@pytest.mark.parametrize(
+    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.0)]
+)
 def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
     _run_case(shape, dtype, wkind, mode, offset, in_place=True, device="cuda")
 
@@ -133,8 +135,8 @@ def test_gradcheck_float64_cpu():
     for mode, offset in [("llama", 0.0), ("gemma", 1.0), ("none", 0.3)]:
         x = torch.randn(4, 7, 13, dtype=torch.float64, requires_grad=True)
         w = torch.randn(13, dtype=torch.float64, requires_grad=True)
-        assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b, 1e-5, offset, mode), (x, w))
-        assert torch.autograd.gradcheck(lambda a: rms_norm(a, None, 1e-5, 0.0, mode), (x,))
+        assert torch.autograd.gradcheck(lambda a, b, o=offset, m=mode: rms_norm(a, b, 1e-5, o, m), (x, w))
+        assert torch.autograd.gradcheck(lambda a, m=mode: rms_norm(a, None, 1e-5, 0.0, m), (x,))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -143,13 +145,20 @@ def test_opcheck(device, dtype):
     x = torch.randn(5, 3, 96, device=device, dtype=dtype, requires_grad=True)
     w = torch.randn(96, device=device, dtype=dtype, requires_grad=True)
     w32 = torch.randn(96, device=device, dtype=torch.float32, requires_grad=True)
-    for args in [(x, w, 1e-6, 0.0, "llama", False), (x, None, 1e-5, 0.0, "llama", False),
-                 (x, w32, 1e-6, 1.0, "gemma", True)]:
+    for args in [
+        (x, w, 1e-6, 0.0, "llama", False),
+        (x, None, 1e-5, 0.0, "llama", False),
+        (x, w32, 1e-6, 1.0, "gemma", True),
+    ]:
         torch.library.opcheck(torch.ops.liger.rms_norm_fwd, args)
     y, rstd = torch.ops.liger.rms_norm_fwd(x, w, 1e-6, 0.0, "llama", False)
     dy = torch.randn_like(y)
-    torch.library.opcheck(torch.ops.liger.rms_norm_bwd, (dy, x.detach(), w.detach(), rstd, 0.0, "llama", True))
-    torch.library.opcheck(torch.ops.liger.rms_norm_bwd_, (dy.clone(), x.detach(), w.detach(), rstd, 0.0, "llama", True))
+    torch.library.opcheck(
+        torch.ops.liger.rms_norm_bwd, (dy, x.detach(), w.detach(), rstd, 0.0, "llama", True)
+    )
+    torch.library.opcheck(
+        torch.ops.liger.rms_norm_bwd_, (dy.clone(), x.detach(), w.detach(), rstd, 0.0, "llama", True)
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -231,7 +240,9 @@ def test_bad_inputs_name_the_argument(device):
     with pytest.raises(RuntimeError, match="'RSTD'"):
         torch.ops.liger.rms_norm_bwd(torch.randn_like(x), x, None, rstd[:2], 0.0, "llama", True)
     with pytest.raises(RuntimeError, match="'dY'.*contiguous"):
-        torch.ops.liger.rms_norm_bwd_(torch.randn(64, 4, device=device).t(), x, None, rstd, 0.0, "llama", True)
+        torch.ops.liger.rms_norm_bwd_(
+            torch.randn(64, 4, device=device).t(), x, None, rstd, 0.0, "llama", True
+        )
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")

@@ -110,7 +110,8 @@ at::Tensor bwd_rows(const at::Tensor& dy2, const at::Tensor& x2, const std::vect
         for (int64_t c = 0; c < cols; ++c)
           dot += static_cast<sum_t>(static_cast<acc_t>(gr[c]) * (w.empty() ? acc_t(1) : w[c])) *
                  static_cast<sum_t>(xr[c]);
-        const acc_t k = static_cast<acc_t>(static_cast<sum_t>(inv) * inv * inv * dot / static_cast<sum_t>(cols));
+        const acc_t k =
+            static_cast<acc_t>(static_cast<sum_t>(inv) * inv * inv * dot / static_cast<sum_t>(cols));
         T* dr = dx + r * ds;
         for (int64_t c = 0; c < cols; ++c) {
           const acc_t xv = static_cast<acc_t>(xr[c]);
@@ -138,7 +139,8 @@ at::Tensor rms_norm_bwd_into(const at::Tensor& dY, const at::Tensor& X, const c1
   const bool has_w = W.has_value() && W->defined();
   const bool want_dw = has_w && compute_dw;
   const bool llama = casting == Casting::kLlama;
-  at::Tensor dw = at::empty({want_dw ? X.size(-1) : 0}, X.options().dtype(has_w ? W->scalar_type() : X.scalar_type()));
+  at::Tensor dw =
+      at::empty({want_dw ? X.size(-1) : 0}, X.options().dtype(has_w ? W->scalar_type() : X.scalar_type()));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, X.scalar_type(), "rms_norm_bwd_cpu", [&] {
     const auto w = weight_plus_offset<acc_of<scalar_t>>(W, offset);
     at::Tensor partial = dY.scalar_type() == X.scalar_type()
@@ -150,8 +152,9 @@ at::Tensor rms_norm_bwd_into(const at::Tensor& dY, const at::Tensor& X, const c1
 }
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu(const at::Tensor& dY, const at::Tensor& X,
-                                                    const c10::optional<at::Tensor>& W, const at::Tensor& RSTD,
-                                                    double offset, c10::string_view casting_mode, bool compute_dw) {
+                                                    const c10::optional<at::Tensor>& W,
+                                                    const at::Tensor& RSTD, double offset,
+                                                    c10::string_view casting_mode, bool compute_dw) {
   const Casting casting = parse_casting(casting_mode);
   check_rms_norm_bwd(dY, X, W, RSTD, casting, /*cuda=*/false);
   at::Tensor dx = at::empty(X.sizes(), X.options());

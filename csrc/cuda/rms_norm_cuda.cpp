@@ -54,7 +54,8 @@ at::Tensor rms_norm_bwd_into(const at::Tensor& dY, const at::Tensor& X, const c1
   const at::Tensor x2 = as_rows(X);
   const at::Tensor w = has_w ? W->contiguous() : at::Tensor();
   const at::Tensor rstd = RSTD.contiguous();
-  at::Tensor dw = at::empty({want_dw ? X.size(-1) : 0}, X.options().dtype(has_w ? w.scalar_type() : X.scalar_type()));
+  at::Tensor dw =
+      at::empty({want_dw ? X.size(-1) : 0}, X.options().dtype(has_w ? w.scalar_type() : X.scalar_type()));
 
   k::RmsNormBwdArgs a{};
   a.dy = dy2.data_ptr();
@@ -82,8 +83,9 @@ at::Tensor rms_norm_bwd_into(const at::Tensor& dY, const at::Tensor& X, const c1
 }
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cuda(const at::Tensor& dY, const at::Tensor& X,
-                                                     const c10::optional<at::Tensor>& W, const at::Tensor& RSTD,
-                                                     double offset, c10::string_view casting_mode, bool compute_dw) {
+                                                     const c10::optional<at::Tensor>& W,
+                                                     const at::Tensor& RSTD, double offset,
+                                                     c10::string_view casting_mode, bool compute_dw) {
   const Casting casting = parse_casting(casting_mode);
   check_rms_norm_bwd(dY, X, W, RSTD, casting, /*cuda=*/true);
   const c10::cuda::CUDAGuard guard(X.device());

@@ -7,8 +7,7 @@
 #include <string>
 #include <string_view>
 
-#define LIGER_CHECK_ARG(cond, name, ...) \
-  TORCH_CHECK(cond, "liger_cpp: argument '", name, "': ", __VA_ARGS__)
+#define LIGER_CHECK_ARG(cond, name, ...) TORCH_CHECK(cond, "liger_cpp: argument '", name, "': ", __VA_ARGS__)
 
 namespace liger_cpp {
 
@@ -32,18 +31,17 @@ inline void check_norm_inputs(const at::Tensor& X, const c10::optional<at::Tenso
   const bool allow_double = !cuda;
   LIGER_CHECK_ARG(X.dim() >= 1, "X", "expected a tensor of at least 1 dimension, got a scalar");
   LIGER_CHECK_ARG(X.size(-1) > 0, "X", "expected a non-empty last dimension, got shape ", X.sizes());
-  LIGER_CHECK_ARG(is_float_type(X.scalar_type(), allow_double), "X",
-                  "expected float32, float16 or bfloat16", allow_double ? " (or float64 on CPU)" : "",
-                  ", got ", X.scalar_type());
+  LIGER_CHECK_ARG(is_float_type(X.scalar_type(), allow_double), "X", "expected float32, float16 or bfloat16",
+                  allow_double ? " (or float64 on CPU)" : "", ", got ", X.scalar_type());
   if (W.has_value() && W->defined()) {
     const auto& w = *W;
     LIGER_CHECK_ARG(w.dim() == 1 && w.size(0) == X.size(-1), "W", "expected shape (", X.size(-1),
                     ",) to match X's last dimension, got ", w.sizes());
     LIGER_CHECK_ARG(w.device() == X.device(), "W", "expected device ", X.device(), " (X's), got ",
                     w.device());
-    LIGER_CHECK_ARG(w.scalar_type() == X.scalar_type() || w.scalar_type() == at::kFloat ||
-                        X.scalar_type() == at::kFloat,
-                    "W", "expected X's dtype (", X.scalar_type(), ") or float32, got ", w.scalar_type());
+    LIGER_CHECK_ARG(
+        w.scalar_type() == X.scalar_type() || w.scalar_type() == at::kFloat || X.scalar_type() == at::kFloat,
+        "W", "expected X's dtype (", X.scalar_type(), ") or float32, got ", w.scalar_type());
   }
 }
 

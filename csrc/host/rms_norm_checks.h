@@ -5,9 +5,8 @@
 
 namespace liger_cpp {
 
-inline void check_rms_norm_bwd(const at::Tensor& dY, const at::Tensor& X,
-                               const c10::optional<at::Tensor>& W, const at::Tensor& RSTD,
-                               Casting casting, bool cuda) {
+inline void check_rms_norm_bwd(const at::Tensor& dY, const at::Tensor& X, const c10::optional<at::Tensor>& W,
+                               const at::Tensor& RSTD, Casting casting, bool cuda) {
   check_norm_inputs(X, W, cuda);
   LIGER_CHECK_ARG(dY.sizes() == X.sizes(), "dY", "expected X's shape ", X.sizes(), ", got ", dY.sizes());
   LIGER_CHECK_ARG(dY.device() == X.device(), "dY", "expected device ", X.device(), ", got ", dY.device());

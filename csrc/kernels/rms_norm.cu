@@ -31,8 +31,7 @@ constexpr int64_t kMaxStashBytes = 160 * 1024;
 
 template <typename T, typename WT, typename OT>
 constexpr bool valid_types() {
-  constexpr bool w_ok = std::is_same_v<WT, T> || std::is_same_v<WT, float> ||
-                        std::is_same_v<T, float>;
+  constexpr bool w_ok = std::is_same_v<WT, T> || std::is_same_v<WT, float> || std::is_same_v<T, float>;
   constexpr bool o_ok = std::is_same_v<OT, T> || std::is_same_v<OT, float>;
   return w_ok && o_ok;
 }
@@ -62,9 +61,9 @@ __device__ __forceinline__ float normed(float xf, float r, bool llama) {
 // Forward, row cached in registers.
 template <typename T, typename WT, typename OT, int VEC, int MAXV>
 __global__ void __launch_bounds__(1024)
-    rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w,
-                   OT* __restrict__ y, float* __restrict__ rstd, int64_t rows, int64_t cols,
-                   float eps, float offset, bool llama) {
+    rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
+                   float* __restrict__ rstd, int64_t rows, int64_t cols, float eps, float offset,
+                   bool llama) {
   __shared__ float scratch[kGroupScratch];
   const int tx = threadIdx.x, TX = blockDim.x;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -110,9 +109,8 @@ __global__ void __launch_bounds__(1024)
 // memory on the first pass when it fits (STASH), else read again (from L2).
 template <typename T, typename WT, typename OT, int VEC, bool STASH>
 __global__ void __launch_bounds__(1024)
-    rms_fwd_generic(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w,
-                    OT* __restrict__ y, float* __restrict__ rstd, int64_t cols, float eps,
-                    float offset, bool llama) {
+    rms_fwd_generic(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
+                    float* __restrict__ rstd, int64_t cols, float eps, float offset, bool llama) {
   extern __shared__ __align__(16) unsigned char stash_raw[];
   Vec<T, VEC>* stash = reinterpret_cast<Vec<T, VEC>*>(stash_raw);
   __shared__ float scratch[kGroupScratch];
@@ -161,9 +159,8 @@ __global__ void __launch_bounds__(1024)
 template <typename T, typename WT, typename OT, int VEC, int MAXV, bool DW_SMEM>
 __global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
     rms_bwd_cached(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
-                   const WT* __restrict__ w, const float* __restrict__ rstd, T* dx,
-                   int64_t dx_stride, float* __restrict__ partial, int64_t rows, int64_t cols,
-                   float offset, bool llama) {
+                   const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
+                   float* __restrict__ partial, int64_t rows, int64_t cols, float offset, bool llama) {
   extern __shared__ float dw_smem[];  // [TX * MAXV * VEC] when partial != nullptr
   __shared__ float scratch[kGroupScratch];
   const int tx = threadIdx.x, TX = blockDim.x;
@@ -197,8 +194,7 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
         float wf[VEC];
         load_weight<WT, VEC>(w, v * VEC, offset, wf);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          dot += to_float<OT>(gv[i].v[j]) * wf[j] * to_float<T>(xv[i].v[j]);
+        for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv[i].v[j]) * wf[j] * to_float<T>(xv[i].v[j]);
       }
     }
     dot = group_sum(dot, scratch);
@@ -250,9 +246,9 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
 // Backward dx for any width: one block per row, the row is read twice.
 template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(512)
-    rms_bwd_dx_generic(const OT* dy, int64_t dy_stride, const T* __restrict__ x,
-                       int64_t x_stride, const WT* __restrict__ w, const float* __restrict__ rstd,
-                       T* dx, int64_t dx_stride, int64_t cols, float offset) {
+    rms_bwd_dx_generic(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
+                       const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
+                       int64_t cols, float offset) {
   __shared__ float scratch[kGroupScratch];
   const int64_t row = blockIdx.x;
   const int64_t nvec = cols / VEC;
@@ -288,9 +284,9 @@ __global__ void __launch_bounds__(512)
 // fixed, strided subset of the rows. Must run before an in-place dx overwrites dy.
 template <typename T, typename OT, int VEC>
 __global__ void __launch_bounds__(256)
-    rms_bwd_dw_generic(const OT* dy, int64_t dy_stride, const T* __restrict__ x,
-                       int64_t x_stride, const float* __restrict__ rstd,
-                       float* __restrict__ partial, int64_t rows, int64_t cols, bool llama) {
+    rms_bwd_dw_generic(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
+                       const float* __restrict__ rstd, float* __restrict__ partial, int64_t rows,
+                       int64_t cols, bool llama) {
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= cols / VEC) return;
   float acc[VEC];
@@ -301,8 +297,7 @@ __global__ void __launch_bounds__(256)
     const Vec<OT, VEC> gv = load_vec<OT, VEC>(dy + row * dy_stride + v * VEC);
     const float r = rstd[row];
 #pragma unroll
-    for (int j = 0; j < VEC; ++j)
-      acc[j] += to_float<OT>(gv.v[j]) * normed<T>(to_float<T>(xv.v[j]), r, llama);
+    for (int j = 0; j < VEC; ++j) acc[j] += to_float<OT>(gv.v[j]) * normed<T>(to_float<T>(xv.v[j]), r, llama);
   }
   float* out = partial + static_cast<int64_t>(blockIdx.y) * cols + v * VEC;
 #pragma unroll
@@ -313,8 +308,7 @@ __global__ void __launch_bounds__(256)
 // blockDim.y threads of a column each sum a strided slice, then a fixed tree.
 template <typename WT>
 __global__ void __launch_bounds__(512)
-    reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols,
-                    WT* __restrict__ dw) {
+    reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols, WT* __restrict__ dw) {
   __shared__ float s[16][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float acc = 0.f;
@@ -399,8 +393,7 @@ cudaError_t dispatch_types(DType xd, DType wd, DType yd, F&& f) {
 
 int sm_blocks(const void* kernel, int threads, size_t smem) {
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess)
-    n = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) n = 1;
   return std::max(n, 1);
 }
 
@@ -451,8 +444,8 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
     const WT* w = static_cast<const WT*>(a.w);
     OT* y = static_cast<OT*>(a.y);
     constexpr int full = 16 / sizeof(T);
-    const bool aligned = all_aligned(full, a.cols, {a.x_row_stride},
-                                     {{a.x, sizeof(T)}, {a.y, sizeof(OT)}, {a.w, sizeof(WT)}});
+    const bool aligned =
+        all_aligned(full, a.cols, {a.x_row_stride}, {{a.x, sizeof(T)}, {a.y, sizeof(OT)}, {a.w, sizeof(WT)}});
     Plan p;
     if (aligned && pick_cached(a.cols / full, p)) {
       const dim3 block(p.tx, p.ty);
@@ -469,11 +462,11 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
           auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true>;
           if (smem > 48 * 1024)
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-          kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps,
-                                               a.offset, llama);
+          kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset,
+                                               llama);
         } else {
-          rms_fwd_generic<T, WT, OT, VEC, false><<<a.rows, 1024, 0, stream>>>(
-              x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
+          rms_fwd_generic<T, WT, OT, VEC, false>
+              <<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
         }
       })
     }
@@ -514,28 +507,28 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
       const dim3 block(p.tx, p.ty);
       const size_t smem = partial ? static_cast<size_t>(p.tx) * kMaxV * full * sizeof(float) : 0;
       if (p.tx == 1024) {
-        rms_bwd_cached<T, WT, OT, full, kMaxV, true><<<p.grid, block, smem, stream>>>(
-            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial,
-            a.rows, a.cols, a.offset, llama);
+        rms_bwd_cached<T, WT, OT, full, kMaxV, true>
+            <<<p.grid, block, smem, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx,
+                                              a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
       } else {
-        rms_bwd_cached<T, WT, OT, full, kMaxV, false><<<p.grid, block, smem, stream>>>(
-            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial,
-            a.rows, a.cols, a.offset, llama);
+        rms_bwd_cached<T, WT, OT, full, kMaxV, false>
+            <<<p.grid, block, smem, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx,
+                                              a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
       }
     } else {
       LIGER_DISPATCH_VEC(p.vec, full, {
         if (partial) {  // dW first: an in-place dx below overwrites dy
           const dim3 grid(static_cast<unsigned>(ceil_div(a.cols / VEC, 256)), static_cast<unsigned>(p.grid));
-          rms_bwd_dw_generic<T, OT, VEC><<<grid, 256, 0, stream>>>(
-              dy, a.dy_row_stride, x, a.x_row_stride, a.rstd, partial, a.rows, a.cols, llama);
+          rms_bwd_dw_generic<T, OT, VEC><<<grid, 256, 0, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride,
+                                                                   a.rstd, partial, a.rows, a.cols, llama);
         }
         rms_bwd_dx_generic<T, WT, OT, VEC><<<a.rows, 512, 0, stream>>>(
             dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, a.cols, a.offset);
       })
     }
     if (partial) {
-      reduce_partials<WT><<<ceil_div(a.cols, 32), dim3(32, 16), 0, stream>>>(
-          partial, p.grid, a.cols, static_cast<WT*>(a.dw));
+      reduce_partials<WT><<<ceil_div(a.cols, 32), dim3(32, 16), 0, stream>>>(partial, p.grid, a.cols,
+                                                                             static_cast<WT*>(a.dw));
     }
     return cudaGetLastError();
   });

@@ -37,12 +37,12 @@ struct RmsNormBwdArgs {
   int64_t dy_row_stride;
   const void* x;
   int64_t x_row_stride;
-  const void* w;       // [cols] or nullptr
-  const float* rstd;   // [rows]
-  void* dx;            // [rows, cols] of x_dtype; may alias dy (in place)
+  const void* w;      // [cols] or nullptr
+  const float* rstd;  // [rows]
+  void* dx;           // [rows, cols] of x_dtype; may alias dy (in place)
   int64_t dx_row_stride;
-  void* dw;            // [cols] of w_dtype, or nullptr when dW is not wanted
-  float* workspace;    // rms_norm_bwd_workspace_floats() floats
+  void* dw;          // [cols] of w_dtype, or nullptr when dW is not wanted
+  float* workspace;  // rms_norm_bwd_workspace_floats() floats
   int64_t rows, cols;
   float offset;
   RmsCasting casting;

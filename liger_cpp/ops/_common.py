@@ -5,7 +5,7 @@ import functools
 import torch
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _has_cuda_kernels() -> bool:
     return "cuda: yes" in torch.ops.liger.build_info()
 

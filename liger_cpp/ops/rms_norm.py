@@ -86,7 +86,9 @@ def rms_norm(
     to a tensor autograd does not own: the op that does it is a declared mutation.
     """
     if casting_mode not in CASTING_MODES:
-        raise ValueError(f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}")
+        raise ValueError(
+            f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}"
+        )
     check_device(X, "X")
     Y, _ = torch.ops.liger.rms_norm_fwd(X, W, float(eps), float(offset), casting_mode, bool(in_place))
     return Y

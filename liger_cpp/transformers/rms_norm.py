@@ -58,14 +58,18 @@ class LigerRMSNorm(nn.Module):
 class LigerRMSNormForGemma(LigerRMSNorm):
     """Gemma's RMSNorm: y = norm(x) * (1 + w) in fp32, weight initialised to zeros."""
 
-    def __init__(self, hidden_size, eps=1e-6, offset=1.0, casting_mode="gemma", init_fn="zeros", in_place=False):
+    def __init__(
+        self, hidden_size, eps=1e-6, offset=1.0, casting_mode="gemma", init_fn="zeros", in_place=False
+    ):
         super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)
 
 
 class LigerRMSNormForGemma2(LigerRMSNormForGemma):
     """Gemma 2 sandwich norms: the incoming gradient is shared with the residual, so never in place."""
 
-    def __init__(self, hidden_size, eps=1e-6, offset=1.0, casting_mode="gemma", init_fn="zeros", in_place=False):
+    def __init__(
+        self, hidden_size, eps=1e-6, offset=1.0, casting_mode="gemma", init_fn="zeros", in_place=False
+    ):
         super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)
 
 
