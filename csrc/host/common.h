@@ -11,6 +11,14 @@
 
 namespace liger_cpp {
 
+// "(4, 64)": a tensor's shape for error messages, formatted here rather than
+// through ArrayRef's stream operator.
+inline std::string shape_str(const at::Tensor& t) {
+  std::string s = "(";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + (t.dim() == 1 ? ",)" : ")");
+}
+
 enum class Casting : int { kLlama = 0, kGemma = 1, kNone = 2 };
 
 inline Casting parse_casting(std::string_view mode) {
@@ -30,13 +38,13 @@ inline bool is_float_type(at::ScalarType t, bool allow_double) {
 inline void check_norm_inputs(const at::Tensor& X, const c10::optional<at::Tensor>& W, bool cuda) {
   const bool allow_double = !cuda;
   LIGER_CHECK_ARG(X.dim() >= 1, "X", "expected a tensor of at least 1 dimension, got a scalar");
-  LIGER_CHECK_ARG(X.size(-1) > 0, "X", "expected a non-empty last dimension, got shape ", X.sizes());
+  LIGER_CHECK_ARG(X.size(-1) > 0, "X", "expected a non-empty last dimension, got shape ", shape_str(X));
   LIGER_CHECK_ARG(is_float_type(X.scalar_type(), allow_double), "X", "expected float32, float16 or bfloat16",
                   allow_double ? " (or float64 on CPU)" : "", ", got ", X.scalar_type());
   if (W.has_value() && W->defined()) {
     const auto& w = *W;
     LIGER_CHECK_ARG(w.dim() == 1 && w.size(0) == X.size(-1), "W", "expected shape (", X.size(-1),
-                    ",) to match X's last dimension, got ", w.sizes());
+                    ",) to match X's last dimension, got ", shape_str(w));
     LIGER_CHECK_ARG(w.device() == X.device(), "W", "expected device ", X.device(), " (X's), got ",
                     w.device());
     LIGER_CHECK_ARG(

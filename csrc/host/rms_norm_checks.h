@@ -8,7 +8,8 @@ namespace liger_cpp {
 inline void check_rms_norm_bwd(const at::Tensor& dY, const at::Tensor& X, const c10::optional<at::Tensor>& W,
                                const at::Tensor& RSTD, Casting casting, bool cuda) {
   check_norm_inputs(X, W, cuda);
-  LIGER_CHECK_ARG(dY.sizes() == X.sizes(), "dY", "expected X's shape ", X.sizes(), ", got ", dY.sizes());
+  LIGER_CHECK_ARG(dY.sizes() == X.sizes(), "dY", "expected X's shape ", shape_str(X), ", got ",
+                  shape_str(dY));
   LIGER_CHECK_ARG(dY.device() == X.device(), "dY", "expected device ", X.device(), ", got ", dY.device());
   const auto out = rms_norm_out_dtype(X, W, casting);
   LIGER_CHECK_ARG(dY.scalar_type() == out, "dY", "expected dtype ", out, " (the forward output's), got ",

@@ -71,13 +71,19 @@ __global__ void __launch_bounds__(1024)
   const int64_t nvec = cols / VEC;
   const T* xr = x + row * x_stride;
 
+  // All loads first, then the arithmetic: the MAXV loads are then in flight
+  // together instead of each waiting for the previous one's use.
   Vec<T, VEC> xv[MAXV];
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int64_t v = static_cast<int64_t>(i) * TX + tx;
+    if (active && v < nvec) xv[i] = load_vec<T, VEC>(xr + v * VEC);
+  }
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (active && v < nvec) {
-      xv[i] = load_vec<T, VEC>(xr + v * VEC);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const float f = to_float<T>(xv[i].v[j]);
@@ -154,10 +160,10 @@ __global__ void __launch_bounds__(1024)
 // Backward, persistent, row cached in registers; dW partials in registers.
 // dy and dx may alias (in place): each element is read before it is written,
 // by the same thread, so they are not __restrict__.
-// DW_SMEM (one group per block, TX = 1024): the dW partials live in shared
+// DW_SMEM (one group per block, TX >= 512): the dW partials live in shared
 // memory instead of registers, each thread updating only its own columns.
 template <typename T, typename WT, typename OT, int VEC, int MAXV, bool DW_SMEM>
-__global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
+__global__ void __launch_bounds__(DW_SMEM ? 1024 : 256)
     rms_bwd_cached(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                    const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
                    float* __restrict__ partial, int64_t rows, int64_t cols, float offset, bool llama) {
@@ -179,18 +185,34 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
       for (int j = 0; j < VEC; ++j) dw_acc[i][j] = 0.f;
   }
 
+  // Software pipeline: the next row's x and dy are loaded before this row's
+  // reduction and stores, so loads stay in flight across the barrier.
+  Vec<T, VEC> xv[MAXV], xn_[MAXV];
+  Vec<OT, VEC> gv[MAXV], gn_[MAXV];
+  auto load_row = [&](int64_t row, Vec<T, VEC>(&xa)[MAXV], Vec<OT, VEC>(&ga)[MAXV]) {
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int64_t v = static_cast<int64_t>(i) * TX + tx;
+      if (row < rows && v < nvec) {
+        xa[i] = load_vec<T, VEC>(x + row * x_stride + v * VEC);
+        ga[i] = load_vec<OT, VEC>(dy + row * dy_stride + v * VEC);
+      }
+    }
+  };
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  if (!DW_SMEM) load_row(first, xv, gv);
   for (int64_t it = 0; it < iters; ++it) {
-    const int64_t row = it * step + static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+    const int64_t row = it * step + first;
     const bool active = row < rows;
-    Vec<T, VEC> xv[MAXV];
-    Vec<OT, VEC> gv[MAXV];
+    if (DW_SMEM) load_row(row, xv, gv);
+    // Without DW_SMEM (<= 256 threads, up to 255 registers) there is room for
+    // the second buffer; with it, the registers are capped at 64 and it spills.
+    if (!DW_SMEM && it + 1 < iters) load_row(row + step, xn_, gn_);
     float dot = 0.f;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int64_t v = static_cast<int64_t>(i) * TX + tx;
       if (active && v < nvec) {
-        xv[i] = load_vec<T, VEC>(x + row * x_stride + v * VEC);
-        gv[i] = load_vec<OT, VEC>(dy + row * dy_stride + v * VEC);
         float wf[VEC];
         load_weight<WT, VEC>(w, v * VEC, offset, wf);
 #pragma unroll
@@ -198,7 +220,16 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
       }
     }
     dot = group_sum(dot, scratch);
-    if (!active) continue;
+    if (!active) {
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        if (!DW_SMEM) {
+          xv[i] = xn_[i];
+          gv[i] = gn_[i];
+        }
+      }
+      continue;
+    }
     const float r = rstd[row];
     const float c = r * r * r * dot / static_cast<float>(cols);
 #pragma unroll
@@ -220,6 +251,13 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
           }
         }
         store_vec<T, VEC>(dx + row * dx_stride + v * VEC, out);
+      }
+    }
+    if (!DW_SMEM) {
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        xv[i] = xn_[i];
+        gv[i] = gn_[i];
       }
     }
   }
@@ -407,7 +445,7 @@ Plan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
   p.vec = aligned ? full : 1;
   const bool want_dw = a.dw != nullptr;
   if (aligned && pick_cached(a.cols / p.vec, p)) {
-    const bool dw_smem = p.tx == 1024;
+    const bool dw_smem = p.tx >= 512;
     const size_t smem = want_dw ? static_cast<size_t>(p.tx) * kMaxV * p.vec * sizeof(float) : 0;
     auto* kern = dw_smem ? &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, true>
                          : &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, false>;
@@ -506,7 +544,7 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     if (p.cached) {
       const dim3 block(p.tx, p.ty);
       const size_t smem = partial ? static_cast<size_t>(p.tx) * kMaxV * full * sizeof(float) : 0;
-      if (p.tx == 1024) {
+      if (p.tx >= 512) {
         rms_bwd_cached<T, WT, OT, full, kMaxV, true>
             <<<p.grid, block, smem, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx,
                                               a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
