@@ -35,6 +35,25 @@ TORCH_LIBRARY(liger, m) {
   m.def(
       "rms_norm_bwd_(Tensor(a!) dY, Tensor X, Tensor? W, Tensor RSTD, float offset=0., "
       "str casting_mode=\"llama\", bool compute_dw=True) -> Tensor dW");
+
+  // ---- Gated linear units (Liger's LigerSiLUMulFunction / LigerGELUMulFunction) ----
+  // a, b: same shape (..., F), same dtype float32/float16/bfloat16 (float64 on
+  // CPU), unit last stride (rows may be strided, e.g. gate_up.chunk(2, -1)).
+  // Math in float32 (float64 for float64), one rounding to the output dtype.
+  // in_place only tells the registered autograd formula that its backward may
+  // write da, db into a, b (through *_bwd_, visibly to autograd) when safe.
+  // SwiGLU: c = silu(a) * b (HF LlamaMLP's act_fn(gate) * up). c: a's shape, contiguous.
+  m.def("swiglu_fwd(Tensor a, Tensor b, bool in_place=False) -> Tensor c");
+  // SwiGLU backward, the activation recomputed from a:
+  //   da = dc * b * silu'(a), db = dc * silu(a). dc: a's shape and dtype, any strides.
+  m.def("swiglu_bwd(Tensor dc, Tensor a, Tensor b) -> (Tensor da, Tensor db)");
+  // As swiglu_bwd, but da is written into a and db into b (both contiguous, not overlapping).
+  m.def("swiglu_bwd_(Tensor dc, Tensor(a!) a, Tensor(b!) b) -> ()");
+  // GeGLU: c = gelu(a, approximate) * b; approximate "tanh" (Liger's, HF
+  // gelu_pytorch_tanh) or "none" (exact erf GELU).
+  m.def("geglu_fwd(Tensor a, Tensor b, str approximate=\"tanh\", bool in_place=False) -> Tensor c");
+  m.def("geglu_bwd(Tensor dc, Tensor a, Tensor b, str approximate=\"tanh\") -> (Tensor da, Tensor db)");
+  m.def("geglu_bwd_(Tensor dc, Tensor(a!) a, Tensor(b!) b, str approximate=\"tanh\") -> ()");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

@@ -24,3 +24,13 @@ def rms_norm_ref(x, w, eps, offset=0.0, casting_mode="llama"):
     if w is not None:
         out = out * (offset + w)
     return out.to(dtype)
+
+
+def swiglu_ref(a, b):
+    """HF LlamaMLP's act_fn(gate) * up with act_fn = SiLU, in the inputs' dtype."""
+    return torch.nn.functional.silu(a) * b
+
+
+def geglu_ref(a, b, approximate="tanh"):
+    """HF GemmaMLP's gelu_pytorch_tanh(gate) * up ('tanh'), or exact GELU ('none')."""
+    return torch.nn.functional.gelu(a, approximate=approximate) * b

@@ -32,3 +32,20 @@ def may_write_into(grad: torch.Tensor, like: torch.Tensor) -> bool:
         and grad.shape == like.shape
         and grad.is_contiguous()
     )
+
+
+def may_write_inputs(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a GLU backward may write da, db into its saved inputs a, b.
+
+    Never under torch.compile or while tracing (fake tensors: the functional op is traced
+    instead); only for contiguous tensors of one dtype that do not share memory.
+    """
+    from torch._subclasses.fake_tensor import is_fake
+
+    if torch.compiler.is_compiling() or is_fake(a) or is_fake(b) or a.dtype != b.dtype:
+        return False
+    if not (a.is_contiguous() and b.is_contiguous()):
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    na, nb = a.numel() * a.element_size(), b.numel() * b.element_size()
+    return a0 + na <= b0 or b0 + nb <= a0

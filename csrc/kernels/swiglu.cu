@@ -1,0 +1,265 @@
+// SwiGLU / GeGLU forward and backward kernels (see swiglu.h for the math).
+//
+// Purely element-wise and memory-bound. The [rows, cols] problem is cut into
+// tiles of one row segment of kThreads * UNROLL * VEC elements; blocks walk the
+// tiles grid-stride. Each thread issues all UNROLL loads of every operand (16
+// bytes each when VEC = 16 / sizeof(T)) before any arithmetic, so several
+// vectors per thread are in flight. Dense inputs are collapsed to a single row,
+// so only the very last tile is partial. When a pointer or a row stride is not
+// 16-byte aligned the same kernels run with VEC = 1. Offsets are int64.
+#include <cmath>
+#include <initializer_list>
+#include <type_traits>
+
+#include "common.cuh"
+#include "swiglu.h"
+
+namespace liger_cpp::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+// Vectors per thread and operand, and the register cap through the minimum of
+// resident blocks per SM, chosen with -Xptxas -v so that nothing spills:
+// forward 4 x 2 loads of 16 B per thread, 2+ blocks/SM (<= 128 registers);
+// backward 2 x 3 loads of 16 B per thread, 2+ blocks/SM (3 spill the GELUs).
+constexpr int kFwdUnroll = 4, kFwdMinBlocks = 2;
+constexpr int kBwdUnroll = 2, kBwdMinBlocks = 2;
+
+template <GluAct ACT>
+struct Act;
+
+template <>
+struct Act<GluAct::kSilu> {
+  static __device__ __forceinline__ float f(float x) { return x / (1.f + expf(-x)); }
+  static __device__ __forceinline__ void fd(float x, float& y, float& d) {
+    const float s = 1.f / (1.f + expf(-x));
+    y = x * s;
+    d = s * (1.f + x * (1.f - s));
+  }
+};
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoef = 0.044715f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+template <>
+struct Act<GluAct::kGeluTanh> {
+  static __device__ __forceinline__ float f(float x) {
+    const float t = tanhf(kSqrt2OverPi * (x + kGeluCoef * x * x * x));
+    return 0.5f * x * (1.f + t);
+  }
+  static __device__ __forceinline__ void fd(float x, float& y, float& d) {
+    const float x2 = x * x;
+    const float t = tanhf(kSqrt2OverPi * (x + kGeluCoef * x2 * x));
+    y = 0.5f * x * (1.f + t);
+    d = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluCoef * x2);
+  }
+};
+
+template <>
+struct Act<GluAct::kGeluErf> {
+  static __device__ __forceinline__ float f(float x) { return 0.5f * x * (1.f + erff(x * kInvSqrt2)); }
+  static __device__ __forceinline__ void fd(float x, float& y, float& d) {
+    const float cdf = 0.5f * (1.f + erff(x * kInvSqrt2));
+    y = x * cdf;
+    d = cdf + x * kInvSqrt2Pi * expf(-0.5f * x * x);
+  }
+};
+
+template <typename T, int VEC, GluAct ACT>
+__global__ void __launch_bounds__(kThreads, kFwdMinBlocks)
+    glu_fwd_kernel(const T* __restrict__ a, int64_t as, const T* __restrict__ b, int64_t bs,
+                   T* __restrict__ c, int64_t cs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
+  constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kFwdUnroll * VEC;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t row = t / tiles_per_row;
+    const int64_t c0 = (t - row * tiles_per_row) * kTile;
+    const T* ar = a + row * as;
+    const T* br = b + row * bs;
+    T* cr = c + row * cs;
+    Vec<T, VEC> av[kFwdUnroll], bv[kFwdUnroll];
+#pragma unroll
+    for (int u = 0; u < kFwdUnroll; ++u) {
+      const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
+      if (col + VEC <= cols) {
+        av[u] = load_vec<T, VEC>(ar + col);
+        bv[u] = load_vec<T, VEC>(br + col);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kFwdUnroll; ++u) {
+      const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
+      if (col + VEC <= cols) {
+        Vec<T, VEC> cv;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av[u].v[j])) * to_float<T>(bv[u].v[j]));
+        store_vec<T, VEC>(cr + col, cv);
+      } else if (VEC > 1 && col < cols) {  // ragged end of a row (vector path only)
+        for (int64_t k = col; k < cols; ++k)
+          cr[k] = from_float<T>(Act<ACT>::f(to_float<T>(ar[k])) * to_float<T>(br[k]));
+      }
+    }
+  }
+}
+
+// No __restrict__: da/db may be a/b. All loads of a tile precede its stores, and
+// an element is only ever written by the thread that read it.
+template <typename T, int VEC, GluAct ACT>
+__global__ void __launch_bounds__(kThreads, kBwdMinBlocks)
+    glu_bwd_kernel(const T* dc, int64_t gs, const T* a, int64_t as, const T* b, int64_t bs, T* da,
+                   int64_t das, T* db, int64_t dbs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
+  constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kBwdUnroll * VEC;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t row = t / tiles_per_row;
+    const int64_t c0 = (t - row * tiles_per_row) * kTile;
+    const T* gr = dc + row * gs;
+    const T* ar = a + row * as;
+    const T* br = b + row * bs;
+    T* dar = da + row * das;
+    T* dbr = db + row * dbs;
+    Vec<T, VEC> gv[kBwdUnroll], av[kBwdUnroll], bv[kBwdUnroll];
+#pragma unroll
+    for (int u = 0; u < kBwdUnroll; ++u) {
+      const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
+      if (col + VEC <= cols) {
+        gv[u] = load_vec<T, VEC>(gr + col);
+        av[u] = load_vec<T, VEC>(ar + col);
+        bv[u] = load_vec<T, VEC>(br + col);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBwdUnroll; ++u) {
+      const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
+      if (col + VEC <= cols) {
+        Vec<T, VEC> dav, dbv;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float g = to_float<T>(gv[u].v[j]);
+          float y, d;
+          Act<ACT>::fd(to_float<T>(av[u].v[j]), y, d);
+          dav.v[j] = from_float<T>(g * to_float<T>(bv[u].v[j]) * d);
+          dbv.v[j] = from_float<T>(g * y);
+        }
+        store_vec<T, VEC>(dar + col, dav);
+        store_vec<T, VEC>(dbr + col, dbv);
+      } else if (VEC > 1 && col < cols) {
+        for (int64_t k = col; k < cols; ++k) {
+          const float g = to_float<T>(gr[k]);
+          const float bk = to_float<T>(br[k]);
+          float y, d;
+          Act<ACT>::fd(to_float<T>(ar[k]), y, d);
+          dar[k] = from_float<T>(g * bk * d);
+          dbr[k] = from_float<T>(g * y);
+        }
+      }
+    }
+  }
+}
+
+// Rows of a dense (rows, cols) layout collapse into one row of rows * cols.
+struct Shape {
+  int64_t rows, cols;
+};
+
+inline Shape collapse(int64_t rows, int64_t cols, std::initializer_list<int64_t> strides) {
+  if (rows <= 1) return {rows, cols};
+  for (int64_t s : strides)
+    if (s != cols) return {rows, cols};
+  return {1, rows * cols};
+}
+
+// 16-byte vectors need every base pointer 16-byte aligned and, with several
+// rows, every row stride a multiple of the vector.
+inline bool vec_ok(int vec, int64_t rows, std::initializer_list<const void*> ptrs,
+                   std::initializer_list<int64_t> strides) {
+  for (const void* p : ptrs)
+    if (!is_aligned(p, 16)) return false;
+  if (rows > 1)
+    for (int64_t s : strides)
+      if (s % vec != 0) return false;
+  return true;
+}
+
+inline int64_t grid_for(int64_t tiles, int sm_count) {
+  const int64_t resident = static_cast<int64_t>(sm_count > 0 ? sm_count : 132) * (2048 / kThreads);
+  return tiles < resident ? tiles : resident;
+}
+
+template <typename F>
+cudaError_t dispatch_act(GluAct act, F&& f) {
+  switch (act) {
+    case GluAct::kSilu:
+      return f(std::integral_constant<GluAct, GluAct::kSilu>{});
+    case GluAct::kGeluTanh:
+      return f(std::integral_constant<GluAct, GluAct::kGeluTanh>{});
+    case GluAct::kGeluErf:
+      return f(std::integral_constant<GluAct, GluAct::kGeluErf>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
+  if (p.rows == 0 || p.cols == 0) return cudaSuccess;
+  const Shape s = collapse(p.rows, p.cols, {p.a_row_stride, p.b_row_stride, p.c_row_stride});
+  return dispatch_dtype(p.dtype, [&](auto tv) {
+    using T = decltype(tv);
+    constexpr int kVec = 16 / sizeof(T);
+    return dispatch_act(p.act, [&](auto act) {
+      constexpr GluAct A = decltype(act)::value;
+      const T* a = static_cast<const T*>(p.a);
+      const T* b = static_cast<const T*>(p.b);
+      T* c = static_cast<T*>(p.c);
+      if (vec_ok(kVec, s.rows, {p.a, p.b, p.c}, {p.a_row_stride, p.b_row_stride, p.c_row_stride})) {
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kFwdUnroll * kVec);
+        const int64_t tiles = tpr * s.rows;
+        glu_fwd_kernel<T, kVec, A><<<grid_for(tiles, sm_count), kThreads, 0, stream>>>(
+            a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
+      } else {
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kFwdUnroll);
+        const int64_t tiles = tpr * s.rows;
+        glu_fwd_kernel<T, 1, A><<<grid_for(tiles, sm_count), kThreads, 0, stream>>>(
+            a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
+      }
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
+  if (p.rows == 0 || p.cols == 0) return cudaSuccess;
+  const Shape s = collapse(
+      p.rows, p.cols, {p.dc_row_stride, p.a_row_stride, p.b_row_stride, p.da_row_stride, p.db_row_stride});
+  return dispatch_dtype(p.dtype, [&](auto tv) {
+    using T = decltype(tv);
+    constexpr int kVec = 16 / sizeof(T);
+    return dispatch_act(p.act, [&](auto act) {
+      constexpr GluAct A = decltype(act)::value;
+      const T* dc = static_cast<const T*>(p.dc);
+      const T* a = static_cast<const T*>(p.a);
+      const T* b = static_cast<const T*>(p.b);
+      T* da = static_cast<T*>(p.da);
+      T* db = static_cast<T*>(p.db);
+      if (vec_ok(kVec, s.rows, {p.dc, p.a, p.b, p.da, p.db},
+                 {p.dc_row_stride, p.a_row_stride, p.b_row_stride, p.da_row_stride, p.db_row_stride})) {
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kBwdUnroll * kVec);
+        const int64_t tiles = tpr * s.rows;
+        glu_bwd_kernel<T, kVec, A><<<grid_for(tiles, sm_count), kThreads, 0, stream>>>(
+            dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride, da, p.da_row_stride, db,
+            p.db_row_stride, s.cols, tpr, tiles);
+      } else {
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kBwdUnroll);
+        const int64_t tiles = tpr * s.rows;
+        glu_bwd_kernel<T, 1, A><<<grid_for(tiles, sm_count), kThreads, 0, stream>>>(
+            dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride, da, p.da_row_stride, db,
+            p.db_row_stride, s.cols, tpr, tiles);
+      }
+      return cudaGetLastError();
+    });
+  });
+}
+
+}  // namespace liger_cpp::kernels

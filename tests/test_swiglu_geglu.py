@@ -1,0 +1,414 @@
+"""SwiGLU and GeGLU: forward and backward against independent float64 references (HF formulas),
+every dtype, odd and 3-D shapes, strided (chunked) inputs, in-place backward, opcheck,
+torch.compile, gradcheck, errors, and the MLP modules against pure-PyTorch HF MLPs."""
+
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import CUDA_OK, DEVICES
+from reference import geglu_ref, swiglu_ref
+from utils import assert_close_to_ref
+
+import liger_cpp  # noqa: F401
+from liger_cpp.ops.geglu import geglu
+from liger_cpp.ops.swiglu import swiglu
+from liger_cpp.transformers import (
+    LigerBlockSparseTop2MLP,
+    LigerGEGLUMLP,
+    LigerPhi3SwiGLUMLP,
+    LigerSwiGLUMLP,
+    liger_geglu,
+    liger_swiglu,
+)
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# one row, odd widths (scalar tails / misaligned), 3-D, aligned widths
+SHAPES = [(1, 769), (7, 8), (3, 5125), (2, 5, 123), (17, 4096), (2, 1, 2048), (1, 1)]
+CUDA_SHAPES = [(4096, 1024), (3, 14336), (1, 1000003), (1000, 77), (8, 1 << 20)]
+# (name, op, reference)
+KINDS = [
+    ("swiglu", lambda a, b, ip=False: swiglu(a, b, in_place=ip), swiglu_ref),
+    (
+        "geglu_tanh",
+        lambda a, b, ip=False: geglu(a, b, "tanh", in_place=ip),
+        lambda a, b: geglu_ref(a, b, "tanh"),
+    ),
+    (
+        "geglu_none",
+        lambda a, b, ip=False: geglu(a, b, "none", in_place=ip),
+        lambda a, b: geglu_ref(a, b, "none"),
+    ),
+]
+KIND_IDS = [k[0] for k in KINDS]
+
+
+def _inputs(shape, dtype, device, layout):
+    """a, b of `shape`: independent contiguous tensors, the halves of one fused projection
+    (strided rows, b possibly misaligned), or padded rows."""
+    n = shape[-1]
+    if layout == "contiguous":
+        a = torch.randn(*shape, device=device, dtype=dtype) * 3
+        b = torch.randn(*shape, device=device, dtype=dtype)
+    elif layout == "chunked":
+        a, b = (torch.randn(*shape[:-1], 2 * n, device=device, dtype=dtype) * 3).chunk(2, dim=-1)
+    else:  # padded
+        big = torch.randn(2, *shape[:-1], n + 40, device=device, dtype=dtype) * 3
+        a, b = big[0, ..., 8 : 8 + n], big[1, ..., 5 : 5 + n] / 3
+    return a, b
+
+
+def _run_case(kind, shape, dtype, device, layout="contiguous", in_place=False):
+    _, op, ref = kind
+    a0, b0 = _inputs(shape, dtype, device, layout)
+    # non-leaf inputs (as the outputs of projections are), so in_place can apply
+    al = a0.detach().clone().requires_grad_(True)
+    bl = b0.detach().clone().requires_grad_(True)
+    a = al * 1 if layout == "contiguous" else torch.cat([al, bl], -1).chunk(2, -1)[0]
+    b = bl * 1 if layout == "contiguous" else torch.cat([al, bl], -1).chunk(2, -1)[1]
+    if layout == "padded":
+        a, b = al * 1, bl * 1
+    c = op(a, b, in_place)
+    assert c.shape == a.shape and c.dtype == dtype
+    dc = torch.randn_like(c)
+    c.backward(dc)
+
+    a64 = a0.detach().double().requires_grad_(True)
+    b64 = b0.detach().double().requires_grad_(True)
+    c64 = ref(a64, b64)
+    c64.backward(dc.double())
+    alo = a0.detach().clone().requires_grad_(True)
+    blo = b0.detach().clone().requires_grad_(True)
+    clo = ref(alo, blo)
+    clo.backward(dc)
+    assert_close_to_ref(c, c64, clo, "c")
+    assert_close_to_ref(al.grad, a64.grad, alo.grad, "da")
+    assert_close_to_ref(bl.grad, b64.grad, blo.grad, "db")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_forward_backward(device, shape, dtype, kind):
+    _run_case(kind, shape, dtype, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["chunked", "padded"])
+@pytest.mark.parametrize("shape", [(9, 1000), (4, 3, 769), (2, 4096)])
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_strided_rows(device, dtype, layout, shape, kind):
+    _run_case(kind, shape, dtype, device, layout=layout)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_in_place_option(device, dtype, kind):
+    _run_case(kind, (5, 3, 1000), dtype, device, in_place=True)
+    _run_case(kind, (6, 769), dtype, device, layout="chunked", in_place=True)  # not contiguous: copies
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("shape", CUDA_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_cuda_large(shape, dtype, kind):
+    _run_case(kind, shape, dtype, "cuda", in_place=True)
+    _run_case(kind, shape, dtype, "cuda", layout="chunked")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_in_place_writes_inputs_visibly(device, kind):
+    name = kind[0]
+    a = torch.randn(6, 256, device=device)
+    b = torch.randn(6, 256, device=device)
+    dc = torch.randn(6, 256, device=device)
+    if name == "swiglu":
+        da, db = torch.ops.liger.swiglu_bwd(dc, a, b)
+        va, vb = a._version, b._version
+        torch.ops.liger.swiglu_bwd_(dc, a, b)
+    else:
+        approx = name.split("_")[1]
+        da, db = torch.ops.liger.geglu_bwd(dc, a, b, approx)
+        va, vb = a._version, b._version
+        torch.ops.liger.geglu_bwd_(dc, a, b, approx)
+    assert a._version > va and b._version > vb, "the in-place backward must bump a's and b's versions"
+    torch.testing.assert_close(a, da, rtol=0, atol=0)
+    torch.testing.assert_close(b, db, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_in_place_autograd(device, kind):
+    _, op, ref = kind
+    x = torch.randn(4, 64, device=device, requires_grad=True)
+    w1 = torch.randn(96, 64, device=device, requires_grad=True)
+    w3 = torch.randn(96, 64, device=device, requires_grad=True)
+    a, b = x @ w1.t(), x @ w3.t()
+    va, vb = a._version, b._version
+    a_before = a.detach().clone()
+    # y.sum(): an expanded (stride 0) gradient; it is only read
+    op(a, b, True).sum().backward()
+    assert a._version > va and b._version > vb, "in place must go through the mutating op"
+    assert not torch.equal(a.detach(), a_before), "da was written into a"
+    grads = [t.grad.clone() for t in (x, w1, w3)]
+    for t in (x, w1, w3):
+        t.grad = None
+    ref(x @ w1.t(), x @ w3.t()).sum().backward()
+    for g, t in zip(grads, (x, w1, w3)):
+        torch.testing.assert_close(g, t.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_is_never_done_on_leaves_or_shared_tensors(device):
+    # leaves (e.g. parameters) and tensors not requiring grad are never overwritten
+    a = torch.randn(4, 32, device=device, requires_grad=True)
+    b = torch.randn(4, 32, device=device)
+    a0, b0 = a.detach().clone(), b.clone()
+    swiglu(a, b, in_place=True).sum().backward()
+    assert torch.equal(a.detach(), a0) and torch.equal(b, b0)
+    # a non-leaf also saved by another op: the version counter makes the misuse loud
+    x = torch.randn(4, 32, device=device, requires_grad=True)
+    a, b = x * 2, x * 3
+    sq = (a * a).sum()  # created first, so its backward runs after swiglu's and would read da
+    loss = sq + swiglu(a, b, in_place=True).sum()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_never_writes_an_expanded_gradient(device):
+    x = torch.randn(5, 64, device=device, requires_grad=True)
+    dc = torch.randn(64, device=device).expand(5, 64)
+    dc0 = dc.clone()
+    a, b = x * 2, x - 1
+    swiglu(a, b, in_place=True).backward(dc)
+    assert torch.equal(dc, dc0)
+    x2 = x.detach().clone().requires_grad_(True)
+    swiglu_ref(x2 * 2, x2 - 1).backward(dc0)
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_gradcheck_float64_cpu():
+    for f in [swiglu, lambda a, b: geglu(a, b, "tanh"), lambda a, b: geglu(a, b, "none")]:
+        a = torch.randn(3, 5, 7, dtype=torch.float64, requires_grad=True)
+        b = torch.randn(3, 5, 7, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(f, (a, b))
+        ab = torch.randn(4, 14, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda t, f=f: f(*t.chunk(2, -1)), (ab,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(device, dtype):
+    a = torch.randn(5, 3, 96, device=device, dtype=dtype, requires_grad=True)
+    b = torch.randn(5, 3, 96, device=device, dtype=dtype, requires_grad=True)
+    ab = torch.randn(7, 2 * 40, device=device, dtype=dtype)
+    ca, cb = ab.chunk(2, -1)
+    dc = torch.randn(5, 3, 96, device=device, dtype=dtype)
+    for x, y in [(a, b), (ca, cb)]:
+        torch.library.opcheck(torch.ops.liger.swiglu_fwd, (x, y, False))
+        torch.library.opcheck(torch.ops.liger.swiglu_fwd, (x, y, True))
+        for approx in ("tanh", "none"):
+            torch.library.opcheck(torch.ops.liger.geglu_fwd, (x, y, approx, False))
+    ad, bd = a.detach(), b.detach()
+    torch.library.opcheck(torch.ops.liger.swiglu_bwd, (dc, ad, bd))
+    torch.library.opcheck(torch.ops.liger.swiglu_bwd_, (dc, ad.clone(), bd.clone()))
+    for approx in ("tanh", "none"):
+        torch.library.opcheck(torch.ops.liger.geglu_bwd, (dc, ad, bd, approx))
+        torch.library.opcheck(torch.ops.liger.geglu_bwd_, (dc, ad.clone(), bd.clone(), approx))
+
+
+def _cfg(**kw):
+    base = dict(hidden_size=64, intermediate_size=160, hidden_act="silu")
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("in_place", [False, True])
+def test_torch_compile_fullgraph(device, in_place):
+    torch._dynamo.reset()
+    mlp = LigerSwiGLUMLP(_cfg(), in_place=in_place).to(device)
+    gmlp = LigerGEGLUMLP(_cfg(hidden_act="gelu_pytorch_tanh")).to(device)
+    phi = LigerPhi3SwiGLUMLP(_cfg()).to(device)
+
+    def f(x):
+        return (mlp(x) + gmlp(x * 0.5) + phi(x)).square().sum()
+
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    x = torch.randn(3, 7, 64, device=device, requires_grad=True)
+    params = [x] + list(mlp.parameters()) + list(gmlp.parameters()) + list(phi.parameters())
+    cf(x).backward()
+    got = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    f(x).backward()
+    for g, p in zip(got, params):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+
+
+# Pure-PyTorch HF MLPs (LlamaMLP / Phi3MLP / MixtralBlockSparseTop2MLP / GemmaMLP formulas).
+def _llama_mlp(m, x):
+    return m.down_proj(F.silu(m.gate_proj(x)) * m.up_proj(x))
+
+
+def _phi3_mlp(m, x):
+    gate, up = m.gate_up_proj(x).chunk(2, dim=-1)
+    return m.down_proj(up * F.silu(gate))
+
+
+def _mixtral_mlp(m, x):
+    return m.w2(F.silu(m.w1(x)) * m.w3(x))
+
+
+def _gemma_mlp(m, x, approximate):
+    return m.down_proj(F.gelu(m.gate_proj(x), approximate=approximate) * m.up_proj(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "make,ref",
+    [
+        (lambda: LigerSwiGLUMLP(_cfg()), _llama_mlp),
+        (lambda: LigerSwiGLUMLP(_cfg(hidden_act="swish"), in_place=True), _llama_mlp),
+        (lambda: LigerPhi3SwiGLUMLP(_cfg()), _phi3_mlp),
+        (lambda: LigerBlockSparseTop2MLP(_cfg()), _mixtral_mlp),
+        (lambda: LigerGEGLUMLP(_cfg(hidden_act="gelu_pytorch_tanh")), lambda m, x: _gemma_mlp(m, x, "tanh")),
+        (
+            lambda: LigerGEGLUMLP(_cfg(hidden_act=None, hidden_activation=None)),
+            lambda m, x: _gemma_mlp(m, x, "tanh"),
+        ),
+        (lambda: LigerGEGLUMLP(_cfg(hidden_act="gelu")), lambda m, x: _gemma_mlp(m, x, "none")),
+        (
+            lambda: LigerGEGLUMLP(_cfg(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh")),
+            lambda m, x: _gemma_mlp(m, x, "tanh"),
+        ),
+    ],
+    ids=[
+        "llama",
+        "llama_swish_inplace",
+        "phi3",
+        "mixtral",
+        "gemma_tanh",
+        "gemma_default",
+        "gelu_exact",
+        "gemma_hidden_activation",
+    ],
+)
+def test_modules_match_hf_mlps(device, make, ref):
+    m = make().to(device=device, dtype=torch.float64 if device == "cpu" else torch.float32)
+    names = {n for n, _ in m.named_parameters()}
+    assert names <= {
+        "gate_proj.weight",
+        "up_proj.weight",
+        "down_proj.weight",
+        "gate_up_proj.weight",
+        "w1.weight",
+        "w2.weight",
+        "w3.weight",
+    }
+    assert all(p.dim() == 2 for p in m.parameters()), "no biases"
+    dt = next(m.parameters()).dtype
+    x = torch.randn(2, 9, 64, device=device, dtype=dt, requires_grad=True)
+    dy = torch.randn(2, 9, 64, device=device, dtype=dt)
+    y = m(x)
+    y.backward(dy)
+    got = [x.grad.clone()] + [p.grad.clone() for p in m.parameters()]
+    x.grad = None
+    m.zero_grad(set_to_none=True)
+    y_ref = ref(m, x)
+    y_ref.backward(dy)
+    tol = dict(rtol=1e-10, atol=1e-10) if dt == torch.float64 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(y, y_ref, **tol)
+    for g, t in zip(got, [x] + list(m.parameters())):
+        torch.testing.assert_close(g, t.grad, **tol)
+
+
+def test_module_shapes_and_bad_activations():
+    m = LigerBlockSparseTop2MLP(_cfg())
+    assert m.ffn_dim == 160 and m.w1.weight.shape == (160, 64) and m.w2.weight.shape == (64, 160)
+    p = LigerPhi3SwiGLUMLP(_cfg())
+    assert p.gate_up_proj.weight.shape == (320, 64)
+    for cls in (LigerSwiGLUMLP, LigerPhi3SwiGLUMLP, LigerBlockSparseTop2MLP):
+        with pytest.raises(ValueError, match="hidden_act"):
+            cls(_cfg(hidden_act="gelu"))
+    with pytest.raises(ValueError, match="relu"):
+        LigerGEGLUMLP(_cfg(hidden_act="relu"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_functional_names(device):
+    a = torch.randn(3, 40, device=device)
+    b = torch.randn(3, 40, device=device)
+    torch.testing.assert_close(liger_swiglu(a, b), swiglu_ref(a, b))
+    torch.testing.assert_close(liger_geglu(a, b), geglu_ref(a, b, "tanh"))
+    torch.testing.assert_close(liger_geglu(a, b, approximate="none"), geglu_ref(a, b, "none"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_extreme_values(device, kind):
+    _, op, ref = kind
+    a = torch.tensor(
+        [[-1e4, -100.0, -20.0, 0.0, 20.0, 100.0, 1e4, float("inf"), float("-inf"), float("nan")]],
+        device=device,
+    )
+    b = torch.ones_like(a)
+    c = op(a, b)
+    torch.testing.assert_close(c, ref(a, b), equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty(device):
+    for shape in [(0, 64), (3, 0)]:
+        a = torch.randn(*shape, device=device, requires_grad=True)
+        b = torch.randn(*shape, device=device, requires_grad=True)
+        c = swiglu(a, b)
+        assert c.shape == shape
+        c.sum().backward()
+        assert a.grad.shape == shape
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs_name_the_argument(device):
+    a = torch.randn(4, 64, device=device)
+    with pytest.raises(RuntimeError, match="'b'.*shape"):
+        torch.ops.liger.swiglu_fwd(a, torch.randn(4, 63, device=device))
+    with pytest.raises(RuntimeError, match="'b'.*dtype"):
+        torch.ops.liger.swiglu_fwd(a, a.half())
+    with pytest.raises(RuntimeError, match="'a'.*expected float32"):
+        torch.ops.liger.swiglu_fwd(a.int(), a.int())
+    with pytest.raises(RuntimeError, match="'b'.*unit stride"):
+        torch.ops.liger.swiglu_fwd(a, torch.randn(64, 4, device=device).t())
+    with pytest.raises(RuntimeError, match="'a'.*unit stride"):
+        torch.ops.liger.geglu_fwd(torch.randn(64, 4, device=device).t(), a, "tanh")
+    with pytest.raises(RuntimeError, match="'a'.*scalar"):
+        torch.ops.liger.swiglu_fwd(torch.tensor(1.0, device=device), torch.tensor(1.0, device=device))
+    with pytest.raises(RuntimeError, match="approximate"):
+        torch.ops.liger.geglu_fwd(a, a, "erf")
+    with pytest.raises(ValueError, match="approximate"):
+        geglu(a, a, approximate="exact")
+    with pytest.raises(RuntimeError, match="'dc'.*shape"):
+        torch.ops.liger.swiglu_bwd(torch.randn(4, 65, device=device), a, a.clone())
+    with pytest.raises(RuntimeError, match="'dc'.*dtype"):
+        torch.ops.liger.geglu_bwd(a.double(), a, a.clone(), "tanh")
+    with pytest.raises(RuntimeError, match="'a'.*contiguous"):
+        ab = torch.randn(4, 128, device=device)
+        torch.ops.liger.swiglu_bwd_(a, *ab.chunk(2, -1))
+    with pytest.raises(RuntimeError, match="'b'.*separate memory"):
+        torch.ops.liger.swiglu_bwd_(a, a, a)
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+def test_mismatched_devices():
+    a = torch.randn(4, 64, device="cuda")
+    with pytest.raises(RuntimeError, match="'b'.*device"):
+        swiglu(a, torch.randn(4, 64))
+    with pytest.raises(RuntimeError, match="'dc'.*device"):
+        torch.ops.liger.swiglu_bwd(torch.randn(4, 64), a, a.clone())
