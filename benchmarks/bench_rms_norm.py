@@ -6,6 +6,7 @@ Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick]
 """
 
 import argparse
+import os
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,8 @@ def eager(x, w):
 def variants(have_liger):
     out = {
         "liger_cpp": lambda x, w: rms_norm(x, w, EPS),
+        # A/B: the backward's dW partials in registers instead of shared memory
+        "liger_cpp[dw=regs]": lambda x, w: rms_norm(x, w, EPS),
         "eager": eager,
         "compile": "compile",  # a fresh torch.compile per shape (see run_shape)
         "F.rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
@@ -48,10 +51,18 @@ def run_shape(m, n, fns, C, modes, only=None):
     for name, f in fns.items():
         if only and name not in only:
             continue
+        if name.endswith("[dw=regs]"):
+            if "fwd+bwd" not in modes or only:
+                continue
+            os.environ["LIGER_CPP_RMS_DW"] = "regs"
+        else:
+            os.environ.pop("LIGER_CPP_RMS_DW", None)
         if f == "compile":  # fresh per shape: avoids the recompile limit falling back to eager
             torch._dynamo.reset()
             f = torch.compile(eager, dynamic=False)
         for mode in modes:
+            if name.endswith("[dw=regs]") and mode == "fwd":
+                continue  # the forward does not differ
             try:
                 if mode == "fwd":
                     with torch.no_grad():
@@ -83,6 +94,7 @@ def run_shape(m, n, fns, C, modes, only=None):
                         "error": str(e).splitlines()[0][:120],
                     }
                 )
+    os.environ.pop("LIGER_CPP_RMS_DW", None)
     del x, w, dy
     torch.cuda.empty_cache()
     return rows

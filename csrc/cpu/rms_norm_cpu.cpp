@@ -169,7 +169,7 @@ at::Tensor rms_norm_bwd_inplace_cpu(at::Tensor& dY, const at::Tensor& X, const c
   const Casting casting = parse_casting(casting_mode);
   check_rms_norm_bwd(dY, X, W, RSTD, casting, /*cuda=*/false);
   LIGER_CHECK_ARG(dY.scalar_type() == X.scalar_type(), "dY", "in-place backward needs dY of X's dtype (",
-                  X.scalar_type(), "), got ", dY.scalar_type());
+                  dtype_str(X.scalar_type()), "), got ", dtype_str(dY.scalar_type()));
   LIGER_CHECK_ARG(dY.is_contiguous(), "dY", "in-place backward needs a contiguous dY");
   at::Tensor dx2 = dY.view({-1, X.size(-1)});
   at::Tensor dw = rms_norm_bwd_into(dY, X, W, RSTD, offset, casting, compute_dw, dx2);

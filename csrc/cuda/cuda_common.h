@@ -25,7 +25,7 @@ inline kernels::DType to_kernel_dtype(at::ScalarType t, const char* name) {
       return kernels::DType::kBFloat16;
     default:
       TORCH_CHECK(false, "liger_cpp: argument '", name,
-                  "': expected float32, float16 or bfloat16 on CUDA, got ", t);
+                  "': expected float32, float16 or bfloat16 on CUDA, got ", dtype_str(t));
   }
 }
 

@@ -102,7 +102,7 @@ at::Tensor rms_norm_bwd_inplace_cuda(at::Tensor& dY, const at::Tensor& X, const 
   const Casting casting = parse_casting(casting_mode);
   check_rms_norm_bwd(dY, X, W, RSTD, casting, /*cuda=*/true);
   LIGER_CHECK_ARG(dY.scalar_type() == X.scalar_type(), "dY", "in-place backward needs dY of X's dtype (",
-                  X.scalar_type(), "), got ", dY.scalar_type());
+                  dtype_str(X.scalar_type()), "), got ", dtype_str(dY.scalar_type()));
   LIGER_CHECK_ARG(dY.is_contiguous(), "dY", "in-place backward needs a contiguous dY");
   const c10::cuda::CUDAGuard guard(X.device());
   at::Tensor dx2 = dY.view({-1, X.size(-1)});

@@ -19,6 +19,35 @@ inline std::string shape_str(const at::Tensor& t) {
   return s + (t.dim() == 1 ? ",)" : ")");
 }
 
+// A dtype's name for error messages (formatted here, not through c10's stream
+// operators, which crashed when printed from this library on the H200 image).
+inline const char* dtype_str(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return "float32";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kDouble:
+      return "float64";
+    case at::kInt:
+      return "int32";
+    case at::kLong:
+      return "int64";
+    case at::kShort:
+      return "int16";
+    case at::kChar:
+      return "int8";
+    case at::kByte:
+      return "uint8";
+    case at::kBool:
+      return "bool";
+    default:
+      return "a non-float dtype";
+  }
+}
+
 enum class Casting : int { kLlama = 0, kGemma = 1, kNone = 2 };
 
 inline Casting parse_casting(std::string_view mode) {
@@ -40,7 +69,7 @@ inline void check_norm_inputs(const at::Tensor& X, const c10::optional<at::Tenso
   LIGER_CHECK_ARG(X.dim() >= 1, "X", "expected a tensor of at least 1 dimension, got a scalar");
   LIGER_CHECK_ARG(X.size(-1) > 0, "X", "expected a non-empty last dimension, got shape ", shape_str(X));
   LIGER_CHECK_ARG(is_float_type(X.scalar_type(), allow_double), "X", "expected float32, float16 or bfloat16",
-                  allow_double ? " (or float64 on CPU)" : "", ", got ", X.scalar_type());
+                  allow_double ? " (or float64 on CPU)" : "", ", got ", dtype_str(X.scalar_type()));
   if (W.has_value() && W->defined()) {
     const auto& w = *W;
     LIGER_CHECK_ARG(w.dim() == 1 && w.size(0) == X.size(-1), "W", "expected shape (", X.size(-1),
@@ -49,7 +78,8 @@ inline void check_norm_inputs(const at::Tensor& X, const c10::optional<at::Tenso
                     w.device());
     LIGER_CHECK_ARG(
         w.scalar_type() == X.scalar_type() || w.scalar_type() == at::kFloat || X.scalar_type() == at::kFloat,
-        "W", "expected X's dtype (", X.scalar_type(), ") or float32, got ", w.scalar_type());
+        "W", "expected X's dtype (", dtype_str(X.scalar_type()), ") or float32, got ",
+        dtype_str(w.scalar_type()));
   }
 }
 

@@ -12,6 +12,8 @@
 // dW partials are finished by a fixed-order reduction kernel: deterministic,
 // no atomics.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
@@ -157,27 +159,33 @@ __global__ void __launch_bounds__(1024)
 }
 
 // ---------------------------------------------------------------------------
-// Backward, persistent, row cached in registers; dW partials in registers.
+// Backward, persistent, row cached in registers.
 // dy and dx may alias (in place): each element is read before it is written,
 // by the same thread, so they are not __restrict__.
-// DW_SMEM (one group per block, TX >= 512): the dW partials live in shared
-// memory instead of registers, each thread updating only its own columns.
-template <typename T, typename WT, typename OT, int VEC, int MAXV, bool DW_SMEM>
-__global__ void __launch_bounds__(DW_SMEM ? 1024 : 256)
+// Where the dW partial sums live (both deterministic):
+//  * DW_SMEM = false: in registers (MAXV * VEC floats per thread); the groups
+//    of a block are then summed through shared memory in a fixed order.
+//  * DW_SMEM = true: in shared memory, one region per group, laid out
+//    [i][j][tx] so a warp's updates hit distinct banks; fewer registers, so
+//    more blocks per SM. Each thread only ever touches its own columns.
+template <typename T, typename WT, typename OT, int VEC, int MAXV, bool DW_SMEM, bool BIG>
+__global__ void __launch_bounds__(BIG ? 1024 : 512, DW_SMEM ? (BIG ? 1 : 2) : 1)
     rms_bwd_cached(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                    const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
                    float* __restrict__ partial, int64_t rows, int64_t cols, float offset, bool llama) {
-  extern __shared__ float dw_smem[];  // [TX * MAXV * VEC] when partial != nullptr
+  extern __shared__ float dw_smem[];  // [TY][MAXV][VEC][TX] when partial != nullptr
   __shared__ float scratch[kGroupScratch];
   const int tx = threadIdx.x, TX = blockDim.x;
   const int64_t nvec = cols / VEC;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.y;
   const int64_t iters = (rows + step - 1) / step;  // the same for every thread
+  const int region = TX * MAXV * VEC;
+  float* my_dw = dw_smem + threadIdx.y * region;
 
   float dw_acc[DW_SMEM ? 1 : MAXV][VEC];
   if constexpr (DW_SMEM) {
     if (partial)
-      for (int64_t c = tx; c < static_cast<int64_t>(TX) * MAXV * VEC; c += TX) dw_smem[c] = 0.f;
+      for (int c = tx; c < region; c += TX) my_dw[c] = 0.f;
   } else {
 #pragma unroll
     for (int i = 0; i < MAXV; ++i)
@@ -185,29 +193,23 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 256)
       for (int j = 0; j < VEC; ++j) dw_acc[i][j] = 0.f;
   }
 
-  // Software pipeline: the next row's x and dy are loaded before this row's
-  // reduction and stores, so loads stay in flight across the barrier.
-  Vec<T, VEC> xv[MAXV], xn_[MAXV];
-  Vec<OT, VEC> gv[MAXV], gn_[MAXV];
-  auto load_row = [&](int64_t row, Vec<T, VEC>(&xa)[MAXV], Vec<OT, VEC>(&ga)[MAXV]) {
-#pragma unroll
-    for (int i = 0; i < MAXV; ++i) {
-      const int64_t v = static_cast<int64_t>(i) * TX + tx;
-      if (row < rows && v < nvec) {
-        xa[i] = load_vec<T, VEC>(x + row * x_stride + v * VEC);
-        ga[i] = load_vec<OT, VEC>(dy + row * dy_stride + v * VEC);
-      }
-    }
-  };
+  // Per row: all loads of x and dy first (in flight together), then the math.
+  // (Prefetching the next row into a second buffer was measured slower on the
+  // H200: 171 registers left one 256-thread block per SM.)
+  Vec<T, VEC> xv[MAXV];
+  Vec<OT, VEC> gv[MAXV];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  if (!DW_SMEM) load_row(first, xv, gv);
   for (int64_t it = 0; it < iters; ++it) {
     const int64_t row = it * step + first;
     const bool active = row < rows;
-    if (DW_SMEM) load_row(row, xv, gv);
-    // Without DW_SMEM (<= 256 threads, up to 255 registers) there is room for
-    // the second buffer; with it, the registers are capped at 64 and it spills.
-    if (!DW_SMEM && it + 1 < iters) load_row(row + step, xn_, gn_);
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int64_t v = static_cast<int64_t>(i) * TX + tx;
+      if (active && v < nvec) {
+        xv[i] = load_vec<T, VEC>(x + row * x_stride + v * VEC);
+        gv[i] = load_vec<OT, VEC>(dy + row * dy_stride + v * VEC);
+      }
+    }
     float dot = 0.f;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
@@ -220,16 +222,7 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 256)
       }
     }
     dot = group_sum(dot, scratch);
-    if (!active) {
-#pragma unroll
-      for (int i = 0; i < MAXV; ++i) {
-        if (!DW_SMEM) {
-          xv[i] = xn_[i];
-          gv[i] = gn_[i];
-        }
-      }
-      continue;
-    }
+    if (!active) continue;
     const float r = rstd[row];
     const float c = r * r * r * dot / static_cast<float>(cols);
 #pragma unroll
@@ -245,7 +238,7 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 256)
           const float g = to_float<OT>(gv[i].v[j]);
           out.v[j] = from_float<T>(r * g * wf[j] - c * xf);
           if constexpr (DW_SMEM) {
-            if (partial) dw_smem[(i * TX + tx) * VEC + j] += g * normed<T>(xf, r, llama);
+            if (partial) my_dw[(i * VEC + j) * TX + tx] += g * normed<T>(xf, r, llama);
           } else {
             dw_acc[i][j] += g * normed<T>(xf, r, llama);
           }
@@ -253,32 +246,38 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 256)
         store_vec<T, VEC>(dx + row * dx_stride + v * VEC, out);
       }
     }
-    if (!DW_SMEM) {
-#pragma unroll
-      for (int i = 0; i < MAXV; ++i) {
-        xv[i] = xn_[i];
-        gv[i] = gn_[i];
-      }
-    }
   }
   if (partial == nullptr) return;
-  // Sum the groups of this block in a fixed order, then write one partial row.
-  for (int g = 0; g < static_cast<int>(blockDim.y) && !DW_SMEM; ++g) {
-    if (static_cast<int>(threadIdx.y) == g) {
-#pragma unroll
-      for (int i = 0; i < MAXV; ++i)
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const int idx = (i * TX + tx) * VEC + j;
-          dw_smem[idx] = (g == 0 ? 0.f : dw_smem[idx]) + dw_acc[DW_SMEM ? 0 : i][j];
-        }
-    }
+  // Sum the groups of this block into region 0 in a fixed order.
+  if constexpr (DW_SMEM) {
     __syncthreads();
+    if (threadIdx.y == 0)
+      for (int g = 1; g < static_cast<int>(blockDim.y); ++g)
+        for (int k = tx; k < region; k += TX) my_dw[k] += dw_smem[g * region + k];
+  } else {
+    for (int g = 0; g < static_cast<int>(blockDim.y); ++g) {
+      if (static_cast<int>(threadIdx.y) == g) {
+#pragma unroll
+        for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            const int idx = (i * VEC + j) * TX + tx;
+            dw_smem[idx] = (g == 0 ? 0.f : dw_smem[idx]) + dw_acc[DW_SMEM ? 0 : i][j];
+          }
+      }
+      __syncthreads();
+    }
   }
-  if constexpr (DW_SMEM) __syncthreads();
+  if (threadIdx.y != 0) return;
+  // Region 0 back to column order: thread tx owns columns (i*TX+tx)*VEC+j.
   float* out = partial + static_cast<int64_t>(blockIdx.x) * cols;
-  const int nthreads = blockDim.x * blockDim.y;
-  for (int64_t c = threadIdx.y * blockDim.x + tx; c < cols; c += nthreads) out[c] = dw_smem[c];
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int64_t v = static_cast<int64_t>(i) * TX + tx;
+    if (v < nvec)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) out[v * VEC + j] = dw_smem[(i * VEC + j) * TX + tx];
+  }
 }
 
 // Backward dx for any width: one block per row, the row is read twice.
@@ -368,6 +367,7 @@ struct Plan {
   bool cached = false;
   int vec = 1, tx = 32, ty = 1;
   bool stash = false;     // forward generic: row stashed in shared memory
+  bool dw_smem = false;   // backward cached: dW partials in shared memory
   int64_t grid = 0;       // backward: persistent blocks (cached) or row splits (generic)
   int64_t ws_floats = 0;  // backward workspace
 };
@@ -435,6 +435,31 @@ int sm_blocks(const void* kernel, int threads, size_t smem) {
   return std::max(n, 1);
 }
 
+// Where the cached backward keeps its dW partials. Registers cannot hold them
+// for 1024-thread rows (64 registers a thread); otherwise shared memory is the
+// default (fewer registers, more blocks per SM). LIGER_CPP_RMS_DW=regs|smem
+// overrides it, for A/B measurements.
+bool bwd_dw_in_smem(int tx) {
+  if (tx == 1024) return true;
+  const char* e = std::getenv("LIGER_CPP_RMS_DW");
+  if (e && std::strcmp(e, "regs") == 0) return false;
+  return true;
+}
+
+size_t bwd_smem_bytes(const Plan& p, bool want_dw) {
+  if (!want_dw) return 0;
+  const size_t region = static_cast<size_t>(p.tx) * kMaxV * p.vec * sizeof(float);
+  return p.dw_smem ? region * p.ty : region;
+}
+
+template <typename T, typename WT, typename OT>
+auto bwd_kernel(const Plan& p) {
+  constexpr int full = 16 / sizeof(T);
+  if (p.tx == 1024) return &rms_bwd_cached<T, WT, OT, full, kMaxV, true, true>;
+  return p.dw_smem ? &rms_bwd_cached<T, WT, OT, full, kMaxV, true, false>
+                   : &rms_bwd_cached<T, WT, OT, full, kMaxV, false, false>;
+}
+
 template <typename T, typename WT, typename OT>
 Plan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
   Plan p;
@@ -445,10 +470,9 @@ Plan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
   p.vec = aligned ? full : 1;
   const bool want_dw = a.dw != nullptr;
   if (aligned && pick_cached(a.cols / p.vec, p)) {
-    const bool dw_smem = p.tx >= 512;
-    const size_t smem = want_dw ? static_cast<size_t>(p.tx) * kMaxV * p.vec * sizeof(float) : 0;
-    auto* kern = dw_smem ? &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, true>
-                         : &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, false>;
+    p.dw_smem = bwd_dw_in_smem(p.tx);
+    const size_t smem = bwd_smem_bytes(p, want_dw);
+    auto* kern = bwd_kernel<T, WT, OT>(p);
     // Above 48 KiB a kernel must opt in to dynamic shared memory; occupancy
     // below is computed against that limit.
     if (smem > 48 * 1024)
@@ -543,16 +567,10 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     constexpr int full = 16 / sizeof(T);
     if (p.cached) {
       const dim3 block(p.tx, p.ty);
-      const size_t smem = partial ? static_cast<size_t>(p.tx) * kMaxV * full * sizeof(float) : 0;
-      if (p.tx >= 512) {
-        rms_bwd_cached<T, WT, OT, full, kMaxV, true>
-            <<<p.grid, block, smem, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx,
-                                              a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
-      } else {
-        rms_bwd_cached<T, WT, OT, full, kMaxV, false>
-            <<<p.grid, block, smem, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx,
-                                              a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
-      }
+      const size_t smem = bwd_smem_bytes(p, partial != nullptr);
+      bwd_kernel<T, WT, OT>(p)<<<p.grid, block, smem, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w,
+                                                                a.rstd, dx, a.dx_row_stride, partial, a.rows,
+                                                                a.cols, a.offset, llama);
     } else {
       LIGER_DISPATCH_VEC(p.vec, full, {
         if (partial) {  // dW first: an in-place dx below overwrites dy
