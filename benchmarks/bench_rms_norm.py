@@ -30,8 +30,8 @@ def eager(x, w):
 def variants(have_liger):
     out = {
         "liger_cpp": lambda x, w: rms_norm(x, w, EPS),
-        # A/B: the backward's dW partials in registers instead of shared memory
-        "liger_cpp[dw=regs]": lambda x, w: rms_norm(x, w, EPS),
+        # A/B: the backward's dW partials in shared memory instead of registers
+        "liger_cpp[dw=smem]": lambda x, w: rms_norm(x, w, EPS),
         "eager": eager,
         "compile": "compile",  # a fresh torch.compile per shape (see run_shape)
         "F.rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
@@ -51,17 +51,17 @@ def run_shape(m, n, fns, C, modes, only=None):
     for name, f in fns.items():
         if only and name not in only:
             continue
-        if name.endswith("[dw=regs]"):
+        if name.endswith("[dw=smem]"):
             if "fwd+bwd" not in modes or only:
                 continue
-            os.environ["LIGER_CPP_RMS_DW"] = "regs"
+            os.environ["LIGER_CPP_RMS_DW"] = "smem"
         else:
             os.environ.pop("LIGER_CPP_RMS_DW", None)
         if f == "compile":  # fresh per shape: avoids the recompile limit falling back to eager
             torch._dynamo.reset()
             f = torch.compile(eager, dynamic=False)
         for mode in modes:
-            if name.endswith("[dw=regs]") and mode == "fwd":
+            if name.endswith("[dw=smem]") and mode == "fwd":
                 continue  # the forward does not differ
             try:
                 if mode == "fwd":

@@ -6,11 +6,11 @@
 #include "../host/common.h"
 #include "../kernels/dtype.h"
 
-#define LIGER_CUDA_CHECK(expr)                                                       \
-  do {                                                                               \
-    const cudaError_t liger_err_ = (expr);                                           \
-    TORCH_CHECK(liger_err_ == cudaSuccess, "liger_cpp: CUDA error in ", #expr, ": ", \
-                cudaGetErrorString(liger_err_));                                     \
+#define LIGER_CUDA_CHECK(expr)                                                   \
+  do {                                                                           \
+    const cudaError_t liger_err_ = (expr);                                       \
+    if (liger_err_ != cudaSuccess)                                               \
+      LIGER_FAIL("CUDA error in ", #expr, ": ", cudaGetErrorString(liger_err_)); \
   } while (0)
 
 namespace liger_cpp {
@@ -24,8 +24,7 @@ inline kernels::DType to_kernel_dtype(at::ScalarType t, const char* name) {
     case at::kBFloat16:
       return kernels::DType::kBFloat16;
     default:
-      TORCH_CHECK(false, "liger_cpp: argument '", name,
-                  "': expected float32, float16 or bfloat16 on CUDA, got ", dtype_str(t));
+      LIGER_FAIL("argument '", name, "': expected float32, float16 or bfloat16 on CUDA, got ", dtype_str(t));
   }
 }
 

@@ -3,11 +3,11 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 
 #include <string>
 #include <string_view>
-
-#define LIGER_CHECK_ARG(cond, name, ...) TORCH_CHECK(cond, "liger_cpp: argument '", name, "': ", __VA_ARGS__)
+#include <type_traits>
 
 namespace liger_cpp {
 
@@ -48,14 +48,53 @@ inline const char* dtype_str(at::ScalarType t) {
   }
 }
 
+namespace detail {
+// Error messages are assembled by plain string appends and thrown as
+// c10::Error directly: c10's stream-based formatting segfaulted when used from
+// this library as built by the H200 image's compiler (benchmarks/results/
+// 2026-11-29 logs), and appends need no stream at all.
+inline void append(std::string& s, const char* v) { s += v; }
+inline void append(std::string& s, const std::string& v) { s += v; }
+inline void append(std::string& s, std::string_view v) { s.append(v.data(), v.size()); }
+inline void append(std::string& s, double v) { s += std::to_string(v); }
+inline void append(std::string& s, at::ScalarType t) { s += dtype_str(t); }
+inline void append(std::string& s, const c10::Device& d) { s += d.str(); }
+inline void append(std::string& s, c10::IntArrayRef a) {
+  s += "(";
+  for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
+  s += a.size() == 1 ? ",)" : ")";
+}
+template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+inline void append(std::string& s, I v) {
+  s += std::to_string(v);
+}
+
+template <typename... A>
+[[noreturn]] void fail(const char* func, const char* file, int line, const A&... a) {
+  std::string msg;
+  (append(msg, a), ...);
+  throw c10::Error(c10::SourceLocation{func, file, static_cast<uint32_t>(line)}, std::move(msg));
+}
+}  // namespace detail
+
+// Throws a RuntimeError "liger_cpp: argument 'name': ..." unless cond holds.
+#define LIGER_CHECK_ARG(cond, name, ...)                                                     \
+  do {                                                                                       \
+    if (C10_UNLIKELY(!(cond)))                                                               \
+      ::liger_cpp::detail::fail(__func__, __FILE__, __LINE__, "liger_cpp: argument '", name, \
+                                "': ", __VA_ARGS__);                                         \
+  } while (0)
+
+// Throws a RuntimeError "liger_cpp: ..." (no condition).
+#define LIGER_FAIL(...) ::liger_cpp::detail::fail(__func__, __FILE__, __LINE__, "liger_cpp: ", __VA_ARGS__)
+
 enum class Casting : int { kLlama = 0, kGemma = 1, kNone = 2 };
 
 inline Casting parse_casting(std::string_view mode) {
   if (mode == "llama") return Casting::kLlama;
   if (mode == "gemma") return Casting::kGemma;
   if (mode == "none") return Casting::kNone;
-  TORCH_CHECK(false, "liger_cpp: argument 'casting_mode': expected 'llama', 'gemma' or 'none', got '",
-              std::string(mode), "'");
+  LIGER_FAIL("argument 'casting_mode': expected 'llama', 'gemma' or 'none', got '", mode, "'");
 }
 
 inline bool is_float_type(at::ScalarType t, bool allow_double) {

@@ -16,8 +16,7 @@ enum class GluKind : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };
 inline GluKind parse_gelu_approximate(std::string_view approximate) {
   if (approximate == "tanh") return GluKind::kGeluTanh;
   if (approximate == "none") return GluKind::kGeluErf;
-  TORCH_CHECK(false, "liger_cpp: argument 'approximate': expected 'tanh' or 'none', got '",
-              std::string(approximate), "'");
+  LIGER_FAIL("argument 'approximate': expected 'tanh' or 'none', got '", approximate, "'");
 }
 
 // One operand of a GLU: a's shape, dtype and device, unit last stride.

@@ -193,28 +193,23 @@ __global__ void __launch_bounds__(BIG ? 1024 : 512, DW_SMEM ? (BIG ? 1 : 2) : 1)
       for (int j = 0; j < VEC; ++j) dw_acc[i][j] = 0.f;
   }
 
-  // Per row: all loads of x and dy first (in flight together), then the math.
-  // (Prefetching the next row into a second buffer was measured slower on the
-  // H200: 171 registers left one 256-thread block per SM.)
+  // Per row, each vector's x, dy and w loads are followed by its part of the
+  // dot product. (Issuing all loads of the row before any math, and
+  // prefetching the next row into a second buffer, were both measured slower
+  // on the H200: benchmarks/results/2026-11-29-h200-rms_norm-*.json.)
   Vec<T, VEC> xv[MAXV];
   Vec<OT, VEC> gv[MAXV];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   for (int64_t it = 0; it < iters; ++it) {
     const int64_t row = it * step + first;
     const bool active = row < rows;
+    float dot = 0.f;
 #pragma unroll
     for (int i = 0; i < MAXV; ++i) {
       const int64_t v = static_cast<int64_t>(i) * TX + tx;
       if (active && v < nvec) {
         xv[i] = load_vec<T, VEC>(x + row * x_stride + v * VEC);
         gv[i] = load_vec<OT, VEC>(dy + row * dy_stride + v * VEC);
-      }
-    }
-    float dot = 0.f;
-#pragma unroll
-    for (int i = 0; i < MAXV; ++i) {
-      const int64_t v = static_cast<int64_t>(i) * TX + tx;
-      if (active && v < nvec) {
         float wf[VEC];
         load_weight<WT, VEC>(w, v * VEC, offset, wf);
 #pragma unroll
@@ -436,14 +431,13 @@ int sm_blocks(const void* kernel, int threads, size_t smem) {
 }
 
 // Where the cached backward keeps its dW partials. Registers cannot hold them
-// for 1024-thread rows (64 registers a thread); otherwise shared memory is the
-// default (fewer registers, more blocks per SM). LIGER_CPP_RMS_DW=regs|smem
-// overrides it, for A/B measurements.
+// for 1024-thread rows (64 registers a thread); otherwise registers are the
+// default (measured faster at hidden 2K-16K on the H200).
+// LIGER_CPP_RMS_DW=smem|regs overrides it, for A/B measurements.
 bool bwd_dw_in_smem(int tx) {
   if (tx == 1024) return true;
   const char* e = std::getenv("LIGER_CPP_RMS_DW");
-  if (e && std::strcmp(e, "regs") == 0) return false;
-  return true;
+  return e && std::strcmp(e, "smem") == 0;
 }
 
 size_t bwd_smem_bytes(const Plan& p, bool want_dw) {
