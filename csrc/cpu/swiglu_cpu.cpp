@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "../host/common.h"
@@ -24,6 +25,12 @@ using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <typename acc_t>
 inline acc_t glu_act(GluKind kind, acc_t x, acc_t* d) {
   const acc_t one = 1, half = 0.5;
+  // GELU(+inf) = +inf as in PyTorch (the H200 image's build gave NaN there,
+  // likely through a vectorised erf); -inf keeps IEEE's NaN, as PyTorch does.
+  if (kind != GluKind::kSilu && x == std::numeric_limits<acc_t>::infinity()) {
+    if (d) *d = one;
+    return x;
+  }
   switch (kind) {
     case GluKind::kSilu: {
       const acc_t s = one / (one + std::exp(-x));

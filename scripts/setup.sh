@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# All set-up on a fresh machine (2 cores, Python 3.10+, PyPI reachable): the pinned torch and the
+# test tools, then the liger_cpp build. With nvcc and a CUDA torch (torch 2.11.0 from PyPI is
+# cu130) the CUDA kernels are compiled (sm_80, sm_90a, compute_90 PTX); otherwise CPU only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+$PY -m pip install -q --disable-pip-version-check "torch==2.11.0" numpy pytest pytest-xdist ninja \
+  "setuptools>=64,<82" wheel ruff
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+t0=$(date +%s)
+MAX_JOBS=${MAX_JOBS:-2} $PY -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+echo "liger_cpp build: $(( $(date +%s) - t0 )) s"
+$PY -m liger_cpp.env
