@@ -109,16 +109,23 @@ FIRST_CALL = textwrap.dedent(
     # torch's own first backward imports sympy (~1 s): pay it before timing, for every stack alike
     (x.float() * 2).sum().backward(); x.grad = None; torch.cuda.synchronize()
     {imp}
-    t = time.perf_counter(); f(x, w).backward(dy); torch.cuda.synchronize()
-    print((time.perf_counter() - t) * 1e3)
+    def once():
+        t0 = time.perf_counter(); y = f(x, w); torch.cuda.synchronize(); t1 = time.perf_counter()
+        y.backward(dy); torch.cuda.synchronize(); t2 = time.perf_counter()
+        return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+    a = once(); b = once()
+    print(a[0] + a[1], a[0], a[1], b[0] + b[1])
     """
 )
 
 
 def first_call_ms(imp):
+    """(first fwd+bwd, its fwd, its bwd, second fwd+bwd) in ms, in a fresh process."""
     code = FIRST_CALL.format(imp=imp)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    return float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+    if r.returncode != 0:
+        return None
+    return [round(float(v), 1) for v in r.stdout.strip().splitlines()[-1].split()]
 
 
 def main():
@@ -159,7 +166,7 @@ def main():
         write_json(args.out, payload)
     print(f"RMSNorm bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}")
     print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
-    print("first call in a fresh process (ms):", {k: (round(v, 1) if v else v) for k, v in first.items()})
+    print("first call in a fresh process, ms [fwd+bwd, fwd, bwd, second fwd+bwd]:", first)
 
 
 if __name__ == "__main__":
