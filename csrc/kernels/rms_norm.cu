@@ -16,18 +16,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "common.cuh"
+#include "norm_common.cuh"
 #include "rms_norm.h"
 
 namespace liger_cpp::kernels {
 namespace {
-
-constexpr int kGroupScratch = 32 * 32;  // floats: up to 32 groups x 32 warps
-// Vectors per thread in the cached kernels: 4 x 16 bytes in flight per operand
-// and thread; more spills in the backward (measured with -Xptxas -v).
-constexpr int kMaxV = 4;
-// Largest row the generic forward stashes in shared memory.
-constexpr int64_t kMaxStashBytes = 160 * 1024;
 
 template <typename T, typename WT, typename OT>
 constexpr bool valid_types() {
@@ -37,20 +30,6 @@ constexpr bool valid_types() {
   return w_ok && o_ok;
 }
 
-// (w + offset) for VEC consecutive columns starting at column c (a multiple
-// of VEC), loaded as one aligned access; all ones without a weight.
-template <typename WT, int VEC>
-__device__ __forceinline__ void load_weight(const WT* w, int64_t c, float offset, float (&out)[VEC]) {
-  if (w == nullptr) {
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) out[j] = 1.f;
-    return;
-  }
-  const Vec<WT, VEC> wv = load_vec<WT, VEC>(w + c);
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) out[j] = to_float<WT>(wv.v[j]) + offset;
-}
-
 // xn as the forward multiplies it by the weight (llama rounds it first).
 template <typename T>
 __device__ __forceinline__ float normed(float xf, float r, bool llama) {
@@ -58,11 +37,32 @@ __device__ __forceinline__ float normed(float xf, float r, bool llama) {
   return llama ? round_through<T>(v) : v;
 }
 
+// xv <- round_to_T(xv + res), also stored at s (FusedAddRMSNorm's residual sum).
+template <typename T, int VEC>
+__device__ __forceinline__ void add_residual(Vec<T, VEC>& xv, const T* res, T* s) {
+  const Vec<T, VEC> rv = load_vec<T, VEC>(res);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) xv.v[j] = from_float<T>(to_float<T>(xv.v[j]) + to_float<T>(rv.v[j]));
+  store_vec<T, VEC>(s, xv);
+}
+
+// dx + ds_out (the gradient reaching s from the residual path), when given.
+template <typename T, int VEC>
+__device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
+  if (ds_out == nullptr) return;
+  const Vec<T, VEC> v = load_vec<T, VEC>(ds_out);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) d[j] += to_float<T>(v.v[j]);
+}
+
 // ---------------------------------------------------------------------------
 // Forward, row cached in registers.
-template <typename T, typename WT, typename OT, int VEC, int MAXV>
+// ADD (FusedAddRMSNorm): the row normalised is s = x + res, rounded to T and
+// written to s (contiguous); otherwise res and s are unused.
+template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD>
 __global__ void __launch_bounds__(1024)
-    rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w,
+    rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res,
+                   int64_t res_stride, T* __restrict__ s, const WT* __restrict__ w,
                    OT* __restrict__ y, float* __restrict__ rstd, int64_t rows, int64_t cols,
                    float eps, float offset, bool llama) {
   __shared__ float scratch[kGroupScratch];
@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(1024)
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (active && v < nvec) {
       xv[i] = load_vec<T, VEC>(xr + v * VEC);
+      if constexpr (ADD) add_residual<T, VEC>(xv[i], res + row * res_stride + v * VEC, s + row * cols + v * VEC);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const float f = to_float<T>(xv[i].v[j]);
@@ -108,11 +109,11 @@ __global__ void __launch_bounds__(1024)
 
 // Forward for any width: one block per row. The row is stashed in shared
 // memory on the first pass when it fits (STASH), else read again (from L2).
-template <typename T, typename WT, typename OT, int VEC, bool STASH>
+template <typename T, typename WT, typename OT, int VEC, bool STASH, bool ADD>
 __global__ void __launch_bounds__(1024)
-    rms_fwd_generic(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w,
-                    OT* __restrict__ y, float* __restrict__ rstd, int64_t cols, float eps,
-                    float offset, bool llama) {
+    rms_fwd_generic(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res,
+                    int64_t res_stride, T* s, const WT* __restrict__ w, OT* __restrict__ y,
+                    float* __restrict__ rstd, int64_t cols, float eps, float offset, bool llama) {
   extern __shared__ __align__(16) unsigned char stash_raw[];
   Vec<T, VEC>* stash = reinterpret_cast<Vec<T, VEC>*>(stash_raw);
   __shared__ float scratch[kGroupScratch];
@@ -122,7 +123,8 @@ __global__ void __launch_bounds__(1024)
   float ss = 0.f;
 #pragma unroll 4
   for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
-    const Vec<T, VEC> xv = load_vec<T, VEC>(xr + v * VEC);
+    Vec<T, VEC> xv = load_vec<T, VEC>(xr + v * VEC);
+    if constexpr (ADD) add_residual<T, VEC>(xv, res + row * res_stride + v * VEC, s + row * cols + v * VEC);
     if constexpr (STASH) stash[v] = xv;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -139,6 +141,8 @@ __global__ void __launch_bounds__(1024)
     Vec<T, VEC> xv;
     if constexpr (STASH) {
       xv = stash[v];
+    } else if constexpr (ADD) {
+      xv = load_vec<T, VEC>(s + row * cols + v * VEC);  // written by this thread above
     } else {
       xv = load_vec<T, VEC>(xr + v * VEC);
     }
@@ -158,12 +162,14 @@ __global__ void __launch_bounds__(1024)
 // by the same thread, so they are not __restrict__.
 // DW_SMEM (one group per block, TX = 1024): the dW partials live in shared
 // memory instead of registers, each thread updating only its own columns.
-template <typename T, typename WT, typename OT, int VEC, int MAXV, bool DW_SMEM>
+// DS (FusedAddRMSNorm with a residual gradient): dx += ds_out; a template
+// flag so that plain RMSNorm keeps its register budget.
+template <typename T, typename WT, typename OT, int VEC, int MAXV, bool DW_SMEM, bool DS>
 __global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
     rms_bwd_cached(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
-                   const WT* __restrict__ w, const float* __restrict__ rstd, T* dx,
-                   int64_t dx_stride, float* __restrict__ partial, int64_t rows, int64_t cols,
-                   float offset, bool llama) {
+                   const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
+                   int64_t ds_out_stride, T* dx, int64_t dx_stride, float* __restrict__ partial,
+                   int64_t rows, int64_t cols, float offset, bool llama) {
   extern __shared__ float dw_smem[];  // [TX * MAXV * VEC] when partial != nullptr
   __shared__ float scratch[kGroupScratch];
   const int tx = threadIdx.x, TX = blockDim.x;
@@ -211,12 +217,16 @@ __global__ void __launch_bounds__(DW_SMEM ? 1024 : 512)
       if (v < nvec) {
         float wf[VEC];
         load_weight<WT, VEC>(w, v * VEC, offset, wf);
+        float d[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) d[j] = 0.f;
+        if constexpr (DS) add_ds_out<T, VEC>(d, ds_out + row * ds_out_stride + v * VEC);
         Vec<T, VEC> out;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           const float xf = to_float<T>(xv[i].v[j]);
           const float g = to_float<OT>(gv[i].v[j]);
-          out.v[j] = from_float<T>(r * g * wf[j] - c * xf);
+          out.v[j] = from_float<T>(r * g * wf[j] - c * xf + d[j]);
           if constexpr (DW_SMEM) {
             if (partial) dw_smem[(i * TX + tx) * VEC + j] += g * normed<T>(xf, r, llama);
           } else {
@@ -252,7 +262,8 @@ template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(512)
     rms_bwd_dx_generic(const OT* dy, int64_t dy_stride, const T* __restrict__ x,
                        int64_t x_stride, const WT* __restrict__ w, const float* __restrict__ rstd,
-                       T* dx, int64_t dx_stride, int64_t cols, float offset) {
+                       const T* ds_out, int64_t ds_out_stride, T* dx, int64_t dx_stride,
+                       int64_t cols, float offset) {
   __shared__ float scratch[kGroupScratch];
   const int64_t row = blockIdx.x;
   const int64_t nvec = cols / VEC;
@@ -276,10 +287,14 @@ __global__ void __launch_bounds__(512)
     const Vec<OT, VEC> gv = load_vec<OT, VEC>(gr + v * VEC);
     float wf[VEC];
     load_weight<WT, VEC>(w, v * VEC, offset, wf);
+    float d[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) d[j] = 0.f;
+    add_ds_out<T, VEC>(d, ds_out ? ds_out + row * ds_out_stride + v * VEC : nullptr);
     Vec<T, VEC> out;
 #pragma unroll
     for (int j = 0; j < VEC; ++j)
-      out.v[j] = from_float<T>(r * to_float<OT>(gv.v[j]) * wf[j] - c * to_float<T>(xv.v[j]));
+      out.v[j] = from_float<T>(r * to_float<OT>(gv.v[j]) * wf[j] - c * to_float<T>(xv.v[j]) + d[j]);
     store_vec<T, VEC>(dr + v * VEC, out);
   }
 }
@@ -309,75 +324,8 @@ __global__ void __launch_bounds__(256)
   for (int j = 0; j < VEC; ++j) out[j] = acc[j];
 }
 
-// dw[c] = sum_g partial[g][c] in a fixed order: 32 columns per block, the
-// blockDim.y threads of a column each sum a strided slice, then a fixed tree.
-template <typename WT>
-__global__ void __launch_bounds__(512)
-    reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols,
-                    WT* __restrict__ dw) {
-  __shared__ float s[16][33];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
-  float acc = 0.f;
-  if (c < cols)
-    for (int64_t g = threadIdx.y; g < groups; g += blockDim.y) acc += partial[g * cols + c];
-  s[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  for (int h = blockDim.y / 2; h > 0; h >>= 1) {
-    if (static_cast<int>(threadIdx.y) < h) s[threadIdx.y][threadIdx.x] += s[threadIdx.y + h][threadIdx.x];
-    __syncthreads();
-  }
-  if (threadIdx.y == 0 && c < cols) dw[c] = from_float<WT>(s[0][threadIdx.x]);
-}
-
 // ---------------------------------------------------------------------------
 // Host-side planning.
-
-struct Plan {
-  bool cached = false;
-  int vec = 1, tx = 32, ty = 1;
-  bool stash = false;     // forward generic: row stashed in shared memory
-  int64_t grid = 0;       // backward: persistent blocks (cached) or row splits (generic)
-  int64_t ws_floats = 0;  // backward workspace
-};
-
-int next_pow2(int64_t n) {
-  int p = 32;
-  while (p < n) p <<= 1;
-  return p;
-}
-
-// Chooses the cached layout: TX (power of two >= 32) threads per row, MAXV
-// vectors per thread, TY rows per block.
-bool pick_cached(int64_t nvec, Plan& p) {
-  const int64_t tx = next_pow2((nvec + kMaxV - 1) / kMaxV);
-  if (tx > 1024) return false;
-  p.cached = true;
-  p.tx = static_cast<int>(tx);
-  p.ty = std::max(1, 256 / p.tx);
-  return true;
-}
-
-// True when every row of every operand starts on a whole vector of `vec`
-// elements: widths and row strides divisible by vec, and each base pointer
-// aligned to vec elements of its own type (given with it, in bytes).
-bool all_aligned(int vec, int64_t cols, std::initializer_list<int64_t> strides,
-                 std::initializer_list<std::pair<const void*, int>> ptrs) {
-  if (cols % vec != 0) return false;
-  for (int64_t s : strides)
-    if (s % vec != 0) return false;
-  for (const auto& q : ptrs)
-    if (q.first && !is_aligned(q.first, vec * q.second)) return false;
-  return true;
-}
-
-#define LIGER_DISPATCH_VEC(vec, VEC_FULL, ...) \
-  if ((vec) == 1) {                            \
-    constexpr int VEC = 1;                     \
-    __VA_ARGS__                                \
-  } else {                                     \
-    constexpr int VEC = VEC_FULL;              \
-    __VA_ARGS__                                \
-  }
 
 template <typename F>
 cudaError_t dispatch_types(DType xd, DType wd, DType yd, F&& f) {
@@ -397,27 +345,24 @@ cudaError_t dispatch_types(DType xd, DType wd, DType yd, F&& f) {
   });
 }
 
-int sm_blocks(const void* kernel, int threads, size_t smem) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess)
-    n = 1;
-  return std::max(n, 1);
-}
-
 template <typename T, typename WT, typename OT>
 Plan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
   Plan p;
   const int full = 16 / static_cast<int>(sizeof(T));
   const bool aligned =
-      all_aligned(full, a.cols, {a.x_row_stride, a.dy_row_stride, a.dx_row_stride},
-                  {{a.x, sizeof(T)}, {a.dy, sizeof(OT)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)}});
+      all_aligned(full, a.cols,
+                  {a.x_row_stride, a.dy_row_stride, a.dx_row_stride, a.ds_out ? a.ds_out_row_stride : 0},
+                  {{a.x, sizeof(T)}, {a.dy, sizeof(OT)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)},
+                   {a.ds_out, sizeof(T)}});
   p.vec = aligned ? full : 1;
   const bool want_dw = a.dw != nullptr;
   if (aligned && pick_cached(a.cols / p.vec, p)) {
     const bool dw_smem = p.tx == 1024;
     const size_t smem = want_dw ? static_cast<size_t>(p.tx) * kMaxV * p.vec * sizeof(float) : 0;
-    auto* kern = dw_smem ? &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, true>
-                         : &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, false>;
+    auto* kern = a.ds_out ? (dw_smem ? &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, true, true>
+                                     : &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, false, true>)
+                          : (dw_smem ? &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, true, false>
+                                     : &rms_bwd_cached<T, WT, OT, 16 / sizeof(T), kMaxV, false, false>);
     // Above 48 KiB a kernel must opt in to dynamic shared memory; occupancy
     // below is computed against that limit.
     if (smem > 48 * 1024)
@@ -451,31 +396,44 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
     const WT* w = static_cast<const WT*>(a.w);
     OT* y = static_cast<OT*>(a.y);
     constexpr int full = 16 / sizeof(T);
-    const bool aligned = all_aligned(full, a.cols, {a.x_row_stride},
-                                     {{a.x, sizeof(T)}, {a.y, sizeof(OT)}, {a.w, sizeof(WT)}});
-    Plan p;
-    if (aligned && pick_cached(a.cols / full, p)) {
-      const dim3 block(p.tx, p.ty);
-      const int64_t grid = ceil_div(a.rows, p.ty);
-      rms_fwd_cached<T, WT, OT, full, kMaxV><<<grid, block, 0, stream>>>(
-          x, a.x_row_stride, w, y, a.rstd, a.rows, a.cols, a.eps, a.offset, llama);
+    const T* res = static_cast<const T*>(a.res);
+    T* sum = static_cast<T*>(a.s);
+    const bool add = res != nullptr;
+    const bool aligned =
+        all_aligned(full, a.cols, {a.x_row_stride, add ? a.res_row_stride : 0},
+                    {{a.x, sizeof(T)}, {a.y, sizeof(OT)}, {a.w, sizeof(WT)}, {a.res, sizeof(T)}, {a.s, sizeof(T)}});
+    auto launch = [&](auto add_c) {
+      constexpr bool ADD = decltype(add_c)::value;
+      Plan p;
+      if (aligned && pick_cached(a.cols / full, p)) {
+        const dim3 block(p.tx, p.ty);
+        const int64_t grid = ceil_div(a.rows, p.ty);
+        rms_fwd_cached<T, WT, OT, full, kMaxV, ADD><<<grid, block, 0, stream>>>(
+            x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd, a.rows, a.cols, a.eps, a.offset,
+            llama);
+      } else {
+        const int vec = aligned ? full : 1;
+        const int64_t row_bytes = a.cols * static_cast<int64_t>(sizeof(T));
+        const bool stash = row_bytes <= kMaxStashBytes;
+        const size_t smem = stash ? static_cast<size_t>(row_bytes) : 0;
+        LIGER_DISPATCH_VEC(vec, full, {
+          if (stash) {
+            auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true, ADD>;
+            if (smem > 48 * 1024)
+              cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+            kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
+                                                 a.cols, a.eps, a.offset, llama);
+          } else {
+            rms_fwd_generic<T, WT, OT, VEC, false, ADD><<<a.rows, 1024, 0, stream>>>(
+                x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
+          }
+        })
+      }
+    };
+    if (add) {
+      launch(std::true_type{});
     } else {
-      const int vec = aligned ? full : 1;
-      const int64_t row_bytes = a.cols * static_cast<int64_t>(sizeof(T));
-      const bool stash = row_bytes <= kMaxStashBytes;
-      const size_t smem = stash ? static_cast<size_t>(row_bytes) : 0;
-      LIGER_DISPATCH_VEC(vec, full, {
-        if (stash) {
-          auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true>;
-          if (smem > 48 * 1024)
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-          kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps,
-                                               a.offset, llama);
-        } else {
-          rms_fwd_generic<T, WT, OT, VEC, false><<<a.rows, 1024, 0, stream>>>(
-              x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
-        }
-      })
+      launch(std::false_type{});
     }
     return cudaGetLastError();
   });
@@ -508,19 +466,28 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     const T* x = static_cast<const T*>(a.x);
     const WT* w = static_cast<const WT*>(a.w);
     T* dx = static_cast<T*>(a.dx);
+    const T* ds_out = static_cast<const T*>(a.ds_out);
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
     if (p.cached) {
       const dim3 block(p.tx, p.ty);
       const size_t smem = partial ? static_cast<size_t>(p.tx) * kMaxV * full * sizeof(float) : 0;
-      if (p.tx == 1024) {
-        rms_bwd_cached<T, WT, OT, full, kMaxV, true><<<p.grid, block, smem, stream>>>(
-            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial,
-            a.rows, a.cols, a.offset, llama);
+      auto go = [&](auto ds_c) {
+        constexpr bool DS = decltype(ds_c)::value;
+        if (p.tx == 1024) {
+          rms_bwd_cached<T, WT, OT, full, kMaxV, true, DS><<<p.grid, block, smem, stream>>>(
+              dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx,
+              a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
+        } else {
+          rms_bwd_cached<T, WT, OT, full, kMaxV, false, DS><<<p.grid, block, smem, stream>>>(
+              dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx,
+              a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
+        }
+      };
+      if (ds_out) {
+        go(std::true_type{});
       } else {
-        rms_bwd_cached<T, WT, OT, full, kMaxV, false><<<p.grid, block, smem, stream>>>(
-            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial,
-            a.rows, a.cols, a.offset, llama);
+        go(std::false_type{});
       }
     } else {
       LIGER_DISPATCH_VEC(p.vec, full, {
@@ -530,7 +497,8 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
               dy, a.dy_row_stride, x, a.x_row_stride, a.rstd, partial, a.rows, a.cols, llama);
         }
         rms_bwd_dx_generic<T, WT, OT, VEC><<<a.rows, 512, 0, stream>>>(
-            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, a.cols, a.offset);
+            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx,
+            a.dx_row_stride, a.cols, a.offset);
       })
     }
     if (partial) {
