@@ -12,6 +12,7 @@
 
 #include "../host/common.h"
 #include "../host/rms_norm_checks.h"
+#include "rms_norm_cpu.h"
 
 namespace liger_cpp {
 namespace {
@@ -175,6 +176,19 @@ at::Tensor rms_norm_bwd_inplace_cpu(at::Tensor& dY, const at::Tensor& X, const c
 }
 
 }  // namespace
+
+// Entry points reused by FusedAddRMSNorm (csrc/cpu/rms_norm_cpu.h).
+std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu_impl(const at::Tensor& X, const c10::optional<at::Tensor>& W,
+                                                         double eps, double offset, c10::string_view casting_mode) {
+  return rms_norm_fwd_cpu(X, W, eps, offset, casting_mode, false);
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu_impl(const at::Tensor& dY, const at::Tensor& X,
+                                                         const c10::optional<at::Tensor>& W, const at::Tensor& RSTD,
+                                                         double offset, c10::string_view casting_mode,
+                                                         bool compute_dw) {
+  return rms_norm_bwd_cpu(dY, X, W, RSTD, offset, casting_mode, compute_dw);
+}
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
   m.impl("rms_norm_fwd", &rms_norm_fwd_cpu);
