@@ -91,7 +91,9 @@ def test_strided_rows_and_zero_residual_grad(device, dtype):
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("shape", CUDA_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.0)])
+@pytest.mark.parametrize(
+    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.0)]
+)
 def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
     _run_case(shape, dtype, wkind, mode, offset, device="cuda")
 
@@ -133,8 +135,12 @@ def test_gradcheck_float64_cpu():
         x = torch.randn(4, 7, 13, dtype=torch.float64, requires_grad=True)
         r = torch.randn(4, 7, 13, dtype=torch.float64, requires_grad=True)
         w = torch.randn(13, dtype=torch.float64, requires_grad=True)
-        assert torch.autograd.gradcheck(lambda a, b, c: fused_add_rms_norm(a, b, c, 1e-5, offset, mode), (x, r, w))
-        assert torch.autograd.gradcheck(lambda a, b: fused_add_rms_norm(a, b, None, 1e-5, 0.0, mode), (x, r))
+        assert torch.autograd.gradcheck(
+            lambda a, b, c, o=offset, m=mode: fused_add_rms_norm(a, b, c, 1e-5, o, m), (x, r, w)
+        )
+        assert torch.autograd.gradcheck(
+            lambda a, b, m=mode: fused_add_rms_norm(a, b, None, 1e-5, 0.0, m), (x, r)
+        )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -144,15 +150,19 @@ def test_opcheck(device, dtype):
     r = torch.randn(5, 3, 96, device=device, dtype=dtype, requires_grad=True)
     w = torch.randn(96, device=device, dtype=dtype, requires_grad=True)
     w32 = torch.randn(96, device=device, dtype=torch.float32, requires_grad=True)
-    for args in [(x, r, w, 1e-6, 0.0, "llama", False), (x, r, None, 1e-5, 0.0, "llama", False),
-                 (x, r, w32, 1e-6, 1.0, "gemma", True)]:
+    for args in [
+        (x, r, w, 1e-6, 0.0, "llama", False),
+        (x, r, None, 1e-5, 0.0, "llama", False),
+        (x, r, w32, 1e-6, 1.0, "gemma", True),
+    ]:
         torch.library.opcheck(torch.ops.liger.fused_add_rms_norm_fwd, args)
     y, s, rstd = torch.ops.liger.fused_add_rms_norm_fwd(x, r, w, 1e-6, 0.0, "llama", False)
     dy = torch.randn_like(y)
     ds = torch.randn_like(s)
     for d in (ds, None):
-        torch.library.opcheck(torch.ops.liger.fused_add_rms_norm_bwd,
-                              (dy, d, s.detach(), w.detach(), rstd, 0.0, "llama", True))
+        torch.library.opcheck(
+            torch.ops.liger.fused_add_rms_norm_bwd, (dy, d, s.detach(), w.detach(), rstd, 0.0, "llama", True)
+        )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -216,10 +226,13 @@ def test_bad_inputs_name_the_argument(device):
         fused_add_rms_norm(x, r, None, 1e-6, casting_mode="llamas")
     y, s, rstd = torch.ops.liger.fused_add_rms_norm_fwd(x, r, None, 1e-6, 0.0, "llama", False)
     with pytest.raises(RuntimeError, match="'dS_out'.*shape"):
-        torch.ops.liger.fused_add_rms_norm_bwd(y, torch.randn(4, 65, device=device), s, None, rstd, 0.0, "llama", True)
+        torch.ops.liger.fused_add_rms_norm_bwd(
+            y, torch.randn(4, 65, device=device), s, None, rstd, 0.0, "llama", True
+        )
     with pytest.raises(RuntimeError, match="'dY'.*shape"):
-        torch.ops.liger.fused_add_rms_norm_bwd(torch.randn(4, 65, device=device), None, s, None, rstd, 0.0, "llama",
-                                               True)
+        torch.ops.liger.fused_add_rms_norm_bwd(
+            torch.randn(4, 65, device=device), None, s, None, rstd, 0.0, "llama", True
+        )
     with pytest.raises(RuntimeError, match="'RSTD'"):
         torch.ops.liger.fused_add_rms_norm_bwd(y, None, s, None, rstd[:2], 0.0, "llama", True)
 

@@ -65,8 +65,9 @@ def _run_case(shape, dtype, wkind, bkind, device, strided=False):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("wkind,bkind", [(None, None), ("same", "same"), ("fp32", "fp32"), ("same", None),
-                                         (None, "same")])
+@pytest.mark.parametrize(
+    "wkind,bkind", [(None, None), ("same", "same"), ("fp32", "fp32"), ("same", None), (None, "same")]
+)
 def test_forward_backward(device, shape, dtype, wkind, bkind):
     _run_case(shape, dtype, wkind, bkind, device)
 
@@ -159,8 +160,12 @@ def test_module_matches_nn_layer_norm(device):
     x = torch.randn(3, 11, 64, device=device)
     ref = torch.nn.functional.layer_norm(x, (64,), m.weight, m.bias, 1e-5)
     torch.testing.assert_close(m(x), ref, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(liger_layer_norm(x, None, None, 1e-5),
-                               torch.nn.functional.layer_norm(x, (64,), eps=1e-5), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        liger_layer_norm(x, None, None, 1e-5),
+        torch.nn.functional.layer_norm(x, (64,), eps=1e-5),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -182,8 +187,12 @@ def test_bad_inputs_name_the_argument(device):
     with pytest.raises(RuntimeError, match="'B'.*shape"):
         layer_norm(x, None, torch.ones(63, device=device), 1e-6)
     with pytest.raises(RuntimeError, match="'B'.*W's dtype"):
-        layer_norm(x.bfloat16(), torch.ones(64, device=device), torch.ones(64, device=device, dtype=torch.bfloat16),
-                   1e-6)
+        layer_norm(
+            x.bfloat16(),
+            torch.ones(64, device=device),
+            torch.ones(64, device=device, dtype=torch.bfloat16),
+            1e-6,
+        )
     with pytest.raises(RuntimeError, match="'B'.*dtype"):
         layer_norm(x.half(), None, torch.ones(64, device=device, dtype=torch.bfloat16), 1e-6)
     with pytest.raises(RuntimeError, match="'X'.*empty last dimension"):

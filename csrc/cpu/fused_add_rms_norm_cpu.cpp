@@ -21,11 +21,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rms_norm_fwd_cpu(
   return {y, s, rstd};
 }
 
-std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_bwd_cpu(const at::Tensor& dY,
-                                                              const c10::optional<at::Tensor>& dS_out,
-                                                              const at::Tensor& S, const c10::optional<at::Tensor>& W,
-                                                              const at::Tensor& RSTD, double offset,
-                                                              c10::string_view casting_mode, bool compute_dw) {
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_bwd_cpu(
+    const at::Tensor& dY, const c10::optional<at::Tensor>& dS_out, const at::Tensor& S,
+    const c10::optional<at::Tensor>& W, const at::Tensor& RSTD, double offset, c10::string_view casting_mode,
+    bool compute_dw) {
   const Casting casting = parse_casting(casting_mode);
   check_fused_add_bwd(dY, dS_out, S, W, RSTD, casting, /*cuda=*/false);
   auto [ds, dw] = rms_norm_bwd_cpu_impl(dY, S, W, RSTD, offset, casting_mode, compute_dw);

@@ -66,7 +66,8 @@ void fwd_rows(const at::Tensor& x2, const std::vector<acc_of<T>>& w, const std::
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(const at::Tensor& X,
                                                                   const c10::optional<at::Tensor>& W,
-                                                                  const c10::optional<at::Tensor>& B, double eps) {
+                                                                  const c10::optional<at::Tensor>& B,
+                                                                  double eps) {
   check_layer_norm_fwd(X, W, B, /*cuda=*/false);
   const at::Tensor x2 = as_rows(X);
   at::Tensor y = at::empty(X.sizes(), X.options());
@@ -81,8 +82,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(const at::Tens
 }
 
 template <typename T>
-void bwd_rows(const at::Tensor& dy2, const at::Tensor& x2, const std::vector<acc_of<T>>& w, const at::Tensor& mean,
-              const at::Tensor& rstd, at::Tensor& dx2, double* pw, double* pb) {
+void bwd_rows(const at::Tensor& dy2, const at::Tensor& x2, const std::vector<acc_of<T>>& w,
+              const at::Tensor& mean, const at::Tensor& rstd, at::Tensor& dx2, double* pw, double* pb) {
   using acc_t = acc_of<T>;
   const int64_t rows = x2.size(0), cols = x2.size(1);
   const int64_t xs = x2.stride(0), gs = dy2.stride(0);
@@ -121,8 +122,9 @@ void bwd_rows(const at::Tensor& dy2, const at::Tensor& x2, const std::vector<acc
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tensor& dY, const at::Tensor& X,
                                                                   const c10::optional<at::Tensor>& W,
-                                                                  const at::Tensor& MEAN, const at::Tensor& RSTD,
-                                                                  bool compute_dw, bool compute_db) {
+                                                                  const at::Tensor& MEAN,
+                                                                  const at::Tensor& RSTD, bool compute_dw,
+                                                                  bool compute_db) {
   check_layer_norm_bwd(dY, X, W, MEAN, RSTD, /*cuda=*/false);
   const bool has_w = W.has_value() && W->defined();
   const bool want_dw = has_w && compute_dw;
@@ -140,7 +142,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
   at::Tensor pb = at::zeros({compute_db ? blocks : 0, n}, X.options().dtype(at::kDouble));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, X.scalar_type(), "layer_norm_bwd_cpu", [&] {
     bwd_rows<scalar_t>(dy2, x2, as_acc<acc_of<scalar_t>>(W), mean, rstd, dx2,
-                       want_dw ? pw.data_ptr<double>() : nullptr, compute_db ? pb.data_ptr<double>() : nullptr);
+                       want_dw ? pw.data_ptr<double>() : nullptr,
+                       compute_db ? pb.data_ptr<double>() : nullptr);
   });
   if (want_dw) dw.copy_(pw.sum(0));  // block order: deterministic
   if (compute_db) db.copy_(pb.sum(0));

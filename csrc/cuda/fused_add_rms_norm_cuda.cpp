@@ -50,11 +50,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rms_norm_fwd_cuda(
   return {y, s, rstd};
 }
 
-std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_bwd_cuda(const at::Tensor& dY,
-                                                               const c10::optional<at::Tensor>& dS_out,
-                                                               const at::Tensor& S, const c10::optional<at::Tensor>& W,
-                                                               const at::Tensor& RSTD, double offset,
-                                                               c10::string_view casting_mode, bool compute_dw) {
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_bwd_cuda(
+    const at::Tensor& dY, const c10::optional<at::Tensor>& dS_out, const at::Tensor& S,
+    const c10::optional<at::Tensor>& W, const at::Tensor& RSTD, double offset, c10::string_view casting_mode,
+    bool compute_dw) {
   const Casting casting = parse_casting(casting_mode);
   check_fused_add_bwd(dY, dS_out, S, W, RSTD, casting, /*cuda=*/true);
   const c10::cuda::CUDAGuard guard(S.device());
@@ -68,7 +67,8 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_bwd_cuda(const at::Tensor&
   const at::Tensor rstd = RSTD.contiguous();
   at::Tensor ds = at::empty(S.sizes(), S.options());
   at::Tensor ds2 = ds.view({-1, S.size(-1)});
-  at::Tensor dw = at::empty({want_dw ? S.size(-1) : 0}, S.options().dtype(has_w ? w.scalar_type() : S.scalar_type()));
+  at::Tensor dw =
+      at::empty({want_dw ? S.size(-1) : 0}, S.options().dtype(has_w ? w.scalar_type() : S.scalar_type()));
 
   k::RmsNormBwdArgs a{};
   a.dy = dy2.data_ptr();

@@ -16,7 +16,8 @@ namespace k = kernels;
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cuda(const at::Tensor& X,
                                                                    const c10::optional<at::Tensor>& W,
-                                                                   const c10::optional<at::Tensor>& B, double eps) {
+                                                                   const c10::optional<at::Tensor>& B,
+                                                                   double eps) {
   check_layer_norm_fwd(X, W, B, /*cuda=*/true);
   const c10::cuda::CUDAGuard guard(X.device());
   const bool has_w = W.has_value() && W->defined();
@@ -40,15 +41,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cuda(const at::Ten
   a.cols = x2.size(1);
   a.eps = static_cast<float>(eps);
   a.x_dtype = to_kernel_dtype(X.scalar_type(), "X");
-  a.w_dtype = has_w ? to_kernel_dtype(w.scalar_type(), "W") : has_b ? to_kernel_dtype(b.scalar_type(), "B") : a.x_dtype;
+  a.w_dtype = has_w   ? to_kernel_dtype(w.scalar_type(), "W")
+              : has_b ? to_kernel_dtype(b.scalar_type(), "B")
+                      : a.x_dtype;
   LIGER_CUDA_CHECK(k::layer_norm_fwd(a, at::cuda::getCurrentCUDAStream()));
   return {y, mean, rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cuda(const at::Tensor& dY, const at::Tensor& X,
                                                                    const c10::optional<at::Tensor>& W,
-                                                                   const at::Tensor& MEAN, const at::Tensor& RSTD,
-                                                                   bool compute_dw, bool compute_db) {
+                                                                   const at::Tensor& MEAN,
+                                                                   const at::Tensor& RSTD, bool compute_dw,
+                                                                   bool compute_db) {
   check_layer_norm_bwd(dY, X, W, MEAN, RSTD, /*cuda=*/true);
   const c10::cuda::CUDAGuard guard(X.device());
   const bool has_w = W.has_value() && W->defined();

@@ -15,9 +15,9 @@ inline void check_fused_add_fwd(const at::Tensor& X, const at::Tensor& R, const 
                   R.scalar_type());
 }
 
-inline void check_fused_add_bwd(const at::Tensor& dY, const c10::optional<at::Tensor>& dS_out, const at::Tensor& S,
-                                const c10::optional<at::Tensor>& W, const at::Tensor& RSTD, Casting casting,
-                                bool cuda) {
+inline void check_fused_add_bwd(const at::Tensor& dY, const c10::optional<at::Tensor>& dS_out,
+                                const at::Tensor& S, const c10::optional<at::Tensor>& W,
+                                const at::Tensor& RSTD, Casting casting, bool cuda) {
   check_norm_inputs(S, W, cuda);
   LIGER_CHECK_ARG(dY.sizes() == S.sizes(), "dY", "expected S's shape ", S.sizes(), ", got ", dY.sizes());
   if (dS_out.has_value() && dS_out->defined()) {

@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(1024)
       load_param<WT, VEC>(b, v * VEC, 0.f, bf);
       Vec<T, VEC> out;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) out.v[j] = from_float<T>((to_float<T>(xv[i].v[j]) - m) * r * wf[j] + bf[j]);
+      for (int j = 0; j < VEC; ++j)
+        out.v[j] = from_float<T>((to_float<T>(xv[i].v[j]) - m) * r * wf[j] + bf[j]);
       store_vec<T, VEC>(yr + v * VEC, out);
     }
   }
@@ -242,8 +243,8 @@ __global__ void __launch_bounds__(kMaxBwdTx)
 template <typename T, typename WT, int VEC>
 __global__ void __launch_bounds__(512)
     ln_bwd_dx_generic(const T* __restrict__ dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
-                      const WT* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd,
-                      T* __restrict__ dx, int64_t cols) {
+                      const WT* __restrict__ w, const float* __restrict__ mean,
+                      const float* __restrict__ rstd, T* __restrict__ dx, int64_t cols) {
   __shared__ float scratch[kGroupScratch];
   const int64_t row = blockIdx.x;
   const int64_t nvec = cols / VEC;
@@ -286,9 +287,9 @@ __global__ void __launch_bounds__(512)
 // takes a fixed, strided subset of the rows.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256)
-    ln_bwd_dwdb_generic(const T* __restrict__ dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
-                        const float* __restrict__ mean, const float* __restrict__ rstd, float* __restrict__ pw,
-                        float* __restrict__ pb, int64_t rows, int64_t cols) {
+    ln_bwd_dwdb_generic(const T* __restrict__ dy, int64_t dy_stride, const T* __restrict__ x,
+                        int64_t x_stride, const float* __restrict__ mean, const float* __restrict__ rstd,
+                        float* __restrict__ pw, float* __restrict__ pb, int64_t rows, int64_t cols) {
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= cols / VEC) return;
   float aw[VEC], ab[VEC];
@@ -335,8 +336,9 @@ template <typename T, typename WT>
 Plan plan_ln_bwd(const LayerNormBwdArgs& a, int sm_count) {
   Plan p;
   const int full = 16 / static_cast<int>(sizeof(T));
-  const bool aligned = all_aligned(full, a.cols, {a.x_row_stride, a.dy_row_stride},
-                                   {{a.x, sizeof(T)}, {a.dy, sizeof(T)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)}});
+  const bool aligned =
+      all_aligned(full, a.cols, {a.x_row_stride, a.dy_row_stride},
+                  {{a.x, sizeof(T)}, {a.dy, sizeof(T)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)}});
   p.vec = aligned ? full : 1;
   const bool want = a.dw != nullptr || a.db != nullptr;
   const int64_t nparts = (a.dw ? 1 : 0) + (a.db ? 1 : 0);
@@ -374,8 +376,9 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
     const WT* b = static_cast<const WT*>(a.b);
     T* y = static_cast<T*>(a.y);
     constexpr int full = 16 / sizeof(T);
-    const bool aligned = all_aligned(full, a.cols, {a.x_row_stride},
-                                     {{a.x, sizeof(T)}, {a.y, sizeof(T)}, {a.w, sizeof(WT)}, {a.b, sizeof(WT)}});
+    const bool aligned =
+        all_aligned(full, a.cols, {a.x_row_stride},
+                    {{a.x, sizeof(T)}, {a.y, sizeof(T)}, {a.w, sizeof(WT)}, {a.b, sizeof(WT)}});
     Plan p;
     if (aligned && pick_cached(a.cols / full, p)) {
       const dim3 block(p.tx, p.ty);
@@ -393,8 +396,8 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
           kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.cols, a.eps);
         } else {
-          ln_fwd_generic<T, WT, VEC, false><<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, b, y, a.mean,
-                                                                         a.rstd, a.cols, a.eps);
+          ln_fwd_generic<T, WT, VEC, false>
+              <<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.cols, a.eps);
         }
       })
     }
@@ -440,16 +443,18 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
       LIGER_DISPATCH_VEC(p.vec, full, {
         if (pw || pb) {
           const dim3 grid(static_cast<unsigned>(ceil_div(a.cols / VEC, 256)), static_cast<unsigned>(p.grid));
-          ln_bwd_dwdb_generic<T, VEC><<<grid, 256, 0, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, a.mean,
-                                                               a.rstd, pw, pb, a.rows, a.cols);
+          ln_bwd_dwdb_generic<T, VEC><<<grid, 256, 0, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride,
+                                                                a.mean, a.rstd, pw, pb, a.rows, a.cols);
         }
         ln_bwd_dx_generic<T, WT, VEC><<<a.rows, 512, 0, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w,
                                                                   a.mean, a.rstd, dx, a.cols);
       })
     }
     const dim3 rgrid(static_cast<unsigned>(ceil_div(a.cols, 32)));
-    if (pw) reduce_partials<WT><<<rgrid, dim3(32, 16), 0, stream>>>(pw, p.grid, a.cols, static_cast<WT*>(a.dw));
-    if (pb) reduce_partials<WT><<<rgrid, dim3(32, 16), 0, stream>>>(pb, p.grid, a.cols, static_cast<WT*>(a.db));
+    if (pw)
+      reduce_partials<WT><<<rgrid, dim3(32, 16), 0, stream>>>(pw, p.grid, a.cols, static_cast<WT*>(a.dw));
+    if (pb)
+      reduce_partials<WT><<<rgrid, dim3(32, 16), 0, stream>>>(pb, p.grid, a.cols, static_cast<WT*>(a.db));
     return cudaGetLastError();
   });
 }

@@ -38,10 +38,10 @@ struct LayerNormBwdArgs {
   const void* w;  // [cols] or nullptr
   const float* mean;
   const float* rstd;
-  void* dx;         // [rows, cols] of x_dtype, contiguous
-  void* dw;         // [cols] of w_dtype, or nullptr when not wanted
-  void* db;         // [cols] of w_dtype, or nullptr when not wanted
-  float* workspace; // layer_norm_bwd_workspace_floats() floats
+  void* dx;          // [rows, cols] of x_dtype, contiguous
+  void* dw;          // [cols] of w_dtype, or nullptr when not wanted
+  void* db;          // [cols] of w_dtype, or nullptr when not wanted
+  float* workspace;  // layer_norm_bwd_workspace_floats() floats
   int64_t rows, cols;
   DType x_dtype, w_dtype;
 };

@@ -39,8 +39,7 @@ __device__ __forceinline__ void load_weight(const WT* w, int64_t c, float offset
 // blockDim.y threads of a column each sum a strided slice, then a fixed tree.
 template <typename WT>
 __global__ void __launch_bounds__(512)
-    reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols,
-                    WT* __restrict__ dw) {
+    reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols, WT* __restrict__ dw) {
   __shared__ float s[16][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float acc = 0.f;
@@ -104,8 +103,7 @@ bool all_aligned(int vec, int64_t cols, std::initializer_list<int64_t> strides,
 
 int sm_blocks(const void* kernel, int threads, size_t smem) {
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess)
-    n = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) n = 1;
   return std::max(n, 1);
 }
 

@@ -75,7 +75,9 @@ def fused_add_rms_norm(
     Liger-Kernel's signature; dS is always a fresh tensor.
     """
     if casting_mode not in CASTING_MODES:
-        raise ValueError(f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}")
+        raise ValueError(
+            f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}"
+        )
     check_device(X, "X")
     Y, S, _ = torch.ops.liger.fused_add_rms_norm_fwd(
         X, R, W, float(eps), float(offset), casting_mode, bool(in_place)

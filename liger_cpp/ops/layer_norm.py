@@ -13,7 +13,9 @@ def _fwd_fake(X, W, B, eps):
     torch._check(X.dim() >= 1 and X.shape[-1] > 0, lambda: "liger_cpp: argument 'X': empty last dimension")
     for t, name in ((W, "W"), (B, "B")):
         if t is not None:
-            torch._check(t.shape == (X.shape[-1],), lambda name=name: f"liger_cpp: argument '{name}': shape mismatch")
+            torch._check(
+                t.shape == (X.shape[-1],), lambda name=name: f"liger_cpp: argument '{name}': shape mismatch"
+            )
     Y = X.new_empty(X.shape)
     MEAN = X.new_empty(X.shape[:-1], dtype=acc_dtype(X))
     RSTD = X.new_empty(X.shape[:-1], dtype=acc_dtype(X))
