@@ -54,6 +54,37 @@ TORCH_LIBRARY(liger, m) {
   m.def("geglu_fwd(Tensor a, Tensor b, str approximate=\"tanh\", bool in_place=False) -> Tensor c");
   m.def("geglu_bwd(Tensor dc, Tensor a, Tensor b, str approximate=\"tanh\") -> (Tensor da, Tensor db)");
   m.def("geglu_bwd_(Tensor dc, Tensor(a!) a, Tensor(b!) b, str approximate=\"tanh\") -> ()");
+
+  // FusedAddRMSNorm forward: S = X + R (rounded to X's dtype), then RMSNorm of
+  // S exactly as rms_norm_fwd (same W, casting modes, offset, Y dtype).
+  // R: X's shape and dtype. Returns Y, S (X's shape and dtype, contiguous) and
+  // RSTD (float32, X.shape[:-1]). in_place is accepted for Liger's signature;
+  // the backward always allocates dS.
+  m.def(
+      "fused_add_rms_norm_fwd(Tensor X, Tensor R, Tensor? W, float eps, float offset=0., "
+      "str casting_mode=\"llama\", bool in_place=False) -> (Tensor Y, Tensor S, Tensor RSTD)");
+  // FusedAddRMSNorm backward: dS = dS_out + rms_norm_bwd(dY, S, W, RSTD).dX,
+  // summed in float32 and rounded once; dS_out (gradient reaching S directly)
+  // may be None. dS is both dX and dR. dW as rms_norm_bwd's.
+  m.def(
+      "fused_add_rms_norm_bwd(Tensor dY, Tensor? dS_out, Tensor S, Tensor? W, Tensor RSTD, float offset=0., "
+      "str casting_mode=\"llama\", bool compute_dw=True) -> (Tensor dS, Tensor dW)");
+
+  // LayerNorm forward over the last dimension. X: (..., N) float32/float16/
+  // bfloat16 (float64 on CPU), unit last stride; W, B: (N,) or None, of X's
+  // dtype or float32 (B of W's dtype when both are given).
+  //   mean = mean(x), rstd = 1 / sqrt(mean((x - mean)^2) + eps) (two passes),
+  //   both float32 (float64 for float64 X), shape X.shape[:-1]
+  //   Y = (x - mean) * rstd * W + B in float32, Y of X's dtype
+  m.def("layer_norm_fwd(Tensor X, Tensor? W, Tensor? B, float eps) -> (Tensor Y, Tensor MEAN, Tensor RSTD)");
+  // LayerNorm backward, with xhat = (x - mean) * rstd and g = dY * W:
+  //   dX = rstd * (g - mean(g) - xhat * mean(g * xhat))
+  //   dW = sum_rows dY * xhat (W's dtype), dB = sum_rows dY (B's dtype: W's, or
+  //   X's without W), both summed in float32, deterministically; each empty
+  //   when not wanted (or W absent for dW).
+  m.def(
+      "layer_norm_bwd(Tensor dY, Tensor X, Tensor? W, Tensor MEAN, Tensor RSTD, bool compute_dw=True, "
+      "bool compute_db=True) -> (Tensor dX, Tensor dW, Tensor dB)");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

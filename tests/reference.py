@@ -34,3 +34,23 @@ def swiglu_ref(a, b):
 def geglu_ref(a, b, approximate="tanh"):
     """HF GemmaMLP's gelu_pytorch_tanh(gate) * up ('tanh'), or exact GELU ('none')."""
     return torch.nn.functional.gelu(a, approximate=approximate) * b
+
+
+def fused_add_rms_norm_ref(x, r, w, eps, offset=0.0, casting_mode="llama"):
+    """HF decoder layer's residual add followed by its RMSNorm: s = x + r; (rmsnorm(s), s)."""
+    s = x + r
+    return rms_norm_ref(s, w, eps, offset, casting_mode), s
+
+
+def layer_norm_ref(x, w, b, eps):
+    """nn.LayerNorm's formula (biased variance), in x's dtype or float32 math for low precision."""
+    dtype = x.dtype
+    xf = x.float() if dtype in (torch.float16, torch.bfloat16) else x
+    mean = xf.mean(-1, keepdim=True)
+    var = (xf - mean).pow(2).mean(-1, keepdim=True)
+    out = (xf - mean) * torch.rsqrt(var + eps)
+    if w is not None:
+        out = out * w.to(out.dtype)
+    if b is not None:
+        out = out + b.to(out.dtype)
+    return out.to(dtype)

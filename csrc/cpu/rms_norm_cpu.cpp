@@ -4,6 +4,8 @@
 // GPU's tree sums; element-wise math is float32 (float64 for float64 inputs). Same math and options as the
 // CUDA kernels (csrc/kernels/rms_norm.h); dW is reduced over fixed blocks of
 // rows and then summed in block order, so it does not depend on thread count.
+#include "rms_norm_cpu.h"
+
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -178,6 +180,20 @@ at::Tensor rms_norm_bwd_inplace_cpu(at::Tensor& dY, const at::Tensor& X, const c
 }
 
 }  // namespace
+
+// Entry points reused by FusedAddRMSNorm (csrc/cpu/rms_norm_cpu.h).
+std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu_impl(const at::Tensor& X,
+                                                         const c10::optional<at::Tensor>& W, double eps,
+                                                         double offset, c10::string_view casting_mode) {
+  return rms_norm_fwd_cpu(X, W, eps, offset, casting_mode, false);
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu_impl(const at::Tensor& dY, const at::Tensor& X,
+                                                         const c10::optional<at::Tensor>& W,
+                                                         const at::Tensor& RSTD, double offset,
+                                                         c10::string_view casting_mode, bool compute_dw) {
+  return rms_norm_bwd_cpu(dY, X, W, RSTD, offset, casting_mode, compute_dw);
+}
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
   m.impl("rms_norm_fwd", &rms_norm_fwd_cpu);

@@ -11,6 +11,10 @@
 //    twice (the second read mostly hits L2), and a column-tiled dW kernel.
 // dW partials are finished by a fixed-order reduction kernel: deterministic,
 // no atomics.
+// FusedAddRMSNorm runs through the same kernels: a compile-time ADD flag adds
+// the residual in the forward (reads x and res, writes s = x + res and y), a
+// DS flag adds the gradient reaching s directly (ds_out) in the backward, so
+// plain RMSNorm's instantiations are unchanged.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,38 +22,17 @@
 #include <type_traits>
 #include <utility>
 
-#include "common.cuh"
+#include "norm_common.cuh"
 #include "rms_norm.h"
 
 namespace liger_cpp::kernels {
 namespace {
-
-constexpr int kGroupScratch = 32 * 32;  // floats: up to 32 groups x 32 warps
-// Vectors per thread in the cached kernels: 4 x 16 bytes in flight per operand
-// and thread; more spills in the backward (measured with -Xptxas -v).
-constexpr int kMaxV = 4;
-// Largest row the generic forward stashes in shared memory.
-constexpr int64_t kMaxStashBytes = 160 * 1024;
 
 template <typename T, typename WT, typename OT>
 constexpr bool valid_types() {
   constexpr bool w_ok = std::is_same_v<WT, T> || std::is_same_v<WT, float> || std::is_same_v<T, float>;
   constexpr bool o_ok = std::is_same_v<OT, T> || std::is_same_v<OT, float>;
   return w_ok && o_ok;
-}
-
-// (w + offset) for VEC consecutive columns starting at column c (a multiple
-// of VEC), loaded as one aligned access; all ones without a weight.
-template <typename WT, int VEC>
-__device__ __forceinline__ void load_weight(const WT* w, int64_t c, float offset, float (&out)[VEC]) {
-  if (w == nullptr) {
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) out[j] = 1.f;
-    return;
-  }
-  const Vec<WT, VEC> wv = load_vec<WT, VEC>(w + c);
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) out[j] = to_float<WT>(wv.v[j]) + offset;
 }
 
 // xn as the forward multiplies it by the weight (llama rounds it first).
@@ -59,13 +42,32 @@ __device__ __forceinline__ float normed(float xf, float r, bool llama) {
   return llama ? round_through<T>(v) : v;
 }
 
+// xv <- round_to_T(xv + rv), also stored at s (FusedAddRMSNorm's residual sum).
+template <typename T, int VEC>
+__device__ __forceinline__ void add_residual(Vec<T, VEC>& xv, const Vec<T, VEC>& rv, T* s) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) xv.v[j] = from_float<T>(to_float<T>(xv.v[j]) + to_float<T>(rv.v[j]));
+  store_vec<T, VEC>(s, xv);
+}
+
+// d[j] += ds_out[j] (the gradient reaching s from the residual path), when given.
+template <typename T, int VEC>
+__device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
+  if (ds_out == nullptr) return;
+  const Vec<T, VEC> v = load_vec<T, VEC>(ds_out);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) d[j] += to_float<T>(v.v[j]);
+}
+
 // ---------------------------------------------------------------------------
 // Forward, row cached in registers.
-template <typename T, typename WT, typename OT, int VEC, int MAXV>
+// ADD (FusedAddRMSNorm): the row normalised is s = x + res, rounded to T and
+// written to s (contiguous); otherwise res and s are unused.
+template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD>
 __global__ void __launch_bounds__(1024)
-    rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
-                   float* __restrict__ rstd, int64_t rows, int64_t cols, float eps, float offset,
-                   bool llama) {
+    rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res, int64_t res_stride,
+                   T* __restrict__ s, const WT* __restrict__ w, OT* __restrict__ y, float* __restrict__ rstd,
+                   int64_t rows, int64_t cols, float eps, float offset, bool llama) {
   __shared__ float scratch[kGroupScratch];
   const int tx = threadIdx.x, TX = blockDim.x;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -74,18 +76,24 @@ __global__ void __launch_bounds__(1024)
   const T* xr = x + row * x_stride;
 
   // All loads first, then the arithmetic: the MAXV loads are then in flight
-  // together instead of each waiting for the previous one's use.
+  // together instead of each waiting for the previous one's use. With ADD the
+  // residual's loads are issued in the same pass.
   Vec<T, VEC> xv[MAXV];
+  Vec<T, VEC> rv[ADD ? MAXV : 1];
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
-    if (active && v < nvec) xv[i] = load_vec<T, VEC>(xr + v * VEC);
+    if (active && v < nvec) {
+      xv[i] = load_vec<T, VEC>(xr + v * VEC);
+      if constexpr (ADD) rv[i] = load_vec<T, VEC>(res + row * res_stride + v * VEC);
+    }
   }
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (active && v < nvec) {
+      if constexpr (ADD) add_residual<T, VEC>(xv[i], rv[i], s + row * cols + v * VEC);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const float f = to_float<T>(xv[i].v[j]);
@@ -115,10 +123,12 @@ __global__ void __launch_bounds__(1024)
 
 // Forward for any width: one block per row. The row is stashed in shared
 // memory on the first pass when it fits (STASH), else read again (from L2).
-template <typename T, typename WT, typename OT, int VEC, bool STASH>
+// ADD: as in rms_fwd_cached; without STASH the second pass reads s back.
+template <typename T, typename WT, typename OT, int VEC, bool STASH, bool ADD>
 __global__ void __launch_bounds__(1024)
-    rms_fwd_generic(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
-                    float* __restrict__ rstd, int64_t cols, float eps, float offset, bool llama) {
+    rms_fwd_generic(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res, int64_t res_stride,
+                    T* s, const WT* __restrict__ w, OT* __restrict__ y, float* __restrict__ rstd,
+                    int64_t cols, float eps, float offset, bool llama) {
   extern __shared__ __align__(16) unsigned char stash_raw[];
   Vec<T, VEC>* stash = reinterpret_cast<Vec<T, VEC>*>(stash_raw);
   __shared__ float scratch[kGroupScratch];
@@ -128,7 +138,11 @@ __global__ void __launch_bounds__(1024)
   float ss = 0.f;
 #pragma unroll 4
   for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
-    const Vec<T, VEC> xv = load_vec<T, VEC>(xr + v * VEC);
+    Vec<T, VEC> xv = load_vec<T, VEC>(xr + v * VEC);
+    if constexpr (ADD) {
+      const Vec<T, VEC> rv = load_vec<T, VEC>(res + row * res_stride + v * VEC);
+      add_residual<T, VEC>(xv, rv, s + row * cols + v * VEC);
+    }
     if constexpr (STASH) stash[v] = xv;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -145,6 +159,8 @@ __global__ void __launch_bounds__(1024)
     Vec<T, VEC> xv;
     if constexpr (STASH) {
       xv = stash[v];
+    } else if constexpr (ADD) {
+      xv = load_vec<T, VEC>(s + row * cols + v * VEC);  // written by this thread above
     } else {
       xv = load_vec<T, VEC>(xr + v * VEC);
     }
@@ -168,11 +184,15 @@ __global__ void __launch_bounds__(1024)
 //  * DW_SMEM = true: in shared memory, one region per group, laid out
 //    [i][j][tx] so a warp's updates hit distinct banks; fewer registers, so
 //    more blocks per SM. Each thread only ever touches its own columns.
-template <typename T, typename WT, typename OT, int VEC, int MAXV, bool DW_SMEM, bool BIG>
+// DS (FusedAddRMSNorm with a residual gradient): dx += ds_out; a template
+// flag so that plain RMSNorm keeps its register budget. ds_out may alias dx
+// (each element is read before it is written, by the same thread).
+template <typename T, typename WT, typename OT, int VEC, int MAXV, bool DW_SMEM, bool BIG, bool DS>
 __global__ void __launch_bounds__(BIG ? 1024 : 512, DW_SMEM ? (BIG ? 1 : 2) : 1)
     rms_bwd_cached(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
-                   const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
-                   float* __restrict__ partial, int64_t rows, int64_t cols, float offset, bool llama) {
+                   const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
+                   int64_t ds_out_stride, T* dx, int64_t dx_stride, float* __restrict__ partial, int64_t rows,
+                   int64_t cols, float offset, bool llama) {
   extern __shared__ float dw_smem[];  // [TY][MAXV][VEC][TX] when partial != nullptr
   __shared__ float scratch[kGroupScratch];
   const int tx = threadIdx.x, TX = blockDim.x;
@@ -226,12 +246,20 @@ __global__ void __launch_bounds__(BIG ? 1024 : 512, DW_SMEM ? (BIG ? 1 : 2) : 1)
       if (v < nvec) {
         float wf[VEC];
         load_weight<WT, VEC>(w, v * VEC, offset, wf);
+        float d[VEC];
+        if constexpr (DS) {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) d[j] = 0.f;
+          add_ds_out<T, VEC>(d, ds_out + row * ds_out_stride + v * VEC);
+        }
         Vec<T, VEC> out;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           const float xf = to_float<T>(xv[i].v[j]);
           const float g = to_float<OT>(gv[i].v[j]);
-          out.v[j] = from_float<T>(r * g * wf[j] - c * xf);
+          float o = r * g * wf[j] - c * xf;
+          if constexpr (DS) o += d[j];
+          out.v[j] = from_float<T>(o);
           if constexpr (DW_SMEM) {
             if (partial) my_dw[(i * VEC + j) * TX + tx] += g * normed<T>(xf, r, llama);
           } else {
@@ -279,8 +307,8 @@ __global__ void __launch_bounds__(BIG ? 1024 : 512, DW_SMEM ? (BIG ? 1 : 2) : 1)
 template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(512)
     rms_bwd_dx_generic(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
-                       const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
-                       int64_t cols, float offset) {
+                       const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
+                       int64_t ds_out_stride, T* dx, int64_t dx_stride, int64_t cols, float offset) {
   __shared__ float scratch[kGroupScratch];
   const int64_t row = blockIdx.x;
   const int64_t nvec = cols / VEC;
@@ -304,10 +332,14 @@ __global__ void __launch_bounds__(512)
     const Vec<OT, VEC> gv = load_vec<OT, VEC>(gr + v * VEC);
     float wf[VEC];
     load_weight<WT, VEC>(w, v * VEC, offset, wf);
+    float d[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) d[j] = 0.f;
+    add_ds_out<T, VEC>(d, ds_out ? ds_out + row * ds_out_stride + v * VEC : nullptr);
     Vec<T, VEC> out;
 #pragma unroll
     for (int j = 0; j < VEC; ++j)
-      out.v[j] = from_float<T>(r * to_float<OT>(gv.v[j]) * wf[j] - c * to_float<T>(xv.v[j]));
+      out.v[j] = from_float<T>(r * to_float<OT>(gv.v[j]) * wf[j] - c * to_float<T>(xv.v[j]) + d[j]);
     store_vec<T, VEC>(dr + v * VEC, out);
   }
 }
@@ -336,75 +368,8 @@ __global__ void __launch_bounds__(256)
   for (int j = 0; j < VEC; ++j) out[j] = acc[j];
 }
 
-// dw[c] = sum_g partial[g][c] in a fixed order: 32 columns per block, the
-// blockDim.y threads of a column each sum a strided slice, then a fixed tree.
-template <typename WT>
-__global__ void __launch_bounds__(512)
-    reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols, WT* __restrict__ dw) {
-  __shared__ float s[16][33];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
-  float acc = 0.f;
-  if (c < cols)
-    for (int64_t g = threadIdx.y; g < groups; g += blockDim.y) acc += partial[g * cols + c];
-  s[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  for (int h = blockDim.y / 2; h > 0; h >>= 1) {
-    if (static_cast<int>(threadIdx.y) < h) s[threadIdx.y][threadIdx.x] += s[threadIdx.y + h][threadIdx.x];
-    __syncthreads();
-  }
-  if (threadIdx.y == 0 && c < cols) dw[c] = from_float<WT>(s[0][threadIdx.x]);
-}
-
 // ---------------------------------------------------------------------------
 // Host-side planning.
-
-struct Plan {
-  bool cached = false;
-  int vec = 1, tx = 32, ty = 1;
-  bool stash = false;     // forward generic: row stashed in shared memory
-  bool dw_smem = false;   // backward cached: dW partials in shared memory
-  int64_t grid = 0;       // backward: persistent blocks (cached) or row splits (generic)
-  int64_t ws_floats = 0;  // backward workspace
-};
-
-int next_pow2(int64_t n) {
-  int p = 32;
-  while (p < n) p <<= 1;
-  return p;
-}
-
-// Chooses the cached layout: TX (power of two >= 32) threads per row, MAXV
-// vectors per thread, TY rows per block.
-bool pick_cached(int64_t nvec, Plan& p) {
-  const int64_t tx = next_pow2((nvec + kMaxV - 1) / kMaxV);
-  if (tx > 1024) return false;
-  p.cached = true;
-  p.tx = static_cast<int>(tx);
-  p.ty = std::max(1, 256 / p.tx);
-  return true;
-}
-
-// True when every row of every operand starts on a whole vector of `vec`
-// elements: widths and row strides divisible by vec, and each base pointer
-// aligned to vec elements of its own type (given with it, in bytes).
-bool all_aligned(int vec, int64_t cols, std::initializer_list<int64_t> strides,
-                 std::initializer_list<std::pair<const void*, int>> ptrs) {
-  if (cols % vec != 0) return false;
-  for (int64_t s : strides)
-    if (s % vec != 0) return false;
-  for (const auto& q : ptrs)
-    if (q.first && !is_aligned(q.first, vec * q.second)) return false;
-  return true;
-}
-
-#define LIGER_DISPATCH_VEC(vec, VEC_FULL, ...) \
-  if ((vec) == 1) {                            \
-    constexpr int VEC = 1;                     \
-    __VA_ARGS__                                \
-  } else {                                     \
-    constexpr int VEC = VEC_FULL;              \
-    __VA_ARGS__                                \
-  }
 
 template <typename F>
 cudaError_t dispatch_types(DType xd, DType wd, DType yd, F&& f) {
@@ -424,12 +389,6 @@ cudaError_t dispatch_types(DType xd, DType wd, DType yd, F&& f) {
   });
 }
 
-int sm_blocks(const void* kernel, int threads, size_t smem) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) n = 1;
-  return std::max(n, 1);
-}
-
 // Where the cached backward keeps its dW partials. Registers cannot hold them
 // for 1024-thread rows (64 registers a thread); otherwise registers are the
 // default (measured faster at hidden 2K-16K on the H200).
@@ -446,27 +405,34 @@ size_t bwd_smem_bytes(const Plan& p, bool want_dw) {
   return p.dw_smem ? region * p.ty : region;
 }
 
-template <typename T, typename WT, typename OT>
+template <typename T, typename WT, typename OT, bool DS>
 auto bwd_kernel(const Plan& p) {
   constexpr int full = 16 / sizeof(T);
-  if (p.tx == 1024) return &rms_bwd_cached<T, WT, OT, full, kMaxV, true, true>;
-  return p.dw_smem ? &rms_bwd_cached<T, WT, OT, full, kMaxV, true, false>
-                   : &rms_bwd_cached<T, WT, OT, full, kMaxV, false, false>;
+  if (p.tx == 1024) return &rms_bwd_cached<T, WT, OT, full, kMaxV, true, true, DS>;
+  return p.dw_smem ? &rms_bwd_cached<T, WT, OT, full, kMaxV, true, false, DS>
+                   : &rms_bwd_cached<T, WT, OT, full, kMaxV, false, false, DS>;
+}
+
+// The cached backward kernel for p, with the FusedAddRMSNorm ds_out path (DS)
+// when the call has a residual gradient.
+template <typename T, typename WT, typename OT>
+auto bwd_kernel(const Plan& p, bool ds) {
+  return ds ? bwd_kernel<T, WT, OT, true>(p) : bwd_kernel<T, WT, OT, false>(p);
 }
 
 template <typename T, typename WT, typename OT>
 Plan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
   Plan p;
   const int full = 16 / static_cast<int>(sizeof(T));
-  const bool aligned =
-      all_aligned(full, a.cols, {a.x_row_stride, a.dy_row_stride, a.dx_row_stride},
-                  {{a.x, sizeof(T)}, {a.dy, sizeof(OT)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)}});
+  const bool aligned = all_aligned(
+      full, a.cols, {a.x_row_stride, a.dy_row_stride, a.dx_row_stride, a.ds_out ? a.ds_out_row_stride : 0},
+      {{a.x, sizeof(T)}, {a.dy, sizeof(OT)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)}, {a.ds_out, sizeof(T)}});
   p.vec = aligned ? full : 1;
   const bool want_dw = a.dw != nullptr;
   if (aligned && pick_cached(a.cols / p.vec, p)) {
     p.dw_smem = bwd_dw_in_smem(p.tx);
     const size_t smem = bwd_smem_bytes(p, want_dw);
-    auto* kern = bwd_kernel<T, WT, OT>(p);
+    auto* kern = bwd_kernel<T, WT, OT>(p, a.ds_out != nullptr);
     // Above 48 KiB a kernel must opt in to dynamic shared memory; occupancy
     // below is computed against that limit.
     if (smem > 48 * 1024)
@@ -500,31 +466,44 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
     const WT* w = static_cast<const WT*>(a.w);
     OT* y = static_cast<OT*>(a.y);
     constexpr int full = 16 / sizeof(T);
-    const bool aligned =
-        all_aligned(full, a.cols, {a.x_row_stride}, {{a.x, sizeof(T)}, {a.y, sizeof(OT)}, {a.w, sizeof(WT)}});
-    Plan p;
-    if (aligned && pick_cached(a.cols / full, p)) {
-      const dim3 block(p.tx, p.ty);
-      const int64_t grid = ceil_div(a.rows, p.ty);
-      rms_fwd_cached<T, WT, OT, full, kMaxV><<<grid, block, 0, stream>>>(
-          x, a.x_row_stride, w, y, a.rstd, a.rows, a.cols, a.eps, a.offset, llama);
+    const T* res = static_cast<const T*>(a.res);
+    T* sum = static_cast<T*>(a.s);
+    const bool add = res != nullptr;
+    const bool aligned = all_aligned(
+        full, a.cols, {a.x_row_stride, add ? a.res_row_stride : 0},
+        {{a.x, sizeof(T)}, {a.y, sizeof(OT)}, {a.w, sizeof(WT)}, {a.res, sizeof(T)}, {a.s, sizeof(T)}});
+    auto launch = [&](auto add_c) {
+      constexpr bool ADD = decltype(add_c)::value;
+      Plan p;
+      if (aligned && pick_cached(a.cols / full, p)) {
+        const dim3 block(p.tx, p.ty);
+        const int64_t grid = ceil_div(a.rows, p.ty);
+        rms_fwd_cached<T, WT, OT, full, kMaxV, ADD>
+            <<<grid, block, 0, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd, a.rows,
+                                         a.cols, a.eps, a.offset, llama);
+      } else {
+        const int vec = aligned ? full : 1;
+        const int64_t row_bytes = a.cols * static_cast<int64_t>(sizeof(T));
+        const bool stash = row_bytes <= kMaxStashBytes;
+        const size_t smem = stash ? static_cast<size_t>(row_bytes) : 0;
+        LIGER_DISPATCH_VEC(vec, full, {
+          if (stash) {
+            auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true, ADD>;
+            if (smem > 48 * 1024)
+              cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+            kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
+                                                 a.cols, a.eps, a.offset, llama);
+          } else {
+            rms_fwd_generic<T, WT, OT, VEC, false, ADD><<<a.rows, 1024, 0, stream>>>(
+                x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
+          }
+        })
+      }
+    };
+    if (add) {
+      launch(std::true_type{});
     } else {
-      const int vec = aligned ? full : 1;
-      const int64_t row_bytes = a.cols * static_cast<int64_t>(sizeof(T));
-      const bool stash = row_bytes <= kMaxStashBytes;
-      const size_t smem = stash ? static_cast<size_t>(row_bytes) : 0;
-      LIGER_DISPATCH_VEC(vec, full, {
-        if (stash) {
-          auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true>;
-          if (smem > 48 * 1024)
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-          kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset,
-                                               llama);
-        } else {
-          rms_fwd_generic<T, WT, OT, VEC, false>
-              <<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
-        }
-      })
+      launch(std::false_type{});
     }
     return cudaGetLastError();
   });
@@ -557,14 +536,15 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     const T* x = static_cast<const T*>(a.x);
     const WT* w = static_cast<const WT*>(a.w);
     T* dx = static_cast<T*>(a.dx);
+    const T* ds_out = static_cast<const T*>(a.ds_out);
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
     if (p.cached) {
       const dim3 block(p.tx, p.ty);
       const size_t smem = bwd_smem_bytes(p, partial != nullptr);
-      bwd_kernel<T, WT, OT>(p)<<<p.grid, block, smem, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w,
-                                                                a.rstd, dx, a.dx_row_stride, partial, a.rows,
-                                                                a.cols, a.offset, llama);
+      bwd_kernel<T, WT, OT>(p, ds_out != nullptr)<<<p.grid, block, smem, stream>>>(
+          dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx, a.dx_row_stride,
+          partial, a.rows, a.cols, a.offset, llama);
     } else {
       LIGER_DISPATCH_VEC(p.vec, full, {
         if (partial) {  // dW first: an in-place dx below overwrites dy
@@ -572,8 +552,9 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
           rms_bwd_dw_generic<T, OT, VEC><<<grid, 256, 0, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride,
                                                                    a.rstd, partial, a.rows, a.cols, llama);
         }
-        rms_bwd_dx_generic<T, WT, OT, VEC><<<a.rows, 512, 0, stream>>>(
-            dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, a.cols, a.offset);
+        rms_bwd_dx_generic<T, WT, OT, VEC><<<a.rows, 512, 0, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride,
+                                                                       w, a.rstd, ds_out, a.ds_out_row_stride,
+                                                                       dx, a.dx_row_stride, a.cols, a.offset);
       })
     }
     if (partial) {

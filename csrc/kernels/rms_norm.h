@@ -7,6 +7,9 @@
 // Backward, with m = dy * (w + offset):
 //   dx = rstd * m - rstd^3 * x * mean(m * x)
 //   dw = sum_rows dy * xn, xn = x * rstd (rounded to x's dtype in llama mode)
+// FusedAddRMSNorm uses the same entry points: with `res` set, the forward
+// normalises s = round_to_x_dtype(x + res) and writes s; with `ds_out` set,
+// the backward (called with s as x) adds ds_out to dx (dx = ds).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,6 +26,9 @@ enum class RmsCasting : int { kLlama = 0, kGemma = 1, kNone = 2 };
 struct RmsNormFwdArgs {
   const void* x;  // [rows, cols], row stride x_row_stride, unit column stride
   int64_t x_row_stride;
+  const void* res;  // FusedAddRMSNorm: residual [rows, cols] of x_dtype, or nullptr
+  int64_t res_row_stride;
+  void* s;        // FusedAddRMSNorm: x + res [rows, cols] of x_dtype, contiguous
   const void* w;  // [cols] or nullptr (no affine weight)
   void* y;        // [rows, cols], contiguous
   float* rstd;    // [rows]
@@ -37,9 +43,11 @@ struct RmsNormBwdArgs {
   int64_t dy_row_stride;
   const void* x;
   int64_t x_row_stride;
-  const void* w;      // [cols] or nullptr
-  const float* rstd;  // [rows]
-  void* dx;           // [rows, cols] of x_dtype; may alias dy (in place)
+  const void* w;       // [cols] or nullptr
+  const float* rstd;   // [rows]
+  const void* ds_out;  // FusedAddRMSNorm: gradient into s [rows, cols] of x_dtype, or nullptr
+  int64_t ds_out_row_stride;
+  void* dx;  // [rows, cols] of x_dtype; may alias dy (in place)
   int64_t dx_row_stride;
   void* dw;          // [cols] of w_dtype, or nullptr when dW is not wanted
   float* workspace;  // rms_norm_bwd_workspace_floats() floats

@@ -1,6 +1,8 @@
 """Fake (meta) and autograd registrations of the torch.ops.liger operators, and the
 functional entry points that call them."""
 
+from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm  # noqa: F401
 from liger_cpp.ops.geglu import geglu  # noqa: F401
+from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm  # noqa: F401
 from liger_cpp.ops.swiglu import swiglu  # noqa: F401

@@ -4,7 +4,9 @@ from typing import Optional
 
 from torch import Tensor
 
+from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm as _fused_add_rms_norm
 from liger_cpp.ops.geglu import geglu as _geglu
+from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
 from liger_cpp.ops.rms_norm import rms_norm as _rms_norm
 from liger_cpp.ops.swiglu import swiglu as _swiglu
 
@@ -31,4 +33,28 @@ def liger_geglu(a: Tensor, b: Tensor, approximate: str = "tanh", in_place: bool 
     return _geglu(a, b, approximate=approximate, in_place=in_place)
 
 
-__all__ = ["liger_geglu", "liger_rms_norm", "liger_swiglu"]
+def liger_fused_add_rms_norm(
+    X: Tensor,
+    R: Tensor,
+    W: Optional[Tensor],
+    eps: float,
+    offset: float = 0.0,
+    casting_mode: str = "llama",
+    in_place: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """(RMSNorm(X + R), X + R) (see ``liger_cpp.ops.fused_add_rms_norm``)."""
+    return _fused_add_rms_norm(X, R, W, eps, offset=offset, casting_mode=casting_mode, in_place=in_place)
+
+
+def liger_layer_norm(X: Tensor, W: Optional[Tensor], B: Optional[Tensor], eps: float) -> Tensor:
+    """LayerNorm over the last dimension (see ``liger_cpp.ops.layer_norm``)."""
+    return _layer_norm(X, W, B, eps)
+
+
+__all__ = [
+    "liger_fused_add_rms_norm",
+    "liger_geglu",
+    "liger_layer_norm",
+    "liger_rms_norm",
+    "liger_swiglu",
+]

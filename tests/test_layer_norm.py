@@ -1,0 +1,215 @@
+"""LayerNorm: forward and backward against nn.LayerNorm's formula in float64, W/B optional,
+every dtype, odd shapes, strided rows, opcheck, torch.compile, gradcheck, errors, determinism."""
+
+import pytest
+import torch
+from conftest import CUDA_OK, DEVICES
+from reference import layer_norm_ref
+from utils import assert_close_to_ref
+
+import liger_cpp  # noqa: F401
+from liger_cpp.ops.layer_norm import layer_norm
+from liger_cpp.transformers import LigerLayerNorm, liger_layer_norm
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+SHAPES = [(1, 769), (7, 8), (5, 123, 123), (17, 4096), (3, 5125), (2, 1, 2048)]
+CUDA_SHAPES = [(1, 65536), (3, 32768), (40, 16384), (2, 262144), (4, 100003), (300, 1024), (4096, 64)]
+
+
+def _param(kind, n, dtype, device, base):
+    if kind is None:
+        return None
+    pdt = dtype if kind == "same" else torch.float32
+    return (base + 0.2 * torch.randn(n)).to(device=device, dtype=pdt).requires_grad_(True)
+
+
+def _run_case(shape, dtype, wkind, bkind, device, strided=False):
+    n = shape[-1]
+    if strided:
+        big = torch.randn(*shape[:-1], n + 24, device=device, dtype=dtype)
+        x = big[..., 3 : 3 + n]
+        assert not x.is_contiguous()
+    else:
+        x = torch.randn(*shape, device=device, dtype=dtype)
+    x = (x * 2.0 + 0.5).detach().requires_grad_(True)  # non-zero mean
+    w = _param(wkind, n, dtype, device, 1.0)
+    b = _param(bkind, n, dtype, device, 0.0)
+    eps = 1e-6
+    y = layer_norm(x, w, b, eps)
+    dy = torch.randn_like(y) * 1.5
+    y.backward(dy)
+
+    def ref(xx, ww, bb):
+        yy = layer_norm_ref(xx, ww, bb, eps)
+        yy.backward(dy.to(yy.dtype))
+        return yy
+
+    def clone(t, f):
+        return f(t.detach()).requires_grad_(True) if t is not None else None
+
+    x64, w64, b64 = (clone(t, lambda u: u.double()) for t in (x, w, b))
+    y64 = ref(x64, w64, b64)
+    xlo, wlo, blo = (clone(t, lambda u: u.clone()) for t in (x, w, b))
+    ylo = ref(xlo, wlo, blo)
+    assert y.dtype == x.dtype
+    assert_close_to_ref(y, y64, ylo, "Y")
+    assert_close_to_ref(x.grad, x64.grad, xlo.grad, "dX")
+    if w is not None:
+        assert w.grad.dtype == w.dtype
+        assert_close_to_ref(w.grad, w64.grad, wlo.grad, "dW")
+    if b is not None:
+        assert b.grad.dtype == b.dtype
+        assert_close_to_ref(b.grad, b64.grad, blo.grad, "dB")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "wkind,bkind", [(None, None), ("same", "same"), ("fp32", "fp32"), ("same", None), (None, "same")]
+)
+def test_forward_backward(device, shape, dtype, wkind, bkind):
+    _run_case(shape, dtype, wkind, bkind, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_rows(device, dtype):
+    _run_case((9, 1000), dtype, "same", "same", device, strided=True)
+    _run_case((4, 6, 4096), dtype, "fp32", "fp32", device, strided=True)
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("shape", CUDA_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("wkind,bkind", [("same", "same"), ("fp32", None), (None, None)])
+def test_cuda_wide_and_tall(shape, dtype, wkind, bkind):
+    _run_case(shape, dtype, wkind, bkind, device="cuda")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_mean_is_stable(device):
+    # Two-pass variance: a large offset must not destroy the variance (E[x^2]-E[x]^2 would).
+    x = (1000.0 + torch.randn(8, 2048, device=device)).requires_grad_(True)
+    y = layer_norm(x, None, None, 1e-6)
+    ref = layer_norm_ref(x.detach().double(), None, None, 1e-6)
+    assert (y.double() - ref).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dw_db_deterministic(device):
+    x = torch.randn(3000, 512, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(512, device=device, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(512, device=device, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(3000, 512, device=device, dtype=torch.bfloat16)
+    grads = []
+    for _ in range(3):
+        x.grad = w.grad = b.grad = None
+        layer_norm(x, w, b, 1e-6).backward(dy)
+        grads.append((x.grad.clone(), w.grad.clone(), b.grad.clone()))
+    for g in grads[1:]:
+        assert all(torch.equal(a, c) for a, c in zip(g, grads[0]))
+
+
+def test_gradcheck_float64_cpu():
+    x = torch.randn(4, 7, 13, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(13, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(13, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, c, d: layer_norm(a, c, d, 1e-5), (x, w, b))
+    assert torch.autograd.gradcheck(lambda a: layer_norm(a, None, None, 1e-5), (x,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(device, dtype):
+    x = torch.randn(5, 3, 96, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(96, device=device, dtype=dtype, requires_grad=True)
+    b = torch.randn(96, device=device, dtype=dtype, requires_grad=True)
+    w32 = torch.randn(96, device=device, dtype=torch.float32, requires_grad=True)
+    for args in [(x, w, b, 1e-6), (x, None, None, 1e-5), (x, w32, None, 1e-6), (x, None, b, 1e-6)]:
+        torch.library.opcheck(torch.ops.liger.layer_norm_fwd, args)
+    y, mean, rstd = torch.ops.liger.layer_norm_fwd(x, w, b, 1e-6)
+    dy = torch.randn_like(y)
+    for ww, cdw, cdb in [(w.detach(), True, True), (None, False, True), (w.detach(), True, False)]:
+        torch.library.opcheck(torch.ops.liger.layer_norm_bwd, (dy, x.detach(), ww, mean, rstd, cdw, cdb))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+    mod = LigerLayerNorm(256, eps=1e-5, bias=True).to(device)
+
+    def f(x):
+        return mod(x * 2.0).square().sum()
+
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    x = torch.randn(4, 9, 256, device=device, requires_grad=True)
+    cf(x).backward()
+    gx, gw, gb = x.grad.clone(), mod.weight.grad.clone(), mod.bias.grad.clone()
+    x.grad = mod.weight.grad = mod.bias.grad = None
+    f(x).backward()
+    torch.testing.assert_close(gx, x.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw, mod.weight.grad, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(gb, mod.bias.grad, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_module_matches_nn_layer_norm(device):
+    m = LigerLayerNorm(64, eps=1e-5, bias=True).to(device)
+    assert m.weight.shape == m.bias.shape == (64,) and m.variance_epsilon == 1e-5
+    x = torch.randn(3, 11, 64, device=device)
+    ref = torch.nn.functional.layer_norm(x, (64,), m.weight, m.bias, 1e-5)
+    torch.testing.assert_close(m(x), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        liger_layer_norm(x, None, None, 1e-5),
+        torch.nn.functional.layer_norm(x, (64,), eps=1e-5),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_rows(device):
+    x = torch.randn(0, 64, device=device, requires_grad=True)
+    w = torch.ones(64, device=device, requires_grad=True)
+    b = torch.zeros(64, device=device, requires_grad=True)
+    y = layer_norm(x, w, b, 1e-6)
+    assert y.shape == (0, 64)
+    y.sum().backward()
+    assert torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros_like(b))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs_name_the_argument(device):
+    x = torch.randn(4, 64, device=device)
+    with pytest.raises(RuntimeError, match="'W'.*shape"):
+        layer_norm(x, torch.ones(63, device=device), None, 1e-6)
+    with pytest.raises(RuntimeError, match="'B'.*shape"):
+        layer_norm(x, None, torch.ones(63, device=device), 1e-6)
+    with pytest.raises(RuntimeError, match="'B'.*W's dtype"):
+        layer_norm(
+            x.bfloat16(),
+            torch.ones(64, device=device),
+            torch.ones(64, device=device, dtype=torch.bfloat16),
+            1e-6,
+        )
+    with pytest.raises(RuntimeError, match="'B'.*dtype"):
+        layer_norm(x.half(), None, torch.ones(64, device=device, dtype=torch.bfloat16), 1e-6)
+    with pytest.raises(RuntimeError, match="'X'.*empty last dimension"):
+        layer_norm(torch.randn(4, 0, device=device), None, None, 1e-6)
+    with pytest.raises(RuntimeError, match="'X'.*expected float32"):
+        layer_norm(torch.ones(4, 8, device=device, dtype=torch.int32), None, None, 1e-6)
+    y, mean, rstd = torch.ops.liger.layer_norm_fwd(x, None, None, 1e-6)
+    with pytest.raises(RuntimeError, match="'dY'.*shape"):
+        torch.ops.liger.layer_norm_bwd(torch.randn(4, 65, device=device), x, None, mean, rstd, True, True)
+    with pytest.raises(RuntimeError, match="'MEAN'"):
+        torch.ops.liger.layer_norm_bwd(y, x, None, mean[:2], rstd, True, True)
+    with pytest.raises(RuntimeError, match="'RSTD'"):
+        torch.ops.liger.layer_norm_bwd(y, x, None, mean, rstd.double(), True, True)
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+def test_mismatched_devices():
+    x = torch.randn(4, 64, device="cuda")
+    with pytest.raises(RuntimeError, match="'B'.*device"):
+        layer_norm(x, None, torch.ones(64), 1e-6)
