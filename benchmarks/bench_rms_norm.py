@@ -106,8 +106,9 @@ FIRST_CALL = textwrap.dedent(
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.ones(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
-    # torch's own first backward imports sympy (~1 s): pay it before timing, for every stack alike
-    (x.float() * 2).sum().backward(); x.grad = None; torch.cuda.synchronize()
+    # torch's own first backward with an explicit gradient imports sympy (~1.2 s, in
+    # autograd's _make_grads): pay it before timing, for every stack alike
+    z = x.float() * 2; z.backward(torch.ones_like(z)); x.grad = None; torch.cuda.synchronize()
     {imp}
     def once():
         t0 = time.perf_counter(); y = f(x, w); torch.cuda.synchronize(); t1 = time.perf_counter()
