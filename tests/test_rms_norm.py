@@ -250,3 +250,18 @@ def test_mismatched_devices():
     x = torch.randn(4, 64, device="cuda")
     with pytest.raises(RuntimeError, match="'W'.*device"):
         rms_norm(x, torch.ones(64), 1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_default_is_safe_in_a_residual(device):
+    # h + norm(h): autograd hands the same gradient tensor to both branches, so a backward that
+    # wrote dX into it would corrupt the residual's gradient. The default must be exact.
+    x = torch.randn(4, 64, device=device, requires_grad=True)
+    g = torch.randn(4, 64, device=device)
+    h = x * 1.0
+    (h + LigerRMSNorm(64, eps=1e-6).to(device).requires_grad_(False)(h)).backward(g)
+    x_ref = x.detach().clone().requires_grad_(True)
+    h_ref = x_ref * 1.0
+    (h_ref + rms_norm_ref(h_ref, torch.ones(64, device=device), 1e-6)).backward(g)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-5)
+    assert LigerRMSNorm(8).in_place is False

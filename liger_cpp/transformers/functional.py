@@ -17,7 +17,7 @@ def liger_rms_norm(
     eps: float,
     offset: float = 0.0,
     casting_mode: str = "llama",
-    in_place: bool = True,
+    in_place: bool = False,
 ) -> Tensor:
     """RMSNorm over the last dimension (see ``liger_cpp.ops.rms_norm``)."""
     return _rms_norm(X, W, eps, offset=offset, casting_mode=casting_mode, in_place=in_place)

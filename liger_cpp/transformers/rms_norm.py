@@ -8,6 +8,14 @@ from liger_cpp.ops.rms_norm import CASTING_MODES, rms_norm
 
 
 class LigerRMSNorm(nn.Module):
+    """RMSNorm with Liger-Kernel's constructor.
+
+    Unlike Liger, `in_place` defaults to False: writing dX into the incoming gradient corrupts
+    the gradient wherever that tensor also flows elsewhere (any `h + norm(h)` residual, Gemma 2's
+    sandwich norms), and autograd cannot detect it. Pass `in_place=True` only for pre-norm
+    layouts whose norm output feeds a single op (Llama's).
+    """
+
     def __init__(
         self,
         hidden_size: int,
@@ -15,7 +23,7 @@ class LigerRMSNorm(nn.Module):
         offset: float = 0.0,
         casting_mode: str = "llama",
         init_fn: str = "ones",
-        in_place: bool = True,
+        in_place: bool = False,
         elementwise_affine: bool = True,
     ):
         super().__init__()
