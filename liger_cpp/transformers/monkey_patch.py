@@ -248,7 +248,12 @@ def _decoder(model):
 
 def _patch_instance(model_type: str, model, rms_norm: bool, mlp: bool) -> None:
     spec = _SPECS[model_type]
-    config = model.config
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "hidden_size"):
+        raise ValueError(
+            f"liger_cpp: expected a transformers {model_type} model (with .config and decoder `layers`), "
+            f"got {type(model).__name__}"
+        )
     inner, layers = _decoder(model)
     experts_cls = _experts_class(_import(spec), spec.mlp) if spec.mlp_kind == "experts" else None
     todo = []  # every check first, then every change: never a half-patched model
