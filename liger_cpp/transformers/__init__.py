@@ -1,4 +1,6 @@
-"""Liger-Kernel-compatible modules and functional API (``liger_kernel.transformers``)."""
+"""Liger-Kernel-compatible modules, functional API and Hugging Face patching
+(``liger_kernel.transformers``). The transformers integration (apply_liger_kernel_to_*,
+AutoLigerKernelForCausalLM) needs the `transformers` package; it is imported lazily."""
 
 from liger_cpp.transformers.functional import (  # noqa: F401
     liger_fused_add_rms_norm,
@@ -10,20 +12,52 @@ from liger_cpp.transformers.functional import (  # noqa: F401
 from liger_cpp.transformers.fused_add_rms_norm import LigerFusedAddRMSNorm  # noqa: F401
 from liger_cpp.transformers.geglu import LigerGEGLUMLP  # noqa: F401
 from liger_cpp.transformers.layer_norm import LigerLayerNorm  # noqa: F401
+from liger_cpp.transformers.monkey_patch import (  # noqa: F401
+    MODEL_TYPE_TO_APPLY_LIGER_FN,
+    _apply_liger_kernel,
+    _apply_liger_kernel_to_instance,
+    apply_liger_kernel_to_gemma,
+    apply_liger_kernel_to_gemma2,
+    apply_liger_kernel_to_gemma3_text,
+    apply_liger_kernel_to_granite,
+    apply_liger_kernel_to_llama,
+    apply_liger_kernel_to_mistral,
+    apply_liger_kernel_to_mixtral,
+    apply_liger_kernel_to_olmo2,
+    apply_liger_kernel_to_phi3,
+    apply_liger_kernel_to_qwen2,
+    apply_liger_kernel_to_qwen3,
+    revert_liger_kernel,
+)
 from liger_cpp.transformers.rms_norm import (  # noqa: F401
     LigerRMSNorm,
     LigerRMSNormForGemma,
     LigerRMSNormForGemma2,
     LigerRMSNormForGemma3,
+    LigerRMSNormForOlmo2,
 )
 from liger_cpp.transformers.swiglu import (  # noqa: F401
     LigerBlockSparseTop2MLP,
+    LigerExpertsSwiGLUMixin,
     LigerPhi3SwiGLUMLP,
     LigerSwiGLUMLP,
 )
 
+
+def __getattr__(name):
+    # AutoLigerKernelForCausalLM imports transformers; keep `import liger_cpp.transformers` light.
+    if name == "AutoLigerKernelForCausalLM":
+        from liger_cpp.transformers.auto_model import AutoLigerKernelForCausalLM
+
+        return AutoLigerKernelForCausalLM
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "MODEL_TYPE_TO_APPLY_LIGER_FN",
+    "AutoLigerKernelForCausalLM",
     "LigerBlockSparseTop2MLP",
+    "LigerExpertsSwiGLUMixin",
     "LigerFusedAddRMSNorm",
     "LigerGEGLUMLP",
     "LigerLayerNorm",
@@ -32,10 +66,25 @@ __all__ = [
     "LigerRMSNormForGemma",
     "LigerRMSNormForGemma2",
     "LigerRMSNormForGemma3",
+    "LigerRMSNormForOlmo2",
     "LigerSwiGLUMLP",
+    "_apply_liger_kernel",
+    "_apply_liger_kernel_to_instance",
+    "apply_liger_kernel_to_gemma",
+    "apply_liger_kernel_to_gemma2",
+    "apply_liger_kernel_to_gemma3_text",
+    "apply_liger_kernel_to_granite",
+    "apply_liger_kernel_to_llama",
+    "apply_liger_kernel_to_mistral",
+    "apply_liger_kernel_to_mixtral",
+    "apply_liger_kernel_to_olmo2",
+    "apply_liger_kernel_to_phi3",
+    "apply_liger_kernel_to_qwen2",
+    "apply_liger_kernel_to_qwen3",
     "liger_fused_add_rms_norm",
     "liger_geglu",
     "liger_layer_norm",
     "liger_rms_norm",
     "liger_swiglu",
+    "revert_liger_kernel",
 ]

@@ -81,4 +81,19 @@ class LigerRMSNormForGemma2(LigerRMSNormForGemma):
         super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)
 
 
-LigerRMSNormForGemma3 = LigerRMSNormForGemma2
+class LigerRMSNormForGemma3(LigerRMSNorm):
+    """Gemma 3's RMSNorm (HF builds it as ``Gemma3RMSNorm(dim=..., eps=...)``): Gemma's offset 1.0,
+    fp32 casting and zeros init, never in place (sandwich norms share their gradient)."""
+
+    def __init__(self, dim, eps=1e-6, offset=1.0, casting_mode="gemma", init_fn="zeros", in_place=False):
+        super().__init__(dim, eps, offset, casting_mode, init_fn, in_place)
+
+
+class LigerRMSNormForOlmo2(LigerRMSNorm):
+    """OLMo 2's RMSNorm: Llama casting, never in place (its post-norms feed the residual add, so
+    the incoming gradient is shared with the residual)."""
+
+    def __init__(
+        self, hidden_size, eps=1e-6, offset=0.0, casting_mode="llama", init_fn="ones", in_place=False
+    ):
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)

@@ -1,6 +1,7 @@
 """SwiGLU MLP modules, drop-in for HF's LlamaMLP, Phi3MLP and MixtralBlockSparseTop2MLP (same
 parameter names, so state dicts load unchanged), with liger_cpp's fused silu(a) * b."""
 
+import torch
 from torch import nn
 
 from liger_cpp.ops.swiglu import swiglu
@@ -17,7 +18,8 @@ def _check_act(config, attr="hidden_act"):
 
 
 class LigerSwiGLUMLP(nn.Module):
-    """down_proj(silu(gate_proj(x)) * up_proj(x)) (HF LlamaMLP, bias=False).
+    """down_proj(silu(gate_proj(x)) * up_proj(x)) (HF LlamaMLP; biases when config.mlp_bias is
+    set, as HF's Llama/Granite MLPs do).
 
     `in_place=True` lets the backward write its gradients into the gate and up projections'
     outputs (see `liger_cpp.ops.swiglu.swiglu`)."""
@@ -28,9 +30,10 @@ class LigerSwiGLUMLP(nn.Module):
         self.config = config
         self.hidden_size = config.hidden_size
         self.intermediate_size = config.intermediate_size
-        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        bias = bool(getattr(config, "mlp_bias", False))
+        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=bias)
         self.in_place = in_place
 
     def forward(self, x):
@@ -72,3 +75,31 @@ class LigerBlockSparseTop2MLP(nn.Module):
 
     def forward(self, x):
         return self.w2(swiglu(self.w1(x), self.w3(x), in_place=self.in_place))
+
+
+class LigerExpertsSwiGLUMixin:
+    """Mixin for HF 5.x fused-expert modules (MixtralExperts: 3-D `gate_up_proj` [E, 2I, H] and
+    `down_proj` [E, H, I]). With the eager experts implementation, runs HF's per-expert loop with
+    liger_cpp's fused silu(gate) * up; any other `config._experts_implementation` (e.g. HF's default
+    "grouped_mm") keeps HF's dispatched forward unchanged."""
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        impl = getattr(getattr(self, "config", None), "_experts_implementation", None)
+        if impl not in (None, "eager"):
+            return super().forward(hidden_states, top_k_index, top_k_weights)
+        final = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1)
+            mask = mask.permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in hit:
+            expert_idx = expert_idx[0]
+            if expert_idx == self.num_experts:
+                continue
+            top_k_pos, token_idx = torch.where(mask[expert_idx])
+            state = hidden_states[token_idx]
+            gate, up = nn.functional.linear(state, self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+            out = nn.functional.linear(swiglu(gate, up), self.down_proj[expert_idx])
+            out = out * top_k_weights[token_idx, top_k_pos, None]
+            final.index_add_(0, token_idx, out.to(final.dtype))
+        return final
