@@ -2,13 +2,14 @@
 residual) -> (RMSNorm(hidden_states + residual), hidden_states + residual)."""
 
 import torch
-from torch import nn
 
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm
-from liger_cpp.ops.rms_norm import CASTING_MODES
+from liger_cpp.transformers.rms_norm import LigerRMSNorm
 
 
-class LigerFusedAddRMSNorm(nn.Module):
+class LigerFusedAddRMSNorm(LigerRMSNorm):
+    """LigerRMSNorm's parameters and checks, with the residual add fused into the forward."""
+
     def __init__(
         self,
         hidden_size: int,
@@ -18,20 +19,7 @@ class LigerFusedAddRMSNorm(nn.Module):
         init_fn: str = "ones",
         in_place: bool = False,
     ):
-        super().__init__()
-        if init_fn not in ("ones", "zeros"):
-            raise ValueError(f"liger_cpp: argument 'init_fn': expected 'ones' or 'zeros', got {init_fn!r}")
-        if casting_mode not in CASTING_MODES:
-            raise ValueError(
-                f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}"
-            )
-        self.hidden_size = hidden_size
-        init = torch.ones if init_fn == "ones" else torch.zeros
-        self.weight = nn.Parameter(init(hidden_size))
-        self.variance_epsilon = eps
-        self.offset = offset
-        self.casting_mode = casting_mode
-        self.in_place = in_place
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)
 
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor):
         return fused_add_rms_norm(

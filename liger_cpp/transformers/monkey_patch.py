@@ -513,36 +513,36 @@ def _check_flags(model_type: str, apply_fn, kwargs: dict) -> None:
         )
 
 
+def _apply_fn_for(model_type, kwargs: dict, outcome: str):
+    """The apply function for model_type after checking the flags, or None (with a warning)
+    when the type is unsupported."""
+    if not model_type or model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
+        warnings.warn(
+            f"liger_cpp: no Liger kernels for model_type {model_type!r}; {outcome}. "
+            f"Supported: {sorted(MODEL_TYPE_TO_APPLY_LIGER_FN)}",
+            UserWarning,
+            stacklevel=3,
+        )
+        return None
+    apply_fn = MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
+    _check_flags(model_type, apply_fn, kwargs)
+    return apply_fn
+
+
 def _apply_liger_kernel(model_type: str, **kwargs) -> None:
     """Class-level patching by model_type. Unsupported types warn and patch nothing; unknown flags
     are a TypeError."""
-    if not model_type or model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
-        warnings.warn(
-            f"liger_cpp: no Liger kernels for model_type {model_type!r}; nothing patched. "
-            f"Supported: {sorted(MODEL_TYPE_TO_APPLY_LIGER_FN)}",
-            UserWarning,
-            stacklevel=2,
-        )
-        return
-    apply_fn = MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
-    _check_flags(model_type, apply_fn, kwargs)
-    apply_fn(**kwargs)
+    apply_fn = _apply_fn_for(model_type, kwargs, "nothing patched")
+    if apply_fn is not None:
+        apply_fn(**kwargs)
 
 
 def _apply_liger_kernel_to_instance(model, **kwargs) -> None:
     """Instance patching of a built model, by model.config.model_type."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if not model_type or model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
-        warnings.warn(
-            f"liger_cpp: no Liger kernels for model_type {model_type!r}; model left unpatched. "
-            f"Supported: {sorted(MODEL_TYPE_TO_APPLY_LIGER_FN)}",
-            UserWarning,
-            stacklevel=2,
-        )
-        return
-    apply_fn = MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
-    _check_flags(model_type, apply_fn, kwargs)
-    apply_fn(model=model, **kwargs)
+    apply_fn = _apply_fn_for(model_type, kwargs, "model left unpatched")
+    if apply_fn is not None:
+        apply_fn(model=model, **kwargs)
 
 
 __all__ = [
