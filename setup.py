@@ -48,7 +48,11 @@ def _extensions():
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
     with_cuda, why = _cuda_available()
-    sources = ["csrc/schema.cpp", "csrc/build_info.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
+    sources = (
+        ["csrc/schema.cpp", "csrc/build_info.cpp"]
+        + sorted(glob.glob("csrc/ops/*.cpp"))
+        + sorted(glob.glob("csrc/cpu/*.cpp"))
+    )
     # torch adds -DPy_LIMITED_API (3.10) itself for py_limited_api extensions.
     cxx = ["-O3", "-std=c++17"]
     if not with_cuda:
