@@ -85,6 +85,17 @@ TORCH_LIBRARY(liger, m) {
   m.def(
       "layer_norm_bwd(Tensor dY, Tensor X, Tensor? W, Tensor MEAN, Tensor RSTD, bool compute_dw=True, "
       "bool compute_db=True) -> (Tensor dX, Tensor dW, Tensor dB)");
+
+  // ---- Internal ----
+  // The cross-entropy row step itself (csrc/host/cross_entropy_core.h), for
+  // tests and benchmarks of the kernels: per-row CE loss, z-loss and argmax
+  // (float32, float32, int64) and, with compute_grad, the gradient (logits'
+  // dtype; empty otherwise), scaled per row by ce_scale / z_scale (float32, 1
+  // or rows elements). Not part of the public API.
+  m.def(
+      "_ce_rows(Tensor logits, Tensor target, Tensor? weight, Tensor ce_scale, Tensor z_scale, "
+      "int ignore_index, float label_smoothing, float lse_square_scale, float softcap, bool compute_grad) "
+      "-> (Tensor loss, Tensor z_loss, Tensor argmax, Tensor dlogits)");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

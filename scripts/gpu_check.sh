@@ -5,6 +5,7 @@
 #   and JSON under $OUT and prints a short summary table last.
 # A Liger-Kernel wheel carried in .whl/ is installed (no deps) as the baseline.
 # Usage: bash scripts/gpu_check.sh [pytest -k expression]
+#   BENCHES="rms_norm ce_core" runs only those benchmarks (names without bench_); "none" runs none.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -30,8 +31,10 @@ test_rc=$?
 t2=$(date +%s)
 
 bench_rc=0
+selected() { [ -z "${BENCHES:-}" ] || [[ " $BENCHES " == *" ${1#bench_} "* ]]; }
 for b in benchmarks/bench_*.py; do
   name=$(basename "$b" .py)
+  selected "$name" || continue
   timeout 420 python3 "$b" --out "$OUT/$name.json" >"$OUT/$name.log" 2>&1 || { bench_rc=1; echo "$name failed"; tail -20 "$OUT/$name.log"; }
 done
 t3=$(date +%s)
@@ -42,6 +45,7 @@ grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
 echo "== build ${t1}-${t0}=$((t1 - t0)) s, tests $((t2 - t1)) s, benchmarks $((t3 - t2)) s"
 for b in benchmarks/bench_*.py; do
   name=$(basename "$b" .py)
+  selected "$name" || continue
   echo "== $name"
   sed -n '/^[A-Z].* on /,$p' "$OUT/$name.log"
 done

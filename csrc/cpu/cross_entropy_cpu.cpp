@@ -81,8 +81,8 @@ void ce_rows_impl(const CeRows& a) {
       const sum_t lse_d = seen_nan ? static_cast<sum_t>(nan) : static_cast<sum_t>(m) + std::log(s);
       const acc_t lse = static_cast<acc_t>(lse_d);
       const acc_t wy = w ? w[y] : acc_t(1);
-      const sum_t ce = static_cast<sum_t>((1 - ls) * wy) * (lse_d - x[y]) +
-                       static_cast<sum_t>(eps) * (lse_d * wsum - wx);
+      sum_t ce = static_cast<sum_t>((1 - ls) * wy) * (lse_d - x[y]);
+      if (ls != 0) ce += static_cast<sum_t>(eps) * (lse_d * wsum - wx);  // 0 * inf would be NaN
       const sum_t z = static_cast<sum_t>(lss) * lse_d * lse_d;
       loss[r] = static_cast<float>(ce);
       if (zl) zl[r] = static_cast<float>(z);

@@ -55,19 +55,19 @@ std::pair<at::Tensor, at::Tensor> ce_reduction_scales(const at::Tensor& target, 
                                                       int64_t ignore_index, Reduction reduction);
 
 struct CeRows {
-  at::Tensor logits;           // [rows, V], unit last stride (rows may be strided)
-  at::Tensor target;           // [rows] int64, logits' device
-  at::Tensor weight;           // [V] float32 or undefined
-  at::Tensor dlogits;          // [rows, V] logits' dtype, unit last stride, or undefined; may be logits
-  at::Tensor loss;             // [rows] float32, contiguous: the CE part
-  at::Tensor z_loss;           // [rows] float32 contiguous; may be undefined only when lse_square_scale == 0
-  at::Tensor argmax;           // [rows] int64 contiguous, or undefined
-  at::Tensor ce_scale;         // float32, 1 or rows elements, contiguous
-  at::Tensor z_scale;          // float32, 1 or rows elements, contiguous
+  at::Tensor logits;    // [rows, V], unit last stride (rows may be strided)
+  at::Tensor target;    // [rows] int64, logits' device
+  at::Tensor weight;    // [V] float32 or undefined
+  at::Tensor dlogits;   // [rows, V] logits' dtype, unit last stride, or undefined; may be logits
+  at::Tensor loss;      // [rows] float32, contiguous: the CE part
+  at::Tensor z_loss;    // [rows] float32 contiguous; may be undefined only when lse_square_scale == 0
+  at::Tensor argmax;    // [rows] int64 contiguous, or undefined
+  at::Tensor ce_scale;  // float32, 1 or rows elements, contiguous
+  at::Tensor z_scale;   // float32, 1 or rows elements, contiguous
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
   double lse_square_scale = 0.0;
-  double softcap = 0.0;        // 0: none
+  double softcap = 0.0;  // 0: none
 };
 
 // Runs the row step on logits' device (no argument checks beyond the device

@@ -14,14 +14,15 @@ namespace liger_cpp::kernels {
 struct CeRowsArgs {
   const void* logits;  // [rows, cols], unit column stride
   int64_t logits_row_stride;
-  const int64_t* target;  // [rows]
-  const float* weight;    // [cols] class weights, or null (all ones)
-  void* dlogits;          // [rows, cols] in logits' dtype, or null (no gradient); may equal logits
+  const int64_t* target;    // [rows]
+  const float* weight;      // [cols] class weights, or null (all ones)
+  const float* weight_sum;  // device scalar sum(weight) when weight is given
+  void* dlogits;            // [rows, cols] in logits' dtype, or null (no gradient); may equal logits
   int64_t dlogits_row_stride;
-  float* loss;             // [rows]: per-row CE loss (without z-loss), 0 for ignored rows
-  float* z_loss;           // [rows] or null (only when lse_square_scale == 0): lse_square_scale * lse^2
-  int64_t* argmax;         // [rows] or null: first index of the row's max, -1 for ignored rows
-  const float* ce_scale;   // scale of the CE part of row r's gradient: ce_scale[r * ce_scale_stride]
+  float* loss;              // [rows]: per-row CE loss (without z-loss), 0 for ignored rows
+  float* z_loss;            // [rows] or null (only when lse_square_scale == 0): lse_square_scale * lse^2
+  int64_t* argmax;          // [rows] or null: first index of the row's max, -1 for ignored rows
+  const float* ce_scale;    // scale of the CE part of row r's gradient: ce_scale[r * ce_scale_stride]
   int64_t ce_scale_stride;  // 0 (one scalar) or 1 (per row)
   const float* z_scale;     // scale of the z-loss part of the gradient, likewise
   int64_t z_scale_stride;

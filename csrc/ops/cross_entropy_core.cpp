@@ -76,3 +76,49 @@ std::pair<at::Tensor, at::Tensor> ce_reduction_scales(const at::Tensor& target, 
 }
 
 }  // namespace liger_cpp
+
+// ---- liger::_ce_rows: the row step as an op, for tests and benchmarks of the kernels themselves ----
+#include <torch/library.h>
+
+namespace liger_cpp {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> ce_rows_op(
+    const at::Tensor& logits, const at::Tensor& target, const c10::optional<at::Tensor>& weight,
+    const at::Tensor& ce_scale, const at::Tensor& z_scale, int64_t ignore_index, double label_smoothing,
+    double lse_square_scale, double softcap, bool compute_grad) {
+  LIGER_CHECK_ARG(logits.dim() == 2 && logits.stride(1) == 1, "logits",
+                  "expected a 2-D tensor with a unit last stride, got shape ", shape_str(logits));
+  LIGER_CHECK_ARG(target.dim() == 1 && target.size(0) == logits.size(0) && target.scalar_type() == at::kLong,
+                  "target", "expected int64 of shape (", logits.size(0), ",), got ", shape_str(target));
+  for (const at::Tensor* t : {&ce_scale, &z_scale})
+    LIGER_CHECK_ARG(t->scalar_type() == at::kFloat && t->is_contiguous() &&
+                        (t->numel() == 1 || t->numel() == logits.size(0)),
+                    t == &ce_scale ? "ce_scale" : "z_scale", "expected float32 with 1 or rows elements");
+  CeRows c;
+  c.logits = logits;
+  c.target = target.contiguous();
+  if (weight.has_value() && weight->defined()) c.weight = weight->to(at::kFloat).contiguous();
+  const auto f32 = logits.options().dtype(at::kFloat);
+  c.loss = at::empty({logits.size(0)}, f32);
+  c.z_loss = at::empty({logits.size(0)}, f32);
+  c.argmax = at::empty({logits.size(0)}, logits.options().dtype(at::kLong));
+  c.dlogits = compute_grad ? at::empty_like(logits, at::MemoryFormat::Contiguous) : at::Tensor();
+  c.ce_scale = ce_scale;
+  c.z_scale = z_scale;
+  c.ignore_index = ignore_index;
+  c.label_smoothing = label_smoothing;
+  c.lse_square_scale = lse_square_scale;
+  c.softcap = softcap;
+  ce_rows(c);
+  return {c.loss, c.z_loss, c.argmax, compute_grad ? c.dlogits : at::empty({0}, logits.options())};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(liger, CPU, m) { m.impl("_ce_rows", &ce_rows_op); }
+#ifdef LIGER_CPP_WITH_CUDA
+TORCH_LIBRARY_IMPL(liger, CUDA, m) { m.impl("_ce_rows", &ce_rows_op); }
+#endif
+
+}  // namespace liger_cpp

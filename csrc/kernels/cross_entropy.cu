@@ -1,0 +1,421 @@
+// Cross-entropy row kernels (math: csrc/host/cross_entropy_core.h).
+//
+// The gradient of a row needs the row's log-sum-exp, which needs the whole row:
+// a plain kernel reads each row twice (statistics, then gradient) and writes it
+// once, so it cannot pass 2/3 of the copy bandwidth counted as one read and one
+// write. On sm_90 the row instead stays on chip: a cluster of CS blocks splits
+// the row, each thread keeps its K 16-byte vectors in registers, the blocks
+// exchange their partial statistics through distributed shared memory, and the
+// gradient is computed from the registers: one read and one write per element.
+// Other architectures, rows that are not 16-byte aligned, tiny rows, and rows
+// too long for 8 blocks take the two-pass kernel.
+//
+// Statistics per row, combined in a fixed order (deterministic):
+//   m = max x, arg = first index of m, s = sum exp(x - m), wx = sum w_j x_j
+//   (only needed with label smoothing), nan = any x is NaN.
+#include <cooperative_groups.h>
+
+#include <cfloat>
+#include <cmath>
+
+#include "common.cuh"
+#include "cross_entropy.h"
+
+namespace liger_cpp::kernels {
+namespace {
+
+namespace cg = cooperative_groups;
+
+struct Stats {
+  float m;      // running max (-inf when empty)
+  float s;      // sum of exp(x - m)
+  int64_t arg;  // index of the first max (INT64_MAX when empty)
+  float wx;     // sum of w_j * x_j
+  int nan;      // any NaN seen
+};
+
+__device__ __forceinline__ Stats empty_stats() { return {-INFINITY, 0.f, INT64_MAX, 0.f, 0}; }
+
+__device__ __forceinline__ float exp_or_zero(float m, float M) {
+  // exp(m - M), with an empty side (m = -inf) contributing nothing even when M = -inf.
+  return m == -INFINITY ? 0.f : __expf(m - M);
+}
+
+__device__ __forceinline__ Stats combine(const Stats& a, const Stats& b) {
+  Stats r;
+  r.m = fmaxf(a.m, b.m);
+  r.s = a.s * exp_or_zero(a.m, r.m) + b.s * exp_or_zero(b.m, r.m);
+  r.arg = b.m > a.m ? b.arg : (a.m > b.m ? a.arg : min(a.arg, b.arg));
+  r.wx = a.wx + b.wx;
+  r.nan = a.nan | b.nan;
+  return r;
+}
+
+__device__ __forceinline__ Stats shfl_xor(const Stats& a, int o) {
+  Stats b;
+  b.m = __shfl_xor_sync(0xffffffffu, a.m, o);
+  b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
+  b.arg = __shfl_xor_sync(0xffffffffu, a.arg, o);
+  b.wx = __shfl_xor_sync(0xffffffffu, a.wx, o);
+  b.nan = __shfl_xor_sync(0xffffffffu, a.nan, o);
+  return b;
+}
+
+__device__ __forceinline__ Stats warp_combine(Stats a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) a = combine(a, shfl_xor(a, o));
+  return a;
+}
+
+// Combines the statistics of every thread of the block; the result is valid
+// in every thread. scratch: 32 Stats in shared memory.
+__device__ __forceinline__ Stats block_combine(Stats a, Stats* scratch) {
+  a = warp_combine(a);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if (nwarps == 1) return a;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = a;
+  __syncthreads();
+  Stats b = lane < nwarps ? scratch[lane] : empty_stats();
+  return warp_combine(b);
+}
+
+// Accumulates one element into per-thread statistics (max first, sums later).
+struct RowOpts {
+  float softcap, inv_softcap;  // softcap 0: none
+  const float* weight;         // or null
+  bool need_wx;                // label smoothing on
+};
+
+__device__ __forceinline__ float cap(float x, const RowOpts& o) {
+  return o.softcap > 0.f ? o.softcap * tanhf(x * o.inv_softcap) : x;
+}
+
+// Constants of one row's gradient, from its combined statistics.
+struct RowGrad {
+  float lse, pcoef, cs_eps, cs_target, softcap, inv_softcap;
+  const float* weight;
+  int64_t y;
+};
+
+__device__ __forceinline__ float grad_at(float x, int64_t j, const RowGrad& g) {
+  const float p = __expf(x - g.lse);
+  float d = p * g.pcoef;
+  if (g.cs_eps != 0.f) d -= g.cs_eps * (g.weight ? __ldg(g.weight + j) : 1.f);
+  if (j == g.y) d -= g.cs_target;  // folded in before rounding (p_y near 1 cancels)
+  if (g.softcap > 0.f) {
+    const float t = x * g.inv_softcap;
+    d *= 1.f - t * t;
+  }
+  return d;
+}
+
+// Loss terms and gradient constants of row r; writes loss / z_loss / argmax
+// when `write` (one thread per row).
+__device__ __forceinline__ RowGrad finish_row(const CeRowsArgs& a, int64_t r, int64_t y, const Stats& st,
+                                              float x_y, bool write) {
+  const float V = static_cast<float>(a.cols);
+  const float ls = a.label_smoothing, eps = ls / V, lss = a.lse_square_scale;
+  const float lse = st.nan ? NAN : st.m + logf(st.s);
+  const float wy = a.weight ? __ldg(a.weight + y) : 1.f;
+  const float wsum = a.weight ? *a.weight_sum : V;
+  if (write) {
+    float ce = (1.f - ls) * wy * (lse - x_y);
+    if (ls != 0.f) ce += eps * (lse * wsum - st.wx);
+    a.loss[r] = ce;
+    if (a.z_loss) a.z_loss[r] = lss * lse * lse;
+    if (a.argmax) a.argmax[r] = st.arg == INT64_MAX ? 0 : st.arg;
+  }
+  const float cs = a.ce_scale[r * a.ce_scale_stride], zs = a.z_scale[r * a.z_scale_stride];
+  RowGrad g;
+  g.lse = lse;
+  g.pcoef = cs * ((1.f - ls) * wy + eps * wsum) + zs * 2.f * lss * lse;
+  g.cs_eps = cs * eps;
+  g.cs_target = cs * (1.f - ls) * wy;
+  g.softcap = a.softcap;
+  g.inv_softcap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
+  g.weight = a.weight;
+  g.y = y;
+  return g;
+}
+
+// An ignored row (zeros) or a row with an out-of-range target (NaN): the
+// calling threads cover [begin, end) of the row's gradient with `stride`.
+template <typename T>
+__device__ void skip_row(const CeRowsArgs& a, int64_t r, bool ignored, int64_t begin, int64_t end,
+                         int64_t stride, bool write) {
+  if (write) {
+    a.loss[r] = ignored ? 0.f : NAN;
+    if (a.z_loss) a.z_loss[r] = ignored ? 0.f : NAN;
+    if (a.argmax) a.argmax[r] = -1;
+  }
+  if (!a.dlogits) return;
+  T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride;
+  const T v = from_float<T>(ignored ? 0.f : NAN);
+  for (int64_t j = begin; j < end; j += stride) d[j] = v;
+}
+
+// ---------------------------------------------------------------------------
+// Two-pass kernel: one block per row, any architecture and alignment. VE
+// elements per access (16 bytes when the row allows, else 1).
+
+template <typename T, int VE>
+__global__ void ce_two_pass_kernel(CeRowsArgs a) {
+  __shared__ Stats scratch[32];
+  const int64_t r = blockIdx.x;
+  const int64_t V = a.cols;
+  const int64_t y = a.target[r];
+  const bool ignored = y == a.ignore_index;
+  if (ignored || y < 0 || y >= V) {
+    skip_row<T>(a, r, ignored, threadIdx.x, V, blockDim.x, threadIdx.x == 0);
+    return;
+  }
+  const T* x = static_cast<const T*>(a.logits) + r * a.logits_row_stride;
+  const RowOpts o{a.softcap, a.softcap > 0.f ? 1.f / a.softcap : 0.f, a.weight, a.label_smoothing != 0.f};
+  Stats st = empty_stats();
+  for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VE; j0 < V;
+       j0 += static_cast<int64_t>(blockDim.x) * VE) {
+    const Vec<T, VE> v = load_vec<T, VE>(x + j0);
+#pragma unroll
+    for (int e = 0; e < VE; ++e) {
+      const float xv = cap(to_float<T>(v.v[e]), o);
+      const int64_t j = j0 + e;
+      if (xv != xv) st.nan = 1;
+      if (xv > st.m) {  // online rescale of the running sum
+        st.s = st.s * exp_or_zero(st.m, xv) + 1.f;
+        st.m = xv;
+        st.arg = j;
+      } else {
+        st.s += exp_or_zero(xv, st.m);
+      }
+      if (o.need_wx) st.wx += (o.weight ? __ldg(o.weight + j) : 1.f) * xv;
+    }
+  }
+  st = block_combine(st, scratch);
+  const float x_y = cap(to_float<T>(x[y]), o);
+  const RowGrad g = finish_row(a, r, y, st, x_y, threadIdx.x == 0);
+  if (!a.dlogits) return;
+  T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride;
+  for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VE; j0 < V;
+       j0 += static_cast<int64_t>(blockDim.x) * VE) {
+    const Vec<T, VE> v = load_vec<T, VE>(x + j0);
+    Vec<T, VE> out;
+#pragma unroll
+    for (int e = 0; e < VE; ++e) out.v[e] = from_float<T>(grad_at(cap(to_float<T>(v.v[e]), o), j0 + e, g));
+    store_vec<T, VE>(d + j0, out);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Cluster kernel (sm_90): a cluster of CS blocks per row; block `rank` owns
+// elements [rank * slice, (rank + 1) * slice), each thread K vectors of VE
+// elements at vector indices k * blockDim.x + threadIdx.x of the slice.
+
+constexpr int kClusterThreads = 512;  // most threads per block
+constexpr int kClusterK = 8;          // 16-byte vectors per thread
+constexpr int kMaxCluster = 8;        // portable cluster size
+
+struct ClusterShared {
+  Stats scratch[32];
+  Stats partial;  // this block's statistics, read by the cluster's blocks
+};
+
+// PLAIN: no softcap, no label smoothing, no class weights (the common case,
+// compiled without those paths so that the K vectors fit in 64 registers).
+template <typename T, bool PLAIN>
+__global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsArgs a, int slice) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int VE = 16 / sizeof(T);
+  constexpr int K = kClusterK;
+  __shared__ ClusterShared sh;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cs = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t r = blockIdx.x / cs;
+  const int64_t V = a.cols;
+  const int64_t base = static_cast<int64_t>(rank) * slice;
+  const int lim = static_cast<int>(V - base < slice ? (V - base > 0 ? V - base : 0) : slice);
+  const int64_t y = a.target[r];
+  const bool ignored = y == a.ignore_index;
+  if (ignored || y < 0 || y >= V) {  // the same branch in every block of the cluster
+    skip_row<T>(a, r, ignored, base + threadIdx.x, base + lim, blockDim.x, rank == 0 && threadIdx.x == 0);
+    return;
+  }
+  const T* x = static_cast<const T*>(a.logits) + r * a.logits_row_stride + base;
+  RowOpts o{a.softcap, a.softcap > 0.f ? 1.f / a.softcap : 0.f, a.weight, a.label_smoothing != 0.f};
+  if (PLAIN) o = RowOpts{0.f, 0.f, nullptr, false};
+  const int nvec = lim / VE;  // V is a multiple of VE on this path
+  const int t = threadIdx.x, T_ = blockDim.x;
+
+  // All loads first, so K vectors per thread are in flight.
+  Vec<T, VE> buf[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (k * T_ + t < nvec) buf[k] = load_vec<T, VE>(x + (k * T_ + t) * VE);
+  // One online pass (running max and rescaled sum): a separate max pass would
+  // keep every converted float live across both loops and spill.
+  float m = -INFINITY, s = 0.f, wx = 0.f;
+  int arg = INT32_MAX, nan = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (k * T_ + t < nvec) {
+#pragma unroll
+      for (int i = 0; i < VE; ++i) {
+        const float xv = cap(to_float<T>(buf[k].v[i]), o);
+        nan |= xv != xv;
+        if (xv > m) {
+          s = s * exp_or_zero(m, xv) + 1.f;
+          m = xv;
+          arg = (k * T_ + t) * VE + i;
+        } else {
+          s += exp_or_zero(xv, m);
+        }
+        if (!PLAIN && o.need_wx) wx += (o.weight ? __ldg(o.weight + base + (k * T_ + t) * VE + i) : 1.f) * xv;
+      }
+    }
+  }
+  Stats st{m, s, arg == INT32_MAX ? INT64_MAX : base + arg, wx, nan};
+  st = block_combine(st, sh.scratch);
+  if (threadIdx.x == 0) sh.partial = st;
+  cluster.sync();  // every block's partial is visible cluster-wide
+  if (threadIdx.x == 0) {
+    Stats all = empty_stats();
+    for (int b = 0; b < cs; ++b) all = combine(all, *cluster.map_shared_rank(&sh.partial, b));  // fixed order
+    sh.scratch[0] = all;
+  }
+  cluster.sync();  // peers are done reading sh.partial; sh.scratch[0] is visible in the block
+  const Stats all = sh.scratch[0];
+  const float x_y = cap(to_float<T>(static_cast<const T*>(a.logits)[r * a.logits_row_stride + y]), o);
+  RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && threadIdx.x == 0);
+  if (PLAIN) {
+    g.cs_eps = 0.f;
+    g.softcap = 0.f;
+    g.weight = nullptr;
+  }
+  if (!a.dlogits) return;
+    // An empty asm "modifies" the raw words, so the compiler cannot keep the
+    // floats converted in the first pass alive until here (64 floats instead of
+    // 32 packed registers, which spilled).
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    uint32_t* w = reinterpret_cast<uint32_t*>(&buf[k]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(w[q]));
+  }
+  T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (k * T_ + t < nvec) {
+      const int e = (k * T_ + t) * VE;
+      Vec<T, VE> out;
+#pragma unroll
+      for (int i = 0; i < VE; ++i)
+        out.v[i] = from_float<T>(grad_at(cap(to_float<T>(buf[k].v[i]), o), base + e + i, g));
+      store_vec<T, VE>(d + e, out);
+    }
+  }
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// d[r, :] *= g[r * g_stride], skipping rows whose factor is exactly 1.
+
+template <typename T, int VE>
+__global__ void scale_rows_kernel(T* d, int64_t row_stride, int64_t rows, int64_t cols, const float* g,
+                                  int64_t g_stride, int64_t tiles_per_row) {
+  constexpr int kTile = 256 * 4;  // vectors per tile: 4 per thread
+  for (int64_t t = blockIdx.x; t < rows * tiles_per_row; t += gridDim.x) {
+    const int64_t r = t / tiles_per_row;
+    const float f = g[r * g_stride];
+    if (f == 1.f) continue;
+    T* dr = d + r * row_stride;
+    const int64_t v0 = (t % tiles_per_row) * kTile;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t j = (v0 + k * 256 + threadIdx.x) * VE;
+      if (j < cols) {
+        Vec<T, VE> v = load_vec<T, VE>(dr + j);
+#pragma unroll
+        for (int i = 0; i < VE; ++i) v.v[i] = from_float<T>(to_float<T>(v.v[i]) * f);
+        store_vec<T, VE>(dr + j, v);
+      }
+    }
+  }
+}
+
+int device_cc_major() {
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  return major;
+}
+
+template <typename T>
+cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
+  constexpr int VE16 = 16 / sizeof(T);
+  const int64_t V = a.cols;
+  const bool aligned =
+      is_aligned(a.logits, 16) && (a.logits_row_stride * sizeof(T)) % 16 == 0 &&
+      (!a.dlogits || (is_aligned(a.dlogits, 16) && (a.dlogits_row_stride * sizeof(T)) % 16 == 0)) &&
+      V % VE16 == 0;
+  // Cluster path: rows of at least 2048 elements that fit in 8 blocks.
+  const int64_t per_thread = static_cast<int64_t>(kClusterK) * VE16;
+  const int64_t cs = ceil_div(V, kClusterThreads * per_thread);
+  static const int cc_major = device_cc_major();
+  if (aligned && cc_major >= 9 && V >= 2048 && cs <= kMaxCluster && a.rows * cs <= INT32_MAX) {
+    const int threads = static_cast<int>(ceil_div(ceil_div(V, cs * per_thread), 32) * 32);
+    const int slice = static_cast<int>(threads * per_thread);
+    const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(a.rows * cs));
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return plain ? cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, true>, a, slice)
+                 : cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, false>, a, slice);
+  }
+  if (a.rows > INT32_MAX) return cudaErrorInvalidValue;
+  const int threads = V >= 8192 ? 1024 : (V >= 1024 ? 256 : 128);
+  if (aligned)
+    ce_two_pass_kernel<T, VE16><<<static_cast<unsigned>(a.rows), threads, 0, stream>>>(a);
+  else
+    ce_two_pass_kernel<T, 1><<<static_cast<unsigned>(a.rows), threads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t ce_rows(const CeRowsArgs& a, int /*sm_count*/, cudaStream_t stream) {
+  if (a.rows == 0) return cudaSuccess;
+  return dispatch_dtype(a.dtype, [&](auto t) { return launch_rows<decltype(t)>(a, stream); });
+}
+
+cudaError_t ce_scale_rows(void* d, int64_t row_stride, int64_t rows, int64_t cols, const float* g,
+                          int64_t g_stride, DType dtype, int sm_count, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  return dispatch_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    constexpr int VE16 = 16 / sizeof(T);
+    const bool aligned = is_aligned(d, 16) && (row_stride * sizeof(T)) % 16 == 0 && cols % VE16 == 0;
+    const int ve = aligned ? VE16 : 1;
+    const int64_t tiles_per_row = ceil_div(ceil_div(cols, ve), 256 * 4);
+    const int64_t tiles = rows * tiles_per_row;
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, static_cast<int64_t>(sm_count) * 8));
+    if (aligned)
+      scale_rows_kernel<T, VE16>
+          <<<grid, 256, 0, stream>>>(static_cast<T*>(d), row_stride, rows, cols, g, g_stride, tiles_per_row);
+    else
+      scale_rows_kernel<T, 1>
+          <<<grid, 256, 0, stream>>>(static_cast<T*>(d), row_stride, rows, cols, g, g_stride, tiles_per_row);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace liger_cpp::kernels
