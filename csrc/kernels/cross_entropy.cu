@@ -17,6 +17,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 
 #include "common.cuh"
 #include "cross_entropy.h"
@@ -172,6 +173,8 @@ __global__ void ce_two_pass_kernel(CeRowsArgs a) {
   }
   const T* x = static_cast<const T*>(a.logits) + r * a.logits_row_stride;
   const RowOpts o{a.softcap, a.softcap > 0.f ? 1.f / a.softcap : 0.f, a.weight, a.label_smoothing != 0.f};
+  // Read before any thread can write the gradient: dlogits may be logits.
+  const float x_y = cap(to_float<T>(x[y]), o);
   Stats st = empty_stats();
   for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VE; j0 < V;
        j0 += static_cast<int64_t>(blockDim.x) * VE) {
@@ -192,7 +195,6 @@ __global__ void ce_two_pass_kernel(CeRowsArgs a) {
     }
   }
   st = block_combine(st, scratch);
-  const float x_y = cap(to_float<T>(x[y]), o);
   const RowGrad g = finish_row(a, r, y, st, x_y, threadIdx.x == 0);
   if (!a.dlogits) return;
   T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride;
@@ -210,6 +212,15 @@ __global__ void ce_two_pass_kernel(CeRowsArgs a) {
 // Cluster kernel (sm_90): a cluster of CS blocks per row; block `rank` owns
 // elements [rank * slice, (rank + 1) * slice), each thread K vectors of VE
 // elements at vector indices k * blockDim.x + threadIdx.x of the slice.
+
+// 16 bytes from global memory into registers, in program order with the other
+// volatile loads.
+__device__ __forceinline__ void load_16B_volatile(void* dst, const void* src) {
+  uint32_t* d = static_cast<uint32_t*>(dst);
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "l"(src));
+}
 
 constexpr int kClusterThreads = 512;  // most threads per block
 constexpr int kClusterK = 8;          // 16-byte vectors per thread
@@ -247,11 +258,14 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   const int nvec = lim / VE;  // V is a multiple of VE on this path
   const int t = threadIdx.x, T_ = blockDim.x;
 
-  // All loads first, so K vectors per thread are in flight.
+  // All loads first, so K vectors per thread are in flight: volatile asm keeps
+  // the compiler from sinking them next to their uses.
   Vec<T, VE> buf[K];
 #pragma unroll
   for (int k = 0; k < K; ++k)
-    if (k * T_ + t < nvec) buf[k] = load_vec<T, VE>(x + (k * T_ + t) * VE);
+    if (k * T_ + t < nvec) load_16B_volatile(&buf[k], x + (k * T_ + t) * VE);
+  // Read before any block of the cluster can write the gradient: dlogits may be logits.
+  const float x_y = cap(to_float<T>(static_cast<const T*>(a.logits)[r * a.logits_row_stride + y]), o);
   // One online pass (running max and rescaled sum): a separate max pass would
   // keep every converted float live across both loops and spill.
   float m = -INFINITY, s = 0.f, wx = 0.f;
@@ -285,7 +299,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   }
   cluster.sync();  // peers are done reading sh.partial; sh.scratch[0] is visible in the block
   const Stats all = sh.scratch[0];
-  const float x_y = cap(to_float<T>(static_cast<const T*>(a.logits)[r * a.logits_row_stride + y]), o);
   RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && threadIdx.x == 0);
   if (PLAIN) {
     g.cs_eps = 0.f;
@@ -362,7 +375,12 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
   const int64_t per_thread = static_cast<int64_t>(kClusterK) * VE16;
   const int64_t cs = ceil_div(V, kClusterThreads * per_thread);
   static const int cc_major = device_cc_major();
-  if (aligned && cc_major >= 9 && V >= 2048 && cs <= kMaxCluster && a.rows * cs <= INT32_MAX) {
+  // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
+  static const bool force_two_pass = [] {
+    const char* e = std::getenv("LIGER_CPP_CE_TWO_PASS");
+    return e && e[0] == '1';
+  }();
+  if (!force_two_pass && aligned && cc_major >= 9 && V >= 2048 && cs <= kMaxCluster && a.rows * cs <= INT32_MAX) {
     const int threads = static_cast<int>(ceil_div(ceil_div(V, cs * per_thread), 32) * 32);
     const int slice = static_cast<int>(threads * per_thread);
     const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
