@@ -42,7 +42,7 @@ def run_v(V, M, C, have_liger, compiled):
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
 
         xl = x.clone().requires_grad_()
-        fns["liger"] = lambda: LigerCrossEntropyFunction.apply(xl, y)[0].backward()
+        fns["liger"] = lambda: LigerCrossEntropyFunction.apply(xl, y, None)[0].backward()
     for name, fn in fns.items():
         try:
             ms = bench_ms(fn, grad_to_none=[xg] + ([xl] if have_liger else []))
