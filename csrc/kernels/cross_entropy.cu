@@ -231,9 +231,47 @@ struct ClusterShared {
   Stats partial;  // this block's statistics, read by the cluster's blocks
 };
 
+// max with NaN propagation (fmaxf would drop a NaN).
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// 2^x (MUFU; relative error ~2^-22).
+__device__ __forceinline__ float ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// Max of a 16-byte vector (NaN if any element is NaN): packed for 2-byte types.
+__device__ __forceinline__ float vec_max(const Vec<__nv_bfloat16, 8>& v) {
+  const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&v);
+  const __nv_bfloat162 m = __hmax2_nan(__hmax2_nan(w[0], w[1]), __hmax2_nan(w[2], w[3]));
+  return max_nan(__low2float(m), __high2float(m));
+}
+__device__ __forceinline__ float vec_max(const Vec<__half, 8>& v) {
+  const __half2* w = reinterpret_cast<const __half2*>(&v);
+  const __half2 m = __hmax2_nan(__hmax2_nan(w[0], w[1]), __hmax2_nan(w[2], w[3]));
+  return max_nan(__low2float(m), __high2float(m));
+}
+__device__ __forceinline__ float vec_max(const Vec<float, 4>& v) {
+  return max_nan(max_nan(v.v[0], v.v[1]), max_nan(v.v[2], v.v[3]));
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+
 // PLAIN: no softcap, no label smoothing, no class weights (the common case,
-// compiled without those paths so that the K vectors fit in 64 registers).
-template <typename T, bool PLAIN>
+// compiled without those paths). ARGMAX: the argmax is wanted.
+//
+// Per thread, with its K raw vectors in registers: m = max (packed; softcap is
+// increasing, so max(cap(x)) = cap(max(x))), then s = sum 2^((x - m) log2 e)
+// (one FFMA + one MUFU per element), the first index of m only with ARGMAX;
+// the statistics are combined over the block and then over the cluster
+// through distributed shared memory, and the gradient p * pcoef (+ the
+// target's -1, on the one vector that holds it) is computed from the registers.
+template <typename T, bool PLAIN, bool ARGMAX>
 __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsArgs a, int slice) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int VE = 16 / sizeof(T);
@@ -266,29 +304,39 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
     if (k * T_ + t < nvec) load_16B_volatile(&buf[k], x + (k * T_ + t) * VE);
   // Read before any block of the cluster can write the gradient: dlogits may be logits.
   const float x_y = cap(to_float<T>(static_cast<const T*>(a.logits)[r * a.logits_row_stride + y]), o);
-  // One online pass (running max and rescaled sum): a separate max pass would
-  // keep every converted float live across both loops and spill.
-  float m = -INFINITY, s = 0.f, wx = 0.f;
-  int arg = INT32_MAX, nan = 0;
+
+  float m = -INFINITY;
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    if (k * T_ + t < nvec) {
+  for (int k = 0; k < K; ++k)
+    if (k * T_ + t < nvec) m = max_nan(m, vec_max(buf[k]));
+  int arg = INT32_MAX;
+  if (ARGMAX) {
 #pragma unroll
-      for (int i = 0; i < VE; ++i) {
-        const float xv = cap(to_float<T>(buf[k].v[i]), o);
-        nan |= xv != xv;
-        if (xv > m) {
-          s = s * exp_or_zero(m, xv) + 1.f;
-          m = xv;
-          arg = (k * T_ + t) * VE + i;
-        } else {
-          s += exp_or_zero(xv, m);
+    for (int k = K - 1; k >= 0; --k)  // backwards, so the first match wins
+      if (k * T_ + t < nvec) {
+#pragma unroll
+        for (int i = VE - 1; i >= 0; --i)
+          if (to_float<T>(buf[k].v[i]) == m) arg = (k * T_ + t) * VE + i;
+      }
+  }
+  const float mc = cap(m, o);
+  const float mc_l2 = mc * kLog2e;
+  float s = 0.f, wx = 0.f;
+  if (m != -INFINITY) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (k * T_ + t < nvec) {
+#pragma unroll
+        for (int i = 0; i < VE; ++i) {
+          const float xv = cap(to_float<T>(buf[k].v[i]), o);
+          s += ex2(fmaf(xv, kLog2e, -mc_l2));
+          if (!PLAIN && o.need_wx)
+            wx += (o.weight ? __ldg(o.weight + base + (k * T_ + t) * VE + i) : 1.f) * xv;
         }
-        if (!PLAIN && o.need_wx) wx += (o.weight ? __ldg(o.weight + base + (k * T_ + t) * VE + i) : 1.f) * xv;
       }
     }
   }
-  Stats st{m, s, arg == INT32_MAX ? INT64_MAX : base + arg, wx, nan};
+  Stats st{mc, s, arg == INT32_MAX ? INT64_MAX : base + arg, wx, mc != mc};
   st = block_combine(st, sh.scratch);
   if (threadIdx.x == 0) sh.partial = st;
   cluster.sync();  // every block's partial is visible cluster-wide
@@ -300,31 +348,40 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   cluster.sync();  // peers are done reading sh.partial; sh.scratch[0] is visible in the block
   const Stats all = sh.scratch[0];
   RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && threadIdx.x == 0);
-  if (PLAIN) {
-    g.cs_eps = 0.f;
-    g.softcap = 0.f;
-    g.weight = nullptr;
-  }
   if (!a.dlogits) return;
-    // An empty asm "modifies" the raw words, so the compiler cannot keep the
-    // floats converted in the first pass alive until here (64 floats instead of
-    // 32 packed registers, which spilled).
+    // An empty asm "modifies" the raw words, so the compiler cannot keep floats
+    // converted above alive until here (which spilled under the 64-register cap).
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     uint32_t* w = reinterpret_cast<uint32_t*>(&buf[k]);
 #pragma unroll
     for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(w[q]));
   }
+  const float lse_l2 = g.lse * kLog2e;
+  const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
   T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    if (k * T_ + t < nvec) {
-      const int e = (k * T_ + t) * VE;
+    const int vi = k * T_ + t;
+    if (vi < nvec) {
       Vec<T, VE> out;
 #pragma unroll
-      for (int i = 0; i < VE; ++i)
-        out.v[i] = from_float<T>(grad_at(cap(to_float<T>(buf[k].v[i]), o), base + e + i, g));
-      store_vec<T, VE>(d + e, out);
+      for (int i = 0; i < VE; ++i) {
+        const float xv = cap(to_float<T>(buf[k].v[i]), o);
+        float dv = ex2(fmaf(xv, kLog2e, -lse_l2)) * g.pcoef;
+        if (!PLAIN) {
+          if (g.cs_eps != 0.f) dv -= g.cs_eps * (g.weight ? __ldg(g.weight + base + vi * VE + i) : 1.f);
+          if (vi * VE + i == yl) dv -= g.cs_target;
+          if (g.softcap > 0.f) {
+            const float tt = xv * g.inv_softcap;
+            dv *= 1.f - tt * tt;
+          }
+        } else if (vi * VE + i == yl) {
+          dv -= g.cs_target;  // folded in before rounding (p_y near 1 cancels)
+        }
+        out.v[i] = from_float<T>(dv);
+      }
+      store_vec<T, VE>(d + vi * VE, out);
     }
   }
 #endif
@@ -380,7 +437,8 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
     const char* e = std::getenv("LIGER_CPP_CE_TWO_PASS");
     return e && e[0] == '1';
   }();
-  if (!force_two_pass && aligned && cc_major >= 9 && V >= 2048 && cs <= kMaxCluster && a.rows * cs <= INT32_MAX) {
+  if (!force_two_pass && aligned && cc_major >= 9 && V >= 2048 && cs <= kMaxCluster &&
+      a.rows * cs <= INT32_MAX) {
     const int threads = static_cast<int>(ceil_div(ceil_div(V, cs * per_thread), 32) * 32);
     const int slice = static_cast<int>(threads * per_thread);
     const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
@@ -396,8 +454,13 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return plain ? cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, true>, a, slice)
-                 : cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, false>, a, slice);
+    const bool am = a.argmax != nullptr;
+    if (plain) {
+      return am ? cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, true, true>, a, slice)
+                : cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, true, false>, a, slice);
+    }
+    return am ? cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, false, true>, a, slice)
+              : cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, false, false>, a, slice);
   }
   if (a.rows > INT32_MAX) return cudaErrorInvalidValue;
   const int threads = V >= 8192 ? 1024 : (V >= 1024 ? 256 : 128);
