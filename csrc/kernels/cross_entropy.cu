@@ -365,19 +365,20 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
     const int vi = k * T_ + t;
     if (vi < nvec) {
       Vec<T, VE> out;
+      const bool has_y = yl >= static_cast<int64_t>(vi) * VE && yl < static_cast<int64_t>(vi + 1) * VE;
 #pragma unroll
       for (int i = 0; i < VE; ++i) {
         const float xv = cap(to_float<T>(buf[k].v[i]), o);
         float dv = ex2(fmaf(xv, kLog2e, -lse_l2)) * g.pcoef;
         if (!PLAIN) {
           if (g.cs_eps != 0.f) dv -= g.cs_eps * (g.weight ? __ldg(g.weight + base + vi * VE + i) : 1.f);
-          if (vi * VE + i == yl) dv -= g.cs_target;
-          if (g.softcap > 0.f) {
-            const float tt = xv * g.inv_softcap;
-            dv *= 1.f - tt * tt;
-          }
-        } else if (vi * VE + i == yl) {
-          dv -= g.cs_target;  // folded in before rounding (p_y near 1 cancels)
+        }
+        // The target's -1 is folded in before rounding (p_y near 1 cancels);
+        // one test per vector, not per element.
+        if (has_y && vi * VE + i == yl) dv -= g.cs_target;
+        if (!PLAIN && g.softcap > 0.f) {
+          const float tt = xv * g.inv_softcap;
+          dv *= 1.f - tt * tt;
         }
         out.v[i] = from_float<T>(dv);
       }
