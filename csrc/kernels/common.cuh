@@ -65,6 +65,29 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
+// 16 bytes from global memory into registers, kept in program order with the
+// other volatile loads: issued where written rather than sunk next to their
+// first use (which nvcc does under register caps, leaving one or two loads in
+// flight per thread).
+template <typename V>
+__device__ __forceinline__ void load_16B_volatile(V& dst, const void* src) {
+  static_assert(sizeof(V) == 16, "16-byte vectors only");
+  uint32_t* d = reinterpret_cast<uint32_t*>(&dst);
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "l"(src));
+}
+
+// An empty asm that "modifies" a 16-byte register vector: values converted from
+// it earlier cannot be kept alive past this point, so the compiler keeps the
+// packed words (e.g. 4 registers for 8 bf16) instead of 8 floats, which spilled.
+template <typename V>
+__device__ __forceinline__ void opaque_16B(V& v) {
+  static_assert(sizeof(V) == 16, "16-byte vectors only");
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+  asm volatile("" : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -213,15 +213,6 @@ __global__ void ce_two_pass_kernel(CeRowsArgs a) {
 // elements [rank * slice, (rank + 1) * slice), each thread K vectors of VE
 // elements at vector indices k * blockDim.x + threadIdx.x of the slice.
 
-// 16 bytes from global memory into registers, in program order with the other
-// volatile loads.
-__device__ __forceinline__ void load_16B_volatile(void* dst, const void* src) {
-  uint32_t* d = static_cast<uint32_t*>(dst);
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-               : "l"(src));
-}
-
 constexpr int kClusterThreads = 512;  // most threads per block
 constexpr int kClusterK = 8;          // 16-byte vectors per thread
 constexpr int kMaxCluster = 8;        // portable cluster size
@@ -301,7 +292,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   Vec<T, VE> buf[K];
 #pragma unroll
   for (int k = 0; k < K; ++k)
-    if (k * T_ + t < nvec) load_16B_volatile(&buf[k], x + (k * T_ + t) * VE);
+    if (k * T_ + t < nvec) load_16B_volatile(buf[k], x + (k * T_ + t) * VE);
   // Read before any block of the cluster can write the gradient: dlogits may be logits.
   const float x_y = cap(to_float<T>(static_cast<const T*>(a.logits)[r * a.logits_row_stride + y]), o);
 
@@ -352,11 +343,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
     // An empty asm "modifies" the raw words, so the compiler cannot keep floats
     // converted above alive until here (which spilled under the 64-register cap).
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    uint32_t* w = reinterpret_cast<uint32_t*>(&buf[k]);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(w[q]));
-  }
+  for (int k = 0; k < K; ++k) opaque_16B(buf[k]);
   const float lse_l2 = g.lse * kLog2e;
   const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
   T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base;

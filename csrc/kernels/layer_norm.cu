@@ -41,12 +41,17 @@ __global__ void __launch_bounds__(1024)
   const int64_t nvec = cols / VEC;
   const T* xr = x + row * x_stride;
   Vec<T, VEC> xv[MAXV];
+  // All loads first (volatile, so they stay ahead of the math and are in flight together).
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int64_t v = static_cast<int64_t>(i) * TX + tx;
+    if (active && v < nvec) load_16B_volatile(xv[i], xr + v * VEC);
+  }
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (active && v < nvec) {
-      xv[i] = load_vec<T, VEC>(xr + v * VEC);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) s += to_float<T>(xv[i].v[j]);
     }
@@ -71,6 +76,8 @@ __global__ void __launch_bounds__(1024)
     mean[row] = m;
     rstd[row] = r;
   }
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) opaque_16B(xv[i]);
   T* yr = y + row * cols;
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {

@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(1024)
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (active && v < nvec) {
-      xv[i] = load_vec<T, VEC>(xr + v * VEC);
-      if constexpr (ADD) rv[i] = load_vec<T, VEC>(res + row * res_stride + v * VEC);
+      load_16B_volatile(xv[i], xr + v * VEC);
+      if constexpr (ADD) load_16B_volatile(rv[i], res + row * res_stride + v * VEC);
     }
   }
   float ss = 0.f;
@@ -105,6 +105,8 @@ __global__ void __launch_bounds__(1024)
   if (!active) return;
   const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   if (tx == 0) rstd[row] = r;
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) opaque_16B(xv[i]);
   OT* yr = y + row * cols;
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
