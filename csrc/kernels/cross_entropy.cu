@@ -18,9 +18,14 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <algorithm>
 
 #include "common.cuh"
 #include "cross_entropy.h"
+
+// The sm_90 kernels' helpers are unused in the sm_80 pass (their bodies compile only for sm_90).
+#pragma nv_diag_suppress 177
 
 namespace liger_cpp::kernels {
 namespace {
@@ -376,6 +381,194 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
 }
 
 // ---------------------------------------------------------------------------
+// Pipelined cluster kernel (sm_90): persistent clusters of CS blocks walk the
+// rows; block `rank` owns a slice of every row. The slice of the next row is
+// copied into shared memory by the TMA engine (cp.async.bulk, completion on an
+// mbarrier) while the current one is being processed, so device memory stays
+// busy through the reductions and cluster barriers that stall the one-row-per-
+// cluster kernel above. Statistics come from shared memory (max pass, then
+// exp-sum pass), are combined over the cluster through distributed shared
+// memory (double-buffered partials: one cluster barrier per row), and the
+// gradient is computed from shared memory and stored with 16-byte stores.
+
+constexpr int kTmaThreads = 256;
+constexpr int kTmaMaxSliceBytes = 100 * 1024;  // two stages of this fit in 227 KB
+
+struct TmaShared {
+  Stats scratch[32];
+  Stats partial[2];  // this block's statistics per stage, read by the cluster
+  float xy[2];       // the target's logit, from the block that owns it
+  int has_y[2];
+  Stats final_;
+  float final_xy;
+  unsigned long long bar[2];
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t bytes, unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+template <typename T, bool PLAIN, bool ARGMAX>
+__global__ void __launch_bounds__(kTmaThreads) ce_tma_kernel(CeRowsArgs a, int slice) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int VE = 16 / sizeof(T);
+  extern __shared__ __align__(128) unsigned char stage_raw[];  // [2][slice] elements of T
+  __shared__ TmaShared sh;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cs = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t cluster_id = blockIdx.x / cs, nclusters = gridDim.x / cs;
+  const int64_t V = a.cols;
+  const int64_t base = static_cast<int64_t>(rank) * slice;
+  const int lim = static_cast<int>(V - base < slice ? (V - base > 0 ? V - base : 0) : slice);
+  const int nvec = lim / VE;
+  const uint32_t bytes = static_cast<uint32_t>(lim) * sizeof(T);
+  const int t = threadIdx.x, T_ = blockDim.x;
+  T* const stage0 = reinterpret_cast<T*>(stage_raw);  // stage st at stage0 + st * slice
+  RowOpts o{a.softcap, a.softcap > 0.f ? 1.f / a.softcap : 0.f, a.weight, a.label_smoothing != 0.f};
+  if (PLAIN) o = RowOpts{0.f, 0.f, nullptr, false};
+
+  if (t == 0) {
+    mbar_init(&sh.bar[0]);
+    mbar_init(&sh.bar[1]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  auto issue = [&](int64_t row, int st) {  // thread 0 only
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    mbar_expect_tx(&sh.bar[st], bytes);
+    if (bytes) tma_load_1d(stage0 + st * slice, static_cast<const T*>(a.logits) + row * a.logits_row_stride + base, bytes,
+                           &sh.bar[st]);
+  };
+  if (t == 0 && cluster_id < a.rows) issue(cluster_id, 0);
+  uint32_t phase[2] = {0, 0};
+  int it = 0;
+  for (int64_t row = cluster_id; row < a.rows; row += nclusters, ++it) {
+    const int st = it & 1;
+    if (t == 0 && row + nclusters < a.rows) issue(row + nclusters, st ^ 1);
+    const int64_t y = a.target[row];
+    const bool ignored = y == a.ignore_index;
+    const bool skip = ignored || y < 0 || y >= V;
+    mbar_wait(&sh.bar[st], phase[st]);
+    phase[st] ^= 1;
+    const Vec<T, VE>* buf = reinterpret_cast<const Vec<T, VE>*>(stage0 + st * slice);
+    Stats stt = empty_stats();
+    if (!skip) {
+      float m = -INFINITY;
+      for (int v = t; v < nvec; v += T_) m = max_nan(m, vec_max(buf[v]));
+      int arg = INT32_MAX;
+      if (ARGMAX) {
+        for (int v = t; v < nvec && arg == INT32_MAX; v += T_) {
+          const Vec<T, VE> xv = buf[v];
+#pragma unroll
+          for (int i = VE - 1; i >= 0; --i)
+            if (to_float<T>(xv.v[i]) == m) arg = v * VE + i;
+        }
+      }
+      const float mc = cap(m, o), mc_l2 = mc * kLog2e;
+      float sum = 0.f, wx = 0.f;
+      if (m != -INFINITY) {
+        for (int v = t; v < nvec; v += T_) {
+          const Vec<T, VE> xv = buf[v];
+#pragma unroll
+          for (int i = 0; i < VE; ++i) {
+            const float f = cap(to_float<T>(xv.v[i]), o);
+            sum += ex2(fmaf(f, kLog2e, -mc_l2));
+            if (!PLAIN && o.need_wx) wx += (o.weight ? __ldg(o.weight + base + v * VE + i) : 1.f) * f;
+          }
+        }
+      }
+      stt = Stats{mc, sum, arg == INT32_MAX ? INT64_MAX : base + arg, wx, mc != mc};
+      stt = block_combine(stt, sh.scratch);
+    }
+    if (t == 0) {
+      sh.partial[st] = stt;
+      const int64_t yl = y - base;
+      sh.has_y[st] = !skip && yl >= 0 && yl < lim;
+      sh.xy[st] = sh.has_y[st] ? cap(to_float<T>(stage0[st * slice + yl]), o) : 0.f;
+    }
+    cluster.sync();  // partials of this row are visible cluster-wide
+    if (t < 32) {
+      Stats p = empty_stats();
+      float xy = 0.f;
+      if (t < cs) {
+        p = *cluster.map_shared_rank(&sh.partial[st], t);
+        if (*cluster.map_shared_rank(&sh.has_y[st], t)) xy = *cluster.map_shared_rank(&sh.xy[st], t);
+      }
+      p = warp_combine(p);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) xy += __shfl_xor_sync(0xffffffffu, xy, off);
+      if (t == 0) {
+        sh.final_ = p;
+        sh.final_xy = xy;
+      }
+    }
+    __syncthreads();
+    if (skip) {
+      skip_row<T>(a, row, ignored, base + t, base + lim, T_, rank == 0 && t == 0);
+    } else {
+      RowGrad g = finish_row(a, row, y, sh.final_, sh.final_xy, rank == 0 && t == 0);
+      if (a.dlogits) {
+        const float lse_l2 = g.lse * kLog2e;
+        const int64_t yl = y - base;
+        T* d = static_cast<T*>(a.dlogits) + row * a.dlogits_row_stride + base;
+        for (int v = t; v < nvec; v += T_) {
+          const Vec<T, VE> xv = buf[v];
+          Vec<T, VE> out;
+          const bool has_y = yl >= static_cast<int64_t>(v) * VE && yl < static_cast<int64_t>(v + 1) * VE;
+#pragma unroll
+          for (int i = 0; i < VE; ++i) {
+            const float f = cap(to_float<T>(xv.v[i]), o);
+            float dv = ex2(fmaf(f, kLog2e, -lse_l2)) * g.pcoef;
+            if (!PLAIN && g.cs_eps != 0.f)
+              dv -= g.cs_eps * (g.weight ? __ldg(g.weight + base + v * VE + i) : 1.f);
+            if (has_y && v * VE + i == yl) dv -= g.cs_target;  // before rounding: p_y near 1 cancels
+            if (!PLAIN && g.softcap > 0.f) {
+              const float tt = f * g.inv_softcap;
+              dv *= 1.f - tt * tt;
+            }
+            out.v[i] = from_float<T>(dv);
+          }
+          store_vec<T, VE>(d + v * VE, out);
+        }
+      }
+    }
+    __syncthreads();  // this stage's buffer and sh.final_ are free again
+  }
+  cluster.sync();  // no block leaves while a peer may still read its partials
+#endif
+}
+
+// ---------------------------------------------------------------------------
 // d[r, :] *= g[r * g_stride], skipping rows whose factor is exactly 1.
 
 template <typename T, int VE>
@@ -425,6 +618,44 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
     const char* e = std::getenv("LIGER_CPP_CE_TWO_PASS");
     return e && e[0] == '1';
   }();
+  // LIGER_CPP_CE_KERNEL=cluster selects the one-row-per-cluster kernel (A/B).
+  static const bool want_cluster = [] {
+    const char* e = std::getenv("LIGER_CPP_CE_KERNEL");
+    return e && std::strcmp(e, "cluster") == 0;
+  }();
+  const int64_t tma_cs = ceil_div(V * static_cast<int64_t>(sizeof(T)), kTmaMaxSliceBytes);
+  if (!force_two_pass && !want_cluster && aligned && cc_major >= 9 && V >= 2048 && tma_cs <= kMaxCluster) {
+    // Slices of at most 48 KB where 8 blocks allow it (two blocks per SM), else up to 100 KB.
+    int cs = static_cast<int>(ceil_div(V * static_cast<int64_t>(sizeof(T)), 48 * 1024));
+    if (cs > kMaxCluster) cs = static_cast<int>(tma_cs);
+    const int slice = static_cast<int>(ceil_div(ceil_div(V, cs), VE16) * VE16);
+    const size_t smem = 2 * static_cast<size_t>(slice) * sizeof(T);
+    const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
+    const bool am = a.argmax != nullptr;
+    auto* kern = plain ? (am ? ce_tma_kernel<T, true, true> : ce_tma_kernel<T, true, false>)
+                       : (am ? ce_tma_kernel<T, false, true> : ce_tma_kernel<T, false, false>);
+    cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+    cudaLaunchConfig_t cfg = {};
+    cfg.blockDim = dim3(kTmaThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    // As many clusters as can be resident at once (persistent), at most one per row.
+    cfg.gridDim = dim3(static_cast<unsigned>(cs));
+    int active = 0;
+    err = cudaOccupancyMaxActiveClusters(&active, kern, &cfg);
+    if (err != cudaSuccess || active < 1) active = 1;
+    const int64_t nclusters = std::min<int64_t>(a.rows, active);
+    cfg.gridDim = dim3(static_cast<unsigned>(nclusters * cs));
+    return cudaLaunchKernelEx(&cfg, kern, a, slice);
+  }
   if (!force_two_pass && aligned && cc_major >= 9 && V >= 2048 && cs <= kMaxCluster &&
       a.rows * cs <= INT32_MAX) {
     const int threads = static_cast<int>(ceil_div(ceil_div(V, cs * per_thread), 32) * 32);
