@@ -16,6 +16,11 @@ grad_output (a free no-op on CUDA when that is 1). Memory:
   gradients; reading the logits after the call gives the gradient, not the logits. Under
   torch.compile the out-of-place path is used.
 
+Why not in place by default: the version counter protects tensors autograd saved, not plain
+readers. Code that looks at the logits after the loss during training (metrics, logging, a second
+loss on the same logits; Hugging Face returns the logits in its output) would silently read the
+gradient. Out of place is the best memory that cannot corrupt anything silently.
+
 No host synchronisation: valid-target counts stay on the device and target values are checked with
 an asynchronous device assertion on CUDA, so the op can be captured in a CUDA graph and compiled
 with torch.compile(fullgraph=True).
