@@ -86,6 +86,40 @@ TORCH_LIBRARY(liger, m) {
       "layer_norm_bwd(Tensor dY, Tensor X, Tensor? W, Tensor MEAN, Tensor RSTD, bool compute_dw=True, "
       "bool compute_db=True) -> (Tensor dX, Tensor dW, Tensor dB)");
 
+  // ---- Cross entropy on given logits (Liger's LigerCrossEntropyFunction) ----
+  // logits: (..., V) float32/float16/bfloat16 (float64 on CPU), unit last
+  // stride; target: logits.shape[:-1], int64 (int32 accepted, converted);
+  // weight: (V,) class weights (any float dtype, used as float32) or None.
+  // Per row r with y = target[r] (math: csrc/host/cross_entropy_core.h), x the
+  // row after softcap (x <- softcap * tanh(x / softcap) when softcap > 0):
+  //   ce[r] = (1 - ls) * w_y * (lse - x_y) + (ls / V) * sum_j w_j * (lse - x_j),
+  //   z[r]  = lse_square_scale * lse^2; both 0 for y == ignore_index.
+  // reduction "none": loss = ce + z and z_loss = z, shaped like target;
+  //   "sum": sums; "mean": sum(ce) / sum_{valid} w_y (N without weights) +
+  //   sum(z) / N, with N the count of targets != ignore_index; 0 when N = 0.
+  // loss and z_loss are float32. dlogits (compute_grad; else shape (0,)) is the
+  // gradient of loss (z included) for grad_output 1, in logits' shape and
+  // dtype, contiguous, computed in the same pass. argmax (return_argmax; else
+  // (0,)): int64, target's shape, the first index of each row's max after
+  // softcap, -1 for ignored rows. Targets outside [0, V) that are not
+  // ignore_index raise (on CUDA through an asynchronous device assertion).
+  m.def(
+      "cross_entropy_fwd(Tensor logits, Tensor target, Tensor? weight=None, int ignore_index=-100, "
+      "float label_smoothing=0., float lse_square_scale=0., float softcap=0., str reduction=\"mean\", "
+      "bool compute_grad=True, bool return_argmax=False) -> (Tensor loss, Tensor z_loss, Tensor dlogits, "
+      "Tensor argmax)");
+  // As cross_entropy_fwd with compute_grad=True, but the gradient is written
+  // into logits (whose leading dimensions must flatten into rows without a
+  // copy); returns (loss, z_loss, argmax).
+  m.def(
+      "cross_entropy_fwd_(Tensor(a!) logits, Tensor target, Tensor? weight=None, int ignore_index=-100, "
+      "float label_smoothing=0., float lse_square_scale=0., float softcap=0., str reduction=\"mean\", "
+      "bool return_argmax=False) -> (Tensor loss, Tensor z_loss, Tensor argmax)");
+  // The backward of the two above: grad[r, :] *= grad_output[r] in float32,
+  // one rounding. grad: (..., V) with rows = numel / V; grad_output: any float
+  // dtype, 1 element (reduced loss) or `rows` elements (reduction "none").
+  m.def("cross_entropy_scale_grad_(Tensor(a!) grad, Tensor grad_output) -> ()");
+
   // ---- Internal ----
   // The cross-entropy row step itself (csrc/host/cross_entropy_core.h), for
   // tests and benchmarks of the kernels: per-row CE loss, z-loss and argmax

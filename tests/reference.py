@@ -54,3 +54,55 @@ def layer_norm_ref(x, w, b, eps):
     if b is not None:
         out = out + b.to(out.dtype)
     return out.to(dtype)
+
+
+def cross_entropy_ref(
+    x,
+    target,
+    weight=None,
+    ignore_index=-100,
+    label_smoothing=0.0,
+    lse_square_scale=0.0,
+    softcap=None,
+    reduction="mean",
+):
+    """Liger's cross entropy from F.cross_entropy over the LAST dimension plus explicit formulas:
+    softcap x <- softcap * tanh(x / softcap) first; z-loss lse_square_scale * logsumexp(x)^2 per
+    valid row, summed ("sum"), per element ("none", 0 when ignored) or divided by the number of
+    valid targets ("mean"); loss = CE + z-loss. An all-ignored "mean" gives 0 (PyTorch: NaN).
+    Computed in x's dtype: float64 for the exact reference, x.float() for HF's float32 loss.
+    Returns (loss, z_loss)."""
+    import torch.nn.functional as F
+
+    V = x.shape[-1]
+    x2 = x.reshape(-1, V)
+    t = target.reshape(-1).long()
+    if softcap:
+        x2 = softcap * torch.tanh(x2 / softcap)
+    w = None if weight is None else weight.to(x2.dtype)
+    kw = dict(weight=w, ignore_index=ignore_index, label_smoothing=label_smoothing)
+    valid = t != ignore_index
+    lse = torch.logsumexp(x2, -1)
+    z = torch.where(valid, lse_square_scale * lse * lse, torch.zeros_like(lse))
+    if reduction == "none":
+        ce = F.cross_entropy(x2, t, reduction="none", **kw)
+        return (ce + z).reshape(target.shape), z.reshape(target.shape)
+    if reduction == "sum":
+        ce = F.cross_entropy(x2, t, reduction="sum", **kw)
+        return ce + z.sum(), z.sum()
+    n = int(valid.sum())
+    if n == 0:
+        zero = x2.sum() * 0.0
+        return zero, zero.detach()
+    ce = F.cross_entropy(x2, t, reduction="mean", **kw)
+    zm = z.sum() / n
+    return ce + zm, zm
+
+
+def cross_entropy_argmax_ref(x, target, ignore_index=-100, softcap=None):
+    """First index of each row's maximum (after softcap, in float64), -1 for ignored targets."""
+    x2 = x.double()
+    if softcap:
+        x2 = softcap * torch.tanh(x2 / softcap)
+    am = x2.argmax(-1)
+    return torch.where(target == ignore_index, torch.full_like(am, -1), am)

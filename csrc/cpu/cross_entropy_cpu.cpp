@@ -81,20 +81,29 @@ void ce_rows_impl(const CeRows& a) {
       const sum_t lse_d = seen_nan ? static_cast<sum_t>(nan) : static_cast<sum_t>(m) + std::log(s);
       const acc_t lse = static_cast<acc_t>(lse_d);
       const acc_t wy = w ? w[y] : acc_t(1);
-      sum_t ce = static_cast<sum_t>((1 - ls) * wy) * (lse_d - x[y]);
-      if (ls != 0) ce += static_cast<sum_t>(eps) * (lse_d * wsum - wx);  // 0 * inf would be NaN
-      const sum_t z = static_cast<sum_t>(lss) * lse_d * lse_d;
+      // The loss's constants in float64 (1 - 0.1f is not 0.9): no systematic bias in the sums.
+      sum_t ce = (1 - a.label_smoothing) * static_cast<sum_t>(wy) * (lse_d - x[y]);
+      // Only with smoothing: a masked class (x_j = -inf) makes wx infinite, and 0 * inf is NaN.
+      if (eps != 0) ce += a.label_smoothing / static_cast<sum_t>(V) * (lse_d * wsum - wx);
+      const sum_t z = a.lse_square_scale * lse_d * lse_d;
       loss[r] = static_cast<float>(ce);
       if (zl) zl[r] = static_cast<float>(z);
       if (am) am[r] = arg;
       if (!dr) continue;
       const acc_t cs = ce_scale[r * cs_stride], zs = z_scale[r * zs_stride];
-      const acc_t pcoef = cs * ((1 - ls) * wy + eps * static_cast<acc_t>(wsum)) + zs * 2 * lss * lse;
+      // Grouped as ca * (p_j - [j == y]) + cb * (sum(w) * p_j - w_j) + zc * p_j: the target's
+      // p_y - 1 is formed before any scaling or rounding (p_y near 1 cancels exactly; Liger PR
+      // #1268), and the terms vanish exactly where they should (V = 1, no smoothing).
+      const acc_t ca = cs * (1 - ls) * wy, cb = cs * eps, zc = zs * 2 * lss * lse;
+      const acc_t ws = static_cast<acc_t>(wsum);
+      // p_j = exp((x_j - m) - log(s)), not exp(x_j - lse): x_j - m is exact near the max, where p
+      // is large, whereas lse = m + log(s) rounded to the accumulation type carries an absolute
+      // error of half an ulp of |lse| into every exponent.
+      const acc_t log_s = seen_nan ? nan : static_cast<acc_t>(std::log(s));
       for (int64_t j = 0; j < V; ++j) {
-        const acc_t p = std::exp(x[j] - lse);
-        acc_t g = p * pcoef - cs * eps * (w ? w[j] : acc_t(1));
-        // The target's -1 is folded in before rounding (p_y near 1 cancels).
-        if (j == y) g -= cs * (1 - ls) * wy;
+        const acc_t p = std::exp((x[j] - m) - log_s);
+        acc_t g = ca * (j == y ? p - 1 : p) + zc * p;
+        if (eps != 0) g += cb * (ws * p - (w ? w[j] : acc_t(1)));
         if (sc > 0) g *= 1 - (x[j] / sc) * (x[j] / sc);
         dr[j] = static_cast<T>(g);
       }

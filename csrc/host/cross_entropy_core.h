@@ -9,14 +9,21 @@
 //   ce    = (1 - ls) * w_y * (lse - x_y) + (ls / V) * sum_j w_j * (lse - x_j)
 //   z     = lss * lse^2
 //   loss[r] = ce (without z), z_loss[r] = z, argmax[r] = first j of max x_j
-//   p_j   = exp(x_j - lse)
-//   dlogits[r, j] = cs * (p_j * ((1 - ls) * w_y + (ls / V) * sum(w)) - (ls / V) * w_j
-//                         - [j == y] * (1 - ls) * w_y)
+//   p_j   = exp(x_j - lse), evaluated as exp((x_j - max) - log(sum)) (or
+//           exp(x_j - max) / sum): exp(x_j - lse) with lse rounded to float32
+//           costs about 4x PyTorch's float32 gradient error at |lse| ~ 10
+//   dlogits[r, j] = cs * ((1 - ls) * w_y * (p_j - [j == y]) + (ls / V) * (sum(w) * p_j - w_j))
 //                 + zs * 2 * lss * lse * p_j
+//                 (evaluated in this grouping: p_y - 1 is formed before any
+//                 scaling, so p_y near 1 cancels exactly (Liger PR #1268), and
+//                 each term is exactly 0 where it should be, e.g. V = 1)
 //                 (times 1 - (x_j / softcap)^2 with softcap: the tanh's derivative)
 //   with cs = ce_scale[r * stride], zs = z_scale[r * stride] (float32 device
 //   tensors of 1 or rows elements: 1/N for a mean, grad_output per row, ...).
 // Ignored rows (y == ignore_index): loss = z = 0, argmax = -1, gradient 0.
+// Masked classes (x_j = -inf, e.g. padded vocabulary) have p_j = 0 and a zero
+// gradient; the smoothing term is only formed when ls > 0 (its 0 * inf would
+// otherwise turn the loss into NaN; with ls > 0 it is +inf, as in PyTorch).
 // A target outside [0, V) that is not ignore_index is never read through: its
 // row gets loss NaN, argmax -1 and a NaN gradient (callers check targets and
 // raise first; this only keeps a missed check from reading out of bounds).

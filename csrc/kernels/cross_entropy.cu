@@ -15,11 +15,11 @@
 //   (only needed with label smoothing), nan = any x is NaN.
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 
 #include "common.cuh"
 #include "cross_entropy.h"
@@ -97,21 +97,48 @@ __device__ __forceinline__ float cap(float x, const RowOpts& o) {
   return o.softcap > 0.f ? o.softcap * tanhf(x * o.inv_softcap) : x;
 }
 
-// Constants of one row's gradient, from its combined statistics.
+// 2^x (MUFU; relative error ~2^-22).
+__device__ __forceinline__ float ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Constants of one row's gradient, from its combined statistics; the math and
+// its grouping are cross_entropy_core.h's.
 struct RowGrad {
-  float lse, pcoef, cs_eps, cs_target, softcap, inv_softcap;
+  float m, s, log2s;  // capped row max, sum of exp(x - m), log2(s)
+  float lse;
+  float ca, cb, wsum, zc;  // cs (1 - ls) w_y, cs ls / V, sum(w), zs 2 lss lse
+  float softcap, inv_softcap;
   const float* weight;
   int64_t y;
 };
 
-__device__ __forceinline__ float grad_at(float x, int64_t j, const RowGrad& g) {
-  const float p = __expf(x - g.lse);
-  float d = p * g.pcoef;
-  if (g.cs_eps != 0.f) d -= g.cs_eps * (g.weight ? __ldg(g.weight + j) : 1.f);
-  if (j == g.y) d -= g.cs_target;  // folded in before rounding (p_y near 1 cancels)
-  if (g.softcap > 0.f) {
-    const float t = x * g.inv_softcap;
-    d *= 1.f - t * t;
+// p = exp(x - lse), evaluated as exp(x - m) / s: x - m is exact near the max,
+// where p is large (exp(x - lse) with lse rounded to float32 costs several
+// times PyTorch's float32 error). FAST (2-byte outputs, whose rounding is far
+// coarser than 2^-22): one FADD, one FFMA and one MUFU, 2^((x - m) log2 e - log2 s).
+template <bool FAST>
+__device__ __forceinline__ float prob(float x, const RowGrad& g) {
+  if constexpr (FAST) return ex2(fmaf(x - g.m, kLog2e, -g.log2s));
+  return expf(x - g.m) / g.s;
+}
+
+// The gradient at one element (x after softcap, p its probability), grouped so
+// that p_y - 1 is formed before any scaling (p_y near 1 cancels exactly) and
+// each term vanishes where it should.
+template <bool PLAIN>
+__device__ __forceinline__ float grad_of(float x, float p, bool is_y, int64_t j, const RowGrad& g) {
+  float d = g.ca * (is_y ? p - 1.f : p) + g.zc * p;
+  if (!PLAIN) {
+    if (g.cb != 0.f) d += g.cb * (g.wsum * p - (g.weight ? __ldg(g.weight + j) : 1.f));
+    if (g.softcap > 0.f) {
+      const float t = x * g.inv_softcap;
+      d *= 1.f - t * t;
+    }
   }
   return d;
 }
@@ -122,22 +149,27 @@ __device__ __forceinline__ RowGrad finish_row(const CeRowsArgs& a, int64_t r, in
                                               float x_y, bool write) {
   const float V = static_cast<float>(a.cols);
   const float ls = a.label_smoothing, eps = ls / V, lss = a.lse_square_scale;
-  const float lse = st.nan ? NAN : st.m + logf(st.s);
+  const float log_s = logf(st.s);
+  const float lse = st.nan ? NAN : st.m + log_s;
   const float wy = a.weight ? __ldg(a.weight + y) : 1.f;
   const float wsum = a.weight ? *a.weight_sum : V;
   if (write) {
     float ce = (1.f - ls) * wy * (lse - x_y);
-    if (ls != 0.f) ce += eps * (lse * wsum - st.wx);
+    if (ls != 0.f) ce += eps * (lse * wsum - st.wx);  // only with smoothing: 0 * inf would be NaN
     a.loss[r] = ce;
     if (a.z_loss) a.z_loss[r] = lss * lse * lse;
     if (a.argmax) a.argmax[r] = st.arg == INT64_MAX ? 0 : st.arg;
   }
   const float cs = a.ce_scale[r * a.ce_scale_stride], zs = a.z_scale[r * a.z_scale_stride];
   RowGrad g;
+  g.m = st.nan ? NAN : st.m;
+  g.s = st.s;
+  g.log2s = log_s * kLog2e;
   g.lse = lse;
-  g.pcoef = cs * ((1.f - ls) * wy + eps * wsum) + zs * 2.f * lss * lse;
-  g.cs_eps = cs * eps;
-  g.cs_target = cs * (1.f - ls) * wy;
+  g.ca = cs * (1.f - ls) * wy;
+  g.cb = cs * eps;
+  g.wsum = wsum;
+  g.zc = zs * 2.f * lss * lse;
   g.softcap = a.softcap;
   g.inv_softcap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
   g.weight = a.weight;
@@ -208,7 +240,10 @@ __global__ void ce_two_pass_kernel(CeRowsArgs a) {
     const Vec<T, VE> v = load_vec<T, VE>(x + j0);
     Vec<T, VE> out;
 #pragma unroll
-    for (int e = 0; e < VE; ++e) out.v[e] = from_float<T>(grad_at(cap(to_float<T>(v.v[e]), o), j0 + e, g));
+    for (int e = 0; e < VE; ++e) {
+      const float xv = cap(to_float<T>(v.v[e]), o);
+      out.v[e] = from_float<T>(grad_of<false>(xv, prob<sizeof(T) == 2>(xv, g), j0 + e == y, j0 + e, g));
+    }
     store_vec<T, VE>(d + j0, out);
   }
 }
@@ -234,13 +269,6 @@ __device__ __forceinline__ float max_nan(float a, float b) {
   return r;
 }
 
-// 2^x (MUFU; relative error ~2^-22).
-__device__ __forceinline__ float ex2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-
 // Max of a 16-byte vector (NaN if any element is NaN): packed for 2-byte types.
 __device__ __forceinline__ float vec_max(const Vec<__nv_bfloat16, 8>& v) {
   const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -255,8 +283,6 @@ __device__ __forceinline__ float vec_max(const Vec<__half, 8>& v) {
 __device__ __forceinline__ float vec_max(const Vec<float, 4>& v) {
   return max_nan(max_nan(v.v[0], v.v[1]), max_nan(v.v[2], v.v[3]));
 }
-
-constexpr float kLog2e = 1.4426950408889634f;
 
 // PLAIN: no softcap, no label smoothing, no class weights (the common case,
 // compiled without those paths). ARGMAX: the argmax is wanted.
@@ -349,7 +375,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
     // converted above alive until here (which spilled under the 64-register cap).
 #pragma unroll
   for (int k = 0; k < K; ++k) opaque_16B(buf[k]);
-  const float lse_l2 = g.lse * kLog2e;
   const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
   T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base;
 #pragma unroll
@@ -361,18 +386,8 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
 #pragma unroll
       for (int i = 0; i < VE; ++i) {
         const float xv = cap(to_float<T>(buf[k].v[i]), o);
-        float dv = ex2(fmaf(xv, kLog2e, -lse_l2)) * g.pcoef;
-        if (!PLAIN) {
-          if (g.cs_eps != 0.f) dv -= g.cs_eps * (g.weight ? __ldg(g.weight + base + vi * VE + i) : 1.f);
-        }
-        // The target's -1 is folded in before rounding (p_y near 1 cancels);
-        // one test per vector, not per element.
-        if (has_y && vi * VE + i == yl) dv -= g.cs_target;
-        if (!PLAIN && g.softcap > 0.f) {
-          const float tt = xv * g.inv_softcap;
-          dv *= 1.f - tt * tt;
-        }
-        out.v[i] = from_float<T>(dv);
+        const int64_t j = base + vi * VE + i;
+        out.v[i] = from_float<T>(grad_of<PLAIN>(xv, prob<sizeof(T) == 2>(xv, g), has_y && j == y, j, g));
       }
       store_vec<T, VE>(d + vi * VE, out);
     }
@@ -429,7 +444,8 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, uint32_t pari
       : "memory");
 }
 
-__device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t bytes, unsigned long long* bar) {
+__device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t bytes,
+                                            unsigned long long* bar) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
           smem_addr(dst)),
@@ -466,8 +482,9 @@ __global__ void __launch_bounds__(kTmaThreads) ce_tma_kernel(CeRowsArgs a, int s
   auto issue = [&](int64_t row, int st) {  // thread 0 only
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     mbar_expect_tx(&sh.bar[st], bytes);
-    if (bytes) tma_load_1d(stage0 + st * slice, static_cast<const T*>(a.logits) + row * a.logits_row_stride + base, bytes,
-                           &sh.bar[st]);
+    if (bytes)
+      tma_load_1d(stage0 + st * slice, static_cast<const T*>(a.logits) + row * a.logits_row_stride + base,
+                  bytes, &sh.bar[st]);
   };
   if (t == 0 && cluster_id < a.rows) issue(cluster_id, 0);
   uint32_t phase[2] = {0, 0};
@@ -536,9 +553,8 @@ __global__ void __launch_bounds__(kTmaThreads) ce_tma_kernel(CeRowsArgs a, int s
     if (skip) {
       skip_row<T>(a, row, ignored, base + t, base + lim, T_, rank == 0 && t == 0);
     } else {
-      RowGrad g = finish_row(a, row, y, sh.final_, sh.final_xy, rank == 0 && t == 0);
+      const RowGrad g = finish_row(a, row, y, sh.final_, sh.final_xy, rank == 0 && t == 0);
       if (a.dlogits) {
-        const float lse_l2 = g.lse * kLog2e;
         const int64_t yl = y - base;
         T* d = static_cast<T*>(a.dlogits) + row * a.dlogits_row_stride + base;
         for (int v = t; v < nvec; v += T_) {
@@ -548,15 +564,8 @@ __global__ void __launch_bounds__(kTmaThreads) ce_tma_kernel(CeRowsArgs a, int s
 #pragma unroll
           for (int i = 0; i < VE; ++i) {
             const float f = cap(to_float<T>(xv.v[i]), o);
-            float dv = ex2(fmaf(f, kLog2e, -lse_l2)) * g.pcoef;
-            if (!PLAIN && g.cs_eps != 0.f)
-              dv -= g.cs_eps * (g.weight ? __ldg(g.weight + base + v * VE + i) : 1.f);
-            if (has_y && v * VE + i == yl) dv -= g.cs_target;  // before rounding: p_y near 1 cancels
-            if (!PLAIN && g.softcap > 0.f) {
-              const float tt = f * g.inv_softcap;
-              dv *= 1.f - tt * tt;
-            }
-            out.v[i] = from_float<T>(dv);
+            const int64_t j = base + v * VE + i;
+            out.v[i] = from_float<T>(grad_of<PLAIN>(f, prob<sizeof(T) == 2>(f, g), has_y && j == y, j, g));
           }
           store_vec<T, VE>(d + v * VE, out);
         }
@@ -634,7 +643,8 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
     const bool am = a.argmax != nullptr;
     auto* kern = plain ? (am ? ce_tma_kernel<T, true, true> : ce_tma_kernel<T, true, false>)
                        : (am ? ce_tma_kernel<T, false, true> : ce_tma_kernel<T, false, false>);
-    cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    cudaError_t err =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
     cudaLaunchConfig_t cfg = {};
     cfg.blockDim = dim3(kTmaThreads);

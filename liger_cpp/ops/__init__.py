@@ -1,6 +1,7 @@
 """Fake (meta) and autograd registrations of the torch.ops.liger operators, and the
 functional entry points that call them."""
 
+from liger_cpp.ops.cross_entropy import cross_entropy  # noqa: F401
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm  # noqa: F401
 from liger_cpp.ops.geglu import geglu  # noqa: F401
 from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401

@@ -2,7 +2,10 @@
 (``liger_kernel.transformers``). The transformers integration (apply_liger_kernel_to_*,
 AutoLigerKernelForCausalLM) needs the `transformers` package; it is imported lazily."""
 
+from liger_cpp.transformers.cross_entropy import LigerCrossEntropyLoss  # noqa: F401
 from liger_cpp.transformers.functional import (  # noqa: F401
+    CrossEntropyOutput,
+    liger_cross_entropy,
     liger_fused_add_rms_norm,
     liger_geglu,
     liger_layer_norm,
@@ -56,7 +59,9 @@ def __getattr__(name):
 __all__ = [
     "MODEL_TYPE_TO_APPLY_LIGER_FN",
     "AutoLigerKernelForCausalLM",
+    "CrossEntropyOutput",
     "LigerBlockSparseTop2MLP",
+    "LigerCrossEntropyLoss",
     "LigerExpertsSwiGLUMixin",
     "LigerFusedAddRMSNorm",
     "LigerGEGLUMLP",
@@ -81,6 +86,7 @@ __all__ = [
     "apply_liger_kernel_to_phi3",
     "apply_liger_kernel_to_qwen2",
     "apply_liger_kernel_to_qwen3",
+    "liger_cross_entropy",
     "liger_fused_add_rms_norm",
     "liger_geglu",
     "liger_layer_norm",

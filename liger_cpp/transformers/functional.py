@@ -1,14 +1,58 @@
 """Functional API with Liger-Kernel's names (``liger_kernel.transformers.functional``)."""
 
-from typing import Optional
+from typing import Optional, Union
 
 from torch import Tensor
 
+from liger_cpp.ops.ce_output import CrossEntropyOutput
+from liger_cpp.ops.cross_entropy import cross_entropy as _cross_entropy
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm as _fused_add_rms_norm
 from liger_cpp.ops.geglu import geglu as _geglu
 from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
 from liger_cpp.ops.rms_norm import rms_norm as _rms_norm
 from liger_cpp.ops.swiglu import swiglu as _swiglu
+
+
+def liger_cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Optional[Tensor] = None,
+    size_average: Optional[bool] = None,
+    ignore_index: int = -100,
+    reduce: Optional[bool] = None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    lse_square_scale: float = 0.0,
+    softcap: Optional[float] = None,
+    return_z_loss: bool = False,
+    return_token_accuracy: bool = False,
+    return_predicted_tokens: bool = False,
+    inplace: bool = False,
+) -> Union[Tensor, CrossEntropyOutput]:
+    """Cross entropy with F.cross_entropy's signature plus Liger's options (see
+    ``liger_cpp.ops.cross_entropy``; the class dimension is the last one).
+
+    The deprecated `size_average` / `reduce` are honoured as F.cross_entropy does (they override
+    `reduction`, with PyTorch's deprecation warning) rather than ignored as in Liger.
+    """
+    if size_average is not None or reduce is not None:
+        from torch.nn import _reduction
+
+        reduction = _reduction.legacy_get_string(size_average, reduce)
+    return _cross_entropy(
+        input,
+        target,
+        weight,
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        lse_square_scale=lse_square_scale,
+        softcap=softcap,
+        reduction=reduction,
+        return_z_loss=return_z_loss,
+        return_token_accuracy=return_token_accuracy,
+        return_predicted_tokens=return_predicted_tokens,
+        inplace=inplace,
+    )
 
 
 def liger_rms_norm(
@@ -52,6 +96,8 @@ def liger_layer_norm(X: Tensor, W: Optional[Tensor], B: Optional[Tensor], eps: f
 
 
 __all__ = [
+    "CrossEntropyOutput",
+    "liger_cross_entropy",
     "liger_fused_add_rms_norm",
     "liger_geglu",
     "liger_layer_norm",
