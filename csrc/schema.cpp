@@ -130,6 +130,42 @@ TORCH_LIBRARY(liger, m) {
       "_ce_rows(Tensor logits, Tensor target, Tensor? weight, Tensor ce_scale, Tensor z_scale, "
       "int ignore_index, float label_smoothing, float lse_square_scale, float softcap, bool compute_grad) "
       "-> (Tensor loss, Tensor z_loss, Tensor argmax, Tensor dlogits)");
+
+  // ---- Rotary position embedding (HF rotate-half; Liger's LigerRopeFunction) ----
+  // q: (B, Hq, S, D), k: (B, Hk, S, D) for unsqueeze_dim=1 (HF's layout after
+  // .transpose(1, 2)), or (B, S, H, D) for unsqueeze_dim=2; same dtype
+  // float32/float16/bfloat16 (float64 on CPU); D even; any strides with a unit
+  // last stride (HF's strided views are read in place, never copied).
+  // cos, sin: (S, D), (1, S, D) (broadcast over the batch) or (B, S, D),
+  // float32 or q's dtype (the same for both). With h = D/2, for each row x:
+  //   out[j]   = x[j]   cos[j]   - x[j+h] sin[j]
+  //   out[j+h] = x[j+h] cos[j+h] + x[j]   sin[j+h]        (0 <= j < h)
+  // i.e. HF's x * cos + rotate_half(x) * sin for any cos/sin (not only
+  // cat(f, f)); float32 math (float64 for float64), one rounding. Outputs: q's
+  // and k's dtype, allocated like the inputs (empty_like: a dense input's
+  // strides are kept). Out of place.
+  m.def(
+      "rope_fwd(Tensor q, Tensor k, Tensor cos, Tensor sin, int unsqueeze_dim=1) -> "
+      "(Tensor q_out, Tensor k_out)");
+  // RoPE backward, the transposed rotation (gradients of the outputs in, of
+  // q and k out; cos/sin get no gradient here, see liger_cpp/ops/rope.py):
+  //   dx[j]   = g[j]   cos[j]   + g[j+h] sin[j+h]
+  //   dx[j+h] = g[j+h] cos[j+h] - g[j]   sin[j]
+  // dq, dk allocated like dq_out, dk_out.
+  m.def(
+      "rope_bwd(Tensor dq_out, Tensor dk_out, Tensor cos, Tensor sin, int unsqueeze_dim=1) -> "
+      "(Tensor dq, Tensor dk)");
+  // Qwen2-VL multimodal RoPE: cos, sin (3, B, S, D) (or (3, 1, S, D)), planes
+  // temporal/height/width; mrope_section = [t, h, w], t + h + w = D/2. Column
+  // j < D/2 and column j + D/2 both use plane 0 for j < t, 1 for t <= j < t+h,
+  // 2 otherwise (HF's apply_multimodal_rotary_pos_emb: cos split by
+  // mrope_section * 2, chunk i from plane i % 3), then the RoPE formula above.
+  m.def(
+      "mrope_fwd(Tensor q, Tensor k, Tensor cos, Tensor sin, int[] mrope_section, int unsqueeze_dim=1) -> "
+      "(Tensor q_out, Tensor k_out)");
+  m.def(
+      "mrope_bwd(Tensor dq_out, Tensor dk_out, Tensor cos, Tensor sin, int[] mrope_section, "
+      "int unsqueeze_dim=1) -> (Tensor dq, Tensor dk)");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

@@ -106,3 +106,31 @@ def cross_entropy_argmax_ref(x, target, ignore_index=-100, softcap=None):
         x2 = softcap * torch.tanh(x2 / softcap)
     am = x2.argmax(-1)
     return torch.where(target == ignore_index, torch.full_like(am, -1), am)
+
+
+def _rotate_half(x):
+    """HF's rotate_half: cat(-x2, x1) over the last dimension."""
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope_ref(q, k, cos, sin, unsqueeze_dim=1):
+    """HF's apply_rotary_pos_emb (Llama), in the inputs' dtypes (a float32 cos with bf16 q
+    promotes to float32, as in HF). A 2-D (S, D) table is taken as (1, S, D)."""
+    if cos.dim() == 2:
+        cos = cos[None]
+    if sin.dim() == 2:
+        sin = sin[None]
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def mrope_ref(q, k, cos, sin, mrope_section, unsqueeze_dim=1):
+    """Qwen2-VL's apply_multimodal_rotary_pos_emb (transformers 4.x/early 5.x; later versions fold
+    the same recomposition into Qwen2VLRotaryEmbedding): cos, sin (3, B, S, D) are split along D
+    by mrope_section * 2 and chunk i is taken from plane i % 3."""
+    sec = list(mrope_section) * 2
+    cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(sec, dim=-1))], dim=-1)
+    sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(sec, dim=-1))], dim=-1)
+    return rope_ref(q, k, cos, sin, unsqueeze_dim)

@@ -6,4 +6,5 @@ from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm  # noqa: F401
 from liger_cpp.ops.geglu import geglu  # noqa: F401
 from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm  # noqa: F401
+from liger_cpp.ops.rope import mrope, rope  # noqa: F401
 from liger_cpp.ops.swiglu import swiglu  # noqa: F401

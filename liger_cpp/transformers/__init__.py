@@ -9,7 +9,9 @@ from liger_cpp.transformers.functional import (  # noqa: F401
     liger_fused_add_rms_norm,
     liger_geglu,
     liger_layer_norm,
+    liger_qwen2vl_mrope,
     liger_rms_norm,
+    liger_rope,
     liger_swiglu,
 )
 from liger_cpp.transformers.fused_add_rms_norm import LigerFusedAddRMSNorm  # noqa: F401
@@ -32,6 +34,7 @@ from liger_cpp.transformers.monkey_patch import (  # noqa: F401
     apply_liger_kernel_to_qwen3,
     revert_liger_kernel,
 )
+from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb  # noqa: F401
 from liger_cpp.transformers.rms_norm import (  # noqa: F401
     LigerRMSNorm,
     LigerRMSNormForGemma,
@@ -39,6 +42,7 @@ from liger_cpp.transformers.rms_norm import (  # noqa: F401
     LigerRMSNormForGemma3,
     LigerRMSNormForOlmo2,
 )
+from liger_cpp.transformers.rope import liger_rotary_pos_emb  # noqa: F401
 from liger_cpp.transformers.swiglu import (  # noqa: F401
     LigerBlockSparseTop2MLP,
     LigerExpertsSwiGLUMixin,
@@ -90,7 +94,11 @@ __all__ = [
     "liger_fused_add_rms_norm",
     "liger_geglu",
     "liger_layer_norm",
+    "liger_multimodal_rotary_pos_emb",
+    "liger_qwen2vl_mrope",
     "liger_rms_norm",
+    "liger_rope",
+    "liger_rotary_pos_emb",
     "liger_swiglu",
     "revert_liger_kernel",
 ]

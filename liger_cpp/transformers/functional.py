@@ -1,5 +1,6 @@
 """Functional API with Liger-Kernel's names (``liger_kernel.transformers.functional``)."""
 
+from collections.abc import Sequence
 from typing import Optional, Union
 
 from torch import Tensor
@@ -10,6 +11,8 @@ from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm as _fused_add_rm
 from liger_cpp.ops.geglu import geglu as _geglu
 from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
 from liger_cpp.ops.rms_norm import rms_norm as _rms_norm
+from liger_cpp.ops.rope import mrope as _mrope
+from liger_cpp.ops.rope import rope as _rope
 from liger_cpp.ops.swiglu import swiglu as _swiglu
 
 
@@ -95,12 +98,38 @@ def liger_layer_norm(X: Tensor, W: Optional[Tensor], B: Optional[Tensor], eps: f
     return _layer_norm(X, W, B, eps)
 
 
+def liger_rope(
+    q: Tensor,
+    k: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    position_ids: Optional[Tensor] = None,
+    unsqueeze_dim: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """HF rotate-half RoPE on q and k, out of place (see ``liger_cpp.ops.rope.rope``)."""
+    return _rope(q, k, cos, sin, position_ids=position_ids, unsqueeze_dim=unsqueeze_dim)
+
+
+def liger_qwen2vl_mrope(
+    q: Tensor,
+    k: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    mrope_section: Sequence[int],
+    unsqueeze_dim: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """Qwen2-VL multimodal RoPE, out of place (see ``liger_cpp.ops.rope.mrope``)."""
+    return _mrope(q, k, cos, sin, mrope_section, unsqueeze_dim=unsqueeze_dim)
+
+
 __all__ = [
     "CrossEntropyOutput",
     "liger_cross_entropy",
     "liger_fused_add_rms_norm",
     "liger_geglu",
     "liger_layer_norm",
+    "liger_qwen2vl_mrope",
     "liger_rms_norm",
+    "liger_rope",
     "liger_swiglu",
 ]
