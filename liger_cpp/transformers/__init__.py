@@ -4,12 +4,14 @@ AutoLigerKernelForCausalLM) needs the `transformers` package; it is imported laz
 
 from liger_cpp.transformers.functional import (  # noqa: F401
     liger_fused_add_rms_norm,
+    liger_fused_linear_cross_entropy,
     liger_geglu,
     liger_layer_norm,
     liger_rms_norm,
     liger_swiglu,
 )
 from liger_cpp.transformers.fused_add_rms_norm import LigerFusedAddRMSNorm  # noqa: F401
+from liger_cpp.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss  # noqa: F401
 from liger_cpp.transformers.geglu import LigerGEGLUMLP  # noqa: F401
 from liger_cpp.transformers.layer_norm import LigerLayerNorm  # noqa: F401
 from liger_cpp.transformers.monkey_patch import (  # noqa: F401
@@ -59,6 +61,7 @@ __all__ = [
     "LigerBlockSparseTop2MLP",
     "LigerExpertsSwiGLUMixin",
     "LigerFusedAddRMSNorm",
+    "LigerFusedLinearCrossEntropyLoss",
     "LigerGEGLUMLP",
     "LigerLayerNorm",
     "LigerPhi3SwiGLUMLP",
@@ -82,6 +85,7 @@ __all__ = [
     "apply_liger_kernel_to_qwen2",
     "apply_liger_kernel_to_qwen3",
     "liger_fused_add_rms_norm",
+    "liger_fused_linear_cross_entropy",
     "liger_geglu",
     "liger_layer_norm",
     "liger_rms_norm",
