@@ -723,9 +723,13 @@ def test_cuda_shapes(dtype, shape, reduction):
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-def test_cuda_tokens_times_vocab_above_2_31():
-    # 17000 x 128256 = 2.18e9 logits > 2^31: int64 offsets everywhere. Reference: the same math in
-    # float32 on 2048-row slices with autograd (never the whole logits at once).
+@pytest.mark.parametrize("chunk_mb", [None, "8192"])
+def test_cuda_tokens_times_vocab_above_2_31(chunk_mb, monkeypatch):
+    # 17000 x 128256 = 2.18e9 logits > 2^31: int64 offsets everywhere. With the default budget the
+    # chunks are small; with 8 GiB one chunk holds all 2.18e9 logits (the row kernel's and cuBLAS's
+    # own offsets). Reference: the same math in float32 on 2048-row slices with autograd.
+    if chunk_mb is not None:
+        monkeypatch.setenv("LIGER_CPP_FLCE_CHUNK_MB", chunk_mb)
     M, H, V = 17000, 128, 128256
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, H, device="cuda", generator=gen).bfloat16().requires_grad_(True)
