@@ -256,7 +256,8 @@ def fused_linear_cross_entropy(
     rounding per chunk, as Liger's default) or, with accum_dtype=torch.float32, in float32.
     `chunk_rows` rows are processed at a time (0: about 128 MiB of logits per chunk; environment
     variable LIGER_CPP_FLCE_CHUNK_MB sets that budget). Under autocast, input, weight and bias are
-    cast to the autocast dtype (the GEMMs' precision, as F.linear would run).
+    cast to the autocast dtype (the GEMMs' precision, as F.linear would run) and a float32 weight's
+    gradient accumulates in float32.
     """
     check_device(input, "input")
     if reduction not in REDUCTIONS:
@@ -266,6 +267,10 @@ def fused_linear_cross_entropy(
     dev = input.device.type
     if dev in ("cpu", "cuda") and torch.is_autocast_enabled(dev):
         dt = torch.get_autocast_dtype(dev)
+        if accum_dtype is None and weight.dtype == torch.float32 and dt != torch.float32:
+            # fp32 master weights: accumulate dW in fp32 across chunks (Liger's grad_weight
+            # inherits the parameter's dtype under AMP) rather than rounding per chunk.
+            accum_dtype = torch.float32
         input, weight = input.to(dt), weight.to(dt)
         bias = bias.to(dt) if bias is not None else None
     compute_dx, compute_dw, compute_db = _grad_flags(input, weight, bias, reduction)
