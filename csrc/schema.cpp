@@ -166,6 +166,57 @@ TORCH_LIBRARY(liger, m) {
   m.def(
       "mrope_bwd(Tensor dq_out, Tensor dk_out, Tensor cos, Tensor sin, int[] mrope_section, "
       "int unsqueeze_dim=1) -> (Tensor dq, Tensor dk)");
+
+  // ---- Fused linear cross entropy (Liger's LigerFusedLinearCrossEntropyFunction) ----
+  // CE of logits = logit_scale * (input @ weight^T + bias) without holding the
+  // (rows x V) logits: chunks of `chunk_rows` token rows (0: automatic, about
+  // 128 MiB of logits per chunk, env LIGER_CPP_FLCE_CHUNK_MB overrides) through
+  // one reused logits buffer (csrc/ops/fused_linear_cross_entropy.cpp).
+  // input: (..., H) float32/float16/bfloat16 (float64 on CPU), unit last
+  // stride, M = numel / H rows; weight: (V, H) and bias: (V,) or None, input's
+  // dtype; target: M class indices int64 (or int32), any shape; ce_weight: (V,)
+  // class weights (any float dtype, used in float32) or None. Per-row math
+  // (softcap > 0: x <- softcap * tanh(x / softcap); label smoothing, z-loss
+  // lse_square_scale * lse^2, ignore_index) as the CE row step
+  // (csrc/host/cross_entropy_core.h); reductions as Liger's: mean divides the CE
+  // part by the sum of ce_weight[y] over non-ignored rows (their count without
+  // ce_weight) and the z part by the count; 0, not NaN, when all are ignored.
+  // Returns, all float32 unless stated:
+  //   loss: () for mean/sum, target's shape for none (CE + z-loss per row, 0 for ignored rows)
+  //   z_loss: loss's shape if return_z_loss, else (0,)
+  //   token_accuracy: argmax == target over non-ignored rows, () mean for mean/sum
+  //     (0 when none count), per row (target's shape) for none; (0,) unless requested
+  //   predicted_tokens: int64 argmax of the (scaled, softcapped) logits, -1 for
+  //     ignored rows, target's shape; (0,) unless requested
+  //   dX (input's shape and dtype), dW (weight's), dB (bias's): the gradient of
+  //     loss.sum() (the reduced loss for mean/sum) w.r.t. each, when its compute_*
+  //     flag is set (dB only with a bias), else (0,). dW accumulates over chunks
+  //     in weight's dtype inside the GEMM (one rounding per chunk), or in float32
+  //     with accum_dtype=float32; dB in float32.
+  m.def(
+      "fused_linear_cross_entropy_fwd(Tensor input, Tensor weight, Tensor target, Tensor? bias=None, "
+      "Tensor? ce_weight=None, int ignore_index=-100, float lse_square_scale=0., float label_smoothing=0., "
+      "str reduction=\"mean\", float softcap=0., float logit_scale=1., bool return_z_loss=False, "
+      "bool return_token_accuracy=False, bool return_predicted_tokens=False, bool compute_dx=False, "
+      "bool compute_dw=False, bool compute_db=False, ScalarType? accum_dtype=None, int chunk_rows=0) -> "
+      "(Tensor loss, Tensor z_loss, Tensor token_accuracy, Tensor predicted_tokens, Tensor dX, Tensor dW, "
+      "Tensor dB)");
+  // Gradients of sum(grad_loss * loss) (reduction none: grad_loss has one
+  // element per row) or grad_loss * loss (mean / sum: one element), by rerunning
+  // the chunk loop with grad_loss folded into each row's dlogits before the
+  // GEMMs sum over rows. Arguments and dtypes as fused_linear_cross_entropy_fwd.
+  m.def(
+      "fused_linear_cross_entropy_bwd(Tensor grad_loss, Tensor input, Tensor weight, Tensor target, "
+      "Tensor? bias=None, Tensor? ce_weight=None, int ignore_index=-100, float lse_square_scale=0., "
+      "float label_smoothing=0., str reduction=\"mean\", float softcap=0., float logit_scale=1., "
+      "bool compute_dx=True, bool compute_dw=True, bool compute_db=True, ScalarType? accum_dtype=None, "
+      "int chunk_rows=0) -> (Tensor dX, Tensor dW, Tensor dB)");
+  // dX, dW, dB *= grad_output (one element, read as float32; math in float32,
+  // one rounding): the backward of a reduced loss whose gradients the forward
+  // computed. Contiguous tensors; empty ones are skipped.
+  m.def(
+      "fused_linear_cross_entropy_scale_(Tensor(a!) dX, Tensor(b!) dW, Tensor(c!) dB, Tensor grad_output) "
+      "-> ()");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

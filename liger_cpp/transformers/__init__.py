@@ -7,6 +7,7 @@ from liger_cpp.transformers.functional import (  # noqa: F401
     CrossEntropyOutput,
     liger_cross_entropy,
     liger_fused_add_rms_norm,
+    liger_fused_linear_cross_entropy,
     liger_geglu,
     liger_layer_norm,
     liger_qwen2vl_mrope,
@@ -15,6 +16,7 @@ from liger_cpp.transformers.functional import (  # noqa: F401
     liger_swiglu,
 )
 from liger_cpp.transformers.fused_add_rms_norm import LigerFusedAddRMSNorm  # noqa: F401
+from liger_cpp.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss  # noqa: F401
 from liger_cpp.transformers.geglu import LigerGEGLUMLP  # noqa: F401
 from liger_cpp.transformers.layer_norm import LigerLayerNorm  # noqa: F401
 from liger_cpp.transformers.monkey_patch import (  # noqa: F401
@@ -68,6 +70,7 @@ __all__ = [
     "LigerCrossEntropyLoss",
     "LigerExpertsSwiGLUMixin",
     "LigerFusedAddRMSNorm",
+    "LigerFusedLinearCrossEntropyLoss",
     "LigerGEGLUMLP",
     "LigerLayerNorm",
     "LigerPhi3SwiGLUMLP",
@@ -92,6 +95,7 @@ __all__ = [
     "apply_liger_kernel_to_qwen3",
     "liger_cross_entropy",
     "liger_fused_add_rms_norm",
+    "liger_fused_linear_cross_entropy",
     "liger_geglu",
     "liger_layer_norm",
     "liger_multimodal_rotary_pos_emb",

@@ -3,11 +3,13 @@
 from collections.abc import Sequence
 from typing import Optional, Union
 
+import torch
 from torch import Tensor
 
 from liger_cpp.ops.ce_output import CrossEntropyOutput
 from liger_cpp.ops.cross_entropy import cross_entropy as _cross_entropy
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm as _fused_add_rms_norm
+from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy as _fused_linear_cross_entropy
 from liger_cpp.ops.geglu import geglu as _geglu
 from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
 from liger_cpp.ops.rms_norm import rms_norm as _rms_norm
@@ -122,10 +124,53 @@ def liger_qwen2vl_mrope(
     return _mrope(q, k, cos, sin, mrope_section, unsqueeze_dim=unsqueeze_dim)
 
 
+def liger_fused_linear_cross_entropy(
+    input: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    bias: Optional[Tensor] = None,
+    ce_weight: Optional[Tensor] = None,
+    ignore_index: int = -100,
+    lse_square_scale: float = 0.0,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    softcap: Optional[float] = None,
+    return_z_loss: bool = False,
+    accum_dtype: Optional[torch.dtype] = None,
+    return_token_accuracy: bool = False,
+    return_predicted_tokens: bool = False,
+    logit_scale: float = 1.0,
+) -> Union[Tensor, CrossEntropyOutput]:
+    """CE(logit_scale * (input @ weight.T + bias), target) without the full logits (see
+    ``liger_cpp.ops.fused_linear_cross_entropy``). Returns the float32 loss, or, when any return_*
+    flag is set, a CrossEntropyOutput (as Liger)."""
+    loss, z_loss, accuracy, predicted = _fused_linear_cross_entropy(
+        input,
+        weight,
+        target,
+        bias,
+        ce_weight=ce_weight,
+        ignore_index=ignore_index,
+        lse_square_scale=lse_square_scale,
+        label_smoothing=label_smoothing,
+        reduction=reduction,
+        softcap=softcap,
+        return_z_loss=return_z_loss,
+        accum_dtype=accum_dtype,
+        return_token_accuracy=return_token_accuracy,
+        return_predicted_tokens=return_predicted_tokens,
+        logit_scale=logit_scale,
+    )
+    if not (return_z_loss or return_token_accuracy or return_predicted_tokens):
+        return loss
+    return CrossEntropyOutput(loss=loss, z_loss=z_loss, token_accuracy=accuracy, predicted_tokens=predicted)
+
+
 __all__ = [
     "CrossEntropyOutput",
     "liger_cross_entropy",
     "liger_fused_add_rms_norm",
+    "liger_fused_linear_cross_entropy",
     "liger_geglu",
     "liger_layer_norm",
     "liger_qwen2vl_mrope",

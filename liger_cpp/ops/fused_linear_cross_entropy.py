@@ -1,0 +1,303 @@
+"""Fused linear cross entropy: fake kernels and autograd for torch.ops.liger.fused_linear_cross_entropy_*,
+and `fused_linear_cross_entropy` (Liger's LigerFusedLinearCrossEntropyFunction).
+
+How the gradients flow (as Liger, without its host synchronisations):
+- reduction "mean" / "sum": the forward computes dX, dW, dB chunk by chunk while the logits chunk is
+  at hand (only for the inputs that need a gradient) and saves them; the backward multiplies them by
+  the scalar grad_output in place (a declared mutation; on CUDA a unit grad_output is skipped on the
+  device). A second backward through the same graph (retain_graph=True) raises instead of scaling
+  twice.
+- reduction "none": the forward computes only the losses; the backward reruns the chunk loop with the
+  per-token grad_output folded into each row's dlogits before the GEMMs sum over rows (Liger issues
+  #488/#968: scaling after the dW reduction cannot be right).
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from liger_cpp.ops._common import check_device
+
+REDUCTIONS = ("none", "mean", "sum")
+
+
+def _check_fake(input, weight, target, bias, reduction):
+    torch._check(
+        input.dim() >= 1 and input.shape[-1] > 0,
+        lambda: "liger_cpp: argument 'input': expected shape (..., H) with H > 0",
+    )
+    torch._check(
+        weight.dim() == 2 and weight.shape[1] == input.shape[-1],
+        lambda: "liger_cpp: argument 'weight': expected shape (V, H)",
+    )
+    torch._check(weight.dtype == input.dtype, lambda: "liger_cpp: argument 'weight': expected input's dtype")
+    torch._check(
+        target.numel() * input.shape[-1] == input.numel(),
+        lambda: "liger_cpp: argument 'target': expected one element per row of input",
+    )
+    if bias is not None:
+        torch._check(
+            bias.shape == (weight.shape[0],), lambda: "liger_cpp: argument 'bias': expected shape (V,)"
+        )
+    torch._check(
+        reduction in REDUCTIONS, lambda: "liger_cpp: argument 'reduction': expected 'none', 'mean' or 'sum'"
+    )
+
+
+def _grad_fakes(input, weight, bias, compute_dx, compute_dw, compute_db):
+    # absent outputs are distinct empty tensors (outputs must not alias each other)
+    dx = input.new_empty(input.shape if compute_dx else (0,))
+    dw = weight.new_empty(weight.shape) if compute_dw else input.new_empty((0,))
+    db = bias.new_empty(bias.shape) if (compute_db and bias is not None) else input.new_empty((0,))
+    return dx, dw, db
+
+
+@torch.library.register_fake("liger::fused_linear_cross_entropy_fwd")
+def _fwd_fake(
+    input,
+    weight,
+    target,
+    bias=None,
+    ce_weight=None,
+    ignore_index=-100,
+    lse_square_scale=0.0,
+    label_smoothing=0.0,
+    reduction="mean",
+    softcap=0.0,
+    logit_scale=1.0,
+    return_z_loss=False,
+    return_token_accuracy=False,
+    return_predicted_tokens=False,
+    compute_dx=False,
+    compute_dw=False,
+    compute_db=False,
+    accum_dtype=None,
+    chunk_rows=0,
+):
+    _check_fake(input, weight, target, bias, reduction)
+    f32 = torch.float32
+    shape = target.shape if reduction == "none" else ()
+    loss = input.new_empty(shape, dtype=f32)
+    z_loss = input.new_empty(shape if return_z_loss else (0,), dtype=f32)
+    accuracy = input.new_empty(shape if return_token_accuracy else (0,), dtype=f32)
+    n_pred = target.shape if return_predicted_tokens else (0,)
+    predicted = input.new_empty(n_pred, dtype=torch.int64)
+    return (
+        loss,
+        z_loss,
+        accuracy,
+        predicted,
+        *_grad_fakes(input, weight, bias, compute_dx, compute_dw, compute_db),
+    )
+
+
+@torch.library.register_fake("liger::fused_linear_cross_entropy_bwd")
+def _bwd_fake(
+    grad_loss,
+    input,
+    weight,
+    target,
+    bias=None,
+    ce_weight=None,
+    ignore_index=-100,
+    lse_square_scale=0.0,
+    label_smoothing=0.0,
+    reduction="mean",
+    softcap=0.0,
+    logit_scale=1.0,
+    compute_dx=True,
+    compute_dw=True,
+    compute_db=True,
+    accum_dtype=None,
+    chunk_rows=0,
+):
+    _check_fake(input, weight, target, bias, reduction)
+    return _grad_fakes(input, weight, bias, compute_dx, compute_dw, compute_db)
+
+
+@torch.library.register_fake("liger::fused_linear_cross_entropy_scale_")
+def _scale_fake(dX, dW, dB, grad_output):
+    torch._check(grad_output.numel() == 1, lambda: "liger_cpp: argument 'grad_output': expected one element")
+    return None
+
+
+_N_INPUTS = 19  # arguments of fused_linear_cross_entropy_fwd
+
+
+def _setup_context(ctx, inputs, output):
+    (input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction) = (
+        inputs[:9]
+    )
+    softcap, logit_scale = inputs[9], inputs[10]
+    compute_dx, compute_dw, compute_db, accum_dtype, chunk_rows = inputs[14:]
+    _, z_loss, accuracy, predicted, dx, dw, db = output
+    # z_loss, accuracy and predicted tokens are for logging (the z term is already in loss), as Liger.
+    ctx.mark_non_differentiable(z_loss, accuracy, predicted, dx, dw, db)
+    ctx.reduction = reduction
+    ctx.has_bias = bias is not None
+    if reduction == "none":
+        ctx.save_for_backward(input, weight, target, bias, ce_weight)
+        ctx.options = (ignore_index, lse_square_scale, label_smoothing, softcap, logit_scale)
+        ctx.accum_dtype, ctx.chunk_rows = accum_dtype, chunk_rows
+    else:
+        ctx.save_for_backward(dx, dw, db)
+        ctx.computed = (compute_dx, compute_dw, compute_db and bias is not None)
+        ctx.scaled = False
+
+
+def _scale_out_of_place(t: Tensor, g: Tensor) -> Tensor:
+    if t.numel() == 0:
+        return t
+    acc = torch.float64 if t.dtype == torch.float64 else torch.float32
+    return (t.to(acc) * g.reshape(()).to(acc)).to(t.dtype)
+
+
+def _backward(ctx, grad_loss, *_unused):
+    # The dispatcher drops trailing arguments equal to their defaults: needs_input_grad (and the
+    # gradients returned) cover only those passed.
+    n = len(ctx.needs_input_grad)
+    need_x, need_w, _, need_b = (*ctx.needs_input_grad, False, False, False, False)[:4]
+    need_b = need_b and ctx.has_bias
+    nones = (None,) * (_N_INPUTS - 4)
+    if not (need_x or need_w or need_b):
+        return (None, None, None, None, *nones)[:n]
+    if ctx.reduction == "none":
+        input, weight, target, bias, ce_weight = ctx.saved_tensors
+        ignore_index, lse_square_scale, label_smoothing, softcap, logit_scale = ctx.options
+        dx, dw, db = torch.ops.liger.fused_linear_cross_entropy_bwd(
+            grad_loss,
+            input,
+            weight,
+            target,
+            bias,
+            ce_weight,
+            ignore_index,
+            lse_square_scale,
+            label_smoothing,
+            "none",
+            softcap,
+            logit_scale,
+            need_x,
+            need_w,
+            need_b,
+            ctx.accum_dtype,
+            ctx.chunk_rows,
+        )
+    else:
+        for need, done, name in zip((need_x, need_w, need_b), ctx.computed, ("dx", "dw", "db")):
+            if need and not done:
+                raise RuntimeError(
+                    f"liger_cpp: fused_linear_cross_entropy_fwd ran with compute_{name}=False, but that "
+                    "gradient is needed; call liger_cpp.ops.fused_linear_cross_entropy (it sets the flags)"
+                )
+        if ctx.scaled:
+            raise RuntimeError(
+                "liger_cpp: fused_linear_cross_entropy with reduction='mean'/'sum' computes its gradients "
+                "in the forward and the first backward scales them in place; a second backward through "
+                "the same graph (retain_graph=True) is not supported. Use reduction='none' (its backward "
+                "recomputes) or run the forward again."
+            )
+        dx, dw, db = ctx.saved_tensors
+        from torch._subclasses.fake_tensor import is_fake
+
+        if torch.compiler.is_compiling() or is_fake(grad_loss):
+            # Traced: a functional scaling the compiler can fuse and plan memory for.
+            dx, dw, db = (_scale_out_of_place(t, grad_loss) for t in (dx, dw, db))
+        else:
+            torch.ops.liger.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
+            ctx.scaled = True
+    return (dx if need_x else None, dw if need_w else None, None, db if need_b else None, *nones)[:n]
+
+
+torch.library.register_autograd(
+    "liger::fused_linear_cross_entropy_fwd", _backward, setup_context=_setup_context
+)
+
+
+def _grad_flags(
+    input: Tensor, weight: Tensor, bias: Optional[Tensor], reduction: str
+) -> tuple[bool, bool, bool]:
+    """Which gradients the forward computes: those autograd will ask for, only for mean/sum (reduction
+    'none' defers them to the backward) and never under no_grad."""
+    if reduction == "none" or not torch.is_grad_enabled():
+        return False, False, False
+    return input.requires_grad, weight.requires_grad, bias is not None and bias.requires_grad
+
+
+def fused_linear_cross_entropy(
+    input: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    bias: Optional[Tensor] = None,
+    ce_weight: Optional[Tensor] = None,
+    ignore_index: int = -100,
+    lse_square_scale: float = 0.0,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    softcap: Optional[float] = None,
+    return_z_loss: bool = False,
+    accum_dtype: Optional[torch.dtype] = None,
+    return_token_accuracy: bool = False,
+    return_predicted_tokens: bool = False,
+    logit_scale: float = 1.0,
+    chunk_rows: int = 0,
+) -> tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """Cross entropy of `logit_scale * (input @ weight.T + bias)` against `target`, without holding
+    the (tokens x V) logits. Returns (loss, z_loss, token_accuracy, predicted_tokens), the last three
+    None unless requested.
+
+    input (..., H) is flattened to rows; target has one class index per row (its shape is the shape
+    of per-row outputs). The options are Liger's: class weights `ce_weight`, `ignore_index`,
+    `label_smoothing`, z-loss `lse_square_scale * lse^2` (added to the loss; returned separately for
+    logging with `return_z_loss`), `softcap` (logits -> softcap * tanh(logits / softcap)),
+    `reduction` none/mean/sum; `logit_scale` multiplies the logits before the softcap (Granite's
+    1 / logits_scaling). The loss is float32. dW accumulates over chunks in weight's dtype (one
+    rounding per chunk, as Liger's default) or, with accum_dtype=torch.float32, in float32.
+    `chunk_rows` rows are processed at a time (0: about 128 MiB of logits per chunk; environment
+    variable LIGER_CPP_FLCE_CHUNK_MB sets that budget). Under autocast, input, weight and bias are
+    cast to the autocast dtype (the GEMMs' precision, as F.linear would run) and a float32 weight's
+    gradient accumulates in float32.
+    """
+    check_device(input, "input")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"liger_cpp: argument 'reduction': expected one of {REDUCTIONS}, got {reduction!r}")
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"liger_cpp: argument 'softcap': expected None or a positive value, got {softcap!r}")
+    dev = input.device.type
+    if dev in ("cpu", "cuda") and torch.is_autocast_enabled(dev):
+        dt = torch.get_autocast_dtype(dev)
+        if accum_dtype is None and weight.dtype == torch.float32 and dt != torch.float32:
+            # fp32 master weights: accumulate dW in fp32 across chunks (Liger's grad_weight
+            # inherits the parameter's dtype under AMP) rather than rounding per chunk.
+            accum_dtype = torch.float32
+        input, weight = input.to(dt), weight.to(dt)
+        bias = bias.to(dt) if bias is not None else None
+    compute_dx, compute_dw, compute_db = _grad_flags(input, weight, bias, reduction)
+    loss, z_loss, accuracy, predicted, _, _, _ = torch.ops.liger.fused_linear_cross_entropy_fwd(
+        input,
+        weight,
+        target,
+        bias,
+        ce_weight,
+        int(ignore_index),
+        float(lse_square_scale),
+        float(label_smoothing),
+        reduction,
+        float(softcap) if softcap is not None else 0.0,
+        float(logit_scale),
+        bool(return_z_loss),
+        bool(return_token_accuracy),
+        bool(return_predicted_tokens),
+        compute_dx,
+        compute_dw,
+        compute_db,
+        accum_dtype,
+        int(chunk_rows),
+    )
+    return (
+        loss,
+        z_loss if return_z_loss else None,
+        accuracy if return_token_accuracy else None,
+        predicted if return_predicted_tokens else None,
+    )
