@@ -16,6 +16,8 @@ from liger_cpp.ops.rms_norm import rms_norm as _rms_norm
 from liger_cpp.ops.rope import mrope as _mrope
 from liger_cpp.ops.rope import rope as _rope
 from liger_cpp.ops.swiglu import swiglu as _swiglu
+from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb  # noqa: F401
+from liger_cpp.transformers.rope import liger_rotary_pos_emb  # noqa: F401
 
 
 def liger_cross_entropy(
