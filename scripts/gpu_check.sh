@@ -6,6 +6,7 @@
 # A Liger-Kernel wheel carried in .whl/ is installed (no deps) as the baseline.
 # Usage: bash scripts/gpu_check.sh [pytest -k expression]
 #   BENCHES="rms_norm ce_core" runs only those benchmarks (names without bench_); "none" runs none.
+#   BENCH_ARGS="--quick" is passed to every benchmark.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -35,7 +36,7 @@ selected() { [ -z "${BENCHES:-}" ] || [[ " $BENCHES " == *" ${1#bench_} "* ]]; }
 for b in benchmarks/bench_*.py; do
   name=$(basename "$b" .py)
   selected "$name" || continue
-  timeout 420 python3 "$b" --out "$OUT/$name.json" >"$OUT/$name.log" 2>&1 || { bench_rc=1; echo "$name failed"; tail -20 "$OUT/$name.log"; }
+  timeout 420 python3 "$b" --out "$OUT/$name.json" ${BENCH_ARGS:-} >"$OUT/$name.log" 2>&1 || { bench_rc=1; echo "$name failed"; tail -20 "$OUT/$name.log"; }
 done
 t3=$(date +%s)
 
