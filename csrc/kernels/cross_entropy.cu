@@ -44,7 +44,7 @@ __device__ __forceinline__ Stats empty_stats() { return {-INFINITY, 0.f, INT64_M
 
 __device__ __forceinline__ float exp_or_zero(float m, float M) {
   // exp(m - M), with an empty side (m = -inf) contributing nothing even when M = -inf.
-  return m == -INFINITY ? 0.f : __expf(m - M);
+  return m == -INFINITY ? 0.f : expf(m - M);  // precise: it scales whole partial sums
 }
 
 __device__ __forceinline__ Stats combine(const Stats& a, const Stats& b) {
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
 #pragma unroll
         for (int i = 0; i < VE; ++i) {
           const float xv = cap(to_float<T>(buf[k].v[i]), o);
-          s += ex2(fmaf(xv, kLog2e, -mc_l2));
+          s += sizeof(T) == 2 ? ex2(fmaf(xv, kLog2e, -mc_l2)) : expf(xv - mc);  // float32: precise
           if (!PLAIN && o.need_wx)
             wx += (o.weight ? __ldg(o.weight + base + (k * T_ + t) * VE + i) : 1.f) * xv;
         }
@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(kTmaThreads) ce_tma_kernel(CeRowsArgs a, int s
 #pragma unroll
           for (int i = 0; i < VE; ++i) {
             const float f = cap(to_float<T>(xv.v[i]), o);
-            sum += ex2(fmaf(f, kLog2e, -mc_l2));
+            sum += sizeof(T) == 2 ? ex2(fmaf(f, kLog2e, -mc_l2)) : expf(f - mc);  // float32: precise
             if (!PLAIN && o.need_wx) wx += (o.weight ? __ldg(o.weight + base + v * VE + i) : 1.f) * f;
           }
         }
@@ -627,11 +627,14 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
     const char* e = std::getenv("LIGER_CPP_CE_TWO_PASS");
     return e && e[0] == '1';
   }();
-  // LIGER_CPP_CE_KERNEL=cluster selects the one-row-per-cluster kernel (A/B).
-  static const bool want_cluster = [] {
+  // LIGER_CPP_CE_KERNEL=tma selects the pipelined kernel: correct (the whole CUDA suite passed with
+  // it as the default) but measured slower on the H200 (28 % of C against 56-61 % at V = 128256,
+  // benchmarks/results/2026-11-29-h200-bench_ce_core-a8ca70d.log), so opt-in until it is profiled.
+  static const bool want_tma = [] {
     const char* e = std::getenv("LIGER_CPP_CE_KERNEL");
-    return e && std::strcmp(e, "cluster") == 0;
+    return e && std::strcmp(e, "tma") == 0;
   }();
+  const bool want_cluster = !want_tma;
   const int64_t tma_cs = ceil_div(V * static_cast<int64_t>(sizeof(T)), kTmaMaxSliceBytes);
   if (!force_two_pass && !want_cluster && aligned && cc_major >= 9 && V >= 2048 && tma_cs <= kMaxCluster) {
     // Slices of at most 48 KB where 8 blocks allow it (two blocks per SM), else up to 100 KB.
