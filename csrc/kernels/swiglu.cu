@@ -28,27 +28,11 @@ constexpr int kBwdUnroll = 2, kBwdMinBlocks = 2;
 template <GluAct ACT>
 struct Act;
 
-// FAST (2-byte outputs only): sigmoid through the hardware exp2 and a
-// correctly rounded reciprocal instead of expf and an IEEE division, about a
-// third of the instructions; their ~2^-21 relative error is far below a bf16
-// or fp16 rounding (2^-9, 2^-12), so the rounded output is unchanged in all
-// but rare ties. float32 outputs keep the precise path.
-template <bool FAST>
-__device__ __forceinline__ float sigmoid(float x) {
-  if constexpr (FAST) return __frcp_rn(1.f + __expf(-x));
-  return 1.f / (1.f + expf(-x));
-}
-
 template <>
 struct Act<GluAct::kSilu> {
-  template <bool FAST>
-  static __device__ __forceinline__ float f(float x) {
-    if constexpr (FAST) return x * sigmoid<true>(x);
-    return x / (1.f + expf(-x));
-  }
-  template <bool FAST>
+  static __device__ __forceinline__ float f(float x) { return x / (1.f + expf(-x)); }
   static __device__ __forceinline__ void fd(float x, float& y, float& d) {
-    const float s = sigmoid<FAST>(x);
+    const float s = 1.f / (1.f + expf(-x));
     y = x * s;
     d = s * (1.f + x * (1.f - s));
   }
@@ -61,12 +45,10 @@ constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
 template <>
 struct Act<GluAct::kGeluTanh> {
-  template <bool FAST>
   static __device__ __forceinline__ float f(float x) {
     const float t = tanhf(kSqrt2OverPi * (x + kGeluCoef * x * x * x));
     return 0.5f * x * (1.f + t);
   }
-  template <bool FAST>
   static __device__ __forceinline__ void fd(float x, float& y, float& d) {
     const float x2 = x * x;
     const float t = tanhf(kSqrt2OverPi * (x + kGeluCoef * x2 * x));
@@ -77,11 +59,7 @@ struct Act<GluAct::kGeluTanh> {
 
 template <>
 struct Act<GluAct::kGeluErf> {
-  template <bool FAST>
-  static __device__ __forceinline__ float f(float x) {
-    return 0.5f * x * (1.f + erff(x * kInvSqrt2));
-  }
-  template <bool FAST>
+  static __device__ __forceinline__ float f(float x) { return 0.5f * x * (1.f + erff(x * kInvSqrt2)); }
   static __device__ __forceinline__ void fd(float x, float& y, float& d) {
     const float cdf = 0.5f * (1.f + erff(x * kInvSqrt2));
     y = x * cdf;
@@ -116,13 +94,11 @@ __global__ void __launch_bounds__(kThreads, kFwdMinBlocks)
         Vec<T, VEC> cv;
 #pragma unroll
         for (int j = 0; j < VEC; ++j)
-          cv.v[j] = from_float<T>(Act<ACT>::template f<sizeof(T) == 2>(to_float<T>(av[u].v[j])) *
-                                  to_float<T>(bv[u].v[j]));
+          cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av[u].v[j])) * to_float<T>(bv[u].v[j]));
         store_vec<T, VEC>(cr + col, cv);
       } else if (VEC > 1 && col < cols) {  // ragged end of a row (vector path only)
         for (int64_t k = col; k < cols; ++k)
-          cr[k] =
-              from_float<T>(Act<ACT>::template f<sizeof(T) == 2>(to_float<T>(ar[k])) * to_float<T>(br[k]));
+          cr[k] = from_float<T>(Act<ACT>::f(to_float<T>(ar[k])) * to_float<T>(br[k]));
       }
     }
   }
@@ -162,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, kBwdMinBlocks)
         for (int j = 0; j < VEC; ++j) {
           const float g = to_float<T>(gv[u].v[j]);
           float y, d;
-          Act<ACT>::template fd<sizeof(T) == 2>(to_float<T>(av[u].v[j]), y, d);
+          Act<ACT>::fd(to_float<T>(av[u].v[j]), y, d);
           dav.v[j] = from_float<T>(g * to_float<T>(bv[u].v[j]) * d);
           dbv.v[j] = from_float<T>(g * y);
         }
@@ -173,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, kBwdMinBlocks)
           const float g = to_float<T>(gr[k]);
           const float bk = to_float<T>(br[k]);
           float y, d;
-          Act<ACT>::template fd<sizeof(T) == 2>(to_float<T>(ar[k]), y, d);
+          Act<ACT>::fd(to_float<T>(ar[k]), y, d);
           dar[k] = from_float<T>(g * bk * d);
           dbr[k] = from_float<T>(g * y);
         }
