@@ -727,7 +727,7 @@ def test_cuda_shapes(dtype, shape, reduction):
 def test_cuda_tokens_times_vocab_above_2_31(chunk_mb, monkeypatch):
     # 17000 x 128256 = 2.18e9 logits > 2^31: int64 offsets everywhere. With the default budget the
     # chunks are small; with 8 GiB one chunk holds all 2.18e9 logits (the row kernel's and cuBLAS's
-    # own offsets). Reference: the same math in float32 on 2048-row slices with autograd.
+    # own offsets). Reference: the same math in float32 (logits rounded to bf16) on 2048-row slices.
     if chunk_mb is not None:
         monkeypatch.setenv("LIGER_CPP_FLCE_CHUNK_MB", chunk_mb)
     M, H, V = 17000, 128, 128256
@@ -742,7 +742,10 @@ def test_cuda_tokens_times_vocab_above_2_31(chunk_mb, monkeypatch):
     wr = w.detach().float().requires_grad_(True)
     total = torch.zeros((), device="cuda", dtype=torch.float64)
     for s in range(0, M, 2048):
-        lg = xr[s : s + 2048] @ wr.t()
+        # Logits rounded to bf16, as the op (and HF's bf16 lm_head) produce them: that rounding (3 %
+        # of p at |logit| ~ 8) is the op's documented precision and dominated the comparison with
+        # float32 logits (H200, 28a4c06: 63 of 2.2M dX elements beyond atol 5e-3).
+        lg = (xr[s : s + 2048] @ wr.t()).bfloat16().float()
         part = F.cross_entropy(lg, t[s : s + 2048], reduction="sum")
         part.backward()
         total += part.detach().double()
