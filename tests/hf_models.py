@@ -2,6 +2,7 @@
 model type of apply_liger_kernel_to_*, with the options that exercise liger_cpp's paths (softcaps,
 Granite's logit scaling, Phi-3's partial rotary, MoE dense layers)."""
 
+import pytest
 import torch
 import transformers
 
@@ -169,3 +170,13 @@ def run(model, ids, labels, **kw):
     out = model(input_ids=ids, labels=labels, **kw)
     out.loss.backward()
     return out, grads(model)
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """One intra-op thread for these tiny models: thread start-up and spinning cost far more than the
+    matmuls (100x on a busy 2-core machine). Imported by the HF test modules."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -10,7 +10,14 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import torch.nn.functional as F  # noqa: E402
-from hf_models import VOCAB, batch, build, grads, run  # noqa: E402
+from hf_models import (  # noqa: E402
+    VOCAB,
+    batch,
+    build,
+    grads,
+    run,
+    single_thread,  # noqa: E402,F401  (autouse fixture)
+)
 
 import liger_cpp.transformers as lt  # noqa: E402
 from liger_cpp.transformers import causal_lm  # noqa: E402

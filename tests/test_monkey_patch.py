@@ -11,7 +11,14 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from hf_models import MODEL_TYPES, batch, build, run, tiny_config  # noqa: E402
+from hf_models import (  # noqa: E402
+    MODEL_TYPES,
+    batch,
+    build,
+    run,
+    single_thread,  # noqa: E402,F401  (autouse fixture)
+    tiny_config,
+)
 from torch import nn  # noqa: E402
 
 import liger_cpp.transformers as lt  # noqa: E402

@@ -123,6 +123,23 @@ def liger_for_causal_lm_loss(
     return _normalise(out, num_items_in_batch)
 
 
+def _cross_entropy_loss(
+    logits, labels, vocab_size, *, shift_labels, num_items_in_batch, ignore_index, return_token_accuracy
+):
+    """HF's ForCausalLMLoss on materialised logits, with liger_cpp's cross entropy (fp32 loss)."""
+    target = _shifted_targets(labels, shift_labels, ignore_index).to(logits.device)
+    out = liger_fn("liger_cross_entropy")(
+        logits.reshape(-1, vocab_size),
+        target,
+        ignore_index=ignore_index,
+        reduction="mean" if num_items_in_batch is None else "sum",
+        return_token_accuracy=return_token_accuracy,
+    )
+    loss, acc = (out.loss, out.token_accuracy) if return_token_accuracy else (out, None)
+    loss = _normalise(loss.float(), num_items_in_batch)
+    return (loss, acc) if return_token_accuracy else loss
+
+
 def _token_accuracy(logits: Tensor, labels, shift_labels, ignore_index: int) -> Tensor:
     target = _shifted_targets(labels, shift_labels, ignore_index).to(logits.device)
     pred = logits.detach().reshape(-1, logits.shape[-1]).argmax(dim=-1)
@@ -306,7 +323,12 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
         capture = _HeadCapture() if mode == "flce" else None
 
         def loss_function(logits=None, labels=None, vocab_size=None, **kw):
-            ignore_index = kw.get("ignore_index", -100)
+            opts = dict(
+                shift_labels=kw.get("shift_labels"),
+                num_items_in_batch=kw.get("num_items_in_batch"),
+                ignore_index=kw.get("ignore_index", -100),
+                return_token_accuracy=return_token_accuracy,
+            )
             if mode == "flce":
                 scale = spec.logit_scale(config)
                 softcaps = (spec.softcap(config),)
@@ -319,29 +341,16 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
                     weight,
                     labels,
                     bias,
-                    shift_labels=kw.get("shift_labels"),
-                    num_items_in_batch=kw.get("num_items_in_batch"),
-                    ignore_index=ignore_index,
                     softcap=softcap,
                     logit_scale=scale,
                     accum_dtype=accum_dtype,
-                    return_token_accuracy=return_token_accuracy,
+                    **opts,
                 )
             else:
-                target = _shifted_targets(labels, kw.get("shift_labels"), ignore_index)
-                target = target.to(logits.device)
-                reduction = "mean" if kw.get("num_items_in_batch") is None else "sum"
-                out = liger_fn("liger_cross_entropy")(
-                    logits.reshape(-1, vocab_size),
-                    target,
-                    ignore_index=ignore_index,
-                    reduction=reduction,
-                    return_token_accuracy=return_token_accuracy,
-                )
-                loss = (out.loss, out.token_accuracy) if return_token_accuracy else out
+                loss = _cross_entropy_loss(logits, labels, vocab_size, **opts)
             if return_token_accuracy:
                 loss, result["token_accuracy"] = loss
-            return _normalise(loss.float(), kw.get("num_items_in_batch") if mode == "ce" else None)
+            return loss
 
         with _replaced(self, loss_function, capture):
             out = orig(self, *args, return_dict=True, **kwargs)
