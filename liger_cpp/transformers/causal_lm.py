@@ -163,7 +163,11 @@ class LossSpec:
 
 
 # Values HF's logit transform is checked on (exact in bf16 / fp16; 50 tells a softcap of 30 apart).
-_PROBE = (-50.0, -7.0, -1.0, 0.0, 0.5, 3.0, 20.0, 50.0)
+_PROBE_VALUES = (-50.0, -7.0, -1.0, 0.0, 0.5, 3.0, 20.0, 50.0)
+_PROBES: dict = {}  # (device, dtype) -> probe tensor: made once, no host-to-device copy per step
+# (model class, logit scale, softcap candidates, dtype) -> the softcap HF's forward was seen to apply:
+# checked once, so the training loop has no extra device synchronisation.
+_CHECKED: dict = {}
 
 
 class _HeadCapture(nn.Module):
@@ -176,22 +180,29 @@ class _HeadCapture(nn.Module):
 
     def forward(self, hidden_states):
         self.hidden = hidden_states
-        self.probe = torch.tensor(_PROBE, dtype=hidden_states.dtype, device=hidden_states.device)
-        return self.probe.view(1, 1, -1)
+        key = (hidden_states.device, hidden_states.dtype)
+        if key not in _PROBES:
+            _PROBES[key] = torch.tensor(_PROBE_VALUES, dtype=key[1], device=key[0]).view(1, 1, -1)
+        self.probe = _PROBES[key]
+        return self.probe
 
 
-def _matching_softcap(received: Tensor, probe: Tensor, softcaps, scale, cls_name: str):
+def _matching_softcap(received: Tensor, probe: Tensor, softcaps, scale, cls):
     """The softcap (of the candidates) that, with logit_scale, reproduces what HF's forward did to
     the probe standing in for its logits; a clear error if none does."""
+    key = (cls, scale, softcaps, probe.dtype)
+    if key in _CHECKED:
+        return _CHECKED[key]
     got = received.detach().float().reshape(-1)
     for softcap in softcaps:
-        expected = probe.float() * scale
+        expected = probe.float().reshape(-1) * scale
         if softcap is not None:
             expected = softcap * torch.tanh(expected / softcap)
         if got.shape == expected.shape and torch.allclose(got, expected, rtol=2e-2, atol=5e-2):
+            _CHECKED[key] = softcap
             return softcap
     raise RuntimeError(
-        f"liger_cpp: {cls_name}.forward transforms its logits differently from what liger_cpp "
+        f"liger_cpp: {cls.__name__}.forward transforms its logits differently from what liger_cpp "
         f"passes to the fused linear cross entropy (logit_scale={scale}, softcap in {list(softcaps)}); "
         "this transformers version is not supported by the FLCE patch. Use "
         "fused_linear_cross_entropy=False (or skip_logits=False)."
@@ -334,7 +345,7 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
                 softcaps = (spec.softcap(config),)
                 if spec.softcap_optional and softcaps[0] is not None:
                     softcaps = (None, softcaps[0])
-                softcap = _matching_softcap(logits, capture.probe, softcaps, scale, type(self).__name__)
+                softcap = _matching_softcap(logits, capture.probe, softcaps, scale, type(self))
                 weight, bias = head_params
                 loss = liger_for_causal_lm_loss(
                     capture.hidden,
