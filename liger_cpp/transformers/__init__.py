@@ -2,6 +2,7 @@
 (``liger_kernel.transformers``). The transformers integration (apply_liger_kernel_to_*,
 AutoLigerKernelForCausalLM) needs the `transformers` package; it is imported lazily."""
 
+from liger_cpp.transformers.causal_lm import liger_for_causal_lm_loss  # noqa: F401
 from liger_cpp.transformers.cross_entropy import LigerCrossEntropyLoss  # noqa: F401
 from liger_cpp.transformers.functional import (  # noqa: F401
     CrossEntropyOutput,
@@ -18,22 +19,29 @@ from liger_cpp.transformers.functional import (  # noqa: F401
 from liger_cpp.transformers.fused_add_rms_norm import LigerFusedAddRMSNorm  # noqa: F401
 from liger_cpp.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss  # noqa: F401
 from liger_cpp.transformers.geglu import LigerGEGLUMLP  # noqa: F401
-from liger_cpp.transformers.layer_norm import LigerLayerNorm  # noqa: F401
+from liger_cpp.transformers.layer_norm import LigerLayerNorm, LigerNNLayerNorm  # noqa: F401
 from liger_cpp.transformers.monkey_patch import (  # noqa: F401
     MODEL_TYPE_TO_APPLY_LIGER_FN,
     _apply_liger_kernel,
     _apply_liger_kernel_to_instance,
     apply_liger_kernel_to_gemma,
     apply_liger_kernel_to_gemma2,
+    apply_liger_kernel_to_gemma3,
     apply_liger_kernel_to_gemma3_text,
+    apply_liger_kernel_to_glm4,
     apply_liger_kernel_to_granite,
     apply_liger_kernel_to_llama,
     apply_liger_kernel_to_mistral,
     apply_liger_kernel_to_mixtral,
+    apply_liger_kernel_to_mllama,
     apply_liger_kernel_to_olmo2,
     apply_liger_kernel_to_phi3,
     apply_liger_kernel_to_qwen2,
+    apply_liger_kernel_to_qwen2_5_vl,
+    apply_liger_kernel_to_qwen2_vl,
     apply_liger_kernel_to_qwen3,
+    apply_liger_kernel_to_qwen3_moe,
+    liger_partial_rotary_pos_emb,
     revert_liger_kernel,
 )
 from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb  # noqa: F401
@@ -49,6 +57,7 @@ from liger_cpp.transformers.swiglu import (  # noqa: F401
     LigerBlockSparseTop2MLP,
     LigerExpertsSwiGLUMixin,
     LigerPhi3SwiGLUMLP,
+    LigerQwen3MoeSwiGLUMLP,
     LigerSwiGLUMLP,
 )
 
@@ -63,7 +72,6 @@ def __getattr__(name):
 
 
 __all__ = [
-    "MODEL_TYPE_TO_APPLY_LIGER_FN",
     "AutoLigerKernelForCausalLM",
     "CrossEntropyOutput",
     "LigerBlockSparseTop2MLP",
@@ -73,32 +81,43 @@ __all__ = [
     "LigerFusedLinearCrossEntropyLoss",
     "LigerGEGLUMLP",
     "LigerLayerNorm",
+    "LigerNNLayerNorm",
     "LigerPhi3SwiGLUMLP",
+    "LigerQwen3MoeSwiGLUMLP",
     "LigerRMSNorm",
     "LigerRMSNormForGemma",
     "LigerRMSNormForGemma2",
     "LigerRMSNormForGemma3",
     "LigerRMSNormForOlmo2",
     "LigerSwiGLUMLP",
+    "MODEL_TYPE_TO_APPLY_LIGER_FN",
     "_apply_liger_kernel",
     "_apply_liger_kernel_to_instance",
     "apply_liger_kernel_to_gemma",
     "apply_liger_kernel_to_gemma2",
+    "apply_liger_kernel_to_gemma3",
     "apply_liger_kernel_to_gemma3_text",
+    "apply_liger_kernel_to_glm4",
     "apply_liger_kernel_to_granite",
     "apply_liger_kernel_to_llama",
     "apply_liger_kernel_to_mistral",
     "apply_liger_kernel_to_mixtral",
+    "apply_liger_kernel_to_mllama",
     "apply_liger_kernel_to_olmo2",
     "apply_liger_kernel_to_phi3",
     "apply_liger_kernel_to_qwen2",
+    "apply_liger_kernel_to_qwen2_5_vl",
+    "apply_liger_kernel_to_qwen2_vl",
     "apply_liger_kernel_to_qwen3",
+    "apply_liger_kernel_to_qwen3_moe",
     "liger_cross_entropy",
+    "liger_for_causal_lm_loss",
     "liger_fused_add_rms_norm",
     "liger_fused_linear_cross_entropy",
     "liger_geglu",
     "liger_layer_norm",
     "liger_multimodal_rotary_pos_emb",
+    "liger_partial_rotary_pos_emb",
     "liger_qwen2vl_mrope",
     "liger_rms_norm",
     "liger_rope",

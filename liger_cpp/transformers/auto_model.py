@@ -1,6 +1,8 @@
 """AutoLigerKernelForCausalLM: AutoModelForCausalLM that applies liger_cpp's kernels by
-config.model_type (Liger-Kernel's name). The built model is patched in place (instance patching),
-so nothing changes globally; an unsupported model_type warns and returns an unpatched model."""
+config.model_type (Liger-Kernel's name). The built model is patched in place (instance patching):
+its modules and its forward, not the classes; only RoPE, a module function in transformers, is
+patched module-wide (pass rope=False to avoid it). An unsupported model_type warns and returns an
+unpatched model."""
 
 import warnings
 

@@ -25,3 +25,15 @@ class LigerLayerNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.hidden_size}, eps={self.variance_epsilon}"
+
+
+class LigerNNLayerNorm(nn.LayerNorm):
+    """torch.nn.LayerNorm with liger_cpp's kernel: same constructor, parameters and state dict (and
+    still an ``nn.LayerNorm`` for isinstance checks), so it replaces the LayerNorms that transformers
+    modeling code builds (vision towers). LayerNorms over more than one trailing dimension keep
+    PyTorch's implementation."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if len(self.normalized_shape) != 1:
+            return super().forward(input)
+        return layer_norm(input, self.weight, self.bias, self.eps)

@@ -40,6 +40,22 @@ class LigerSwiGLUMLP(nn.Module):
         return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x), in_place=self.in_place))
 
 
+class LigerQwen3MoeSwiGLUMLP(LigerSwiGLUMLP):
+    """Qwen3-MoE's dense MLP (HF Qwen3MoeMLP(config, intermediate_size=None)): a SwiGLU MLP whose
+    width may differ from config.intermediate_size."""
+
+    def __init__(self, config, intermediate_size=None):
+        nn.Module.__init__(self)
+        _check_act(config)
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.intermediate_size if intermediate_size is None else intermediate_size
+        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        self.in_place = False
+
+
 class LigerPhi3SwiGLUMLP(nn.Module):
     """Phi-3's MLP: one fused gate_up_proj (gate first, then up), chunked into two strided
     halves that the kernel reads without copying, then down_proj."""

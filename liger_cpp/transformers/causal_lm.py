@@ -1,0 +1,367 @@
+"""The loss path of Hugging Face causal LMs with liger_cpp's fused linear cross entropy (FLCE) or
+cross entropy: ``liger_for_causal_lm_loss`` and the patched ``*ForCausalLM.forward``.
+
+The patched forward runs Hugging Face's own forward, so everything model-specific (the base-model
+call, MoE auxiliary losses, the output class, caches, the transformers version's argument names)
+stays Hugging Face's. For the duration of the call it replaces two attributes of the model:
+
+* ``lm_head`` (FLCE, training with labels): a capture module records the hidden states, already
+  sliced by ``logits_to_keep``, and returns a small probe tensor instead of the [B, T, V] logits;
+* ``loss_function``: computes the loss with HF's label shifting, ``ignore_index`` and
+  ``num_items_in_batch`` normalisation (ForCausalLMLoss). For FLCE it projects the captured hidden
+  states with lm_head's weight inside the fused op; the logit transform HF applied to the probe
+  (Gemma's final softcapping, Granite's ``/ logits_scaling``) must equal the one given to the fused
+  op, else the call fails with a clear error instead of training on a different loss.
+
+Models whose loss function is not HF's ForCausalLMLoss (a custom ``model.loss_function``), or
+whose lm_head is not a plain ``nn.Linear`` (or PEFT's ModulesToSaveWrapper of one), keep HF's path,
+with a one-time warning.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import warnings
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def liger_fn(name: str) -> Callable:
+    """``liger_cpp.transformers.functional.<name>``, looked up at call time (so tests may patch it)."""
+    from liger_cpp.transformers import functional
+
+    return getattr(functional, name)
+
+
+_WARNED: set = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        warnings.warn(msg, UserWarning, stacklevel=4)
+
+
+def _shifted_targets(labels, shift_labels, ignore_index: int) -> Tensor:
+    """HF ForCausalLMLoss's targets: labels padded with one ignore_index and shifted left by one
+    (position t predicts token t+1), unless shift_labels is given; flattened."""
+    if shift_labels is None:
+        if labels is None:
+            raise ValueError("liger_cpp: the causal-LM loss needs `labels` or `shift_labels`")
+        labels = F.pad(labels, (0, 1), value=ignore_index)
+        shift_labels = labels[..., 1:]
+    return shift_labels.reshape(-1)
+
+
+def _normalise(loss: Tensor, num_items_in_batch) -> Tensor:
+    if num_items_in_batch is None:
+        return loss
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(loss.device)
+    return loss / num_items_in_batch
+
+
+def _autocast(*tensors):
+    """What nn.Linear sees under autocast: the autocast dtype (the fused op gets lm_head's inputs)."""
+    dev = tensors[0].device.type
+    if dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev):
+        dt = torch.get_autocast_dtype(dev)
+        return tuple(t.to(dt) if t is not None and t.is_floating_point() else t for t in tensors)
+    return tensors
+
+
+def liger_for_causal_lm_loss(
+    hidden_states: Tensor,
+    lm_head_weight: Tensor,
+    labels: Optional[Tensor] = None,
+    lm_head_bias: Optional[Tensor] = None,
+    *,
+    shift_labels: Optional[Tensor] = None,
+    num_items_in_batch=None,
+    ignore_index: int = -100,
+    softcap: Optional[float] = None,
+    logit_scale: float = 1.0,
+    accum_dtype: Optional[torch.dtype] = None,
+    return_token_accuracy: bool = False,
+):
+    """HF's ForCausalLMLoss on ``softcap(logit_scale * lm_head(hidden_states))`` without building the
+    logits: fused linear cross entropy, mean over the non-ignored targets, or their sum divided by
+    ``num_items_in_batch`` when given (gradient accumulation). Returns the fp32 loss, or
+    ``(loss, token_accuracy)`` with ``return_token_accuracy``."""
+    target = _shifted_targets(labels, shift_labels, ignore_index).to(hidden_states.device)
+    hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
+    if hidden.shape[0] != target.shape[0]:
+        raise ValueError(
+            f"liger_cpp: {hidden.shape[0]} hidden-state positions but {target.shape[0]} labels "
+            "(with logits_to_keep, pass labels / shift_labels for the kept positions only)"
+        )
+    hidden, weight, bias = _autocast(hidden, lm_head_weight, lm_head_bias)
+    out = liger_fn("liger_fused_linear_cross_entropy")(
+        hidden,
+        weight,
+        target,
+        bias=bias,
+        ignore_index=ignore_index,
+        reduction="mean" if num_items_in_batch is None else "sum",
+        softcap=softcap,
+        accum_dtype=accum_dtype,
+        return_token_accuracy=return_token_accuracy,
+        logit_scale=logit_scale,
+    )
+    if return_token_accuracy:
+        return _normalise(out.loss, num_items_in_batch), out.token_accuracy
+    return _normalise(out, num_items_in_batch)
+
+
+def _cross_entropy_loss(
+    logits, labels, vocab_size, *, shift_labels, num_items_in_batch, ignore_index, return_token_accuracy
+):
+    """HF's ForCausalLMLoss on materialised logits, with liger_cpp's cross entropy (fp32 loss)."""
+    target = _shifted_targets(labels, shift_labels, ignore_index).to(logits.device)
+    out = liger_fn("liger_cross_entropy")(
+        logits.reshape(-1, vocab_size),
+        target,
+        ignore_index=ignore_index,
+        reduction="mean" if num_items_in_batch is None else "sum",
+        return_token_accuracy=return_token_accuracy,
+    )
+    loss, acc = (out.loss, out.token_accuracy) if return_token_accuracy else (out, None)
+    loss = _normalise(loss.float(), num_items_in_batch)
+    return (loss, acc) if return_token_accuracy else loss
+
+
+def _token_accuracy(logits: Tensor, labels, shift_labels, ignore_index: int) -> Tensor:
+    target = _shifted_targets(labels, shift_labels, ignore_index).to(logits.device)
+    pred = logits.detach().reshape(-1, logits.shape[-1]).argmax(dim=-1)
+    valid = target != ignore_index
+    return ((pred == target) & valid).sum().float() / valid.sum()
+
+
+# --------------------------------------------------------------------------------------------
+# the patched forward
+
+
+@dataclasses.dataclass(frozen=True)
+class LossSpec:
+    """How a model class turns lm_head's output into the logits its loss sees, from its config:
+    final softcapping and a logit scale. With ``softcap_optional`` the probe decides whether this
+    transformers version applies the softcap (Gemma 3's multimodal forward does not in 5.24)."""
+
+    softcap: Callable = lambda config: None
+    logit_scale: Callable = lambda config: 1.0
+    softcap_optional: bool = False
+
+
+# Values HF's logit transform is checked on (exact in bf16 / fp16; 50 tells a softcap of 30 apart).
+_PROBE_VALUES = (-50.0, -7.0, -1.0, 0.0, 0.5, 3.0, 20.0, 50.0)
+_PROBES: dict = {}  # (device, dtype) -> probe tensor: made once, no host-to-device copy per step
+# (model class, logit scale, softcap candidates, dtype) -> the softcap HF's forward was seen to apply:
+# checked once, so the training loop has no extra device synchronisation.
+_CHECKED: dict = {}
+
+
+class _HeadCapture(nn.Module):
+    """Stands in for lm_head: keeps the hidden states, returns the probe instead of logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = None
+        self.probe = None
+
+    def forward(self, hidden_states):
+        self.hidden = hidden_states
+        key = (hidden_states.device, hidden_states.dtype)
+        if key not in _PROBES:
+            _PROBES[key] = torch.tensor(_PROBE_VALUES, dtype=key[1], device=key[0]).view(1, 1, -1)
+        self.probe = _PROBES[key]
+        return self.probe
+
+
+def _matching_softcap(received: Tensor, probe: Tensor, softcaps, scale, cls):
+    """The softcap (of the candidates) that, with logit_scale, reproduces what HF's forward did to
+    the probe standing in for its logits; a clear error if none does."""
+    key = (cls, scale, softcaps, probe.dtype)
+    if key in _CHECKED:
+        return _CHECKED[key]
+    got = received.detach().float().reshape(-1)
+    for softcap in softcaps:
+        expected = probe.float().reshape(-1) * scale
+        if softcap is not None:
+            expected = softcap * torch.tanh(expected / softcap)
+        if got.shape == expected.shape and torch.allclose(got, expected, rtol=2e-2, atol=5e-2):
+            _CHECKED[key] = softcap
+            return softcap
+    raise RuntimeError(
+        f"liger_cpp: {cls.__name__}.forward transforms its logits differently from what liger_cpp "
+        f"passes to the fused linear cross entropy (logit_scale={scale}, softcap in {list(softcaps)}); "
+        "this transformers version is not supported by the FLCE patch. Use "
+        "fused_linear_cross_entropy=False (or skip_logits=False)."
+    )
+
+
+def _head_params(head):
+    """(weight, bias) of a plain nn.Linear lm_head (through PEFT's ModulesToSaveWrapper), or None."""
+    if hasattr(head, "modules_to_save") and hasattr(head, "original_module"):
+        active = getattr(head, "active_adapter", None)
+        active = active[0] if isinstance(active, (list, tuple)) and active else active
+        if getattr(head, "disable_adapters", False) or active not in head.modules_to_save:
+            head = head.original_module
+        else:
+            head = head.modules_to_save[active]
+    if (
+        isinstance(head, nn.Linear)
+        and type(head).forward is nn.Linear.forward
+        and not head._forward_hooks
+        and not head._forward_pre_hooks
+        and type(head.weight.data) is torch.Tensor  # not a DTensor (FSDP2 / tensor parallel)
+    ):
+        return head.weight, head.bias
+    return None
+
+
+def _uses_hf_causal_loss(model) -> bool:
+    if "_loss_function" in model.__dict__:  # set by the user
+        return False
+    from transformers.loss import loss_utils
+
+    try:
+        return model.loss_function is loss_utils.ForCausalLMLoss
+    except Exception:  # noqa: BLE001 - any failure means: not the plain HF loss
+        return False
+
+
+@contextlib.contextmanager
+def _replaced(model, loss_function, capture=None):
+    head = model._modules.get("lm_head")
+    object.__setattr__(model, "_loss_function", loss_function)
+    if capture is not None:
+        model._modules["lm_head"] = capture
+    try:
+        yield
+    finally:
+        if capture is not None:
+            model._modules["lm_head"] = head
+        model.__dict__.pop("_loss_function", None)
+
+
+_ACC_CLASSES: dict = {}
+
+
+def _with_accuracy(cls):
+    """A subclass of HF's output class with Liger's extra ``token_accuracy`` field."""
+    if cls not in _ACC_CLASSES:
+        _ACC_CLASSES[cls] = dataclasses.make_dataclass(
+            f"Liger{cls.__name__}",
+            [("token_accuracy", Optional[Tensor], dataclasses.field(default=None))],
+            bases=(cls,),
+        )
+    return _ACC_CLASSES[cls]
+
+
+def _rebuild(out, token_accuracy=None, drop_logits=False):
+    fields = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
+    if drop_logits:
+        fields["logits"] = None
+    if token_accuracy is None:
+        return type(out)(**fields)
+    return _with_accuracy(type(out))(**fields, token_accuracy=token_accuracy)
+
+
+def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
+    """The patched forward of one model class: mode "flce" (fused linear cross entropy when
+    training with labels) or "ce" (liger_cpp's cross entropy on HF's logits)."""
+    if mode not in ("flce", "ce"):
+        raise ValueError(f"liger_cpp: unknown loss mode {mode!r}")
+    orig = getattr(orig, "_liger_original", orig)
+    sig = inspect.signature(orig)
+    names = list(sig.parameters)
+
+    @functools.wraps(orig)
+    def forward(self, *args, skip_logits=None, return_token_accuracy=False, accum_dtype=None, **kwargs):
+        try:
+            bound = sig.bind(self, *args, **kwargs).arguments
+        except TypeError:
+            return orig(self, *args, **kwargs)  # HF raises its own error
+        labels = bound.get("labels")
+        shift_labels = kwargs.get("shift_labels")
+        has_labels = labels is not None or shift_labels is not None
+        if skip_logits and not has_labels:
+            raise ValueError("liger_cpp: skip_logits=True needs labels or shift_labels")
+        if mode == "flce":
+            ours = self.training and has_labels if skip_logits is None else bool(skip_logits)
+        else:
+            ours = has_labels
+        if ours and not _uses_hf_causal_loss(self):
+            _warn_once(
+                f"liger_cpp: {type(self).__name__} uses a loss function other than transformers' "
+                "ForCausalLMLoss; Hugging Face's loss path is kept."
+            )
+            ours = False
+        head_params = None
+        if ours and mode == "flce":
+            head_params = _head_params(self._modules.get("lm_head"))
+            if head_params is None:
+                _warn_once(
+                    f"liger_cpp: {type(self).__name__}.lm_head is not a plain nn.Linear (LoRA, hooks, "
+                    "FSDP / tensor-parallel weights?); the logits are materialised and Hugging Face's "
+                    "loss path is kept."
+                )
+                ours = False
+        if not ours:
+            out = orig(self, *args, **kwargs)
+            if return_token_accuracy and has_labels and getattr(out, "logits", None) is not None:
+                acc = _token_accuracy(out.logits, labels, shift_labels, kwargs.get("ignore_index", -100))
+                out = _rebuild(out, token_accuracy=acc)
+            return out
+
+        if labels is None and "labels" not in names[1 : 1 + len(args)]:
+            kwargs["labels"] = shift_labels  # HF computes a loss only with labels; ours uses shift_labels
+        return_dict = kwargs.pop("return_dict", None)
+        if return_dict is None:
+            return_dict = getattr(self.config, "return_dict", True)
+        result = {}
+        config = self.config
+        capture = _HeadCapture() if mode == "flce" else None
+
+        def loss_function(logits=None, labels=None, vocab_size=None, **kw):
+            opts = dict(
+                shift_labels=kw.get("shift_labels"),
+                num_items_in_batch=kw.get("num_items_in_batch"),
+                ignore_index=kw.get("ignore_index", -100),
+                return_token_accuracy=return_token_accuracy,
+            )
+            if mode == "flce":
+                scale = spec.logit_scale(config)
+                softcaps = (spec.softcap(config),)
+                if spec.softcap_optional and softcaps[0] is not None:
+                    softcaps = (None, softcaps[0])
+                softcap = _matching_softcap(logits, capture.probe, softcaps, scale, type(self))
+                weight, bias = head_params
+                loss = liger_for_causal_lm_loss(
+                    capture.hidden,
+                    weight,
+                    labels,
+                    bias,
+                    softcap=softcap,
+                    logit_scale=scale,
+                    accum_dtype=accum_dtype,
+                    **opts,
+                )
+            else:
+                loss = _cross_entropy_loss(logits, labels, vocab_size, **opts)
+            if return_token_accuracy:
+                loss, result["token_accuracy"] = loss
+            return loss
+
+        with _replaced(self, loss_function, capture):
+            out = orig(self, *args, return_dict=True, **kwargs)
+        out = _rebuild(out, token_accuracy=result.get("token_accuracy"), drop_logits=mode == "flce")
+        return out if return_dict else out.to_tuple()
+
+    forward._liger_original = orig
+    forward._liger_mode = mode
+    return forward
