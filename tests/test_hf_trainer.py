@@ -72,7 +72,9 @@ def test_trainer_steps_match_hf(model_type, tmp_path):
     assert calls.count("liger_fused_linear_cross_entropy") == 3 * 2  # 3 steps x 2 micro-batches
     assert len(losses0) == 3
     torch.testing.assert_close(torch.tensor(losses1), torch.tensor(losses0), rtol=1e-4, atol=1e-5)
+    # AdamW turns fp32 rounding differences of near-zero gradients into whole updates (lr-sized), so
+    # parameters get atol 1e-4 (Liger's fp32 convergence tests: 5e-3); losses above stay at 1e-5.
     for n in params0:
         torch.testing.assert_close(
-            params1[n], params0[n], rtol=1e-4, atol=1e-5, msg=lambda m, n=n: f"{n}: {m}"
+            params1[n], params0[n], rtol=1e-4, atol=1e-4, msg=lambda m, n=n: f"{n}: {m}"
         )
