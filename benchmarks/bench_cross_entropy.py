@@ -45,7 +45,7 @@ def variants(have_liger):
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
 
         def liger(x, t):
-            r = LigerCrossEntropyFunction.apply(x, t)
+            r = LigerCrossEntropyFunction.apply(x, t, None)
             return r[0] if isinstance(r, tuple) else r
 
         out["liger"] = liger
