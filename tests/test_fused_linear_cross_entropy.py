@@ -752,3 +752,18 @@ def test_cuda_tokens_times_vocab_above_2_31(chunk_mb, monkeypatch):
     torch.testing.assert_close(loss.double(), total, rtol=2e-3, atol=0)
     torch.testing.assert_close(x.grad.float(), xr.grad, rtol=5e-2, atol=5e-3)
     torch.testing.assert_close(w.grad.float(), wr.grad, rtol=5e-2, atol=5e-2)
+
+
+def test_forward_and_backward_allocate_one_weight_sized_buffer():
+    # dW, computed in the forward, is the only weight-sized allocation (no zero-filled "gradient" for
+    # the dW output from autograd, no copy into .grad).
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(64, 256, requires_grad=True)
+    w = torch.randn(30000, 256, requires_grad=True)
+    t = torch.randint(0, 30000, (64,))
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fused_linear_cross_entropy(x, w, t)
+        (out[0] if isinstance(out, (tuple, list)) else out).backward()
+    big = [e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage >= w.numel() * 4]
+    assert big == [w.numel() * 4], big
