@@ -217,6 +217,34 @@ TORCH_LIBRARY(liger, m) {
   m.def(
       "fused_linear_cross_entropy_scale_(Tensor(a!) dX, Tensor(b!) dW, Tensor(c!) dB, Tensor grad_output) "
       "-> ()");
+  // Paired preference losses fused with the lm_head, chunked over pairs
+  // (csrc/ops/fused_linear_preference.cpp; Liger's chunked_loss DPO / ORPO /
+  // CPO / SimPO). input: (2B, T, H), chosen sequences stacked over rejected;
+  // weight (V, H), bias (V,) or None, input's dtype (float32/float16/bfloat16,
+  // float64 on CPU); target (2B, T) int64/int32. ref_*: the reference model's
+  // hidden states and head (DPO types only), or None (reference logps 0).
+  // Per sequence s: logps = sum_t w_t log p(y_t), w_t = [y_t != ignore_index]
+  // (divided by the sequence's count with average_log_prob; 0 for none).
+  // loss_type: DPO's sigmoid, ipo, hinge, exo_pair, nca_pair, robust, bco_pair,
+  // sppo_hard, apo_zero, apo_down, discopop; orpo; cpo; simpo (gamma).
+  // loss = sum over pairs of the per-pair loss / B + alpha * nll, nll = mean
+  // -log p over the non-ignored chosen tokens (0 unless compute_nll_loss).
+  // Returns float32: loss (), chosen_logps (B,), rejected_logps (B,),
+  // chosen_logits_mean / rejected_logits_mean () (sum of the half's logits /
+  // (B*T*V)), nll_loss (), chosen_rewards (B,), rejected_rewards (B,), extra:
+  // (2,) ORPO's (log_odds_ratio, log_odds_chosen), else (0,); and dX, dW, dB
+  // (input's shape / weight's / bias's dtype): gradients of loss for the
+  // compute_* flags set, else (0,). dW accumulates in weight's dtype (one
+  // rounding per chunk half). chunk_size: pairs per chunk.
+  m.def(
+      "fused_linear_preference_fwd(Tensor input, Tensor weight, Tensor target, Tensor? bias=None, "
+      "Tensor? ref_input=None, Tensor? ref_weight=None, Tensor? ref_bias=None, str loss_type=\"sigmoid\", "
+      "int ignore_index=-100, float beta=0.1, float alpha=1., bool compute_nll_loss=False, "
+      "bool average_log_prob=False, float label_smoothing=0., float gamma=0.5, float discopop_tau=0.05, "
+      "int chunk_size=1, bool compute_dx=False, bool compute_dw=False, bool compute_db=False) -> "
+      "(Tensor loss, Tensor chosen_logps, Tensor rejected_logps, Tensor chosen_logits_mean, "
+      "Tensor rejected_logits_mean, Tensor nll_loss, Tensor chosen_rewards, Tensor rejected_rewards, "
+      "Tensor extra, Tensor dX, Tensor dW, Tensor dB)");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

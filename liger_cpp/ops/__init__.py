@@ -4,6 +4,7 @@ functional entry points that call them."""
 from liger_cpp.ops.cross_entropy import cross_entropy  # noqa: F401
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm  # noqa: F401
 from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: F401
+from liger_cpp.ops.fused_linear_preference import fused_linear_preference  # noqa: F401
 from liger_cpp.ops.geglu import geglu  # noqa: F401
 from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm  # noqa: F401

@@ -1,0 +1,217 @@
+"""Paired preference losses fused with the lm_head: fake kernel and autograd for
+torch.ops.liger.fused_linear_preference_fwd, and `fused_linear_preference` (the engine of
+liger_cpp.chunked_loss's DPO, ORPO, CPO and SimPO).
+
+As Liger's chunked losses, the forward computes dX, dW, dB chunk by chunk while each chunk's logits
+are at hand (only those autograd will ask for) and the backward scales them by grad_output in place
+(on CUDA a unit grad_output is skipped on the device). No torch.compile at run time and no host
+synchronisation: every normaliser stays on the device.
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from liger_cpp.ops._common import check_device
+from liger_cpp.ops.fused_linear_cross_entropy import _scale_out_of_place
+
+DPO_LOSS_TYPES = (
+    "sigmoid",
+    "ipo",
+    "hinge",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+)
+LOSS_TYPES = DPO_LOSS_TYPES + ("orpo", "cpo", "simpo")
+_N_INPUTS = 20  # arguments of fused_linear_preference_fwd
+
+
+@torch.library.register_fake("liger::fused_linear_preference_fwd")
+def _fwd_fake(
+    input,
+    weight,
+    target,
+    bias=None,
+    ref_input=None,
+    ref_weight=None,
+    ref_bias=None,
+    loss_type="sigmoid",
+    ignore_index=-100,
+    beta=0.1,
+    alpha=1.0,
+    compute_nll_loss=False,
+    average_log_prob=False,
+    label_smoothing=0.0,
+    gamma=0.5,
+    discopop_tau=0.05,
+    chunk_size=1,
+    compute_dx=False,
+    compute_dw=False,
+    compute_db=False,
+):
+    torch._check(
+        target.dim() == 2 and target.shape[0] % 2 == 0,
+        lambda: "liger_cpp: argument 'target': expected shape (2B, T)",
+    )
+    torch._check(
+        input.dim() == 3 and input.shape[:2] == target.shape,
+        lambda: "liger_cpp: argument 'input': expected shape (2B, T, H)",
+    )
+    torch._check(
+        weight.dim() == 2 and weight.shape[1] == input.shape[2],
+        lambda: "liger_cpp: argument 'weight': expected shape (V, H)",
+    )
+    torch._check(loss_type in LOSS_TYPES, lambda: "liger_cpp: argument 'loss_type': unknown loss type")
+    B = target.shape[0] // 2
+    f32 = torch.float32
+    scalar = input.new_empty((), dtype=f32)
+    vec = input.new_empty((B,), dtype=f32)
+    extra = input.new_empty((2,) if loss_type == "orpo" else (0,), dtype=f32)
+    dx = input.new_empty(input.shape if compute_dx else (0,))
+    dw = weight.new_empty(weight.shape) if compute_dw else input.new_empty((0,))
+    db = bias.new_empty(bias.shape) if (compute_db and bias is not None) else input.new_empty((0,))
+    return (
+        scalar,
+        vec,
+        vec.clone(),
+        scalar.clone(),
+        scalar.clone(),
+        scalar.clone(),
+        vec.clone(),
+        vec.clone(),
+        extra,
+        dx,
+        dw,
+        db,
+    )
+
+
+def _setup_context(ctx, inputs, output):
+    bias = inputs[3]
+    flags = tuple(inputs[17:20])
+    compute_dx, compute_dw, compute_db = flags + (False,) * (3 - len(flags))
+    ctx.mark_non_differentiable(*output[1:])
+    # No zero-filled gradients for the non-differentiable outputs (they would be dX/dW-sized).
+    ctx.set_materialize_grads(False)
+    ctx.has_bias = bias is not None
+    dx, dw, db = output[9:]
+    from torch._subclasses.fake_tensor import is_fake
+
+    # Eagerly plain attributes, dropped when the backward hands them out (a saved output would keep
+    # a second reference and make AccumulateGrad copy dW); traced, save_for_backward.
+    if torch.compiler.is_compiling() or is_fake(dw):
+        ctx.save_for_backward(dx, dw, db)
+        ctx.grads = None
+    else:
+        ctx.grads = (dx, dw, db)
+    ctx.computed = (compute_dx, compute_dw, compute_db and bias is not None)
+    ctx.scaled = False
+
+
+def _backward(ctx, grad_loss, *_unused):
+    n = len(ctx.needs_input_grad)
+    need_x, need_w, _, need_b = (*ctx.needs_input_grad, False, False, False, False)[:4]
+    need_b = need_b and ctx.has_bias
+    nones = (None,) * (_N_INPUTS - 4)
+    if not (need_x or need_w or need_b) or grad_loss is None:
+        return (None, None, None, None, *nones)[:n]
+    for need, done, name in zip((need_x, need_w, need_b), ctx.computed, ("dx", "dw", "db")):
+        if need and not done:
+            raise RuntimeError(
+                f"liger_cpp: fused_linear_preference_fwd ran with compute_{name}=False, but that gradient "
+                "is needed; call liger_cpp.ops.fused_linear_preference (it sets the flags)"
+            )
+    if ctx.scaled:
+        raise RuntimeError(
+            "liger_cpp: the fused preference losses compute their gradients in the forward and the first "
+            "backward scales them in place; a second backward through the same graph "
+            "(retain_graph=True) is not supported. Run the forward again."
+        )
+    if ctx.grads is not None:
+        (dx, dw, db), ctx.grads = ctx.grads, None
+    else:
+        dx, dw, db = ctx.saved_tensors
+    from torch._subclasses.fake_tensor import is_fake
+
+    if torch.compiler.is_compiling() or is_fake(grad_loss):
+        dx, dw, db = (_scale_out_of_place(t, grad_loss) for t in (dx, dw, db))
+    else:
+        torch.ops.liger.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
+        ctx.scaled = True
+    return (dx if need_x else None, dw if need_w else None, None, db if need_b else None, *nones)[:n]
+
+
+torch.library.register_autograd("liger::fused_linear_preference_fwd", _backward, setup_context=_setup_context)
+
+
+def fused_linear_preference(
+    input: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    bias: Optional[Tensor] = None,
+    ref_input: Optional[Tensor] = None,
+    ref_weight: Optional[Tensor] = None,
+    ref_bias: Optional[Tensor] = None,
+    loss_type: str = "sigmoid",
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    alpha: float = 1.0,
+    compute_nll_loss: bool = False,
+    average_log_prob: bool = False,
+    label_smoothing: float = 0.0,
+    gamma: float = 0.5,
+    discopop_tau: float = 0.05,
+    chunk_size: int = 1,
+) -> tuple[Tensor, ...]:
+    """A paired preference loss of `input @ weight.T + bias` against `target`, chunked over pairs.
+
+    input (2B, T, H) holds the chosen sequences stacked over the rejected ones, target (2B, T).
+    Returns (loss, chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss,
+    chosen_rewards, rejected_rewards, extra) as float32; extra is ORPO's (log_odds_ratio,
+    log_odds_chosen), else empty. Only `loss` has a gradient (to input, weight and bias).
+    """
+    check_device(input, "input")
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"liger_cpp: argument 'loss_type': expected one of {LOSS_TYPES}, got {loss_type!r}")
+    if ref_weight is not None and ref_input is None:
+        raise ValueError("liger_cpp: argument 'ref_input': required with ref_weight (the reference model)")
+    grad = torch.is_grad_enabled()
+    compute_dx = grad and input.requires_grad
+    compute_dw = grad and weight.requires_grad
+    compute_db = grad and bias is not None and bias.requires_grad
+    if ref_input is not None:
+        ref_input = ref_input.detach()
+    if ref_weight is not None:
+        ref_weight = ref_weight.detach()
+    if ref_bias is not None:
+        ref_bias = ref_bias.detach()
+    out = torch.ops.liger.fused_linear_preference_fwd(
+        input,
+        weight,
+        target,
+        bias,
+        ref_input,
+        ref_weight,
+        ref_bias,
+        loss_type,
+        int(ignore_index),
+        float(beta),
+        float(alpha),
+        bool(compute_nll_loss),
+        bool(average_log_prob),
+        float(label_smoothing),
+        float(gamma),
+        float(discopop_tau),
+        int(chunk_size),
+        compute_dx,
+        compute_dw,
+        compute_db,
+    )
+    return out[:9]
