@@ -138,13 +138,12 @@ def _tol_close(name, out, ref64, ref_lo, dtype, in_ulps=None):
     """As tests/test_fused_linear_cross_entropy.py: <= 2 x the low-precision PyTorch error + a floor of
     `in_ulps` units of the input dtype (float32: 16, the float32 sequence sums over T tokens and the
     row step's float32 softmax; 16-bit: 2, the logits and dlogits roundings). float64 inputs: the
-    statistics are float32, so relative 1e-5."""
-    if dtype == torch.float64:
-        torch.testing.assert_close(out.double().cpu(), ref64.double().cpu(), rtol=1e-5, atol=1e-5, msg=name)
-        return
+    statistics (per-token log-probs, sequence sums) are float32, so the bound is the float32 one
+    (ref_lo is then the float32 PyTorch run)."""
+    unit = torch.float32 if dtype == torch.float64 else dtype
     if in_ulps is None:
-        in_ulps = 16.0 if dtype == torch.float32 else 2.0
-    extra = in_ulps * ULP[dtype] / ULP[out.dtype]
+        in_ulps = 16.0 if unit == torch.float32 else 2.0
+    extra = in_ulps * ULP[unit] / ULP[out.dtype]
     assert_close_to_ref(out, ref64, ref_lo, name, factor=2.0, extra_ulps=extra)
 
 
@@ -159,13 +158,14 @@ def _check(fn, kind, device, dtype, B=3, T=47, H=31, V=123, bias=True, ref=True,
     (loss * grad_out).backward()
 
     results = {}
-    for rdt in (torch.float64, dtype):
+    lo = torch.float32 if dtype == torch.float64 else dtype
+    for rdt in (torch.float64, lo):
         xr, wr, br = _leaf(x, rdt), _leaf(w, rdt), _leaf(b, rdt)
         rr = tuple(_leaf(z, rdt) for z in refs) if refs is not None else None
         rl, rm = reference(xr, wr, t, br, rr, kind, **opts)
         (rl * grad_out).backward()
         results[rdt] = (rl, rm, xr, wr, br)
-    r64, rlo = results[torch.float64], results[dtype]
+    r64, rlo = results[torch.float64], results[lo]
     assert loss.dtype == torch.float32 and loss.shape == ()
     _tol_close("loss", loss, r64[0], rlo[0], dtype)
     names = METRICS + ("chosen_rewards", "rejected_rewards", "log_odds_ratio", "log_odds_chosen")
@@ -351,7 +351,9 @@ def test_opcheck(device, dtype):
         (x, w, t, b, rx, rw, rb, "sigmoid", -100, 0.1, 1.0, True, True, 0.0, 0.5, 0.05, 1, True, True, True),
     )
     torch.library.opcheck(
-        op, (x, w, t, b), {"loss_type": "orpo", "compute_nll_loss": True, "compute_dw": True, "chunk_size": 2}
+        op,
+        (x.detach(), w, t, b.detach()),
+        {"loss_type": "orpo", "compute_nll_loss": True, "compute_dw": True, "chunk_size": 2},
     )
     torch.library.opcheck(op, (x.detach(), w.detach(), t), {"loss_type": "simpo"})
 

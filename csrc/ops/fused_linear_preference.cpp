@@ -52,15 +52,18 @@ enum class Pref {
 
 Pref parse_loss_type(std::string_view s) {
   static const std::pair<const char*, Pref> names[] = {
-      {"sigmoid", Pref::kSigmoid},    {"ipo", Pref::kIpo},           {"hinge", Pref::kHinge},
-      {"exo_pair", Pref::kExoPair},   {"nca_pair", Pref::kNcaPair},  {"robust", Pref::kRobust},
-      {"bco_pair", Pref::kBcoPair},   {"sppo_hard", Pref::kSppoHard}, {"apo_zero", Pref::kApoZero},
-      {"apo_down", Pref::kApoDown},   {"discopop", Pref::kDiscopop}, {"orpo", Pref::kOrpo},
-      {"cpo", Pref::kCpo},            {"simpo", Pref::kSimpo}};
+      {"sigmoid", Pref::kSigmoid},   {"ipo", Pref::kIpo},
+      {"hinge", Pref::kHinge},       {"exo_pair", Pref::kExoPair},
+      {"nca_pair", Pref::kNcaPair},  {"robust", Pref::kRobust},
+      {"bco_pair", Pref::kBcoPair},  {"sppo_hard", Pref::kSppoHard},
+      {"apo_zero", Pref::kApoZero},  {"apo_down", Pref::kApoDown},
+      {"discopop", Pref::kDiscopop}, {"orpo", Pref::kOrpo},
+      {"cpo", Pref::kCpo},           {"simpo", Pref::kSimpo}};
   for (const auto& [n, p] : names)
     if (s == n) return p;
-  LIGER_FAIL("argument 'loss_type': expected one of sigmoid, ipo, hinge, exo_pair, nca_pair, robust, bco_pair, ",
-             "sppo_hard, apo_zero, apo_down, discopop (DPO), orpo, cpo, simpo, got '", s, "'");
+  LIGER_FAIL(
+      "argument 'loss_type': expected one of sigmoid, ipo, hinge, exo_pair, nca_pair, robust, bco_pair, ",
+      "sppo_hard, apo_zero, apo_down, discopop (DPO), orpo, cpo, simpo, got '", s, "'");
 }
 
 struct PairOpts {
@@ -136,7 +139,8 @@ PairOut pair_math(const PairOpts& o, const at::Tensor& c, const at::Tensor& r, c
     case Pref::kExoPair:
       // sigma(d)(logsig(d) - log(1-eps)) + sigma(-d)(logsig(-d) - log eps);
       // derivative sigma(d) sigma(-d) (d - log(1-eps) + log eps).
-      out.losses = at::sigmoid(d) * (logsig(d) - std::log1p(-ls)) + at::sigmoid(-d) * (logsig(-d) - std::log(ls));
+      out.losses =
+          at::sigmoid(d) * (logsig(d) - std::log1p(-ls)) + at::sigmoid(-d) * (logsig(-d) - std::log(ls));
       gd = at::sigmoid(d) * at::sigmoid(-d) * (d - std::log1p(-ls) + std::log(ls));
       break;
     case Pref::kNcaPair:
@@ -208,8 +212,8 @@ void check_linear(const at::Tensor& input, const at::Tensor& weight, const std::
   LIGER_CHECK_ARG(is_float_type(input.scalar_type(), !cuda), iname, "expected float32, float16 or bfloat16",
                   cuda ? "" : " (or float64 on CPU)", ", got ", dtype_str(input.scalar_type()));
   const int64_t H = input.size(2);
-  LIGER_CHECK_ARG(weight.dim() == 2 && weight.size(1) == H && weight.size(0) > 0, wname, "expected shape (V, ",
-                  H, ") with V > 0, got ", shape_str(weight));
+  LIGER_CHECK_ARG(weight.dim() == 2 && weight.size(1) == H && weight.size(0) > 0, wname,
+                  "expected shape (V, ", H, ") with V > 0, got ", shape_str(weight));
   LIGER_CHECK_ARG(weight.device() == input.device(), wname, "expected device ", input.device(), ", got ",
                   weight.device());
   LIGER_CHECK_ARG(weight.scalar_type() == input.scalar_type(), wname, "expected ", iname, "'s dtype (",
@@ -230,8 +234,8 @@ at::Tensor gemm_ready(const at::Tensor& w) {
 
 // logits rows of the chunk: chosen pairs [p0, p0+cp) then the rejected ones,
 // written into buf[0 : 2*cp*T).
-void chunk_logits(at::Tensor& buf, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, int64_t B,
-                  int64_t T, int64_t p0, int64_t cp) {
+void chunk_logits(at::Tensor& buf, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                  int64_t B, int64_t T, int64_t p0, int64_t cp) {
   const at::Tensor wt = w.t();
   for (int half = 0; half < 2; ++half) {
     at::Tensor out = buf.narrow(0, half * cp * T, cp * T);
@@ -243,16 +247,16 @@ void chunk_logits(at::Tensor& buf, const at::Tensor& x, const at::Tensor& w, con
   }
 }
 
-using PrefResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                              at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using PrefResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                              at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target,
                           const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& ref_input,
-                          const std::optional<at::Tensor>& ref_weight, const std::optional<at::Tensor>& ref_bias,
-                          c10::string_view loss_type, int64_t ignore_index, double beta, double alpha,
-                          bool compute_nll_loss, bool average_log_prob, double label_smoothing, double gamma,
-                          double discopop_tau, int64_t chunk_size, bool compute_dx, bool compute_dw,
-                          bool compute_db) {
+                          const std::optional<at::Tensor>& ref_weight,
+                          const std::optional<at::Tensor>& ref_bias, c10::string_view loss_type,
+                          int64_t ignore_index, double beta, double alpha, bool compute_nll_loss,
+                          bool average_log_prob, double label_smoothing, double gamma, double discopop_tau,
+                          int64_t chunk_size, bool compute_dx, bool compute_dw, bool compute_db) {
   const c10::DeviceGuard device_guard(input.device());
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   PairOpts o;
@@ -266,17 +270,20 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
   LIGER_CHECK_ARG(label_smoothing >= 0.0 && label_smoothing <= 1.0, "label_smoothing",
                   "expected a value in [0, 1], got ", label_smoothing);
   if (o.type == Pref::kExoPair)
-    LIGER_CHECK_ARG(label_smoothing > 0.0 && label_smoothing < 1.0, "label_smoothing",
-                    "expected a value in (0, 1) for loss_type 'exo_pair' (its loss has log(label_smoothing)), got ",
-                    label_smoothing);
+    LIGER_CHECK_ARG(
+        label_smoothing > 0.0 && label_smoothing < 1.0, "label_smoothing",
+        "expected a value in (0, 1) for loss_type 'exo_pair' (its loss has log(label_smoothing)), got ",
+        label_smoothing);
   if (o.type == Pref::kRobust)
-    LIGER_CHECK_ARG(label_smoothing < 0.5, "label_smoothing",
-                    "expected a value in [0, 0.5) for loss_type 'robust' (it divides by 1 - 2 label_smoothing), got ",
-                    label_smoothing);
+    LIGER_CHECK_ARG(
+        label_smoothing < 0.5, "label_smoothing",
+        "expected a value in [0, 0.5) for loss_type 'robust' (it divides by 1 - 2 label_smoothing), got ",
+        label_smoothing);
   if (o.type == Pref::kDiscopop)
     LIGER_CHECK_ARG(std::isfinite(discopop_tau) && discopop_tau > 0.0, "discopop_tau",
                     "expected a positive value, got ", discopop_tau);
-  LIGER_CHECK_ARG(chunk_size >= 1, "chunk_size", "expected a positive number of pairs per chunk, got ", chunk_size);
+  LIGER_CHECK_ARG(chunk_size >= 1, "chunk_size", "expected a positive number of pairs per chunk, got ",
+                  chunk_size);
 
   LIGER_CHECK_ARG(target.dim() == 2 && target.size(0) % 2 == 0 && target.size(0) > 0, "target",
                   "expected shape (2B, T) (chosen rows stacked over rejected rows), got ", shape_str(target));
@@ -297,7 +304,8 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
   const bool use_ref = ref_weight.has_value() && ref_weight->defined();
   const bool dpo = o.type != Pref::kOrpo && o.type != Pref::kCpo && o.type != Pref::kSimpo;
   if (use_ref) {
-    LIGER_CHECK_ARG(dpo, "ref_weight", "a reference model is only used by the DPO loss types, got loss_type '",
+    LIGER_CHECK_ARG(dpo, "ref_weight",
+                    "a reference model is only used by the DPO loss types, got loss_type '",
                     std::string_view(loss_type.data(), loss_type.size()), "'");
     LIGER_CHECK_ARG(ref_input.has_value() && ref_input->defined(), "ref_input",
                     "expected the reference model's hidden states (2B, T, H') with ref_weight, got None");
@@ -306,7 +314,8 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
                     "ref_input", "expected input's device and dtype, got ", ref_input->device(), " ",
                     dtype_str(ref_input->scalar_type()));
     LIGER_CHECK_ARG(ref_weight->size(0) == f.V, "ref_weight", "expected ", f.V,
-                    " rows (weight's vocabulary: the targets index both), got shape ", shape_str(*ref_weight));
+                    " rows (weight's vocabulary: the targets index both), got shape ",
+                    shape_str(*ref_weight));
     f.rx = as_rows(*ref_input);
     f.rw = gemm_ready(*ref_weight);
     if (ref_bias.has_value() && ref_bias->defined()) f.rb = *ref_bias;
@@ -353,7 +362,8 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
   for (int64_t p0 = 0; p0 < B; p0 += cpairs) {
     const int64_t cp = std::min(cpairs, B - p0), n = 2 * cp * T;
     at::Tensor lc = buf.narrow(0, 0, n);
-    const at::Tensor tc = at::cat({f.target.narrow(0, p0 * T, cp * T), f.target.narrow(0, (B + p0) * T, cp * T)});
+    const at::Tensor tc =
+        at::cat({f.target.narrow(0, p0 * T, cp * T), f.target.narrow(0, (B + p0) * T, cp * T)});
     const at::Tensor wc = at::cat({tokw.narrow(0, p0, cp), tokw.narrow(0, B + p0, cp)});  // [2cp, T]
     CeRows r;
     r.target = tc;
@@ -435,8 +445,8 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
   at::Tensor dX = dx.defined() ? dx.view(input.sizes()) : none();
   at::Tensor dW = dw.defined() ? dw : none();
   at::Tensor dB = db.defined() ? db.to(f.bias.scalar_type()) : none();
-  return {loss,           chosen_logps,     rejected_logps, cmean, rmean, nll, chosen_rewards,
-          rejected_rewards, extra,          dX,             dW,    dB};
+  return {loss,           chosen_logps,     rejected_logps, cmean, rmean, nll,
+          chosen_rewards, rejected_rewards, extra,          dX,    dW,    dB};
 }
 
 }  // namespace
