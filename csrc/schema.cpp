@@ -245,6 +245,22 @@ TORCH_LIBRARY(liger, m) {
       "(Tensor loss, Tensor chosen_logps, Tensor rejected_logps, Tensor chosen_logits_mean, "
       "Tensor rejected_logits_mean, Tensor nll_loss, Tensor chosen_rewards, Tensor rejected_rewards, "
       "Tensor extra, Tensor dX, Tensor dW, Tensor dB)");
+  // KTO (unpaired, Liger's LigerFusedLinearKTOLoss) fused with the lm_head,
+  // chunked over sequences. input (B, T, H), target (B, T), preference_labels
+  // (B,) bool (True: desirable), ref_*: reference model or None, kl: 1 or B
+  // floats or None (0). Sequence logps s as fused_linear_preference_fwd;
+  // loss = sum_i (1 - sigmoid(beta (s_i - ref_i - kl_i) (+1 / -1))) / B.
+  // Returns float32 loss () and the sums over desirable / undesirable sequences
+  // of the logps, of all their logits, and of the rewards beta (s - ref); dX,
+  // dW, dB as fused_linear_preference_fwd.
+  m.def(
+      "fused_linear_kto_fwd(Tensor input, Tensor weight, Tensor target, Tensor preference_labels, "
+      "Tensor? bias=None, Tensor? ref_input=None, Tensor? ref_weight=None, Tensor? ref_bias=None, "
+      "Tensor? kl=None, int ignore_index=-100, float beta=0.1, bool average_log_prob=False, "
+      "int chunk_size=1, bool compute_dx=False, bool compute_dw=False, bool compute_db=False) -> "
+      "(Tensor loss, Tensor chosen_logps_sum, Tensor rejected_logps_sum, Tensor chosen_logits_sum, "
+      "Tensor rejected_logits_sum, Tensor chosen_rewards_sum, Tensor rejected_rewards_sum, Tensor dX, "
+      "Tensor dW, Tensor dB)");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

@@ -416,3 +416,102 @@ def test_bad_inputs(device):
     for args, kw, msg in cases:
         with pytest.raises((RuntimeError, IndexError), match=msg):
             op(*args, **kw)
+
+
+# ---------------------------------------------------------------- KTO
+def kto_reference(x, w, t, labels, b=None, ref=None, kl=None, ignore_index=-100, beta=0.1, avg=False):
+    logits, _, _, s = _seq_logps(x, w, b, t, ignore_index, avg)
+    lr = s
+    if ref is not None:
+        with torch.no_grad():
+            ref_s = _seq_logps(*ref, t, ignore_index, avg)[3]
+        lr = s - ref_s
+    sign = torch.where(labels, 1.0, -1.0).to(s.dtype)
+    z = beta * (lr - (kl if kl is not None else 0.0)) * sign
+    loss = (1 - torch.sigmoid(z)).sum() / t.shape[0]
+    lf = logits.double() if logits.dtype == torch.float64 else logits.float()
+    rw = beta * lr
+    return loss, (s[labels].sum(), s[~labels].sum(), lf[labels].sum(), lf[~labels].sum(), rw[labels].sum(),
+                  rw[~labels].sum())  # fmt: skip
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "use_ref,with_kl,avg,chunk,grad_out",
+    [
+        (True, True, False, 2, 1.0),
+        (False, False, True, 1, 2.5),
+        (True, False, True, 5, 1.0),
+        (False, True, False, 3, 0.5),
+    ],
+)
+def test_kto(device, dtype, use_ref, with_kl, avg, chunk, grad_out):
+    from liger_cpp.chunked_loss import LigerFusedLinearKTOLoss
+
+    B = 5
+    x, w, b, t2, refs = _make(device, dtype, 3, 23, 16, 41, ref=use_ref, n_ignored=7)
+    x = x.detach()[:B].requires_grad_(True)
+    t = t2[:B]
+    refs = tuple(r[:B] if r is not None and r.dim() == 3 else r for r in refs) if refs else None
+    labels = torch.tensor([True, False, False, True, True], device=device)
+    kl = torch.tensor(0.3, device=device) if with_kl else None
+    mod = LigerFusedLinearKTOLoss(beta=0.4, use_ref_model=use_ref, average_log_prob=avg, chunk_size=chunk)
+    loss, metrics = mod(x, w, t, b, labels, *(refs or (None, None, None)), kl=kl)
+    (loss * grad_out).backward()
+    lo = torch.float32 if dtype == torch.float64 else dtype
+    res = {}
+    for rdt in (torch.float64, lo):
+        xr, wr, br = _leaf(x, rdt), _leaf(w, rdt), _leaf(b, rdt)
+        rr = tuple(_leaf(z, rdt) for z in refs) if refs is not None else None
+        rl, rm = kto_reference(xr, wr, t, labels, br, rr, kl, beta=0.4, avg=avg)
+        (rl * grad_out).backward()
+        res[rdt] = (rl, rm, xr, wr, br)
+    r64, rlo = res[torch.float64], res[lo]
+    _tol_close("loss", loss, r64[0], rlo[0], dtype)
+    names = ("chosen_logps_sum", "rejected_logps_sum", "chosen_logits_sum", "rejected_logits_sum",
+             "chosen_rewards_sum", "rejected_rewards_sum")  # fmt: skip
+    assert len(metrics) == 6
+    for name, m, e64, elo in zip(names, metrics, r64[1], rlo[1]):
+        _tol_close(name, m, e64, elo, dtype)
+    acc = _acc_ulps(dtype, B, chunk) and _acc_ulps(dtype, B, chunk) / 2  # one GEMM per chunk
+    _tol_close("dX", x.grad, r64[2].grad, rlo[2].grad, dtype)
+    _tol_close("dW", w.grad, r64[3].grad, rlo[3].grad, dtype, in_ulps=acc)
+    _tol_close("dB", b.grad, r64[4].grad, rlo[4].grad, dtype, in_ulps=acc)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kto_opcheck_and_errors(device):
+    x, w, b, t, (rx, rw, rb) = _make(device, torch.float32, 2, 5, 8, 20)
+    labels = torch.tensor([True, False, True, False], device=device)
+    op = torch.ops.liger.fused_linear_kto_fwd
+    torch.library.opcheck(
+        op,
+        (
+            x,
+            w,
+            t,
+            labels,
+            b,
+            rx,
+            rw,
+            rb,
+            torch.tensor([0.1], device=device),
+            -100,
+            0.2,
+            True,
+            3,
+            True,
+            True,
+            True,
+        ),
+    )
+    torch.library.opcheck(op, (x.detach(), w.detach(), t, labels))
+    from liger_cpp.chunked_loss import LigerFusedLinearKTOLoss
+
+    with pytest.raises(ValueError, match="preference_labels"):
+        LigerFusedLinearKTOLoss()(x, w, t, b)
+    with pytest.raises(RuntimeError, match="argument 'preference_labels'"):
+        op(x.detach(), w.detach(), t, labels[:3])
+    with pytest.raises(RuntimeError, match="argument 'kl'"):
+        op(x.detach(), w.detach(), t, labels, kl=torch.zeros(3, device=device))

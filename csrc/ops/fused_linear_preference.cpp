@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "../host/common.h"
 #include "../host/cross_entropy_core.h"
@@ -232,19 +233,51 @@ at::Tensor gemm_ready(const at::Tensor& w) {
   return (w.stride(1) == 1 || w.stride(0) == 1) ? w : w.contiguous();
 }
 
-// logits rows of the chunk: chosen pairs [p0, p0+cp) then the rejected ones,
-// written into buf[0 : 2*cp*T).
+// One block of consecutive rows of x feeding consecutive rows of the chunk buffer.
+struct Block {
+  int64_t row0, rows;
+};
+
+// The chunk's logits, block after block, into buf's first rows.
 void chunk_logits(at::Tensor& buf, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                  int64_t B, int64_t T, int64_t p0, int64_t cp) {
+                  const std::vector<Block>& blocks) {
   const at::Tensor wt = w.t();
-  for (int half = 0; half < 2; ++half) {
-    at::Tensor out = buf.narrow(0, half * cp * T, cp * T);
-    const at::Tensor xs = x.narrow(0, (half * B + p0) * T, cp * T);
+  int64_t at_row = 0;
+  for (const Block& b : blocks) {
+    at::Tensor out = buf.narrow(0, at_row, b.rows);
+    const at::Tensor xs = x.narrow(0, b.row0, b.rows);
     if (bias.defined())
       at::addmm_out(out, bias, xs, wt);
     else
       at::mm_out(out, xs, wt);
+    at_row += b.rows;
   }
+}
+
+// dX rows = dL @ W, dW (+)= dL^T @ x (the first call writes dW: beta 0, no zero fill; then fp32
+// accumulation inside the GEMM, one rounding per call), dB += column sums (float32 / float64).
+void chunk_grads(const at::Tensor& dl_all, const at::Tensor& x, const at::Tensor& w,
+                 const std::vector<Block>& blocks, at::Tensor& dx, at::Tensor& dw, at::Tensor& db,
+                 bool& dw_written, at::ScalarType acc) {
+  int64_t at_row = 0;
+  for (const Block& b : blocks) {
+    const at::Tensor dl = dl_all.narrow(0, at_row, b.rows);
+    const at::Tensor xs = x.narrow(0, b.row0, b.rows);
+    if (dx.defined()) {
+      at::Tensor dxs = dx.narrow(0, b.row0, b.rows);
+      at::mm_out(dxs, dl, w);
+    }
+    if (dw.defined()) {
+      if (!dw_written)
+        at::mm_out(dw, dl.t(), xs);
+      else
+        dw.addmm_(dl.t(), xs);
+      dw_written = true;
+    }
+    at_row += b.rows;
+  }
+  const int64_t rows_dim[1] = {0};
+  if (db.defined()) db.add_(at::sum(dl_all, at::IntArrayRef(rows_dim), false, acc));
 }
 
 using PrefResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
@@ -358,10 +391,11 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
 
   at::Tensor buf = at::empty({2 * cpairs * T, V}, input.options());
   const at::Tensor no_scale = at::ones({1}, f32);
-  const int64_t rows_dim[1] = {0};
+  bool dw_written = false;
   for (int64_t p0 = 0; p0 < B; p0 += cpairs) {
     const int64_t cp = std::min(cpairs, B - p0), n = 2 * cp * T;
     at::Tensor lc = buf.narrow(0, 0, n);
+    const std::vector<Block> blocks = {{p0 * T, cp * T}, {(B + p0) * T, cp * T}};
     const at::Tensor tc =
         at::cat({f.target.narrow(0, p0 * T, cp * T), f.target.narrow(0, (B + p0) * T, cp * T)});
     const at::Tensor wc = at::cat({tokw.narrow(0, p0, cp), tokw.narrow(0, B + p0, cp)});  // [2cp, T]
@@ -373,7 +407,7 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
 
     at::Tensor ref_c, ref_r;
     if (use_ref) {
-      chunk_logits(lc, f.rx, f.rw, f.rb, B, T, p0, cp);
+      chunk_logits(lc, f.rx, f.rw, f.rb, blocks);
       r.logits = lc;
       r.loss = ref_rows.narrow(0, 0, n);
       ce_rows(r);
@@ -385,7 +419,7 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
       ref_r = ref_c;
     }
 
-    chunk_logits(lc, f.x, f.w, f.bias, B, T, p0, cp);
+    chunk_logits(lc, f.x, f.w, f.bias, blocks);
     // Logits means (Liger's metrics): sums of all logits of each half.
     csum.add_(at::sum(lc.narrow(0, 0, cp * T), acc));
     rsum.add_(at::sum(lc.narrow(0, cp * T, cp * T), acc));
@@ -417,22 +451,7 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
     r.dlogits = lc;
     r.loss = ref_rows.narrow(0, 0, n);  // scratch: the row losses are known already
     ce_rows(r);
-    for (int half = 0; half < 2; ++half) {
-      const at::Tensor dl = lc.narrow(0, half * cp * T, cp * T);
-      const int64_t row0 = (half * B + p0) * T;
-      const at::Tensor xs = f.x.narrow(0, row0, cp * T);
-      if (dx.defined()) {
-        at::Tensor dxs = dx.narrow(0, row0, cp * T);
-        at::mm_out(dxs, dl, f.w);
-      }
-      if (dw.defined()) {
-        if (p0 == 0 && half == 0)
-          at::mm_out(dw, dl.t(), xs);
-        else
-          dw.addmm_(dl.t(), xs);  // fp32 accumulation inside the GEMM, one rounding per call
-      }
-    }
-    if (db.defined()) db.add_(at::sum(lc, at::IntArrayRef(rows_dim), false, acc));
+    chunk_grads(lc, f.x, f.w, blocks, dx, dw, db, dw_written, acc);
   }
 
   const at::Tensor nll = compute_nll_loss ? (nll_sum * inv_nc) : at::zeros({}, f32);
@@ -449,12 +468,155 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
           chosen_rewards, rejected_rewards, extra,          dX,    dW,    dB};
 }
 
+using KtoResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                             at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// KTO (unpaired): per sequence i, lr_i = s_i - ref_s_i (s_i without a reference model),
+// z_i = beta (lr_i - kl_i) m_i with m_i = +1 (desirable) / -1, loss = sum_i (1 - sigmoid(z_i)) / B;
+// d loss_i / d s_i = -beta m_i sigmoid(z_i) sigmoid(-z_i). Chunks of chunk_size sequences.
+KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target,
+                  const at::Tensor& preference_labels, const std::optional<at::Tensor>& bias,
+                  const std::optional<at::Tensor>& ref_input, const std::optional<at::Tensor>& ref_weight,
+                  const std::optional<at::Tensor>& ref_bias, const std::optional<at::Tensor>& kl,
+                  int64_t ignore_index, double beta, bool average_log_prob, int64_t chunk_size,
+                  bool compute_dx, bool compute_dw, bool compute_db) {
+  const c10::DeviceGuard device_guard(input.device());
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  LIGER_CHECK_ARG(std::isfinite(beta), "beta", "expected a finite value, got ", beta);
+  LIGER_CHECK_ARG(chunk_size >= 1, "chunk_size", "expected a positive number of sequences per chunk, got ",
+                  chunk_size);
+  LIGER_CHECK_ARG(target.dim() == 2 && target.size(0) > 0, "target", "expected shape (B, T), got ",
+                  shape_str(target));
+  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
+                  "expected int64 (or int32) class indices, got ", dtype_str(target.scalar_type()));
+  LIGER_CHECK_ARG(target.device() == input.device(), "target", "expected device ", input.device(),
+                  " (input's), got ", target.device());
+  const int64_t B = target.size(0), T = target.size(1);
+  check_linear(input, weight, bias, "input", "weight", "bias", B, T);
+  const int64_t H = input.size(2), V = weight.size(0);
+  LIGER_CHECK_ARG(preference_labels.dim() == 1 && preference_labels.size(0) == B, "preference_labels",
+                  "expected shape (", B, ",) (one label per sequence), got ", shape_str(preference_labels));
+  LIGER_CHECK_ARG(preference_labels.device() == input.device(), "preference_labels", "expected device ",
+                  input.device(), ", got ", preference_labels.device());
+  const at::Tensor x = as_rows(input), w = gemm_ready(weight);
+  const at::Tensor b = bias.has_value() && bias->defined() ? *bias : at::Tensor();
+  const at::Tensor tgt = target.reshape({-1}).to(at::kLong).contiguous();
+  const bool use_ref = ref_weight.has_value() && ref_weight->defined();
+  at::Tensor rx, rw, rb;
+  if (use_ref) {
+    LIGER_CHECK_ARG(ref_input.has_value() && ref_input->defined(), "ref_input",
+                    "expected the reference model's hidden states (B, T, H') with ref_weight, got None");
+    check_linear(*ref_input, *ref_weight, ref_bias, "ref_input", "ref_weight", "ref_bias", B, T);
+    LIGER_CHECK_ARG(ref_input->device() == input.device() && ref_input->scalar_type() == input.scalar_type(),
+                    "ref_input", "expected input's device and dtype, got ", ref_input->device(), " ",
+                    dtype_str(ref_input->scalar_type()));
+    LIGER_CHECK_ARG(ref_weight->size(0) == V, "ref_weight", "expected ", V,
+                    " rows (weight's vocabulary: the targets index both), got shape ",
+                    shape_str(*ref_weight));
+    rx = as_rows(*ref_input);
+    rw = gemm_ready(*ref_weight);
+    if (ref_bias.has_value() && ref_bias->defined()) rb = *ref_bias;
+  } else {
+    LIGER_CHECK_ARG(!(ref_input.has_value() && ref_input->defined()), "ref_input",
+                    "expected None without ref_weight (no reference model)");
+  }
+  const auto f32 = input.options().dtype(at::kFloat);
+  at::Tensor klv = at::zeros({1}, f32);
+  if (kl.has_value() && kl->defined()) {
+    LIGER_CHECK_ARG(kl->numel() == 1 || kl->numel() == B, "kl", "expected 1 or ", B, " elements, got shape ",
+                    shape_str(*kl));
+    LIGER_CHECK_ARG(kl->device() == input.device() && at::isFloatingType(kl->scalar_type()), "kl",
+                    "expected a floating tensor on input's device, got ", dtype_str(kl->scalar_type()));
+    klv = kl->reshape({-1}).to(at::kFloat);
+  }
+  check_ce_target_values(tgt, V, ignore_index);
+
+  const bool fp64 = input.scalar_type() == at::kDouble;
+  const at::ScalarType acc = fp64 ? at::kDouble : at::kFloat;
+  const int64_t cs = std::min(chunk_size, B);
+  const bool want_grad = compute_dx || compute_dw || (compute_db && b.defined());
+  const at::Tensor mask = (tgt != ignore_index).to(at::kFloat).view({B, T});
+  const at::Tensor tokw = average_log_prob ? mask / mask.sum(1, true).clamp_min(1.0) : mask;
+  const at::Tensor lab = preference_labels.to(at::kBool);
+  const at::Tensor labf = lab.to(at::kFloat), sign = labf * 2.0 - 1.0;
+
+  at::Tensor rows_loss = at::empty({cs * T}, f32), scratch = at::empty({cs * T}, f32);
+  at::Tensor seq = at::empty({B}, f32), ref_seq = at::zeros({B}, f32);
+  at::Tensor lsum = at::empty({B}, input.options().dtype(acc));  // per-sequence sums of the logits
+  at::Tensor dx, dw, db;
+  if (compute_dx) dx = at::empty({B * T, H}, input.options());
+  if (compute_dw) dw = at::empty({V, H}, weight.options());
+  if (compute_db && b.defined()) db = at::zeros({V}, input.options().dtype(acc));
+  at::Tensor buf = at::empty({cs * T, V}, input.options());
+  const at::Tensor no_scale = at::ones({1}, f32);
+  bool dw_written = false;
+  at::Tensor loss_sum = at::zeros({}, f32);
+  for (int64_t s0 = 0; s0 < B; s0 += cs) {
+    const int64_t c = std::min(cs, B - s0), n = c * T;
+    at::Tensor lc = buf.narrow(0, 0, n);
+    const std::vector<Block> blocks = {{s0 * T, n}};
+    const at::Tensor wc = tokw.narrow(0, s0, c);
+    CeRows r;
+    r.target = tgt.narrow(0, s0 * T, n);
+    r.ce_scale = no_scale;
+    r.z_scale = no_scale;
+    r.ignore_index = ignore_index;
+    if (use_ref) {
+      chunk_logits(lc, rx, rw, rb, blocks);
+      r.logits = lc;
+      r.loss = scratch.narrow(0, 0, n);
+      ce_rows(r);
+      ref_seq.narrow(0, s0, c).copy_(-(r.loss.view({c, T}) * wc).sum(1));
+    }
+    chunk_logits(lc, x, w, b, blocks);
+    lsum.narrow(0, s0, c).copy_(at::sum(lc.reshape({c, T * V}), at::IntArrayRef{1}, false, acc));
+    r.logits = lc;
+    r.loss = rows_loss.narrow(0, 0, n);
+    ce_rows(r);
+    const at::Tensor sc = -(r.loss.view({c, T}) * wc).sum(1);
+    seq.narrow(0, s0, c).copy_(sc);
+    const at::Tensor kc = klv.numel() == 1 ? klv : klv.narrow(0, s0, c);
+    const at::Tensor mc = sign.narrow(0, s0, c);
+    const at::Tensor z = beta * (sc - ref_seq.narrow(0, s0, c) - kc) * mc;
+    loss_sum.add_((1.0 - at::sigmoid(z)).sum());
+    if (!want_grad) continue;
+    // ce_scale = -d loss / d logp_t = beta m sigmoid(z) sigmoid(-z) / B * w_t
+    const at::Tensor g =
+        ((beta / static_cast<double>(B)) * mc * at::sigmoid(z) * at::sigmoid(-z)).unsqueeze(1) * wc;
+    r.ce_scale = g.reshape({n}).contiguous();
+    r.dlogits = lc;
+    r.loss = scratch.narrow(0, 0, n);
+    ce_rows(r);
+    chunk_grads(lc, x, w, blocks, dx, dw, db, dw_written, acc);
+  }
+  const at::Tensor loss = loss_sum / static_cast<double>(B);
+  const at::Tensor rewards = beta * (seq - ref_seq);
+  const at::Tensor nlab = 1.0 - labf;
+  auto none = [&] { return at::empty({0}, input.options()); };
+  return {loss,
+          (seq * labf).sum(),
+          (seq * nlab).sum(),
+          (lsum * labf.to(lsum.scalar_type())).sum().to(at::kFloat),
+          (lsum * nlab.to(lsum.scalar_type())).sum().to(at::kFloat),
+          (rewards * labf).sum(),
+          (rewards * nlab).sum(),
+          dx.defined() ? dx.view(input.sizes()) : none(),
+          dw.defined() ? dw : none(),
+          db.defined() ? db.to(b.scalar_type()) : none()};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(liger, CPU, m) { m.impl("fused_linear_preference_fwd", &preference_fwd); }
+TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  m.impl("fused_linear_preference_fwd", &preference_fwd);
+  m.impl("fused_linear_kto_fwd", &kto_fwd);
+}
 
 #ifdef LIGER_CPP_WITH_CUDA
-TORCH_LIBRARY_IMPL(liger, CUDA, m) { m.impl("fused_linear_preference_fwd", &preference_fwd); }
+TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  m.impl("fused_linear_preference_fwd", &preference_fwd);
+  m.impl("fused_linear_kto_fwd", &kto_fwd);
+}
 #endif
 
 }  // namespace liger_cpp

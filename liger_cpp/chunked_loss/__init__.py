@@ -1,19 +1,22 @@
-"""Post-training losses fused with the lm_head and chunked over pairs (Liger's chunked_loss):
-DPO (with its loss variants), ORPO, CPO, SimPO. Gradients are computed in the forward, chunk by
-chunk, in C++ (torch.ops.liger.fused_linear_preference_fwd); the (2B*T x V) logits never exist.
+"""Post-training losses fused with the lm_head and chunked (Liger's chunked_loss): DPO (with its
+loss variants), ORPO, CPO, SimPO (chunks of pairs) and KTO (unpaired, chunks of sequences).
+Gradients are computed in the forward, chunk by chunk, in C++ (torch.ops.liger.fused_linear_preference_fwd,
+fused_linear_kto_fwd); the (tokens x V) logits never exist at once.
 
-Not implemented yet: KTO, JSD, cosine-similarity distillation, GRPO.
+Not implemented yet: JSD, cosine-similarity distillation, GRPO.
 """
 
 from liger_cpp.chunked_loss.functional import (  # noqa: F401
     liger_fused_linear_cpo,
     liger_fused_linear_dpo,
+    liger_fused_linear_kto,
     liger_fused_linear_orpo,
     liger_fused_linear_simpo,
 )
 from liger_cpp.chunked_loss.losses import (  # noqa: F401
     LigerFusedLinearCPOLoss,
     LigerFusedLinearDPOLoss,
+    LigerFusedLinearKTOLoss,
     LigerFusedLinearORPOLoss,
     LigerFusedLinearSimPOLoss,
 )
@@ -21,10 +24,12 @@ from liger_cpp.chunked_loss.losses import (  # noqa: F401
 __all__ = [
     "LigerFusedLinearCPOLoss",
     "LigerFusedLinearDPOLoss",
+    "LigerFusedLinearKTOLoss",
     "LigerFusedLinearORPOLoss",
     "LigerFusedLinearSimPOLoss",
     "liger_fused_linear_cpo",
     "liger_fused_linear_dpo",
+    "liger_fused_linear_kto",
     "liger_fused_linear_orpo",
     "liger_fused_linear_simpo",
 ]

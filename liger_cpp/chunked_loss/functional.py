@@ -9,7 +9,7 @@ from typing import Optional
 
 from torch import Tensor
 
-from liger_cpp.ops.fused_linear_preference import DPO_LOSS_TYPES, fused_linear_preference
+from liger_cpp.ops.fused_linear_preference import DPO_LOSS_TYPES, fused_linear_kto, fused_linear_preference
 
 
 def _pack(out, n_aux=2):
@@ -168,3 +168,51 @@ def liger_fused_linear_simpo(
         chunk_size=chunk_size,
     )
     return _pack(out)
+
+
+def liger_fused_linear_kto(
+    _input: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    preference_labels: Tensor,
+    bias: Optional[Tensor] = None,
+    ref_input: Optional[Tensor] = None,
+    ref_weight: Optional[Tensor] = None,
+    ref_bias: Optional[Tensor] = None,
+    kl: Optional[Tensor] = None,
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    compiled: bool = True,
+    use_ref_model: bool = True,
+    average_log_prob: bool = False,
+    chunk_size: int = 1,
+):
+    """KTO (unpaired): ``1 - sigmoid(beta (logratio - kl) (+1 desirable / -1 undesirable))`` summed / B.
+    Returns (loss, (chosen_logps_sum, rejected_logps_sum, chosen_logits_sum, rejected_logits_sum,
+    chosen_rewards_sum, rejected_rewards_sum)), the sums over the desirable / undesirable sequences."""
+    if preference_labels is None:
+        raise ValueError("liger_cpp: argument 'preference_labels': required (one bool per sequence)")
+    if use_ref_model:
+        if ref_input is None or ref_weight is None:
+            raise ValueError(
+                "liger_cpp: use_ref_model=True needs ref_input and ref_weight (the reference model's hidden "
+                "states and lm_head); pass them or use use_ref_model=False"
+            )
+    else:
+        ref_input = ref_weight = ref_bias = None
+    out = fused_linear_kto(
+        _input,
+        weight,
+        target,
+        preference_labels,
+        bias,
+        ref_input,
+        ref_weight,
+        ref_bias,
+        kl,
+        ignore_index=ignore_index,
+        beta=beta,
+        average_log_prob=average_log_prob,
+        chunk_size=chunk_size,
+    )
+    return out[0], tuple(out[1:])

@@ -8,6 +8,7 @@ from torch import Tensor
 from liger_cpp.chunked_loss.functional import (
     liger_fused_linear_cpo,
     liger_fused_linear_dpo,
+    liger_fused_linear_kto,
     liger_fused_linear_orpo,
     liger_fused_linear_simpo,
 )
@@ -177,5 +178,52 @@ class LigerFusedLinearSimPOLoss(torch.nn.Module):
             label_smoothing=self.label_smoothing,
             compute_nll_loss=self.compute_nll_loss,
             gamma=self.gamma,
+            chunk_size=self.chunk_size,
+        )
+
+
+class LigerFusedLinearKTOLoss(torch.nn.Module):
+    """Fused lm_head + KTO loss (unpaired; note: input first, then the weight, as Liger's)."""
+
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        beta: float = 0.1,
+        compiled: bool = True,
+        use_ref_model: bool = False,
+        average_log_prob: bool = False,
+        chunk_size: int = 1,
+    ):
+        super().__init__()
+        self.ignore_index, self.beta, self.compiled = ignore_index, beta, compiled
+        self.use_ref_model, self.average_log_prob = use_ref_model, average_log_prob
+        self.chunk_size = chunk_size
+
+    def forward(
+        self,
+        _input: Tensor,
+        lin_weight: Tensor,
+        target: Tensor,
+        bias: Optional[Tensor] = None,
+        preference_labels: Optional[Tensor] = None,
+        ref_input: Optional[Tensor] = None,
+        ref_weight: Optional[Tensor] = None,
+        ref_bias: Optional[Tensor] = None,
+        kl: Optional[Tensor] = None,
+    ):
+        return liger_fused_linear_kto(
+            _input,
+            lin_weight,
+            target,
+            preference_labels,
+            bias,
+            ref_input,
+            ref_weight,
+            ref_bias,
+            kl,
+            ignore_index=self.ignore_index,
+            beta=self.beta,
+            use_ref_model=self.use_ref_model,
+            average_log_prob=self.average_log_prob,
             chunk_size=self.chunk_size,
         )

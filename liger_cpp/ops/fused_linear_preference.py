@@ -93,62 +93,72 @@ def _fwd_fake(
     )
 
 
-def _setup_context(ctx, inputs, output):
-    bias = inputs[3]
-    flags = tuple(inputs[17:20])
-    compute_dx, compute_dw, compute_db = flags + (False,) * (3 - len(flags))
-    ctx.mark_non_differentiable(*output[1:])
-    # No zero-filled gradients for the non-differentiable outputs (they would be dX/dW-sized).
-    ctx.set_materialize_grads(False)
-    ctx.has_bias = bias is not None
-    dx, dw, db = output[9:]
-    from torch._subclasses.fake_tensor import is_fake
+def _autograd(op_name, n_inputs, bias_idx, flags_idx, n_metrics):
+    """setup_context and backward of an op whose forward returns (loss, n_metrics metrics, dX, dW, dB)
+    for its inputs 0 (input), 1 (weight) and bias_idx (bias), computed when the compute_* flags at
+    flags_idx.. are set."""
 
-    # Eagerly plain attributes, dropped when the backward hands them out (a saved output would keep
-    # a second reference and make AccumulateGrad copy dW); traced, save_for_backward.
-    if torch.compiler.is_compiling() or is_fake(dw):
-        ctx.save_for_backward(dx, dw, db)
-        ctx.grads = None
-    else:
-        ctx.grads = (dx, dw, db)
-    ctx.computed = (compute_dx, compute_dw, compute_db and bias is not None)
-    ctx.scaled = False
+    def setup_context(ctx, inputs, output):
+        bias = inputs[bias_idx] if len(inputs) > bias_idx else None
+        flags = tuple(inputs[flags_idx : flags_idx + 3])
+        compute_dx, compute_dw, compute_db = flags + (False,) * (3 - len(flags))
+        ctx.mark_non_differentiable(*output[1:])
+        # No zero-filled gradients for the non-differentiable outputs (they would be dX/dW-sized).
+        ctx.set_materialize_grads(False)
+        ctx.has_bias = bias is not None
+        dx, dw, db = output[1 + n_metrics :]
+        from torch._subclasses.fake_tensor import is_fake
 
+        # Eagerly plain attributes, dropped when the backward hands them out (a saved output would keep
+        # a second reference and make AccumulateGrad copy dW); traced, save_for_backward.
+        if torch.compiler.is_compiling() or is_fake(dw):
+            ctx.save_for_backward(dx, dw, db)
+            ctx.grads = None
+        else:
+            ctx.grads = (dx, dw, db)
+        ctx.computed = (compute_dx, compute_dw, compute_db and bias is not None)
+        ctx.scaled = False
 
-def _backward(ctx, grad_loss, *_unused):
-    n = len(ctx.needs_input_grad)
-    need_x, need_w, _, need_b = (*ctx.needs_input_grad, False, False, False, False)[:4]
-    need_b = need_b and ctx.has_bias
-    nones = (None,) * (_N_INPUTS - 4)
-    if not (need_x or need_w or need_b) or grad_loss is None:
-        return (None, None, None, None, *nones)[:n]
-    for need, done, name in zip((need_x, need_w, need_b), ctx.computed, ("dx", "dw", "db")):
-        if need and not done:
+    def backward(ctx, grad_loss, *_unused):
+        n = len(ctx.needs_input_grad)
+        needs = (*ctx.needs_input_grad, *(False,) * n_inputs)
+        need_x, need_w, need_b = needs[0], needs[1], needs[bias_idx] and ctx.has_bias
+        if not (need_x or need_w or need_b) or grad_loss is None:
+            return (None,) * n
+        for need, done, name in zip((need_x, need_w, need_b), ctx.computed, ("dx", "dw", "db")):
+            if need and not done:
+                raise RuntimeError(
+                    f"liger_cpp: {op_name} ran with compute_{name}=False, but that gradient is needed; "
+                    "call the functional entry point (it sets the flags)"
+                )
+        if ctx.scaled:
             raise RuntimeError(
-                f"liger_cpp: fused_linear_preference_fwd ran with compute_{name}=False, but that gradient "
-                "is needed; call liger_cpp.ops.fused_linear_preference (it sets the flags)"
+                "liger_cpp: the fused preference losses compute their gradients in the forward and the "
+                "first backward scales them in place; a second backward through the same graph "
+                "(retain_graph=True) is not supported. Run the forward again."
             )
-    if ctx.scaled:
-        raise RuntimeError(
-            "liger_cpp: the fused preference losses compute their gradients in the forward and the first "
-            "backward scales them in place; a second backward through the same graph "
-            "(retain_graph=True) is not supported. Run the forward again."
-        )
-    if ctx.grads is not None:
-        (dx, dw, db), ctx.grads = ctx.grads, None
-    else:
-        dx, dw, db = ctx.saved_tensors
-    from torch._subclasses.fake_tensor import is_fake
+        if ctx.grads is not None:
+            (dx, dw, db), ctx.grads = ctx.grads, None
+        else:
+            dx, dw, db = ctx.saved_tensors
+        from torch._subclasses.fake_tensor import is_fake
 
-    if torch.compiler.is_compiling() or is_fake(grad_loss):
-        dx, dw, db = (_scale_out_of_place(t, grad_loss) for t in (dx, dw, db))
-    else:
-        torch.ops.liger.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
-        ctx.scaled = True
-    return (dx if need_x else None, dw if need_w else None, None, db if need_b else None, *nones)[:n]
+        if torch.compiler.is_compiling() or is_fake(grad_loss):
+            dx, dw, db = (_scale_out_of_place(t, grad_loss) for t in (dx, dw, db))
+        else:
+            torch.ops.liger.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
+            ctx.scaled = True
+        grads = [None] * n_inputs
+        grads[0] = dx if need_x else None
+        grads[1] = dw if need_w else None
+        grads[bias_idx] = db if need_b else None
+        return tuple(grads[:n])
+
+    return setup_context, backward
 
 
-torch.library.register_autograd("liger::fused_linear_preference_fwd", _backward, setup_context=_setup_context)
+_setup, _bwd = _autograd("fused_linear_preference_fwd", _N_INPUTS, 3, 17, 8)
+torch.library.register_autograd("liger::fused_linear_preference_fwd", _bwd, setup_context=_setup)
 
 
 def fused_linear_preference(
@@ -215,3 +225,84 @@ def fused_linear_preference(
         compute_db,
     )
     return out[:9]
+
+
+@torch.library.register_fake("liger::fused_linear_kto_fwd")
+def _kto_fake(
+    input,
+    weight,
+    target,
+    preference_labels,
+    bias=None,
+    ref_input=None,
+    ref_weight=None,
+    ref_bias=None,
+    kl=None,
+    ignore_index=-100,
+    beta=0.1,
+    average_log_prob=False,
+    chunk_size=1,
+    compute_dx=False,
+    compute_dw=False,
+    compute_db=False,
+):
+    torch._check(target.dim() == 2, lambda: "liger_cpp: argument 'target': expected shape (B, T)")
+    torch._check(
+        input.dim() == 3 and input.shape[:2] == target.shape,
+        lambda: "liger_cpp: argument 'input': expected shape (B, T, H)",
+    )
+    torch._check(
+        weight.dim() == 2 and weight.shape[1] == input.shape[2],
+        lambda: "liger_cpp: argument 'weight': expected shape (V, H)",
+    )
+    scalars = tuple(input.new_empty((), dtype=torch.float32) for _ in range(7))
+    dx = input.new_empty(input.shape if compute_dx else (0,))
+    dw = weight.new_empty(weight.shape) if compute_dw else input.new_empty((0,))
+    db = bias.new_empty(bias.shape) if (compute_db and bias is not None) else input.new_empty((0,))
+    return (*scalars, dx, dw, db)
+
+
+_kto_setup, _kto_bwd = _autograd("fused_linear_kto_fwd", 16, 4, 13, 6)
+torch.library.register_autograd("liger::fused_linear_kto_fwd", _kto_bwd, setup_context=_kto_setup)
+
+
+def fused_linear_kto(
+    input: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    preference_labels: Tensor,
+    bias: Optional[Tensor] = None,
+    ref_input: Optional[Tensor] = None,
+    ref_weight: Optional[Tensor] = None,
+    ref_bias: Optional[Tensor] = None,
+    kl: Optional[Tensor] = None,
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    average_log_prob: bool = False,
+    chunk_size: int = 1,
+) -> tuple[Tensor, ...]:
+    """KTO of `input @ weight.T + bias` (input (B, T, H), target (B, T), preference_labels (B,) bool),
+    chunked over sequences. Returns (loss, chosen_logps_sum, rejected_logps_sum, chosen_logits_sum,
+    rejected_logits_sum, chosen_rewards_sum, rejected_rewards_sum), float32 scalars; only `loss` has
+    a gradient (to input, weight and bias)."""
+    check_device(input, "input")
+    if ref_weight is not None and ref_input is None:
+        raise ValueError("liger_cpp: argument 'ref_input': required with ref_weight (the reference model)")
+    grad = torch.is_grad_enabled()
+    detach = [None if t is None else t.detach() for t in (ref_input, ref_weight, ref_bias, kl)]
+    out = torch.ops.liger.fused_linear_kto_fwd(
+        input,
+        weight,
+        target,
+        preference_labels,
+        bias,
+        *detach,
+        int(ignore_index),
+        float(beta),
+        bool(average_log_prob),
+        int(chunk_size),
+        grad and input.requires_grad,
+        grad and weight.requires_grad,
+        grad and bias is not None and bias.requires_grad,
+    )
+    return out[:7]
