@@ -515,3 +515,19 @@ def test_kto_opcheck_and_errors(device):
         op(x.detach(), w.detach(), t, labels[:3])
     with pytest.raises(RuntimeError, match="argument 'kl'"):
         op(x.detach(), w.detach(), t, labels, kl=torch.zeros(3, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autocast_runs_in_the_autocast_dtype(device):
+    x, w, b, t, refs = _make(device, torch.float32, 2, 7, 16, 30)
+    mod = LigerFusedLinearDPOLoss(compute_nll_loss=True)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        loss, m = mod(w, x, t, b, *refs)
+    loss.backward()
+    assert w.grad.dtype == torch.float32 and x.grad.dtype == torch.float32
+    xb, wb, bb = (_leaf(p, torch.bfloat16) for p in (x, w, b))
+    loss_b, m_b = mod(wb, xb, t, bb, *(r.to(torch.bfloat16) for r in refs))
+    loss_b.backward()
+    torch.testing.assert_close(loss, loss_b)
+    for g, e in ((x.grad, xb.grad), (w.grad, wb.grad), (b.grad, bb.grad)):
+        torch.testing.assert_close(g, e.float())

@@ -161,6 +161,16 @@ _setup, _bwd = _autograd("fused_linear_preference_fwd", _N_INPUTS, 3, 17, 8)
 torch.library.register_autograd("liger::fused_linear_preference_fwd", _bwd, setup_context=_setup)
 
 
+def _autocast_cast(input: Tensor, *tensors):
+    """Under autocast, the GEMMs' precision: input, weight, bias and the reference model's tensors cast
+    to the autocast dtype (as F.linear would run; the C++ op excludes autocast itself)."""
+    dev = input.device.type
+    if dev in ("cpu", "cuda") and torch.is_autocast_enabled(dev):
+        dt = torch.get_autocast_dtype(dev)
+        return tuple(t.to(dt) if t is not None else None for t in (input, *tensors))
+    return (input, *tensors)
+
+
 def fused_linear_preference(
     input: Tensor,
     weight: Tensor,
@@ -192,6 +202,9 @@ def fused_linear_preference(
         raise ValueError(f"liger_cpp: argument 'loss_type': expected one of {LOSS_TYPES}, got {loss_type!r}")
     if ref_weight is not None and ref_input is None:
         raise ValueError("liger_cpp: argument 'ref_input': required with ref_weight (the reference model)")
+    input, weight, bias, ref_input, ref_weight, ref_bias = _autocast_cast(
+        input, weight, bias, ref_input, ref_weight, ref_bias
+    )
     grad = torch.is_grad_enabled()
     compute_dx = grad and input.requires_grad
     compute_dw = grad and weight.requires_grad
@@ -288,6 +301,9 @@ def fused_linear_kto(
     check_device(input, "input")
     if ref_weight is not None and ref_input is None:
         raise ValueError("liger_cpp: argument 'ref_input': required with ref_weight (the reference model)")
+    input, weight, bias, ref_input, ref_weight, ref_bias = _autocast_cast(
+        input, weight, bias, ref_input, ref_weight, ref_bias
+    )
     grad = torch.is_grad_enabled()
     detach = [None if t is None else t.detach() for t in (ref_input, ref_weight, ref_bias, kl)]
     out = torch.ops.liger.fused_linear_kto_fwd(
