@@ -421,8 +421,9 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
 
     chunk_logits(lc, f.x, f.w, f.bias, blocks);
     // Logits means (Liger's metrics): sums of all logits of each half.
-    csum.add_(at::sum(lc.narrow(0, 0, cp * T), acc));
-    rsum.add_(at::sum(lc.narrow(0, cp * T, cp * T), acc));
+    const at::Tensor halves = at::sum(lc.view({2, cp * T * V}), at::IntArrayRef{1}, false, acc);  // one pass
+    csum.add_(halves[0]);
+    rsum.add_(halves[1]);
     at::Tensor rl = rows_loss.narrow(0, 0, n);
     r.logits = lc;
     r.loss = rl;
