@@ -12,6 +12,25 @@ from torch import Tensor
 from liger_cpp.ops.fused_linear_preference import DPO_LOSS_TYPES, fused_linear_kto, fused_linear_preference
 
 
+def check_dpo_loss_type(loss_type: str) -> None:
+    if loss_type not in DPO_LOSS_TYPES:
+        raise ValueError(
+            f"liger_cpp: argument 'loss_type': expected one of {DPO_LOSS_TYPES}, got {loss_type!r}"
+        )
+
+
+def _reference(use_ref_model, ref_input, ref_weight, ref_bias):
+    """The reference model's tensors to pass on: checked when use_ref_model, else all None."""
+    if not use_ref_model:
+        return None, None, None
+    if ref_input is None or ref_weight is None:
+        raise ValueError(
+            "liger_cpp: use_ref_model=True needs ref_input and ref_weight (the reference model's hidden "
+            "states and lm_head); pass them or use use_ref_model=False"
+        )
+    return ref_input, ref_weight, ref_bias
+
+
 def _pack(out, n_aux=2):
     loss, cl, rl, cm, rm, nll, cr, rr, extra = out
     aux = (cr, rr) if n_aux == 2 else (cr, rr, extra[0], extra[1])
@@ -40,18 +59,8 @@ def liger_fused_linear_dpo(
 ):
     """DPO (and variants, `loss_type`) on chosen-over-rejected stacked hidden states; Liger's formulas,
     plus TRL's ipo: ``(((pi_c - pi_r) - (ref_c - ref_r)) - 1 / (2 beta))^2``."""
-    if loss_type not in DPO_LOSS_TYPES:
-        raise ValueError(
-            f"liger_cpp: argument 'loss_type': expected one of {DPO_LOSS_TYPES}, got {loss_type!r}"
-        )
-    if use_ref_model:
-        if ref_input is None or ref_weight is None:
-            raise ValueError(
-                "liger_cpp: use_ref_model=True needs ref_input and ref_weight (the reference model's hidden "
-                "states and lm_head); pass them or use use_ref_model=False"
-            )
-    else:
-        ref_input = ref_weight = ref_bias = None
+    check_dpo_loss_type(loss_type)
+    ref_input, ref_weight, ref_bias = _reference(use_ref_model, ref_input, ref_weight, ref_bias)
     out = fused_linear_preference(
         _input,
         weight,
@@ -192,14 +201,7 @@ def liger_fused_linear_kto(
     chosen_rewards_sum, rejected_rewards_sum)), the sums over the desirable / undesirable sequences."""
     if preference_labels is None:
         raise ValueError("liger_cpp: argument 'preference_labels': required (one bool per sequence)")
-    if use_ref_model:
-        if ref_input is None or ref_weight is None:
-            raise ValueError(
-                "liger_cpp: use_ref_model=True needs ref_input and ref_weight (the reference model's hidden "
-                "states and lm_head); pass them or use use_ref_model=False"
-            )
-    else:
-        ref_input = ref_weight = ref_bias = None
+    ref_input, ref_weight, ref_bias = _reference(use_ref_model, ref_input, ref_weight, ref_bias)
     out = fused_linear_kto(
         _input,
         weight,

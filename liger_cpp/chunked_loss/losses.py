@@ -6,13 +6,13 @@ import torch
 from torch import Tensor
 
 from liger_cpp.chunked_loss.functional import (
+    check_dpo_loss_type,
     liger_fused_linear_cpo,
     liger_fused_linear_dpo,
     liger_fused_linear_kto,
     liger_fused_linear_orpo,
     liger_fused_linear_simpo,
 )
-from liger_cpp.ops.fused_linear_preference import DPO_LOSS_TYPES
 
 
 class LigerFusedLinearDPOLoss(torch.nn.Module):
@@ -34,10 +34,7 @@ class LigerFusedLinearDPOLoss(torch.nn.Module):
         discopop_tau: float = 0.05,
     ):
         super().__init__()
-        if loss_type not in DPO_LOSS_TYPES:
-            raise ValueError(
-                f"liger_cpp: argument 'loss_type': expected one of {DPO_LOSS_TYPES}, got {loss_type!r}"
-            )
+        check_dpo_loss_type(loss_type)
         self.ignore_index, self.beta, self.alpha = ignore_index, beta, alpha
         self.compute_nll_loss, self.compiled, self.use_ref_model = compute_nll_loss, compiled, use_ref_model
         self.average_log_prob, self.chunk_size, self.loss_type = average_log_prob, chunk_size, loss_type
