@@ -131,15 +131,7 @@ def _setup_context(ctx, inputs, output):
     # Without this autograd hands the backward a zero-filled logits-sized "gradient" for the dlogits
     # output (found with the memory profiler: the extra buffer and fill at the H200's peak).
     ctx.set_materialize_grads(False)
-    # Eagerly the buffer is kept as a plain attribute and dropped when the backward hands it out:
-    # a saved *output* keeps a second reference, and AccumulateGrad then copies the gradient into
-    # .grad instead of taking the buffer (measured on the H200: a second logits-sized buffer).
-    # Traced, save_for_backward as the compiler expects.
-    if _tracing(dlogits):
-        ctx.save_for_backward(dlogits)
-        ctx.dl = None
-    else:
-        ctx.dl = dlogits
+    ctx.save_for_backward(dlogits)
     ctx.compute_grad = compute_grad
     ctx.reduction = reduction
     ctx.consumed = False
@@ -184,8 +176,6 @@ def _backward(ctx, dloss, _dz, _ddlogits, _dargmax):
         )
     if ctx.consumed:
         dl = _recompute(ctx)
-    elif ctx.dl is not None:
-        dl, ctx.dl = ctx.dl, None
     else:
         (dl,) = ctx.saved_tensors
     if _tracing(dl):

@@ -144,16 +144,7 @@ def _setup_context(ctx, inputs, output):
         ctx.options = (ignore_index, lse_square_scale, label_smoothing, softcap, logit_scale)
         ctx.accum_dtype, ctx.chunk_rows = accum_dtype, chunk_rows
     else:
-        # Eagerly the gradients are plain attributes, dropped when the backward hands them out: saved
-        # *outputs* keep a second reference, and AccumulateGrad then copies dW into .grad instead of
-        # taking it (measured on the H200: an extra dW). Traced, save_for_backward.
-        from torch._subclasses.fake_tensor import is_fake
-
-        if torch.compiler.is_compiling() or is_fake(dw):
-            ctx.save_for_backward(dx, dw, db)
-            ctx.grads = None
-        else:
-            ctx.grads = (dx, dw, db)
+        ctx.save_for_backward(dx, dw, db)
         ctx.computed = (compute_dx, compute_dw, compute_db and bias is not None)
         ctx.scaled = False
 
@@ -210,10 +201,7 @@ def _backward(ctx, grad_loss, *_unused):
                 "the same graph (retain_graph=True) is not supported. Use reduction='none' (its backward "
                 "recomputes) or run the forward again."
             )
-        if ctx.grads is not None:
-            (dx, dw, db), ctx.grads = ctx.grads, None
-        else:
-            dx, dw, db = ctx.saved_tensors
+        dx, dw, db = ctx.saved_tensors
         from torch._subclasses.fake_tensor import is_fake
 
         if torch.compiler.is_compiling() or is_fake(grad_loss):

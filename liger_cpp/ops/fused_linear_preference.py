@@ -107,15 +107,7 @@ def _autograd(op_name, n_inputs, bias_idx, flags_idx, n_metrics):
         ctx.set_materialize_grads(False)
         ctx.has_bias = bias is not None
         dx, dw, db = output[1 + n_metrics :]
-        from torch._subclasses.fake_tensor import is_fake
-
-        # Eagerly plain attributes, dropped when the backward hands them out (a saved output would keep
-        # a second reference and make AccumulateGrad copy dW); traced, save_for_backward.
-        if torch.compiler.is_compiling() or is_fake(dw):
-            ctx.save_for_backward(dx, dw, db)
-            ctx.grads = None
-        else:
-            ctx.grads = (dx, dw, db)
+        ctx.save_for_backward(dx, dw, db)
         ctx.computed = (compute_dx, compute_dw, compute_db and bias is not None)
         ctx.scaled = False
 
@@ -137,10 +129,7 @@ def _autograd(op_name, n_inputs, bias_idx, flags_idx, n_metrics):
                 "first backward scales them in place; a second backward through the same graph "
                 "(retain_graph=True) is not supported. Run the forward again."
             )
-        if ctx.grads is not None:
-            (dx, dw, db), ctx.grads = ctx.grads, None
-        else:
-            dx, dw, db = ctx.saved_tensors
+        dx, dw, db = ctx.saved_tensors
         from torch._subclasses.fake_tensor import is_fake
 
         if torch.compiler.is_compiling() or is_fake(grad_loss):
