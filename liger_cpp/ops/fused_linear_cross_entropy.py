@@ -156,6 +156,29 @@ def _scale_out_of_place(t: Tensor, g: Tensor) -> Tensor:
     return (t.to(acc) * g.reshape(()).to(acc)).to(t.dtype)
 
 
+def take_forward_grads(ctx, grad_loss, needs, op_name, entry_point, second_backward_msg):
+    """(dX, dW, dB) saved by an op that computes its gradients in the forward, scaled by the scalar
+    grad_loss: in place eagerly (a unit grad_loss costs nothing on CUDA), out of place when traced.
+    ctx holds them through save_for_backward, with ctx.computed (which were computed) and ctx.scaled."""
+    for need, done, name in zip(needs, ctx.computed, ("dx", "dw", "db")):
+        if need and not done:
+            raise RuntimeError(
+                f"liger_cpp: {op_name} ran with compute_{name}=False, but that gradient is needed; "
+                f"call {entry_point} (it sets the flags)"
+            )
+    if ctx.scaled:
+        raise RuntimeError(second_backward_msg)
+    dx, dw, db = ctx.saved_tensors
+    from torch._subclasses.fake_tensor import is_fake
+
+    if torch.compiler.is_compiling() or is_fake(grad_loss):
+        # Traced: a functional scaling the compiler can fuse and plan memory for.
+        return tuple(_scale_out_of_place(t, grad_loss) for t in (dx, dw, db))
+    torch.ops.liger.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
+    ctx.scaled = True
+    return dx, dw, db
+
+
 def _backward(ctx, grad_loss, *_unused):
     # The dispatcher drops trailing arguments equal to their defaults: needs_input_grad (and the
     # gradients returned) cover only those passed.
@@ -188,28 +211,17 @@ def _backward(ctx, grad_loss, *_unused):
             ctx.chunk_rows,
         )
     else:
-        for need, done, name in zip((need_x, need_w, need_b), ctx.computed, ("dx", "dw", "db")):
-            if need and not done:
-                raise RuntimeError(
-                    f"liger_cpp: fused_linear_cross_entropy_fwd ran with compute_{name}=False, but that "
-                    "gradient is needed; call liger_cpp.ops.fused_linear_cross_entropy (it sets the flags)"
-                )
-        if ctx.scaled:
-            raise RuntimeError(
-                "liger_cpp: fused_linear_cross_entropy with reduction='mean'/'sum' computes its gradients "
-                "in the forward and the first backward scales them in place; a second backward through "
-                "the same graph (retain_graph=True) is not supported. Use reduction='none' (its backward "
-                "recomputes) or run the forward again."
-            )
-        dx, dw, db = ctx.saved_tensors
-        from torch._subclasses.fake_tensor import is_fake
-
-        if torch.compiler.is_compiling() or is_fake(grad_loss):
-            # Traced: a functional scaling the compiler can fuse and plan memory for.
-            dx, dw, db = (_scale_out_of_place(t, grad_loss) for t in (dx, dw, db))
-        else:
-            torch.ops.liger.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
-            ctx.scaled = True
+        dx, dw, db = take_forward_grads(
+            ctx,
+            grad_loss,
+            (need_x, need_w, need_b),
+            "fused_linear_cross_entropy_fwd",
+            "liger_cpp.ops.fused_linear_cross_entropy",
+            "liger_cpp: fused_linear_cross_entropy with reduction='mean'/'sum' computes its gradients "
+            "in the forward and the first backward scales them in place; a second backward through "
+            "the same graph (retain_graph=True) is not supported. Use reduction='none' (its backward "
+            "recomputes) or run the forward again.",
+        )
     return (dx if need_x else None, dw if need_w else None, None, db if need_b else None, *nones)[:n]
 
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from liger_cpp.ops._common import check_device
-from liger_cpp.ops.fused_linear_cross_entropy import _scale_out_of_place
+from liger_cpp.ops.fused_linear_cross_entropy import take_forward_grads
 
 DPO_LOSS_TYPES = (
     "sigmoid",
@@ -117,26 +117,16 @@ def _autograd(op_name, n_inputs, bias_idx, flags_idx, n_metrics):
         need_x, need_w, need_b = needs[0], needs[1], needs[bias_idx] and ctx.has_bias
         if not (need_x or need_w or need_b) or grad_loss is None:
             return (None,) * n
-        for need, done, name in zip((need_x, need_w, need_b), ctx.computed, ("dx", "dw", "db")):
-            if need and not done:
-                raise RuntimeError(
-                    f"liger_cpp: {op_name} ran with compute_{name}=False, but that gradient is needed; "
-                    "call the functional entry point (it sets the flags)"
-                )
-        if ctx.scaled:
-            raise RuntimeError(
-                "liger_cpp: the fused preference losses compute their gradients in the forward and the "
-                "first backward scales them in place; a second backward through the same graph "
-                "(retain_graph=True) is not supported. Run the forward again."
-            )
-        dx, dw, db = ctx.saved_tensors
-        from torch._subclasses.fake_tensor import is_fake
-
-        if torch.compiler.is_compiling() or is_fake(grad_loss):
-            dx, dw, db = (_scale_out_of_place(t, grad_loss) for t in (dx, dw, db))
-        else:
-            torch.ops.liger.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
-            ctx.scaled = True
+        dx, dw, db = take_forward_grads(
+            ctx,
+            grad_loss,
+            (need_x, need_w, need_b),
+            op_name,
+            "the functional entry point",
+            "liger_cpp: the fused preference losses compute their gradients in the forward and the "
+            "first backward scales them in place; a second backward through the same graph "
+            "(retain_graph=True) is not supported. Run the forward again.",
+        )
         grads = [None] * n_inputs
         grads[0] = dx if need_x else None
         grads[1] = dw if need_w else None
