@@ -7,9 +7,17 @@
 # Usage: bash scripts/gpu_check.sh [pytest -k expression]
 #   BENCHES="rms_norm ce_core" runs only those benchmarks (names without bench_); "none" runs none.
 #   BENCH_ARGS="--quick" is passed to every benchmark.
+#   PROFILE="ce_rows rms_norm" also runs Nsight Compute on those ops (benchmarks/profile_kernels.py).
+#   DEMO="--steps 10" also runs the training demo (python -m liger_cpp.demo) with those arguments.
+# Everything is written to $WORK and packed into $OUT/results.tgz after each stage (the device
+# tool brings back only a few files from $OUT, and a stage that runs out of time keeps the rest).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
+FINAL_OUT=$OUT
+OUT=${WORK:-/tmp/gpu_check_work}
+mkdir -p "$OUT"
+pack() { tar czf "$FINAL_OUT/results.tgz" -C "$OUT" . 2>/dev/null; }
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -26,10 +34,26 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
 fi
 t1=$(date +%s)
 python3 -m liger_cpp.env | tee "$OUT/env.txt"
+pack
 
-python3 -m pytest tests -q -n 8 -p no:cacheprovider ${1:+-k "$1"} >"$OUT/tests.log" 2>&1
+for op in ${PROFILE:-}; do
+  timeout 240 ncu --clock-control none -k regex:"rms_|ln_|ce_|rope|glu|reduce" --launch-skip 6 --launch-count 4 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+    python3 benchmarks/profile_kernels.py "$op" 10 >"$OUT/ncu-$op.txt" 2>&1 || echo "ncu $op failed"
+  pack
+done
+if [ -n "${DEMO:-}" ]; then
+  timeout 420 python3 -m liger_cpp.demo $DEMO --png "$OUT/demo.png" --json "$OUT/demo.json" >"$OUT/demo.log" 2>&1 \
+    || echo "demo failed"
+  tail -25 "$OUT/demo.log"
+  pack
+fi
+
+[ "${TESTS:-1}" = 0 ] || python3 -m pytest tests -q -n 8 -p no:cacheprovider ${1:+-k "$1"} >"$OUT/tests.log" 2>&1
 test_rc=$?
 t2=$(date +%s)
+pack
 
 bench_rc=0
 selected() { [ -z "${BENCHES:-}" ] || [[ " $BENCHES " == *" ${1#bench_} "* ]]; }
@@ -37,6 +61,7 @@ for b in benchmarks/bench_*.py; do
   name=$(basename "$b" .py)
   selected "$name" || continue
   timeout 420 python3 "$b" --out "$OUT/$name.json" ${BENCH_ARGS:-} >"$OUT/$name.log" 2>&1 || { bench_rc=1; echo "$name failed"; tail -20 "$OUT/$name.log"; }
+  pack
 done
 t3=$(date +%s)
 
@@ -50,4 +75,5 @@ for b in benchmarks/bench_*.py; do
   echo "== $name"
   sed -n '/^[A-Z].* on /,$p' "$OUT/$name.log"
 done
+pack
 exit $((test_rc != 0 || bench_rc != 0))

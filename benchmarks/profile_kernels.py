@@ -1,0 +1,84 @@
+"""Launches one op repeatedly so that `ncu` can read its kernels' hardware counters.
+Not a benchmark: no timing here. Usage (on the GPU machine):
+  ncu --clock-control none --launch-skip 5 --launch-count 1 -k regex:NAME \
+      --section SpeedOfLight ... python benchmarks/profile_kernels.py OP
+OP: ce_rows (8192 x 128256 bf16), rms_norm (16384 x 4096 bf16 fwd+bwd), rms_norm_fwd,
+    layer_norm, fused_add_rms_norm, rope (B4 T4096 32/8 d128 fwd+bwd).
+"""
+
+import sys
+
+import torch
+
+import liger_cpp  # noqa: F401
+
+
+def main():
+    op = sys.argv[1]
+    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+    dev = "cuda"
+    bf = torch.bfloat16
+    if op == "ce_rows":
+        M, V = 8192, 128256
+        x = torch.randn(M, V, device=dev, dtype=bf)
+        y = torch.randint(0, V, (M,), device=dev)
+        s = torch.full((1,), 1.0 / M, device=dev)
+
+        def fn():
+            torch.ops.liger._ce_rows(x, y, None, s, s, -100, 0.0, 0.0, 0.0, True)
+
+    elif op in ("rms_norm", "rms_norm_fwd", "layer_norm", "fused_add_rms_norm"):
+        from liger_cpp.transformers import LigerLayerNorm, LigerRMSNorm
+
+        M, N = 16384, 4096
+        x = torch.randn(M, N, device=dev, dtype=bf, requires_grad=op != "rms_norm_fwd")
+        dy = torch.randn(M, N, device=dev, dtype=bf)
+        if op == "layer_norm":
+            mod = LigerLayerNorm(N).to(dev, bf)
+        else:
+            mod = LigerRMSNorm(N).to(dev, bf)
+        if op == "fused_add_rms_norm":
+            from liger_cpp.transformers import LigerFusedAddRMSNorm
+
+            mod = LigerFusedAddRMSNorm(N).to(dev, bf)
+            r = torch.randn(M, N, device=dev, dtype=bf, requires_grad=True)
+
+            def fn():
+                y, res = mod(x, r)
+                torch.autograd.backward([y, res], [dy, dy])
+
+        elif op == "rms_norm_fwd":
+
+            def fn():
+                with torch.no_grad():
+                    mod(x)
+
+        else:
+
+            def fn():
+                mod(x).backward(dy)
+
+    elif op == "rope":
+        from liger_cpp.transformers import liger_rotary_pos_emb
+
+        B, T, Hq, Hk, D = 4, 4096, 32, 8, 128
+        q = torch.randn(B, Hq, T, D, device=dev, dtype=bf, requires_grad=True)
+        k = torch.randn(B, Hk, T, D, device=dev, dtype=bf, requires_grad=True)
+        cos = torch.randn(1, T, D, device=dev, dtype=bf)
+        sin = torch.randn(1, T, D, device=dev, dtype=bf)
+        dq = torch.randn_like(q)
+        dk = torch.randn_like(k)
+
+        def fn():
+            qo, ko = liger_rotary_pos_emb(q, k, cos, sin)
+            torch.autograd.backward([qo, ko], [dq, dk])
+
+    else:
+        raise SystemExit(f"unknown op {op}")
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
