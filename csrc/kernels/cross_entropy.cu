@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "common.cuh"
 #include "cross_entropy.h"
@@ -284,21 +285,155 @@ __device__ __forceinline__ float vec_max(const Vec<float, 4>& v) {
   return max_nan(max_nan(v.v[0], v.v[1]), max_nan(v.v[2], v.v[3]));
 }
 
+// mbarrier helpers (sm_90): the cluster kernel's statistics exchange and the
+// pipelined kernel's TMA copies complete on them.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// The elements of a 16-byte register vector as floats. bf16 -> float is a
+// shift or a mask of the 32-bit word (one integer instruction per element;
+// the generic conversion spends two on every high half).
+__device__ __forceinline__ void vec_to_float(const Vec<__nv_bfloat16, 8>& v, float (&f)[8]) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void vec_to_float(const Vec<__half, 8>& v, float (&f)[8]) {
+  const __half2* w = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __half22float2(w[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void vec_to_float(const Vec<float, 4>& v, float (&f)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[i] = v.v[i];
+}
+
+// A vector of -inf: the padding of a slice's missing vectors, which then drop
+// out of the max (max with -inf) and the sum (2^-inf = 0) without a bounds
+// test per vector.
+template <typename T>
+__device__ __forceinline__ void fill_neg_inf(Vec<T, 16 / sizeof(T)>& v) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+  const uint32_t pattern =
+      sizeof(T) == 4 ? 0xff800000u : (std::is_same_v<T, __half> ? 0xfc00fc00u : 0xff80ff80u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w[i] = pattern;
+}
+
+__device__ __forceinline__ float warp_max_nan(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Cluster-wide barrier, split: a relaxed arrive after the mbarrier set-up
+// (fence.mbarrier_init orders it) and the wait just before the first push.
+// (cg::cluster_group::sync() also emits a GPU-scope memory barrier.)
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+
+// Statistics of a warp, a block or a cluster in the cluster kernel: the max,
+// the sum of exp relative to it, the argmax as an index into the row (the
+// cluster path's rows are < 2^31 long) and sum w_j x_j.
+struct WarpStats {
+  float m, s;
+  int arg;
+  float wx;
+};
+
+__device__ __forceinline__ WarpStats combine_ws(const WarpStats& a, const WarpStats& b) {
+  WarpStats r;
+  r.m = max_nan(a.m, b.m);
+  r.s = a.s * exp_or_zero(a.m, r.m) + b.s * exp_or_zero(b.m, r.m);
+  r.arg = b.m > a.m ? b.arg : (a.m > b.m ? a.arg : min(a.arg, b.arg));
+  r.wx = a.wx + b.wx;
+  return r;
+}
+
+// Combines the 32 lanes of a warp in a fixed tree order; the result is in
+// lane 0. Empty statistics (m = -inf, s = 0) combine as an exact identity.
+__device__ __forceinline__ WarpStats warp_combine_ws(WarpStats a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    WarpStats b;
+    b.m = __shfl_down_sync(0xffffffffu, a.m, o);
+    b.s = __shfl_down_sync(0xffffffffu, a.s, o);
+    b.arg = __shfl_down_sync(0xffffffffu, a.arg, o);
+    b.wx = __shfl_down_sync(0xffffffffu, a.wx, o);
+    a = combine_ws(a, b);
+  }
+  return a;
+}
+
+// Writes v into *slot of the cluster's block dst (the same shared-memory
+// offsets in every block) and completes 16 bytes of that block's mbarrier
+// transaction count: the receiver waits on its own mbarrier, so no cluster
+// barrier is needed for the exchange.
+__device__ __forceinline__ void push_stats(const WarpStats& v, WarpStats* slot, unsigned long long* bar,
+                                           int dst) {
+  uint32_t rslot, rbar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rslot) : "r"(smem_addr(slot)), "r"(dst));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_addr(bar)), "r"(dst));
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+          rslot),
+      "r"(__float_as_uint(v.m)), "r"(__float_as_uint(v.s)), "r"(static_cast<uint32_t>(v.arg)),
+      "r"(__float_as_uint(v.wx)), "r"(rbar)
+      : "memory");
+}
+
 // PLAIN: no softcap, no label smoothing, no class weights (the common case,
 // compiled without those paths). ARGMAX: the argmax is wanted.
 //
-// Per thread, with its K raw vectors in registers: m = max (packed; softcap is
-// increasing, so max(cap(x)) = cap(max(x))), then s = sum 2^((x - m) log2 e)
-// (one FFMA + one MUFU per element), the first index of m only with ARGMAX;
-// the statistics are combined over the block and then over the cluster
-// through distributed shared memory, and the gradient p * pcoef (+ the
-// target's -1, on the one vector that holds it) is computed from the registers.
+// Per thread, with its K raw vectors in registers (missing vectors padded with
+// -inf): m = the max over the warp (packed per thread, then shuffled), then
+// s = sum 2^((x - m) log2 e) relative to that warp max (one FFMA + one MUFU per
+// element; no rescaling inside the warp), the first index of m only with
+// ARGMAX; warp statistics are combined over the block by one warp and over the
+// cluster through distributed shared memory, and the gradient (p times one
+// coefficient) is computed from the registers; the thread that owns the
+// target overwrites that one element with its exact gradient afterwards.
 template <typename T, bool PLAIN, bool ARGMAX>
 __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsArgs a, int slice) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int VE = 16 / sizeof(T);
   constexpr int K = kClusterK;
-  __shared__ ClusterShared sh;
+  constexpr bool FAST = sizeof(T) == 2;
+  __shared__ WarpStats warp_stats[32];
+  __shared__ alignas(16) WarpStats peer_stats[kMaxCluster];  // pushed by the cluster's blocks, by rank
+  __shared__ WarpStats row_stats;                            // the row's, for the whole block
+  __shared__ alignas(8) unsigned long long stats_bar;        // completes when all peer_stats arrived
   cg::cluster_group cluster = cg::this_cluster();
   const int cs = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
@@ -317,80 +452,124 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   if (PLAIN) o = RowOpts{0.f, 0.f, nullptr, false};
   const int nvec = lim / VE;  // V is a multiple of VE on this path
   const int t = threadIdx.x, T_ = blockDim.x;
+  const int lane = t & 31, warp = t >> 5, nwarps = T_ >> 5;
+  if (t == 0) {
+    mbar_init(&stats_bar);
+    mbar_expect_tx(&stats_bar, static_cast<uint32_t>(cs * sizeof(WarpStats)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  cluster_arrive_relaxed();  // peers push only after the wait below: every stats_bar is ready
 
   // All loads first, so K vectors per thread are in flight: volatile asm keeps
   // the compiler from sinking them next to their uses.
   Vec<T, VE> buf[K];
 #pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (k * T_ + t < nvec) load_16B_volatile(buf[k], x + (k * T_ + t) * VE);
+  for (int k = 0; k < K; ++k) {
+    if (k * T_ + t < nvec)
+      load_16B_volatile(buf[k], x + (k * T_ + t) * VE);
+    else
+      fill_neg_inf<T>(buf[k]);
+  }
   // Read before any block of the cluster can write the gradient: dlogits may be logits.
   const float x_y = cap(to_float<T>(static_cast<const T*>(a.logits)[r * a.logits_row_stride + y]), o);
 
+  // Max over the warp (NaN if any element is NaN). Padding is -inf; softcap
+  // is increasing, so max(cap(x)) = cap(max(x)).
   float m = -INFINITY;
 #pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (k * T_ + t < nvec) m = max_nan(m, vec_max(buf[k]));
+  for (int k = 0; k < K; ++k) m = max_nan(m, vec_max(buf[k]));
+  m = warp_max_nan(m);
   int arg = INT32_MAX;
-  if (ARGMAX) {
-#pragma unroll
-    for (int k = K - 1; k >= 0; --k)  // backwards, so the first match wins
-      if (k * T_ + t < nvec) {
-#pragma unroll
-        for (int i = VE - 1; i >= 0; --i)
-          if (to_float<T>(buf[k].v[i]) == m) arg = (k * T_ + t) * VE + i;
-      }
-  }
-  const float mc = cap(m, o);
-  const float mc_l2 = mc * kLog2e;
-  float s = 0.f, wx = 0.f;
-  if (m != -INFINITY) {
+  if (ARGMAX) {  // the first index of the warp max in this thread, then over the warp
+                 // Only a vector whose (packed) max is m holds it: search that one.
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      if (k * T_ + t < nvec) {
+      const int vi = k * T_ + t;
+      if (arg == INT32_MAX && vi < nvec && vec_max(buf[k]) == m) {
+        float f[VE];
+        vec_to_float(buf[k], f);
+        int first = VE - 1;
 #pragma unroll
-        for (int i = 0; i < VE; ++i) {
-          const float xv = cap(to_float<T>(buf[k].v[i]), o);
-          s += sizeof(T) == 2 ? ex2(fmaf(xv, kLog2e, -mc_l2)) : expf(xv - mc);  // float32: precise
-          if (!PLAIN && o.need_wx)
-            wx += (o.weight ? __ldg(o.weight + base + (k * T_ + t) * VE + i) : 1.f) * xv;
-        }
+        for (int i = VE - 1; i >= 0; --i)
+          if (f[i] == m) first = i;
+        arg = vi * VE + first;
       }
     }
+    arg = __reduce_min_sync(0xffffffffu, arg);
+#pragma unroll
+    for (int k = 0; k < K; ++k) opaque_16B(buf[k]);  // the sum converts afresh (else spills)
   }
-  Stats st{mc, s, arg == INT32_MAX ? INT64_MAX : base + arg, wx, mc != mc};
-  st = block_combine(st, sh.scratch);
-  if (threadIdx.x == 0) sh.partial = st;
-  cluster.sync();  // every block's partial is visible cluster-wide
-  if (threadIdx.x == 0) {
-    Stats all = empty_stats();
-    for (int b = 0; b < cs; ++b) all = combine(all, *cluster.map_shared_rank(&sh.partial, b));  // fixed order
-    sh.scratch[0] = all;
+  const float mc = cap(m, o);
+  // An all-padding warp (m = -inf) sums 2^-inf = 0 with a zero offset.
+  const float off = m == -INFINITY ? 0.f : mc * kLog2e;
+  float s0 = 0.f, s1 = 0.f, wx = 0.f;  // two chains: the FADD latency is not exposed
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (!PLAIN && k * T_ + t >= nvec) continue;  // softcap(-inf) is not -inf: skip padding
+    float f[VE];
+    vec_to_float(buf[k], f);
+#pragma unroll
+    for (int i = 0; i < VE; ++i) {
+      const float xv = cap(f[i], o);
+      const float e = FAST ? ex2(fmaf(xv, kLog2e, -off)) : (m == -INFINITY ? 0.f : expf(xv - mc));
+      if (i & 1)
+        s1 += e;
+      else
+        s0 += e;
+      if (!PLAIN && o.need_wx) wx += (o.weight ? __ldg(o.weight + base + (k * T_ + t) * VE + i) : 1.f) * xv;
+    }
   }
-  cluster.sync();  // peers are done reading sh.partial; sh.scratch[0] is visible in the block
-  const Stats all = sh.scratch[0];
-  RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && threadIdx.x == 0);
-  if (!a.dlogits) return;
+  float s = warp_sum(s0 + s1);
+  if (!PLAIN) wx = warp_sum(wx);
+
+  // Block: warp 0 combines the warps' statistics and pushes them to every
+  // block of the cluster; each block's warp 0 then combines the cs pushes in
+  // rank order (deterministic, the same in every block).
+  if (lane == 0)
+    warp_stats[warp] = WarpStats{mc, s, arg == INT32_MAX ? INT32_MAX : static_cast<int>(base) + arg, wx};
+  __syncthreads();
+  const WarpStats empty{-INFINITY, 0.f, INT32_MAX, 0.f};
+  WarpStats b = empty;
+  if (warp == 0) b = warp_combine_ws(lane < nwarps ? warp_stats[lane] : empty);
+  cluster_wait();  // every block's stats_bar is initialised (long since, by now)
+  if (warp == 0) {
+    if (lane == 0)
+      for (int dst = 0; dst < cs; ++dst) push_stats(b, &peer_stats[rank], &stats_bar, dst);
+    mbar_wait(&stats_bar, 0);
+    const WarpStats c = warp_combine_ws(lane < cs ? peer_stats[lane] : empty);
+    if (lane == 0) row_stats = c;
+  }
+  __syncthreads();  // row_stats is visible in the block
+  const WarpStats rs = row_stats;
+  const Stats all{rs.m, rs.s, rs.arg == INT32_MAX ? INT64_MAX : static_cast<int64_t>(rs.arg), rs.wx,
+                  rs.m != rs.m};
+  const RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && t == 0);
+  if (a.dlogits) {
     // An empty asm "modifies" the raw words, so the compiler cannot keep floats
     // converted above alive until here (which spilled under the 64-register cap).
 #pragma unroll
-  for (int k = 0; k < K; ++k) opaque_16B(buf[k]);
-  const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
-  T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base;
+    for (int k = 0; k < K; ++k) opaque_16B(buf[k]);
+    T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base;
+    const float pc = g.ca + g.zc;  // PLAIN: every element but the target is pc * p
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int vi = k * T_ + t;
-    if (vi < nvec) {
+    for (int k = 0; k < K; ++k) {
+      const int vi = k * T_ + t;
+      float f[VE];
+      vec_to_float(buf[k], f);
       Vec<T, VE> out;
-      const bool has_y = yl >= static_cast<int64_t>(vi) * VE && yl < static_cast<int64_t>(vi + 1) * VE;
 #pragma unroll
       for (int i = 0; i < VE; ++i) {
-        const float xv = cap(to_float<T>(buf[k].v[i]), o);
-        const int64_t j = base + vi * VE + i;
-        out.v[i] = from_float<T>(grad_of<PLAIN>(xv, prob<sizeof(T) == 2>(xv, g), has_y && j == y, j, g));
+        const float xv = cap(f[i], o);
+        const float p = prob<FAST>(xv, g);
+        out.v[i] = from_float<T>(PLAIN ? pc * p : grad_of<false>(xv, p, false, base + vi * VE + i, g));
       }
-      store_vec<T, VE>(d + vi * VE, out);
+      if (vi < nvec) store_vec<T, VE>(d + vi * VE, out);
     }
+    // The target's element, exactly as the reference groups it (p_y - 1 before
+    // any scaling); the same thread stored its vector above, so this store wins.
+    const int64_t yl = y - base;
+    if (yl >= 0 && yl < lim && (yl / VE) % T_ == t)
+      d[yl] = from_float<T>(grad_of<PLAIN>(x_y, prob<FAST>(x_y, g), true, y, g));
   }
 #endif
 }
@@ -418,31 +597,6 @@ struct TmaShared {
   float final_xy;
   unsigned long long bar[2];
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(unsigned long long* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
-}
-
-__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
 
 __device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t bytes,
                                             unsigned long long* bar) {

@@ -32,10 +32,13 @@ namespace liger_cpp {
 namespace {
 
 // Chunk budget when chunk_rows is 0: the chunk's logits take about this many
-// MiB. 128 MiB keeps the transient memory well inside the 256 MiB allowance
-// above dX + dW while the GEMMs stay large (M 8192, V 128256, bf16: 16 chunks
-// of 512 rows); LIGER_CPP_FLCE_CHUNK_MB overrides it for tuning.
-constexpr double kDefaultChunkMiB = 128.0;
+// MiB. Every chunk after the first re-reads and re-writes dW in its GEMM's
+// epilogue, so fewer, larger chunks are faster: 240 MiB (M 8192, V 128256,
+// bf16: 8 chunks of 1024 rows) measured 43.2 ms against 45.5 ms for 128 MiB on
+// the H200 and kept the peak within dX + dW + 256 MiB at every benchmarked
+// shape (benchmarks/results/2026-11-30-h200-fused_linear_cross_entropy-3170160);
+// LIGER_CPP_FLCE_CHUNK_MB overrides it.
+constexpr double kDefaultChunkMiB = 240.0;
 
 double chunk_budget_mib() {
   const char* s = std::getenv("LIGER_CPP_FLCE_CHUNK_MB");
