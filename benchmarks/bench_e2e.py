@@ -21,7 +21,7 @@ check: hidden 64, 2 layers, vocab 1000, B2 T64, fp32).
 
 Usage:
     python benchmarks/bench_e2e.py --preset 1b-b8t2048 [--variants hf,liger_cpp,liger,compile]
-        [--steps 10] [--warmup 3] [--batch B] [--seq T] [--timeout 600] [--out FILE.json]
+        [--steps 10] [--warmup 3] [--quick] [--batch B] [--seq T] [--timeout 600] [--out FILE.json]
     python benchmarks/bench_e2e.py --preset tiny --device cpu --variants hf,liger_cpp --steps 3
 The subprocesses inherit the environment (PYTHONPATH), so liger_cpp / liger_kernel resolve the same
 as in the driver. A variant that fails (out of memory, import error, crash, timeout) is a row with
@@ -178,7 +178,11 @@ def _train(args, state: dict) -> dict:
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         # labels = input_ids (the model shifts them); only .loss is read: with FLCE no logits exist.
-        loss = step_fn(input_ids=ids, labels=ids, use_cache=False).loss
+        out = step_fn(input_ids=ids, labels=ids, use_cache=False)
+        loss = out.loss
+        if i == 0:  # what actually ran (a check that the patch took), recorded in the JSON
+            state["logits_returned"] = out.logits is not None
+        del out
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -204,6 +208,12 @@ def _train(args, state: dict) -> dict:
         peak_bytes=peak,
         losses=losses,
         params=params,
+        modules=dict(
+            norm=type(model.model.norm).__name__,
+            mlp=type(model.model.layers[0].mlp).__name__,
+            forward=type(model).forward.__module__,
+            logits_returned=state["logits_returned"],
+        ),
     )
 
 
@@ -229,6 +239,11 @@ def _meta(device: str) -> dict:
     }
 
 
+def _spawn(cmd, env, timeout):
+    """The worker process (its progress goes to the inherited stderr); the tests replace this."""
+    return subprocess.run(cmd, env=env, timeout=timeout)
+
+
 def run_variant(variant: str, args, tmp: str) -> dict:
     out = os.path.join(tmp, f"{variant}.json")
     cmd = [sys.executable, os.path.abspath(__file__), f"--worker={variant}", f"--result={out}"]
@@ -239,7 +254,7 @@ def run_variant(variant: str, args, tmp: str) -> dict:
     cmd += ["--grad-checkpointing"] if args.grad_checkpointing else []
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, env=os.environ.copy(), timeout=args.timeout)  # inherits PYTHONPATH
+        proc = _spawn(cmd, env=os.environ.copy(), timeout=args.timeout)  # inherits PYTHONPATH
     except subprocess.TimeoutExpired:
         return dict(error=f"timed out after {args.timeout} s")
     if proc.returncode != 0 or not os.path.exists(out):
@@ -279,8 +294,10 @@ def parse(argv=None):
     p.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS)
     )
-    p.add_argument("--steps", type=int, default=10, help="timed steps (after the warm-up)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compile happens here)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps after the warm-up (default 10)")
+    p.add_argument(
+        "--warmup", type=int, default=None, help="untimed steps first, compile included (default 3)"
+    )
     p.add_argument("--batch", type=int, default=None, help="override the preset's batch")
     p.add_argument("--seq", type=int, default=None, help="override the preset's sequence length")
     p.add_argument("--device", default=None, help="default: cuda (cpu for the tiny preset)")
@@ -288,6 +305,7 @@ def parse(argv=None):
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--timeout", type=float, default=600, help="seconds per variant subprocess")
     p.add_argument("--out", default="", help="write rows + meta as JSON")
+    p.add_argument("--quick", action="store_true", help="warm-up 2 + timed 5 steps (unless given)")
     # worker mode (internal)
     p.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -297,6 +315,10 @@ def parse(argv=None):
     if args.worker:
         args.variant = args.worker
         return args
+    args.steps = args.steps if args.steps is not None else (5 if args.quick else 10)
+    args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
+    if args.steps < 1 or args.warmup < 0:
+        p.error("--steps must be >= 1 and --warmup >= 0")
     preset = PRESETS[args.preset]
     args.model = preset["model"]
     args.batch = args.batch or preset["batch"]
@@ -325,9 +347,10 @@ def main(argv=None) -> int:
         f"End-to-end training (Llama {args.model}, B{args.batch} T{args.seq}, {args.dtype}{gc}) on "
         f"{meta['gpu']}, commit {meta['commit']}"
     )
-    print(title, flush=True)
+    # Lower-case start: scripts/gpu_check.sh prints each log from its first "Capital ... on " line.
     print(
-        f"  warm-up {args.warmup} + timed {args.steps} steps per variant, variants {args.variants}",
+        f"bench_e2e: {title[0].lower()}{title[1:]}; warm-up {args.warmup} + timed {args.steps} steps per "
+        f"variant; variants {args.variants}",
         flush=True,
     )
     results = {}
