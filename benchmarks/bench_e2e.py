@@ -1,0 +1,425 @@
+"""End-to-end training benchmark (issue 5, the "End to end" table of ../shared/targets.md): a Hugging
+Face Llama-architecture model, random init, bf16 params, fused AdamW, SDPA attention, trained on
+random token batches. Each variant runs in its own subprocess (patching and CUDA memory do not leak
+between them), with the same seed, the same initial weights and the same batches:
+
+- hf:        plain transformers;
+- liger_cpp: liger_cpp.transformers.apply_liger_kernel_to_llama() (rope, swiglu, rms_norm, FLCE),
+             applied before the model is built;
+- liger:     Liger-Kernel's apply_liger_kernel_to_llama() (same defaults), when importable;
+- compile:   torch.compile(model) of plain HF.
+
+Measured per variant: tokens/s (batch * seq over the median step time of the timed steps, each step
+bracketed by torch.cuda.synchronize, after the warm-up steps), peak memory
+(torch.cuda.max_memory_allocated() since a reset taken after the model, optimizer and batches exist,
+so it includes weights, gradients and optimizer state; on the CPU: the process's peak RSS) and the
+final loss. The first-step loss of every variant is compared with hf's (same init, same batch).
+
+Presets: 1b-b8t2048, 1b-b4t8192 (Llama 3.2 1B shape: hidden 2048, 16 layers, 32/8 heads, inter 8192,
+vocab 128256, tied), 8b-gc (Llama-3-8B, untied, gradient checkpointing, B1 T16384) and tiny (CPU
+check: hidden 64, 2 layers, vocab 1000, B2 T64, fp32).
+
+Usage:
+    python benchmarks/bench_e2e.py --preset 1b-b8t2048 [--variants hf,liger_cpp,liger,compile]
+        [--steps 10] [--warmup 3] [--quick] [--batch B] [--seq T] [--timeout 600] [--out FILE.json]
+    python benchmarks/bench_e2e.py --preset tiny --device cpu --variants hf,liger_cpp --steps 3
+The subprocesses inherit the environment (PYTHONPATH), so liger_cpp / liger_kernel resolve the same
+as in the driver. A variant that fails (out of memory, import error, crash, timeout) is a row with
+its error; the others still run. The JSON (--out) holds every variant's per-step losses and times,
+its peak, and which modules ran (norm / MLP class, whether the forward returned logits: with FLCE
+it must not). Expected time per variant on an H200 (estimates): ~20-40 s for the eager variants
+(interpreter start, on-device init, 13 steps; Liger adds its Triton JIT), ~1-3 min for compile.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # harness, also when this file is imported (tests)
+
+MODELS = {
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=172,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+    ),
+    "1b": dict(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        rope_theta=500000.0,
+    ),
+    "8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        tie_word_embeddings=False,
+        rope_theta=500000.0,
+    ),
+}
+PRESETS = {
+    "1b-b8t2048": dict(model="1b", batch=8, seq=2048, dtype="bf16", grad_checkpointing=False),
+    "1b-b4t8192": dict(model="1b", batch=4, seq=8192, dtype="bf16", grad_checkpointing=False),
+    "8b-gc": dict(model="8b", batch=1, seq=16384, dtype="bf16", grad_checkpointing=True),
+    "tiny": dict(model="tiny", batch=2, seq=64, dtype="fp32", grad_checkpointing=False),
+}
+VARIANTS = ("hf", "liger_cpp", "liger", "compile")
+MODEL_SEED, DATA_SEED = 0, 1234
+
+
+def llama_config(model: str, seq: int):
+    from transformers import LlamaConfig
+
+    kw = dict(MODELS[model])
+    theta = kw.pop("rope_theta")
+    cfg = LlamaConfig(
+        max_position_embeddings=max(seq, 8192),
+        rms_norm_eps=1e-5,
+        hidden_act="silu",
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        use_cache=False,
+        **kw,
+    )
+    if getattr(cfg, "rope_parameters", None) is not None:  # transformers 5.x
+        cfg.rope_parameters["rope_theta"] = theta
+    else:  # transformers 4.x
+        cfg.rope_theta = theta
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# worker: one variant, in its own process
+
+
+def _patch(variant: str) -> None:
+    """Class-level patching, before the model is built."""
+    if variant == "liger_cpp":
+        from liger_cpp.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama(rope=True, swiglu=True, rms_norm=True, fused_linear_cross_entropy=True)
+    elif variant == "liger":
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama(rope=True, swiglu=True, rms_norm=True, fused_linear_cross_entropy=True)
+
+
+def worker(args) -> dict:
+    """One variant's run; any failure becomes {"error": ...} (with the losses so far)."""
+    import torch
+
+    state = dict(losses=[])
+    try:
+        return _train(args, state)
+    except ImportError as e:  # Liger-Kernel absent is a note; liger_cpp or transformers absent is a failure
+        return dict(error=f"not importable: {e}", skipped=args.variant == "liger")
+    except torch.cuda.OutOfMemoryError:
+        sys.stderr.write("\n")
+        peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+        where = f"at step {len(state['losses']) + 1}" if state.get("training") else "before training"
+        return dict(error=f"out of memory {where}", losses=state["losses"], peak_bytes=peak)
+    except Exception as e:  # noqa: BLE001 - reported as the variant's row
+        sys.stderr.write("\n")
+        return dict(
+            error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+            losses=state["losses"],
+        )
+
+
+def _train(args, state: dict) -> dict:
+    import torch
+
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    _patch(args.variant)
+    from transformers import LlamaForCausalLM
+
+    cfg = llama_config(args.model, args.seq)
+    torch.manual_seed(MODEL_SEED)
+    # Initialised in fp32 directly on the device, then cast: the same seed gives the same weights in
+    # every variant (the patched modules draw the same random numbers in the same order). Not on the
+    # CPU then moved: CPU random init runs at ~100 M numbers/s (uniform_ is serial), and nn.Linear's
+    # init plus HF's re-init draw 16 G numbers for 8B: minutes per variant.
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg)
+    model = model.to(dtype)
+    if cuda:
+        torch.cuda.empty_cache()  # return the fp32 copy's blocks before the run
+    if args.grad_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=cuda)
+    step_fn = torch.compile(model) if args.variant == "compile" else model
+    total = args.warmup + args.steps
+    gen = torch.Generator().manual_seed(DATA_SEED)
+    batches = [
+        torch.randint(0, cfg.vocab_size, (args.batch, args.seq), generator=gen).to(device)
+        for _ in range(total)
+    ]
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    losses, times = state["losses"], []
+    state["training"] = True
+    for i, ids in enumerate(batches):
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        # labels = input_ids (the model shifts them); only .loss is read: with FLCE no logits exist.
+        out = step_fn(input_ids=ids, labels=ids, use_cache=False)
+        loss = out.loss
+        if i == 0:  # what actually ran (a check that the patch took), recorded in the JSON
+            state["logits_returned"] = out.logits is not None
+        del out
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+        sys.stderr.write(
+            f"\r  {args.variant:<10} step {i + 1}/{total}  loss {losses[-1]:.4f}  {times[-1] * 1e3:8.1f} ms"
+        )
+        sys.stderr.flush()
+    sys.stderr.write("\n")
+    timed = times[args.warmup :] or times
+    if cuda:
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return dict(
+        tokens_per_s=args.batch * args.seq / statistics.median(timed),
+        step_ms=[t * 1e3 for t in times],
+        peak_bytes=peak,
+        losses=losses,
+        params=params,
+        modules=dict(
+            norm=type(model.model.norm).__name__,
+            mlp=type(model.model.layers[0].mlp).__name__,
+            logits_returned=state["logits_returned"],
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# driver
+
+
+def _meta(device: str) -> dict:
+    import harness
+
+    if device.startswith("cuda"):
+        return harness.meta()
+    import datetime
+    import platform
+
+    import torch
+
+    return {
+        "gpu": f"CPU ({platform.processor() or platform.machine()})",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": harness._git_commit(),
+        "torch": torch.__version__,
+    }
+
+
+def _spawn(cmd, env, timeout):
+    """The worker process (its progress goes to the inherited stderr); the tests replace this."""
+    return subprocess.run(cmd, env=env, timeout=timeout)
+
+
+def run_variant(variant: str, args, tmp: str) -> dict:
+    out = os.path.join(tmp, f"{variant}.json")
+    cmd = [sys.executable, os.path.abspath(__file__), f"--worker={variant}", f"--result={out}"]
+    cmd += [
+        f"--{k.replace('_', '-')}={getattr(args, k)}"
+        for k in ("model", "batch", "seq", "dtype", "device", "steps", "warmup", "lr")
+    ]
+    cmd += ["--grad-checkpointing"] if args.grad_checkpointing else []
+    t0 = time.perf_counter()
+    try:
+        proc = _spawn(cmd, env=os.environ.copy(), timeout=args.timeout)  # inherits PYTHONPATH
+    except subprocess.TimeoutExpired:
+        return dict(error=f"timed out after {args.timeout} s")
+    if proc.returncode != 0 or not os.path.exists(out):
+        return dict(error=f"worker failed (exit {proc.returncode}, see its output above)")
+    res = json.loads(open(out).read())
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    return res
+
+
+def make_rows(results: dict) -> list:
+    ref = results.get("liger", {})
+    hf = results.get("hf", {})
+    rows = []
+    for v, r in results.items():
+        row = dict(variant=v)
+        if "error" in r:
+            row["error"] = r["error"]
+        losses = r.get("losses") or []
+        if "tokens_per_s" in r:
+            row["tok/s"] = f"{r['tokens_per_s']:,.0f}"
+        if r.get("peak_bytes") is not None:
+            row["peak GiB"] = f"{r['peak_bytes'] / 2**30:.2f}"
+        if losses and "error" not in r:
+            row["final loss"] = f"{losses[-1]:.4f}"
+        if losses and hf.get("losses"):
+            row["step-1 loss diff vs hf"] = f"{abs(losses[0] - hf['losses'][0]):.2e}"
+        if "error" not in r and "tokens_per_s" in ref and "error" not in ref:
+            row["tok/s vs liger"] = f"{r['tokens_per_s'] / ref['tokens_per_s']:.3f}"
+            row["mem vs liger"] = f"{r['peak_bytes'] / ref['peak_bytes']:.3f}"
+        rows.append(row)
+    return rows
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", choices=list(PRESETS), default="1b-b8t2048")
+    p.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS)
+    )
+    p.add_argument("--steps", type=int, default=None, help="timed steps after the warm-up (default 10)")
+    p.add_argument(
+        "--warmup", type=int, default=None, help="untimed steps first, compile included (default 3)"
+    )
+    p.add_argument("--batch", type=int, default=None, help="override the preset's batch")
+    p.add_argument("--seq", type=int, default=None, help="override the preset's sequence length")
+    p.add_argument("--device", default=None, help="default: cuda (cpu for the tiny preset)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None, help="override the preset's")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per variant subprocess")
+    p.add_argument("--out", default="", help="write rows + meta as JSON")
+    p.add_argument("--quick", action="store_true", help="warm-up 2 + timed 5 steps (unless given)")
+    # worker mode (internal)
+    p.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    p.add_argument("--model", choices=list(MODELS), help=argparse.SUPPRESS)
+    p.add_argument("--grad-checkpointing", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        args.variant = args.worker
+        return args
+    args.steps = args.steps if args.steps is not None else (5 if args.quick else 10)
+    args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
+    if args.steps < 1 or args.warmup < 0:
+        p.error("--steps must be >= 1 and --warmup >= 0")
+    preset = PRESETS[args.preset]
+    args.model = preset["model"]
+    args.batch = args.batch or preset["batch"]
+    args.seq = args.seq or preset["seq"]
+    args.dtype = args.dtype or preset["dtype"]
+    args.grad_checkpointing = preset["grad_checkpointing"]
+    args.device = args.device or ("cpu" if args.model == "tiny" else "cuda")
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = [v for v in args.variants if v not in VARIANTS]
+    if bad:
+        p.error(f"unknown variants {bad}; choose from {list(VARIANTS)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.worker:
+        with open(args.result, "w") as f:
+            json.dump(worker(args), f)
+        return 0
+    import harness
+
+    meta = _meta(args.device)
+    gc = ", grad checkpointing" if args.grad_checkpointing else ""
+    title = (
+        f"End-to-end training (Llama {args.model}, B{args.batch} T{args.seq}, {args.dtype}{gc}) on "
+        f"{meta['gpu']}, commit {meta['commit']}"
+    )
+    # Lower-case start: scripts/gpu_check.sh prints each log from its first "Capital ... on " line.
+    print(
+        f"bench_e2e: {title[0].lower()}{title[1:]}; warm-up {args.warmup} + timed {args.steps} steps per "
+        f"variant; variants {args.variants}",
+        flush=True,
+    )
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for v in args.variants:
+            results[v] = run_variant(v, args, tmp)
+            r = results[v]
+            state = r.get("error") or f"{r['tokens_per_s']:,.0f} tok/s, {r['peak_bytes'] / 2**30:.2f} GiB"
+            print(f"  {v}: {state} ({r.get('wall_s', '-')} s)", flush=True)
+    rows = make_rows(results)
+    cols = [
+        "variant",
+        "tok/s",
+        "peak GiB",
+        "final loss",
+        "step-1 loss diff vs hf",
+        "tok/s vs liger",
+        "mem vs liger",
+    ]
+    if any("error" in r for r in rows):
+        cols.append("error")
+    notes = []
+    if "hf" in results and "liger_cpp" in results:
+        a, b = results["hf"].get("losses"), results["liger_cpp"].get("losses")
+        if a and b:
+            notes.append(
+                f"First-step loss: hf {a[0]:.6f}, liger_cpp {b[0]:.6f}, max abs diff {abs(a[0] - b[0]):.3e}"
+            )
+    if "liger" in args.variants and "tokens_per_s" not in results.get("liger", {}):
+        notes.append("Liger-Kernel row missing or failed: the 'vs liger' ratios are empty.")
+    if args.device == "cpu":
+        notes.append("CPU: peak memory is the worker process's peak RSS.")
+    if args.out:
+        harness.write_json(
+            args.out,
+            dict(
+                meta=meta,
+                title=title,
+                config=dict(
+                    preset=args.preset,
+                    model=args.model,
+                    batch=args.batch,
+                    seq=args.seq,
+                    dtype=args.dtype,
+                    grad_checkpointing=args.grad_checkpointing,
+                    steps=args.steps,
+                    warmup=args.warmup,
+                    **MODELS[args.model],
+                ),
+                results=results,
+                rows=rows,
+            ),
+        )
+    print()
+    for n in notes:
+        print(n)
+    print(title)
+    print(harness.fmt_table(rows, cols))
+    return 0 if all("error" not in r or r.get("skipped") for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""benchmarks/bench_e2e.py on the CPU: tiny preset, 2 timed steps, hf and liger_cpp. The driver runs
+as on the GPU (command lines, worker arguments, JSON, table); only the process spawn is replaced by
+an in-process call of the same command line (three fresh interpreters importing torch and
+transformers cost ~30 s on a 2-core machine). The real subprocess path is what the lead runs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from hf_models import single_thread  # noqa: E402,F401  (autouse fixture)
+
+from liger_cpp.transformers import monkey_patch as mp  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import bench_e2e  # noqa: E402
+
+
+def test_bench_e2e_tiny_cpu(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_spawn(cmd, env, timeout):
+        assert cmd[0] == sys.executable and cmd[1] == os.path.abspath(bench_e2e.__file__)
+        assert env is not None and env.get("PYTHONPATH") == os.environ.get("PYTHONPATH")  # inherited
+        calls.append(cmd)
+        if "--worker=compile" in cmd:  # a worker that dies: reported as a row, not a crash
+            return subprocess.CompletedProcess(cmd, -9)
+        try:
+            rc = bench_e2e.main(cmd[2:])  # worker mode, in this process
+        finally:
+            mp.revert_liger_kernel()  # the liger_cpp worker patched Llama at class level
+        return subprocess.CompletedProcess(cmd, rc)
+
+    monkeypatch.setattr(bench_e2e, "_spawn", fake_spawn)
+    out = tmp_path / "e2e.json"
+    argv = ["--preset=tiny", "--variants=hf,liger_cpp,compile", "--warmup=1", "--steps=2", f"--out={out}"]
+    assert bench_e2e.main(argv) == 1  # the dead worker
+    assert len(calls) == 3 and all("--device=cpu" in c and "--model=tiny" in c for c in calls)
+
+    data = json.loads(out.read_text())
+    assert [r["variant"] for r in data["rows"]] == ["hf", "liger_cpp", "compile"]
+    assert "exit -9" in data["rows"][2]["error"] and "error" not in data["rows"][0]
+    hf, lg = data["results"]["hf"], data["results"]["liger_cpp"]
+    assert len(hf["losses"]) == len(lg["losses"]) == 3
+    assert abs(hf["losses"][0] - lg["losses"][0]) < 1e-4  # same init, same batch, fp32
+    assert hf["losses"][0] > 6.0  # ~ln(1000) at random init: a real loss, not a constant
+    assert hf["tokens_per_s"] > 0 and lg["peak_bytes"] > 0 and hf["params"] == lg["params"]
+    # The patch took in the liger_cpp run only: its modules, and no logits with FLCE.
+    assert lg["modules"]["norm"] == "LigerRMSNorm" and lg["modules"]["mlp"] == "LigerSwiGLUMLP"
+    assert hf["modules"]["norm"] == "LlamaRMSNorm"
+    assert hf["modules"]["logits_returned"] and not lg["modules"]["logits_returned"]
+    assert data["config"]["hidden_size"] == 64 and data["meta"]["commit"]
+
+    # The table comes last (title, header, rule, 3 rows), with the first-step comparison before it.
+    text = capsys.readouterr().out
+    lines = text.rstrip().splitlines()
+    assert lines[-6].startswith("End-to-end training (Llama tiny, B2 T64, fp32) on ")
+    assert lines[-5].split()[:3] == ["variant", "tok/s", "peak"]
+    assert [ln.split()[0] for ln in lines[-3:]] == ["hf", "liger_cpp", "compile"]
+    assert "First-step loss: hf " in text and "max abs diff" in text
+
+
+def test_presets_match_targets():
+    args = bench_e2e.parse(["--preset=1b-b4t8192"])
+    assert (args.batch, args.seq, args.dtype, args.device, args.steps, args.warmup) == (
+        4,
+        8192,
+        "bf16",
+        "cuda",
+        10,
+        3,
+    )
+    assert args.variants == ["hf", "liger_cpp", "liger", "compile"]
+    cfg = bench_e2e.llama_config("1b", 2048)
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (
+        2048,
+        16,
+        32,
+        8,
+    )
+    assert (cfg.intermediate_size, cfg.vocab_size, cfg.tie_word_embeddings) == (8192, 128256, True)
+    cfg = bench_e2e.llama_config("8b", 16384)
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, cfg.tie_word_embeddings) == (
+        4096,
+        32,
+        14336,
+        False,
+    )
+    theta = cfg.rope_parameters["rope_theta"] if getattr(cfg, "rope_parameters", None) else cfg.rope_theta
+    assert theta == 500000.0
+    args = bench_e2e.parse(["--preset=8b-gc", "--quick"])
+    assert args.grad_checkpointing and (args.batch, args.seq, args.steps, args.warmup) == (1, 16384, 5, 2)
+    with pytest.raises(SystemExit):
+        bench_e2e.parse(["--variants=hf,nope"])
