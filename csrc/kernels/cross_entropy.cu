@@ -111,6 +111,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // its grouping are cross_entropy_core.h's.
 struct RowGrad {
   float m, s, log2s;  // capped row max, sum of exp(x - m), log2(s)
+  float off2;         // m log2 e + log2 s, rounded once (the 2-byte fast path)
   float lse;
   float ca, cb, wsum, zc;  // cs (1 - ls) w_y, cs ls / V, sum(w), zs 2 lss lse
   float softcap, inv_softcap;
@@ -120,11 +121,13 @@ struct RowGrad {
 
 // p = exp(x - lse), evaluated as exp(x - m) / s: x - m is exact near the max,
 // where p is large (exp(x - lse) with lse rounded to float32 costs several
-// times PyTorch's float32 error). FAST (2-byte outputs, whose rounding is far
-// coarser than 2^-22): one FADD, one FFMA and one MUFU, 2^((x - m) log2 e - log2 s).
+// times PyTorch's float32 error). FAST (2-byte outputs): one FFMA and one MUFU,
+// 2^(x log2 e - off2), the product exact inside the FFMA; off2's rounding
+// (<= 2^-24 |off2|, a few 1e-6 relative in p) and MUFU's 2^-22 are ~1000 times
+// below a bf16/fp16 output's rounding (2^-9 / 2^-12).
 template <bool FAST>
 __device__ __forceinline__ float prob(float x, const RowGrad& g) {
-  if constexpr (FAST) return ex2(fmaf(x - g.m, kLog2e, -g.log2s));
+  if constexpr (FAST) return ex2(fmaf(x, kLog2e, -g.off2));
   return expf(x - g.m) / g.s;
 }
 
@@ -166,6 +169,7 @@ __device__ __forceinline__ RowGrad finish_row(const CeRowsArgs& a, int64_t r, in
   g.m = st.nan ? NAN : st.m;
   g.s = st.s;
   g.log2s = log_s * kLog2e;
+  g.off2 = fmaf(g.m, kLog2e, g.log2s);
   g.lse = lse;
   g.ca = cs * (1.f - ls) * wy;
   g.cb = cs * eps;
@@ -396,20 +400,33 @@ __device__ __forceinline__ WarpStats warp_combine_ws(WarpStats a) {
   return a;
 }
 
+// What a block pushes to every block of its cluster: its statistics and, from
+// the block whose slice holds the target, the target's (capped) logit.
+struct alignas(16) PeerRec {
+  WarpStats st;
+  float x_y;
+  int has_y;
+  int pad[2];
+};
+
 // Writes v into *slot of the cluster's block dst (the same shared-memory
-// offsets in every block) and completes 16 bytes of that block's mbarrier
+// offsets in every block) and completes 32 bytes of that block's mbarrier
 // transaction count: the receiver waits on its own mbarrier, so no cluster
 // barrier is needed for the exchange.
-__device__ __forceinline__ void push_stats(const WarpStats& v, WarpStats* slot, unsigned long long* bar,
-                                           int dst) {
+__device__ __forceinline__ void push_rec(const PeerRec& v, PeerRec* slot, unsigned long long* bar, int dst) {
   uint32_t rslot, rbar;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rslot) : "r"(smem_addr(slot)), "r"(dst));
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_addr(bar)), "r"(dst));
   asm volatile(
       "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
           rslot),
-      "r"(__float_as_uint(v.m)), "r"(__float_as_uint(v.s)), "r"(static_cast<uint32_t>(v.arg)),
-      "r"(__float_as_uint(v.wx)), "r"(rbar)
+      "r"(__float_as_uint(v.st.m)), "r"(__float_as_uint(v.st.s)), "r"(static_cast<uint32_t>(v.st.arg)),
+      "r"(__float_as_uint(v.st.wx)), "r"(rbar)
+      : "memory");
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+          rslot + 16),
+      "r"(__float_as_uint(v.x_y)), "r"(static_cast<uint32_t>(v.has_y)), "r"(0u), "r"(0u), "r"(rbar)
       : "memory");
 }
 
@@ -431,9 +448,10 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   constexpr int K = kClusterK;
   constexpr bool FAST = sizeof(T) == 2;
   __shared__ WarpStats warp_stats[32];
-  __shared__ alignas(16) WarpStats peer_stats[kMaxCluster];  // pushed by the cluster's blocks, by rank
-  __shared__ WarpStats row_stats;                            // the row's, for the whole block
-  __shared__ alignas(8) unsigned long long stats_bar;        // completes when all peer_stats arrived
+  __shared__ PeerRec peer_rec[kMaxCluster];            // pushed by the cluster's blocks, by rank
+  __shared__ WarpStats row_stats;                      // the row's, for the whole block
+  __shared__ float row_xy, block_xy;                   // the target's capped logit
+  __shared__ alignas(8) unsigned long long stats_bar;  // completes when all peer_rec arrived
   cg::cluster_group cluster = cg::this_cluster();
   const int cs = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
@@ -455,7 +473,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   const int lane = t & 31, warp = t >> 5, nwarps = T_ >> 5;
   if (t == 0) {
     mbar_init(&stats_bar);
-    mbar_expect_tx(&stats_bar, static_cast<uint32_t>(cs * sizeof(WarpStats)));
+    mbar_expect_tx(&stats_bar, static_cast<uint32_t>(cs * sizeof(PeerRec)));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   cluster_arrive_relaxed();  // peers push only after the wait below: every stats_bar is ready
@@ -470,8 +488,13 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
     else
       fill_neg_inf<T>(buf[k]);
   }
-  // Read before any block of the cluster can write the gradient: dlogits may be logits.
-  const float x_y = cap(to_float<T>(static_cast<const T*>(a.logits)[r * a.logits_row_stride + y]), o);
+  // The target's logit: read by the one thread whose vectors hold it (before
+  // it writes its gradient: dlogits may be logits) and pushed with its block's
+  // statistics, instead of a dependent load in every thread of the cluster.
+  const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
+  const bool block_has_y = yl >= 0 && yl < lim;
+  const bool owns_y = block_has_y && (yl / VE) % T_ == t;
+  if (owns_y) block_xy = cap(to_float<T>(x[yl]), o);
 
   // Max over the warp (NaN if any element is NaN). Padding is -inf; softcap
   // is increasing, so max(cap(x)) = cap(max(x)).
@@ -533,14 +556,23 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   if (warp == 0) b = warp_combine_ws(lane < nwarps ? warp_stats[lane] : empty);
   cluster_wait();  // every block's stats_bar is initialised (long since, by now)
   if (warp == 0) {
-    if (lane == 0)
-      for (int dst = 0; dst < cs; ++dst) push_stats(b, &peer_stats[rank], &stats_bar, dst);
+    if (lane == 0) {
+      const PeerRec mine{b, block_has_y ? block_xy : 0.f, block_has_y ? 1 : 0, {0, 0}};
+      for (int dst = 0; dst < cs; ++dst) push_rec(mine, &peer_rec[rank], &stats_bar, dst);
+    }
     mbar_wait(&stats_bar, 0);
-    const WarpStats c = warp_combine_ws(lane < cs ? peer_stats[lane] : empty);
-    if (lane == 0) row_stats = c;
+    const PeerRec pr = lane < cs ? peer_rec[lane] : PeerRec{empty, 0.f, 0, {0, 0}};
+    const WarpStats c = warp_combine_ws(pr.st);
+    const unsigned owner = __ballot_sync(0xffffffffu, pr.has_y != 0);  // exactly one block
+    const float xy = __shfl_sync(0xffffffffu, pr.x_y, __ffs(owner) - 1);
+    if (lane == 0) {
+      row_stats = c;
+      row_xy = xy;
+    }
   }
   __syncthreads();  // row_stats is visible in the block
   const WarpStats rs = row_stats;
+  const float x_y = row_xy;
   const Stats all{rs.m, rs.s, rs.arg == INT32_MAX ? INT64_MAX : static_cast<int64_t>(rs.arg), rs.wx,
                   rs.m != rs.m};
   const RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && t == 0);
@@ -567,9 +599,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
     }
     // The target's element, exactly as the reference groups it (p_y - 1 before
     // any scaling); the same thread stored its vector above, so this store wins.
-    const int64_t yl = y - base;
-    if (yl >= 0 && yl < lim && (yl / VE) % T_ == t)
-      d[yl] = from_float<T>(grad_of<PLAIN>(x_y, prob<FAST>(x_y, g), true, y, g));
+    if (owns_y) d[yl] = from_float<T>(grad_of<PLAIN>(x_y, prob<FAST>(x_y, g), true, y, g));
   }
 #endif
 }
@@ -773,8 +803,15 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
       (!a.dlogits || (is_aligned(a.dlogits, 16) && (a.dlogits_row_stride * sizeof(T)) % 16 == 0)) &&
       V % VE16 == 0;
   // Cluster path: rows of at least 2048 elements that fit in 8 blocks.
+  // LIGER_CPP_CE_BLOCK=256 (A/B measurements) splits rows over twice as many
+  // 256-thread blocks (4 per SM instead of 2) where 8 of them cover the row.
+  static const int64_t block_threads = [] {
+    const char* e = std::getenv("LIGER_CPP_CE_BLOCK");
+    return static_cast<int64_t>(e && std::strcmp(e, "256") == 0 ? 256 : kClusterThreads);
+  }();
   const int64_t per_thread = static_cast<int64_t>(kClusterK) * VE16;
-  const int64_t cs = ceil_div(V, kClusterThreads * per_thread);
+  int64_t cs = ceil_div(V, block_threads * per_thread);
+  if (cs > kMaxCluster) cs = ceil_div(V, kClusterThreads * per_thread);
   static const int cc_major = device_cc_major();
   // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
   static const bool force_two_pass = [] {
