@@ -7,9 +7,12 @@ Inputs are built as HF builds them: q = q_proj(x).view(B, T, H, D).transpose(1, 
 view of a (B, T, H*D) leaf), the same for k; the output gradients arrive in SDPA's (flash) layout,
 (B, T, H, D) in memory. cos/sin: HF's (1, T, D) table in bf16 (position_ids (1, T)), and a (B, T, D)
 float32 table for liger_cpp.
-Bytes (minimum): fwd 2*(|q|+|k|)*2 (read q, k; write q', k'), fwd+bwd 4*(|q|+|k|)*2 (+ read dq',
-dk'; write dq, dk); cos/sin are not counted. fwd+bwd includes the backward of HF's view/transpose
-(free when the gradient has the projection's layout).
+Bytes (minimum): fwd and bwd 2*(|q|+|k|)*2 (read q, k; write q', k' / read dq', dk'; write dq, dk),
+fwd+bwd 4*(|q|+|k|)*2; cos/sin are not counted. bwd alone runs backward(retain_graph=True) on one kept
+graph. "kernel ms": the GPU time of the kernels one call launches (torch.profiler); "ms" well above
+it means the call is bound by the host (Python, dispatcher, autograd engine), not by the GPU.
+fwd+bwd includes the backward of HF's view/transpose (free when the gradient has the projection's
+layout).
 Liger's kernel rotates q and k in place (here: the leaves' storage) and its backward writes into
 the incoming gradients; liger_cpp and HF allocate outputs.
 Usage: python benchmarks/bench_rope.py [--out FILE.json] [--quick]
@@ -74,8 +77,27 @@ def tables(B, T, D, planes=None, dtype=torch.bfloat16):
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def _row(case, mode, impl, ms, nbytes, C, mib=None, error=None):
+def kernel_ms(fn, grad_to_none=(), iters=20):
+    """GPU time of the kernels (and memsets/copies) one fn() launches, from the profiler: ms well
+    above it means fn is bound by the host (Python, dispatcher, autograd engine), not by its kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            for t in grad_to_none:
+                t.grad = None
+            fn()
+        torch.cuda.synchronize()
+    us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return us / iters / 1e3
+
+
+def _row(case, mode, impl, ms, nbytes, C, mib=None, error=None, kernel=None):
     r = {"case": case, "mode": mode, "impl": impl, "ms": None, "GB/s": None, "%C": None, "peak MiB": mib}
+    r["kernel ms"] = None if kernel is None else round(kernel, 4)
     if ms is not None:
         gbs = nbytes / (ms * 1e-3) / 1e9
         r.update({"ms": round(ms, 4), "GB/s": round(gbs), "%C": round(100 * gbs / C, 1)})
@@ -98,13 +120,21 @@ def run_case(case, B, T, Hq, Hk, D, fns, cos, sin, C):
         return xq.view(B, T, Hq, D).transpose(1, 2), xk.view(B, T, Hk, D).transpose(1, 2)
 
     for name, f in fns.items():
-        for mode in ("fwd", "fwd+bwd"):
+        for mode in ("fwd", "bwd", "fwd+bwd"):
             try:
                 if mode == "fwd":
 
                     def fn(f=f):
                         with torch.no_grad():
                             f(*views(), cos, sin)
+
+                    nbytes = 2 * n
+                elif mode == "bwd":
+                    # backward alone, through a graph kept alive (retain_graph)
+                    outs = f(*views(), cos, sin)
+
+                    def fn(outs=outs):
+                        torch.autograd.backward(list(outs), [gq, gk], retain_graph=True)
 
                     nbytes = 2 * n
                 else:
@@ -118,11 +148,15 @@ def run_case(case, B, T, Hq, Hk, D, fns, cos, sin, C):
                     nbytes = 4 * n
                 ms = bench_ms(fn, grad_to_none=[xq, xk])
                 xq.grad = xk.grad = None
+                kms = kernel_ms(fn, grad_to_none=[xq, xk])
+                xq.grad = xk.grad = None
                 mib = round(peak_extra_bytes(fn) / 2**20, 1)
                 xq.grad = xk.grad = None
-                rows.append(_row(case, mode, name, ms, nbytes, C, mib))
+                rows.append(_row(case, mode, name, ms, nbytes, C, mib, kernel=kms))
             except Exception as e:  # noqa: BLE001 - a failing baseline is reported, not fatal
                 rows.append(_row(case, mode, name, None, 0, C, error=str(e).splitlines()[0][:120]))
+            finally:
+                outs = None
     return rows
 
 
@@ -197,7 +231,7 @@ def main():
     gpu, commit = payload["gpu"], payload["commit"]
     print(f"RoPE / mRoPE bf16 on {gpu}, copy bandwidth C = {C:.0f} GB/s, commit {commit}")
     print(f"HF eager = {apply_src}; liger_cpp max |err| vs float64 HF formula: {max_err:.3g}")
-    print(fmt_table(rows, ["case", "mode", "impl", "ms", "GB/s", "%C", "peak MiB"]))
+    print(fmt_table(rows, ["case", "mode", "impl", "ms", "kernel ms", "GB/s", "%C", "peak MiB"]))
 
 
 if __name__ == "__main__":

@@ -148,7 +148,8 @@ TORCH_LIBRARY(liger, m) {
       "rope_fwd(Tensor q, Tensor k, Tensor cos, Tensor sin, int unsqueeze_dim=1) -> "
       "(Tensor q_out, Tensor k_out)");
   // RoPE backward, the transposed rotation (gradients of the outputs in, of
-  // q and k out; cos/sin get no gradient here, see liger_cpp/ops/rope.py):
+  // q and k out; cos/sin get no gradient here: rope_fwd's and mrope_fwd's
+  // autograd, with the tables' gradients, is csrc/ops/rope_autograd.cpp):
   //   dx[j]   = g[j]   cos[j]   + g[j+h] sin[j+h]
   //   dx[j+h] = g[j+h] cos[j+h] - g[j]   sin[j]
   // dq, dk allocated like dq_out, dk_out.

@@ -312,6 +312,53 @@ def test_forward_only_and_partial_grads(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mrope_case", [False, True])
+@pytest.mark.parametrize("used", ["q", "k"])
+@pytest.mark.parametrize("layout", ["hf", "bshd"])
+def test_one_output_used(device, mrope_case, used, layout):
+    """Only one of q_out, k_out reaches the loss: the other's gradient is absent (not zero-filled),
+    its operand enters the backward kernel with zero heads, its input gets no gradient; the tables'
+    gradients (when they require grad) still match the reference."""
+    B, S, Hq, Hk, D = 2, 5, 3, 2, 24
+    ud = 2 if layout == "bshd" else 1
+    qd = torch.randn(B, S, Hq, D, device=device, dtype=torch.float64 if device == "cpu" else torch.float32)
+    kd = torch.randn(B, S, Hk, D, device=device, dtype=qd.dtype)
+    planes = B if mrope_case else None
+    cos, sin = (t.to(qd.dtype) for t in _tables("1sd", B, S, D, device, planes=planes))
+
+    def run(fn, ref):
+        ql, q = _leaf_and_view(qd, layout)
+        kl, k = _leaf_and_view(kd, layout)
+        c, s_ = cos.clone().requires_grad_(True), sin.clone().requires_grad_(True)
+        args = (q, k, c, s_, [3, 4, 5]) if mrope_case else (q, k, c, s_)
+        qo, ko = fn(*args, unsqueeze_dim=ud) if not ref else fn(*args, ud)
+        out = qo if used == "q" else ko
+        (out * torch.arange(out.numel(), device=device).view(out.shape)).sum().backward()
+        return ql.grad, kl.grad, c.grad, s_.grad
+
+    got = run(mrope if mrope_case else rope, False)
+    want = run(mrope_ref if mrope_case else rope_ref, True)
+    unused = 1 if used == "q" else 0
+    assert got[unused] is None or not got[unused].any()
+    for i in range(4):
+        if i != unused:
+            torch.testing.assert_close(got[i], want[i], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autograd_is_cpp(device):
+    """The backward runs in C++ (csrc/ops/rope_autograd.cpp), not as a Python autograd.Function:
+    at these kernels' speed a Python backward cost as much as the GPU work of a fwd+bwd step."""
+    B, S, H, D = 1, 3, 2, 8
+    q = torch.randn(B, H, S, D, device=device, requires_grad=True)
+    cos, sin = _tables("1sd", B, S, D, device)
+    c3, s3 = _tables(None, B, S, D, device, planes=1)
+    for qo, ko in (rope(q, q, cos, sin), mrope(q, q, c3, s3, [1, 1, 2])):
+        assert qo.grad_fn is not None and qo.grad_fn is ko.grad_fn
+        assert not isinstance(qo.grad_fn, torch.autograd.function.BackwardCFunction)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_empty(device):
     for B, S, H in [(0, 4, 2), (2, 0, 2), (2, 3, 0)]:
         q = torch.randn(B, H, S, 8, device=device, requires_grad=True)

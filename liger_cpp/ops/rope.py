@@ -1,9 +1,11 @@
-"""RoPE and Qwen2-VL mRoPE: fake kernels and autograd for torch.ops.liger.{rope,mrope}_{fwd,bwd},
-and `rope` / `mrope` (Liger's LigerRopeFunction / LigerQwen2VLMRopeFunction, out of place).
+"""RoPE and Qwen2-VL mRoPE: fake kernels for torch.ops.liger.{rope,mrope}_{fwd,bwd} (their autograd is
+in C++), and `rope` / `mrope` (Liger's LigerRopeFunction / LigerQwen2VLMRopeFunction, out of place).
 
 The kernels rotate q and k in one call and return new tensors laid out like the inputs (HF's
 strided `proj(x).view(B, S, H, D).transpose(1, 2)` views are read without copies and the outputs
-keep that memory layout). The backward is the transposed rotation and needs only cos and sin.
+keep that memory layout). The backward is the transposed rotation and needs only cos and sin; the
+autograd formula lives in C++ (csrc/ops/rope_autograd.cpp), with the gradients of cos and sin when
+they require grad.
 """
 
 from collections.abc import Sequence
@@ -53,92 +55,10 @@ def _mrope_bwd_fake(dq_out, dk_out, cos, sin, mrope_section, unsqueeze_dim=1):
     return _out_like(dq_out), _out_like(dk_out)
 
 
-def _rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
-
-def _table_grads(ctx, q, k, dq_out, dk_out, cos, sin):
-    """Gradients of cos and sin (only when they require grad, which HF's buffers do not):
-    HF's out = x * cos + rotate_half(x) * sin gives dcos = sum over heads of g * x and
-    dsin = sum over heads of g * rotate_half(x), reduced to each table's (broadcast) shape;
-    for mRoPE each plane receives the columns it supplied. float32 (float64) math in PyTorch."""
-    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    hdim = 1 if ctx.unsqueeze_dim in (1, -3) else 2
-    gq, gk, qf, kf = (t.to(acc) for t in (dq_out, dk_out, q, k))
-    dcos = (gq * qf).sum(hdim) + (gk * kf).sum(hdim)  # (B, S, D)
-    dsin = (gq * _rotate_half(qf)).sum(hdim) + (gk * _rotate_half(kf)).sum(hdim)
-    out = []
-    for g, table, need in ((dcos, cos, ctx.needs_input_grad[2]), (dsin, sin, ctx.needs_input_grad[3])):
-        if not need:
-            out.append(None)
-            continue
-        if ctx.sections is not None:
-            d = g.shape[-1]
-            h = d // 2
-            cols = torch.arange(d, device=g.device) % h
-            t, hh = ctx.sections[0], ctx.sections[1]
-            plane = (cols >= t).long() + (cols >= t + hh).long()
-            g = torch.stack([g * (plane == p) for p in range(3)])  # (3, B, S, D)
-            if table.shape[1] == 1:
-                g = g.sum(1, keepdim=True)
-        elif table.dim() == 2:
-            g = g.sum(0)
-        elif table.shape[0] == 1:
-            g = g.sum(0, keepdim=True)
-        out.append(g.to(table.dtype))
-    return out
-
-
-def _setup_context(ctx, inputs, output, sections):
-    q, k, cos, sin = inputs[:4]
-    ctx.unsqueeze_dim = inputs[-1]
-    ctx.sections = sections
-    ctx.q_meta = (q.shape, q.dtype, q.device)
-    ctx.k_meta = (k.shape, k.dtype, k.device)
-    # q and k are kept only for the (rare) gradients of cos and sin.
-    keep = cos.requires_grad or sin.requires_grad
-    ctx.save_for_backward(cos, sin, q if keep else None, k if keep else None)
-
-
-def _grads(ctx, dq_out, dk_out, bwd_op, extra):
-    cos, sin, q, k = ctx.saved_tensors
-    if dq_out is None:
-        dq_out = torch.zeros(ctx.q_meta[0], dtype=ctx.q_meta[1], device=ctx.q_meta[2])
-    if dk_out is None:
-        dk_out = torch.zeros(ctx.k_meta[0], dtype=ctx.k_meta[1], device=ctx.k_meta[2])
-    dq = dk = None
-    if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-        dq, dk = bwd_op(dq_out, dk_out, cos, sin, *extra, ctx.unsqueeze_dim)
-    dcos = dsin = None
-    if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:
-        dcos, dsin = _table_grads(ctx, q, k, dq_out, dk_out, cos, sin)
-    return (
-        dq if ctx.needs_input_grad[0] else None,
-        dk if ctx.needs_input_grad[1] else None,
-        dcos,
-        dsin,
-    )
-
-
-def _rope_setup(ctx, inputs, output):
-    _setup_context(ctx, inputs, output, None)
-
-
-def _rope_backward(ctx, dq_out, dk_out):
-    return (*_grads(ctx, dq_out, dk_out, torch.ops.liger.rope_bwd, ()), None)
-
-
-def _mrope_setup(ctx, inputs, output):
-    _setup_context(ctx, inputs, output, list(inputs[4]))
-
-
-def _mrope_backward(ctx, dq_out, dk_out):
-    return (*_grads(ctx, dq_out, dk_out, torch.ops.liger.mrope_bwd, (ctx.sections,)), None, None)
-
-
-torch.library.register_autograd("liger::rope_fwd", _rope_backward, setup_context=_rope_setup)
-torch.library.register_autograd("liger::mrope_fwd", _mrope_backward, setup_context=_mrope_setup)
+# Autograd of rope_fwd / mrope_fwd is registered in C++ (csrc/ops/rope_autograd.cpp, the Autograd
+# dispatch key), not with torch.library.register_autograd: the kernels are short enough that the
+# Python autograd.Function around them (and a Python backward run under the GIL by the engine's
+# device thread) cost as much as the GPU work in a fwd+bwd step.
 
 
 def rope(
