@@ -393,19 +393,14 @@ __global__ void __launch_bounds__(1024, 1)
   const int64_t iters = (rows + step - 1) / step;  // the same for every thread
   const int64_t first = static_cast<int64_t>(blockIdx.x) * TY + ty;
 
-  // Weights of 32 bytes a vector (fp32 with 16-bit x) are read again per use
-  // (L1 hits) instead: kept across the row they spilled with STAGES == 0 and DS.
-  constexpr bool kKeepW = STAGES > 0 || sizeof(Vec<WT, VEC>) <= 16;
   Vec<WT, VEC> wv[MAXV];
   bool has[MAXV];
-  auto load_w = [&]() {
 #pragma unroll
-    for (int i = 0; i < MAXV; ++i)
-      if (w != nullptr && has[i]) wv[i] = load_vec<WT, VEC>(w + (static_cast<int64_t>(i) * TX + tx) * VEC);
-  };
-#pragma unroll
-  for (int i = 0; i < MAXV; ++i) has[i] = static_cast<int64_t>(i) * TX + tx < nvec;
-  load_w();
+  for (int i = 0; i < MAXV; ++i) {
+    const int64_t v = static_cast<int64_t>(i) * TX + tx;
+    has[i] = v < nvec;
+    if (w != nullptr && has[i]) wv[i] = load_vec<WT, VEC>(w + v * VEC);
+  }
   auto weight = [&](int i, int j) { return w != nullptr ? to_float<WT>(wv[i].v[j]) + offset : 1.f; };
   float dw_acc[MAXV][VEC];
 #pragma unroll
@@ -482,7 +477,6 @@ __global__ void __launch_bounds__(1024, 1)
           }
       }
     }
-    if constexpr (!kKeepW) load_w();
     float dot = 0.f;
     if (active) {
 #pragma unroll
@@ -504,7 +498,6 @@ __global__ void __launch_bounds__(1024, 1)
     GV gn[STAGES == 0 ? MAXV : 1];
     if constexpr (STAGES == 0) fetch_regs(row + step, xn, gn);  // in flight during the barrier
     dot = group_sum_1bar(dot, scratch, static_cast<int>(it & 1));
-    if constexpr (!kKeepW) load_w();
     if (active) {
       const float c = r * r * r * dot / static_cast<float>(cols);
 #pragma unroll
@@ -713,7 +706,8 @@ auto bwd_kernel(const Plan& p, bool ds) {
 //   LIGER_CPP_RMS_BWD=async (default): rms_bwd_pipe with kPipeStages - 1 rows
 //     fetched ahead by cp.async into shared memory (registers stay at 64, so
 //     32 warps per SM, and ~96 KiB per SM in flight at 16384 x 4096 bf16).
-//   reg: rms_bwd_pipe fetching one row ahead into registers (64 registers).
+//   reg: rms_bwd_pipe fetching one row ahead into registers (64 registers;
+//     fp32 dy with 16-bit x takes async: it spilled).
 //   old: rms_bwd_cached, 4 vectors per thread, 128 registers, 16 warps per SM
 //     (measured latency-bound at 49 % of DRAM bandwidth on the H200).
 // rms_bwd_pipe keeps one vector per thread (MAXV = 1: more spills at 64
@@ -741,9 +735,15 @@ auto pipe_kernel(bool ds) {
             : &rms_bwd_pipe<T, WT, OT, full, 1, STAGES, false>;
 }
 
+// fp32 dy with 16-bit x (32-byte dy vectors) spills in the register variant
+// with DS, so that type combination always fetches with cp.async.
 template <typename T, typename WT, typename OT>
 auto pipe_kernel(BwdKind k, bool ds) {
-  return k == BwdKind::kReg ? pipe_kernel<T, WT, OT, 0>(ds) : pipe_kernel<T, WT, OT, kPipeStages>(ds);
+  if constexpr (sizeof(OT) > sizeof(T)) {
+    return pipe_kernel<T, WT, OT, kPipeStages>(ds);
+  } else {
+    return k == BwdKind::kReg ? pipe_kernel<T, WT, OT, 0>(ds) : pipe_kernel<T, WT, OT, kPipeStages>(ds);
+  }
 }
 
 // Plans rms_bwd_pipe (p.tx threads a row, p.ty rows a block, persistent grid);
@@ -752,6 +752,7 @@ template <typename T, typename WT, typename OT>
 bool plan_pipe(const RmsNormBwdArgs& a, int sm_count, BwdKind kind, BwdPlan& p) {
   const int64_t nvec = a.cols / p.vec;
   if (nvec > 1024) return false;
+  if (sizeof(OT) > sizeof(T)) kind = BwdKind::kAsync;  // as pipe_kernel() picks it
   p.cached = true;
   p.tx = next_pow2(nvec);
   p.ty = std::max(1, 512 / p.tx);  // <= 8 groups when they synchronise (tx >= 64)
