@@ -27,11 +27,29 @@ def eager(x, w):
     return w * xn
 
 
+# liger_cpp backward variants, selected by environment variables read on every call:
+# LIGER_CPP_RMS_BWD picks the kernel (default async: rows fetched ahead with cp.async; reg: one
+# row ahead in registers; old: 4 vectors a thread, 16 warps/SM), LIGER_CPP_RMS_DW=smem keeps the
+# old kernel's dW partials in shared memory.
+VARIANT_ENV = {
+    "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
+    "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
+    "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
+}
+ENV_KEYS = ("LIGER_CPP_RMS_BWD", "LIGER_CPP_RMS_DW")
+
+
+def set_variant_env(name):
+    for k in ENV_KEYS:
+        os.environ.pop(k, None)
+    os.environ.update(VARIANT_ENV.get(name, {}))
+
+
 def variants(have_liger):
     out = {
         "liger_cpp": lambda x, w: rms_norm(x, w, EPS),
-        # A/B: the backward's dW partials in shared memory instead of registers
-        "liger_cpp[dw=smem]": lambda x, w: rms_norm(x, w, EPS),
+        # A/B of the backward kernels (same forward): see VARIANT_ENV
+        **{name: (lambda x, w: rms_norm(x, w, EPS)) for name in VARIANT_ENV},
         "eager": eager,
         "compile": "compile",  # a fresh torch.compile per shape (see run_shape)
         "F.rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
@@ -51,17 +69,14 @@ def run_shape(m, n, fns, C, modes, only=None):
     for name, f in fns.items():
         if only and name not in only:
             continue
-        if name.endswith("[dw=smem]"):
-            if "fwd+bwd" not in modes or only:
-                continue
-            os.environ["LIGER_CPP_RMS_DW"] = "smem"
-        else:
-            os.environ.pop("LIGER_CPP_RMS_DW", None)
+        if name in VARIANT_ENV and ("fwd+bwd" not in modes or only):
+            continue
+        set_variant_env(name)
         if f == "compile":  # fresh per shape: avoids the recompile limit falling back to eager
             torch._dynamo.reset()
             f = torch.compile(eager, dynamic=False)
         for mode in modes:
-            if name.endswith("[dw=smem]") and mode == "fwd":
+            if name in VARIANT_ENV and mode == "fwd":
                 continue  # the forward does not differ
             try:
                 if mode == "fwd":
@@ -94,7 +109,7 @@ def run_shape(m, n, fns, C, modes, only=None):
                         "error": str(e).splitlines()[0][:120],
                     }
                 )
-    os.environ.pop("LIGER_CPP_RMS_DW", None)
+    set_variant_env(None)
     del x, w, dy
     torch.cuda.empty_cache()
     return rows

@@ -98,6 +98,33 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
     _run_case(shape, dtype, wkind, mode, offset, device="cuda")
 
 
+# Every CUDA backward kernel (LIGER_CPP_RMS_BWD, read on every call; see test_rms_norm.py)
+# on the residual-gradient (ds_out) path, including rows fetched ahead with cp.async.
+BWD_VARIANTS = ["old", "reg", "async"]
+VARIANT_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("shape", VARIANT_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
+)
+def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
+    monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
+    _run_case(shape, dtype, wkind, mode, offset, device="cuda")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_bwd_variants_strided_zero_ds(monkeypatch, variant, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
+    _run_case((600, 2048), dtype, "same", "llama", 0.0, "cuda", strided=True)
+    _run_case((700, 512), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_only_y_used(device):
     # s unused downstream: its gradient is zero (autograd materialises it or passes None).

@@ -90,6 +90,44 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
     _run_case(shape, dtype, wkind, mode, offset, in_place=True, device="cuda")
 
 
+# The CUDA backward has several kernels for rows of up to 1024 vectors, chosen by
+# LIGER_CPP_RMS_BWD (read on every call): each must match the reference. The shapes cover one
+# warp per row with 16 rows per block, several rows per block, one row per block, 1024-thread
+# rows, rows too wide for the new kernels (fallback), and many rows per persistent block.
+BWD_VARIANTS = ["old", "reg", "async"]
+VARIANT_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("shape", VARIANT_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
+)
+def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
+    monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
+    _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
+    _run_case((600, 2048), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
+    _run_case((3, 700, 512), dtype, "fp32", "none" if dtype == torch.float32 else "gemma", 1.0, True, "cuda")
+    x = torch.randn(5000, 4096, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(4096, device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn_like(x)
+    grads = []
+    for _ in range(2):
+        x.grad = w.grad = None
+        rms_norm(x, w, 1e-6).backward(dy)
+        grads.append((x.grad.clone(), w.grad.clone()))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_in_place_writes_dy_visibly(device):
     x = torch.randn(6, 256, device=device, requires_grad=True)

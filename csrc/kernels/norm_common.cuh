@@ -37,14 +37,28 @@ __device__ __forceinline__ void load_weight(const WT* w, int64_t c, float offset
 
 // dw[c] = sum_g partial[g][c] in a fixed order: 32 columns per block, the
 // blockDim.y threads of a column each sum a strided slice, then a fixed tree.
+// The slice is loaded 8 rows at a time before they are added (in order): one
+// load at a time was a chain of ~17 L2 round trips (9 us for 264 x 4096).
 template <typename WT>
 __global__ void __launch_bounds__(512)
     reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols, WT* __restrict__ dw) {
   __shared__ float s[16][33];
+  constexpr int kBatch = 8;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t ystep = blockDim.y;
   float acc = 0.f;
   if (c < cols)
-    for (int64_t g = threadIdx.y; g < groups; g += blockDim.y) acc += partial[g * cols + c];
+    for (int64_t g0 = threadIdx.y; g0 < groups; g0 += kBatch * ystep) {
+      float v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int64_t g = g0 + k * ystep;
+        v[k] = g < groups ? partial[g * cols + c] : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (g0 + k * ystep < groups) acc += v[k];
+    }
   s[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   for (int h = blockDim.y / 2; h > 0; h >>= 1) {

@@ -305,6 +305,284 @@ __global__ void __launch_bounds__(BIG ? 1024 : 512, DW_SMEM ? (BIG ? 1 : 2) : 1)
   }
 }
 
+// Named barrier over the `nthreads` threads (a multiple of 32) that use the
+// same `id` (1..15; 0 is __syncthreads's).
+__device__ __forceinline__ void named_barrier(int id, int nthreads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+// group_sum with ONE barrier, which only this threadIdx.y group waits on: the
+// warp sums go to scratch[ty][parity] and callers alternate parity, so a call
+// never overwrites a buffer a slower warp may still read (a thread past this
+// call's barrier knows every thread of its group has finished reading the
+// buffer used two calls ago). Fixed order, deterministic.
+constexpr int kMaxNamedGroups = 15;  // named barriers 1..15
+__device__ __forceinline__ float group_sum_1bar(float v, float (*scratch)[2][32], int parity) {
+  v = warp_sum(v);
+  if (blockDim.x == 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* mine = scratch[threadIdx.y][parity];
+  if (lane == 0) mine[warp] = v;
+  named_barrier(1 + static_cast<int>(threadIdx.y), blockDim.x);
+  const float s = lane < static_cast<int>(blockDim.x >> 5) ? mine[lane] : 0.f;
+  return warp_sum(s);
+}
+
+// opaque_16B for any whole number of 32-bit words.
+template <typename V>
+__device__ __forceinline__ void opaque_words(V& v) {
+  static_assert(sizeof(V) % 4 == 0, "whole words only");
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(V) / 4); ++k) asm volatile("" : "+r"(w[k]));
+}
+
+// 16 bytes global -> shared without passing through registers (sm_80+), so
+// the bytes in flight are not limited by the register file.
+__device__ __forceinline__ void copy_16B_async(void* dst_smem, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst_smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#else
+  *static_cast<uint4*>(dst_smem) = *static_cast<const uint4*>(src);
+#endif
+}
+__device__ __forceinline__ void async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Backward, persistent, one row per threadIdx.y group (TX = blockDim.x
+// threads, MAXV vectors of VEC columns each), dW partials in registers. Unlike
+// rms_bwd_cached, the next rows' x and dy are fetched while the current row
+// is reduced, and the group's reduction waits on a named barrier (one per
+// row) instead of the whole block (two per row). Two ways to fetch ahead:
+//  * STAGES == 0: one row ahead into registers.
+//  * STAGES >= 2: STAGES - 1 rows ahead with cp.async into this thread's own
+//    slots of shared memory: the bytes in flight cost no registers, and since
+//    each thread only reads back what it copied itself, cp.async.wait_group
+//    is the only synchronisation needed.
+// The weights of the thread's (fixed) columns are loaded once. dy and dx may
+// alias (the rows fetched ahead are never the row being written); so may
+// ds_out and dx (each element read by its thread before written).
+// __launch_bounds__(1024, 1) caps it at 64 registers (measured with -Xptxas
+// -v: no spills with MAXV = 1): 32 warps per SM, twice rms_bwd_cached's 16.
+template <typename T, typename WT, typename OT, int VEC, int MAXV, int STAGES, bool DS>
+__global__ void __launch_bounds__(1024, 1)
+    rms_bwd_pipe(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
+                 const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
+                 int64_t ds_out_stride, T* dx, int64_t dx_stride, float* __restrict__ partial, int64_t rows,
+                 int64_t cols, float offset, bool llama) {
+  using XV = Vec<T, VEC>;
+  using GV = Vec<OT, VEC>;
+  static_assert(sizeof(XV) % 16 == 0 && sizeof(GV) % 16 == 0, "whole 16-byte vectors only");
+  constexpr int CX = sizeof(XV) / 16, CG = sizeof(GV) / 16, CD = DS ? CX : 0;
+  constexpr int NCH = CX + CG + CD;     // 16-byte chunks per vector index and stage
+  extern __shared__ uint4 pipe_smem[];  // [STAGES][TY][NCH][MAXV][TX], then reused for dW
+  __shared__ float scratch[kMaxNamedGroups][2][32];
+  const int tx = threadIdx.x, TX = blockDim.x, ty = threadIdx.y, TY = blockDim.y;
+  const int64_t nvec = cols / VEC;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * TY;
+  const int64_t iters = (rows + step - 1) / step;  // the same for every thread
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * TY + ty;
+
+  Vec<WT, VEC> wv[MAXV];
+  bool has[MAXV];
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int64_t v = static_cast<int64_t>(i) * TX + tx;
+    has[i] = v < nvec;
+    if (w != nullptr && has[i]) wv[i] = load_vec<WT, VEC>(w + v * VEC);
+  }
+  auto weight = [&](int i, int j) { return w != nullptr ? to_float<WT>(wv[i].v[j]) + offset : 1.f; };
+  float dw_acc[MAXV][VEC];
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) dw_acc[i][j] = 0.f;
+
+  // Shared-memory slot of chunk ch of vector i at a stage (STAGES >= 2).
+  auto slot = [&](int stage, int ch, int i) -> uint4* {
+    return pipe_smem + ((((stage * TY + ty) * NCH + ch) * MAXV + i) * TX + tx);
+  };
+  auto fetch_async = [&](int64_t row, int stage) {
+    if (row < rows) {
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int64_t v = static_cast<int64_t>(i) * TX + tx;
+        if (has[i]) {
+          const char* xs = reinterpret_cast<const char*>(x + row * x_stride + v * VEC);
+          const char* gs = reinterpret_cast<const char*>(dy + row * dy_stride + v * VEC);
+#pragma unroll
+          for (int c = 0; c < CX; ++c) copy_16B_async(slot(stage, c, i), xs + 16 * c);
+#pragma unroll
+          for (int c = 0; c < CG; ++c) copy_16B_async(slot(stage, CX + c, i), gs + 16 * c);
+          if constexpr (DS) {
+            const char* ds = reinterpret_cast<const char*>(ds_out + row * ds_out_stride + v * VEC);
+#pragma unroll
+            for (int c = 0; c < CD; ++c) copy_16B_async(slot(stage, CX + CG + c, i), ds + 16 * c);
+          }
+        }
+      }
+    }
+    async_commit();  // also when empty: one group per row keeps wait_group's count right
+  };
+  auto fetch_regs = [&](int64_t row, XV(&xd)[MAXV], GV(&gd)[MAXV]) {
+    if (row >= rows) return;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int64_t v = static_cast<int64_t>(i) * TX + tx;
+      if (has[i]) {
+        xd[i] = load_vec<T, VEC>(x + row * x_stride + v * VEC);
+        gd[i] = load_vec<OT, VEC>(dy + row * dy_stride + v * VEC);
+      }
+    }
+  };
+
+  XV xv[MAXV];
+  GV gv[MAXV];
+  if constexpr (STAGES == 0) {
+    fetch_regs(first, xv, gv);
+  } else {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) fetch_async(first + s * step, s);
+  }
+  float r_next = first < rows ? rstd[first] : 0.f;  // one row ahead: its latency is hidden too
+
+  for (int64_t it = 0; it < iters; ++it) {
+    const int64_t row = it * step + first;
+    const bool active = row < rows;
+    const float r = r_next;
+    r_next = row + step < rows ? rstd[row + step] : 0.f;
+    const int stage = STAGES == 0 ? 0 : static_cast<int>(it % (STAGES == 0 ? 1 : STAGES));
+    if constexpr (STAGES > 0) {
+      // Refill the slots the previous row used (this thread is done with them).
+      fetch_async(row + (STAGES - 1) * step, (stage + STAGES - 1) % STAGES);
+      async_wait<STAGES - 1>();  // this row's copies have landed
+      if (active) {
+#pragma unroll
+        for (int i = 0; i < MAXV; ++i)
+          if (has[i]) {
+#pragma unroll
+            for (int c = 0; c < CX; ++c) reinterpret_cast<uint4*>(&xv[i])[c] = *slot(stage, c, i);
+#pragma unroll
+            for (int c = 0; c < CG; ++c) reinterpret_cast<uint4*>(&gv[i])[c] = *slot(stage, CX + c, i);
+          }
+      }
+    }
+    float dot = 0.f;
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i)
+        if (has[i])
+#pragma unroll
+          for (int j = 0; j < VEC; ++j)
+            dot += to_float<OT>(gv[i].v[j]) * weight(i, j) * to_float<T>(xv[i].v[j]);
+    }
+    // Keep x, dy and w packed past the reduction (VEC / 2 words each for
+    // 16-bit types) instead of the floats converted above, which spilled.
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      opaque_words(xv[i]);
+      opaque_words(gv[i]);
+      opaque_words(wv[i]);
+    }
+    XV xn[STAGES == 0 ? MAXV : 1];
+    GV gn[STAGES == 0 ? MAXV : 1];
+    if constexpr (STAGES == 0) fetch_regs(row + step, xn, gn);  // in flight during the barrier
+    dot = group_sum_1bar(dot, scratch, static_cast<int>(it & 1));
+    if (active) {
+      const float c = r * r * r * dot / static_cast<float>(cols);
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int64_t v = static_cast<int64_t>(i) * TX + tx;
+        if (has[i]) {
+          float d[VEC];
+          if constexpr (DS) {
+            XV dv;
+            if constexpr (STAGES > 0) {
+#pragma unroll
+              for (int k = 0; k < CD; ++k) reinterpret_cast<uint4*>(&dv)[k] = *slot(stage, CX + CG + k, i);
+            } else {
+              dv = load_vec<T, VEC>(ds_out + row * ds_out_stride + v * VEC);
+            }
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) d[j] = to_float<T>(dv.v[j]);
+          }
+          Vec<T, VEC> out;
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            const float xf = to_float<T>(xv[i].v[j]);
+            const float g = to_float<OT>(gv[i].v[j]);
+            float o = r * g * weight(i, j) - c * xf;
+            if constexpr (DS) o += d[j];
+            out.v[j] = from_float<T>(o);
+            dw_acc[i][j] += g * normed<T>(xf, r, llama);
+          }
+          store_vec<T, VEC>(dx + row * dx_stride + v * VEC, out);
+        }
+      }
+    }
+    if constexpr (STAGES == 0) {
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        xv[i] = xn[i];
+        gv[i] = gn[i];
+      }
+    }
+  }
+  if (partial == nullptr) return;
+  float* out = partial + static_cast<int64_t>(blockIdx.x) * cols;
+  if (TY == 1) {  // one group: straight from registers, VEC floats per store
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int64_t v = static_cast<int64_t>(i) * TX + tx;
+      if (has[i]) {
+        Vec<float, VEC> o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) o.v[j] = dw_acc[i][j];
+        store_vec<float, VEC>(out + v * VEC, o);
+      }
+    }
+    return;
+  }
+  // The groups summed in a fixed order in shared memory, laid out [i][j][tx]
+  // (conflict-free), reusing the pipeline's buffers (all copies were waited for).
+  float* dw_smem = reinterpret_cast<float*>(pipe_smem);
+  async_wait<0>();
+  __syncthreads();
+  for (int g = 0; g < TY; ++g) {
+    if (ty == g) {
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const int idx = (i * VEC + j) * TX + tx;
+          dw_smem[idx] = (g == 0 ? 0.f : dw_smem[idx]) + dw_acc[i][j];
+        }
+    }
+    __syncthreads();
+  }
+  if (ty != 0) return;
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int64_t v = static_cast<int64_t>(i) * TX + tx;
+    if (has[i]) {
+      Vec<float, VEC> o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = dw_smem[(i * VEC + j) * TX + tx];
+      store_vec<float, VEC>(out + v * VEC, o);
+    }
+  }
+}
+
 // Backward dx for any width: one block per row, the row is read twice.
 template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(512)
@@ -422,18 +700,108 @@ auto bwd_kernel(const Plan& p, bool ds) {
   return ds ? bwd_kernel<T, WT, OT, true>(p) : bwd_kernel<T, WT, OT, false>(p);
 }
 
+// Which backward kernel runs rows that fit the cached kernels. Read on every
+// call (one getenv per launch), so that benchmarks can A/B the kernels in one
+// process and the tests can run each of them:
+//   LIGER_CPP_RMS_BWD=async (default): rms_bwd_pipe with kPipeStages - 1 rows
+//     fetched ahead by cp.async into shared memory (registers stay at 64, so
+//     32 warps per SM, and ~96 KiB per SM in flight at 16384 x 4096 bf16).
+//   reg: rms_bwd_pipe fetching one row ahead into registers (64 registers;
+//     fp32 dy with 16-bit x takes async: it spilled).
+//   old: rms_bwd_cached, 4 vectors per thread, 128 registers, 16 warps per SM
+//     (measured latency-bound at 49 % of DRAM bandwidth on the H200).
+// rms_bwd_pipe keeps one vector per thread (MAXV = 1: more spills at 64
+// registers), so rows above 1024 vectors (8192 bf16 or 4096 fp32 columns)
+// always take rms_bwd_cached.
+enum class BwdKind { kOld, kReg, kAsync };
+constexpr int kPipeStages = 4;
+
+BwdKind bwd_kind() {
+  const char* e = std::getenv("LIGER_CPP_RMS_BWD");
+  if (e && std::strcmp(e, "old") == 0) return BwdKind::kOld;
+  if (e && std::strcmp(e, "reg") == 0) return BwdKind::kReg;
+  return BwdKind::kAsync;
+}
+
+struct BwdPlan : Plan {
+  BwdKind kind = BwdKind::kOld;
+  size_t smem = 0;
+};
+
+template <typename T, typename WT, typename OT, int STAGES>
+auto pipe_kernel(bool ds) {
+  constexpr int full = 16 / sizeof(T);
+  return ds ? &rms_bwd_pipe<T, WT, OT, full, 1, STAGES, true>
+            : &rms_bwd_pipe<T, WT, OT, full, 1, STAGES, false>;
+}
+
+// fp32 dy with 16-bit x (32-byte dy vectors) spills in the register variant
+// with DS, so that type combination always fetches with cp.async.
 template <typename T, typename WT, typename OT>
-Plan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
-  Plan p;
+auto pipe_kernel(BwdKind k, bool ds) {
+  if constexpr (sizeof(OT) > sizeof(T)) {
+    return pipe_kernel<T, WT, OT, kPipeStages>(ds);
+  } else {
+    return k == BwdKind::kReg ? pipe_kernel<T, WT, OT, 0>(ds) : pipe_kernel<T, WT, OT, kPipeStages>(ds);
+  }
+}
+
+// Plans rms_bwd_pipe (p.tx threads a row, p.ty rows a block, persistent grid);
+// false when it does not fit (then rms_bwd_cached runs).
+template <typename T, typename WT, typename OT>
+bool plan_pipe(const RmsNormBwdArgs& a, int sm_count, BwdKind kind, BwdPlan& p) {
+  const int64_t nvec = a.cols / p.vec;
+  if (nvec > 1024) return false;
+  if (sizeof(OT) > sizeof(T)) kind = BwdKind::kAsync;  // as pipe_kernel() picks it
+  p.cached = true;
+  p.tx = next_pow2(nvec);
+  p.ty = std::max(1, 512 / p.tx);  // <= 8 groups when they synchronise (tx >= 64)
+  const bool want_dw = a.dw != nullptr;
+  const size_t dw_bytes = (want_dw && p.ty > 1) ? static_cast<size_t>(p.tx) * p.vec * sizeof(float) : 0;
+  size_t pipe_bytes = 0;
+  if (kind == BwdKind::kAsync) {
+    const size_t chunks = (p.vec * sizeof(T) + p.vec * sizeof(OT) + (a.ds_out ? p.vec * sizeof(T) : 0)) / 16;
+    pipe_bytes = static_cast<size_t>(kPipeStages) * p.ty * p.tx * chunks * 16;
+  }
+  p.smem = std::max(dw_bytes, pipe_bytes);
+  auto* kern = pipe_kernel<T, WT, OT>(kind, a.ds_out != nullptr);
+  if (p.smem > 48 * 1024 && cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(p.smem)) != cudaSuccess) {
+    cudaGetLastError();  // clear it: too much shared memory, take rms_bwd_cached
+    return false;
+  }
+  if (kind == BwdKind::kAsync)  // shared memory over L1: the kernel reads nothing twice
+    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, p.tx * p.ty, p.smem) != cudaSuccess ||
+      per_sm < 1) {
+    cudaGetLastError();
+    return false;
+  }
+  p.kind = kind;
+  p.grid = std::max<int64_t>(
+      1, std::min<int64_t>(ceil_div(a.rows, p.ty), static_cast<int64_t>(sm_count) * per_sm));
+  p.ws_floats = want_dw ? p.grid * a.cols : 0;
+  return true;
+}
+
+template <typename T, typename WT, typename OT>
+BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
+  BwdPlan p;
   const int full = 16 / static_cast<int>(sizeof(T));
   const bool aligned = all_aligned(
       full, a.cols, {a.x_row_stride, a.dy_row_stride, a.dx_row_stride, a.ds_out ? a.ds_out_row_stride : 0},
       {{a.x, sizeof(T)}, {a.dy, sizeof(OT)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)}, {a.ds_out, sizeof(T)}});
   p.vec = aligned ? full : 1;
   const bool want_dw = a.dw != nullptr;
+  const BwdKind kind = bwd_kind();
+  if (aligned && kind != BwdKind::kOld && plan_pipe<T, WT, OT>(a, sm_count, kind, p)) return p;
+  p.kind = BwdKind::kOld;
   if (aligned && pick_cached(a.cols / p.vec, p)) {
     p.dw_smem = bwd_dw_in_smem(p.tx);
     const size_t smem = bwd_smem_bytes(p, want_dw);
+    p.smem = smem;
     auto* kern = bwd_kernel<T, WT, OT>(p, a.ds_out != nullptr);
     // Above 48 KiB a kernel must opt in to dynamic shared memory; occupancy
     // below is computed against that limit.
@@ -533,7 +901,7 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     using T = decltype(xt);
     using WT = decltype(wt);
     using OT = decltype(yt);
-    const Plan p = plan_bwd<T, WT, OT>(a, sm_count);
+    const BwdPlan p = plan_bwd<T, WT, OT>(a, sm_count);
     const OT* dy = static_cast<const OT*>(a.dy);
     const T* x = static_cast<const T*>(a.x);
     const WT* w = static_cast<const WT*>(a.w);
@@ -541,7 +909,11 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     const T* ds_out = static_cast<const T*>(a.ds_out);
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
-    if (p.cached) {
+    if (p.cached && p.kind != BwdKind::kOld) {
+      pipe_kernel<T, WT, OT>(p.kind, ds_out != nullptr)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
+          dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx, a.dx_row_stride,
+          partial, a.rows, a.cols, a.offset, llama);
+    } else if (p.cached) {
       const dim3 block(p.tx, p.ty);
       const size_t smem = bwd_smem_bytes(p, partial != nullptr);
       bwd_kernel<T, WT, OT>(p, ds_out != nullptr)<<<p.grid, block, smem, stream>>>(
