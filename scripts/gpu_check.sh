@@ -50,7 +50,7 @@ if [ -n "${DEMO:-}" ]; then
   pack
 fi
 
-[ "${TESTS:-1}" = 0 ] || python3 -m pytest tests -q -n 8 -p no:cacheprovider ${1:+-k "$1"} >"$OUT/tests.log" 2>&1
+[ "${TESTS:-1}" = 0 ] || python3 -m pytest tests -q -n ${NPROC:-8} -p no:cacheprovider ${1:+-k "$1"} >"$OUT/tests.log" 2>&1
 test_rc=$?
 t2=$(date +%s)
 pack
