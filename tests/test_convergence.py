@@ -31,10 +31,12 @@ TOPK = 20
 
 # (atol, rtol). fp32: Liger's fp32 convergence tolerances are loss 1e-8/1e-5 (gemma 1e-4), log-probs
 # and parameters 5e-3/1e-5; ours are tighter. Observed on the CPU (error / tolerance, worst model):
-# loss 0.11, log-probs 0.13, parameters 0.09 (glm4's k_proj.bias, 4.5e-5: its exact gradient is 0
+# loss 0.10, log-probs 0.04, parameters 0.09 (glm4's k_proj.bias, 4.5e-5: its exact gradient is 0
 # (softmax ignores a shift shared by all keys), so Adam turns rounding noise into lr-sized steps;
 # every other parameter differs by < 6e-6).
-# bf16: Liger's bf16 tolerances (loss 1e-2/5e-2, log-probs 1e-1/1e-2, parameters 1e-2/1e-2).
+# bf16: Liger's bf16 tolerances (loss 1e-2/5e-2, log-probs 1e-1/1e-2, parameters 1e-2/1e-2). The
+# same test run in bf16 on the CPU (liger_cpp's CPU kernels) leaves margins of loss 0.001, log-probs
+# 0.04, parameters 0.17; the lead's H200 numbers decide whether they can be tightened.
 TOLS = {
     torch.float32: dict(loss=(1e-6, 2e-6), logprobs=(1e-5, 1e-5), params=(5e-4, 1e-5)),
     torch.bfloat16: dict(loss=(1e-2, 5e-2), logprobs=(1e-1, 1e-2), params=(1e-2, 1e-2)),
@@ -42,6 +44,8 @@ TOLS = {
 # fp32: lr 1e-3 moves every parameter by up to ~3e-2 in 32 steps (far beyond the tolerances).
 # bf16: Liger uses 1e-5; 1e-4 still moves the bf16 weights (|w| ~ 0.02: one ulp ~ 1.2e-4), and bounds
 # the drift that rounding noise can build up through Adam's sign-like update (32 x 2 x lr < 1e-2).
+# At 1e-3 in bf16 (CPU) the k_proj biases (zero exact gradient, see above) and MoE experts drift apart
+# by 1.1-1.8e-2: noise, not a kernel error.
 LR = {torch.float32: 1e-3, torch.bfloat16: 1e-4}
 IMAGES = {"qwen2_vl", "qwen2_5_vl"}
 # Gemma 3 and Mllama train on text only here (their image inputs need a processor's layout): their
@@ -140,12 +144,18 @@ def test_convergence(model_type, device):
     loss1, logp1, params1 = train(model, device, dtype, **kw)
 
     tol = TOLS[dtype]
-    assert loss0[-N_BATCHES:].mean() < loss0[:N_BATCHES].mean() - 0.05  # training does something
+    fall = loss0[:N_BATCHES].mean() - loss0[-N_BATCHES:].mean()
+    assert fall > (0.05 if dtype == torch.float32 else 0.005)  # training does something (CPU: 0.1-0.45)
     check("loss", loss1, loss0, tol["loss"], model_type, device)
     top0, idx = logp0.topk(TOPK, dim=-1)
     check("top-20 log-probs", logp1.gather(-1, idx), top0, tol["logprobs"], model_type, device)
     assert params0.keys() == params1.keys()
+    moved = []
     for n, p0 in params0.items():
         check(f"parameter {n}", params1[n], p0, tol["params"], model_type, device)
-        frozen = any(part in n for part in FROZEN.get(model_type, ()))
-        assert torch.equal(p0, init[n].float()) == frozen, f"{n} moved: {not frozen}"
+        if any(part in n for part in FROZEN.get(model_type, ())):
+            assert torch.equal(p0, init[n].to(dtype).float()), f"{n} moved"
+        else:
+            moved.append(not torch.equal(p0, init[n].to(dtype).float()))
+    # bf16 at lr 1e-4: a weight near 1 (norms) moves by less than half an ulp and stays put.
+    assert all(moved) if dtype == torch.float32 else sum(moved) > len(moved) // 2
