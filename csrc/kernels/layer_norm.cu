@@ -2,8 +2,10 @@
 // Same structure as the RMSNorm kernels (rms_norm.cu), whose helpers are in
 // norm_common.cuh: a "cached" family that keeps each row in registers (the
 // backward persistent, with dW and dB partials in fp32 registers), and a
-// "generic" family for any width and alignment. dW/dB partials are finished by
-// reduce_partials: deterministic, no atomics.
+// "generic" family for any width and alignment, and a pipelined backward
+// (ln_bwd_pipe, chosen by LIGER_CPP_LN_BWD, default v3) for widths up to 4096
+// (8192 for 16-bit types). dW/dB partials are finished by reduce_partials or
+// ln_reduce_parts: deterministic, no atomics.
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -283,7 +285,7 @@ __device__ __forceinline__ void opaque_words(uint32_t (&d)[NW]) {
   for (int q = 0; q < NW; ++q) asm volatile("" : "+r"(d[q]));
 }
 
-// Backward, pipelined (LIGER_CPP_LN_BWD=v1..v4): persistent blocks of BLOCK
+// Backward, pipelined (LIGER_CPP_LN_BWD=v1..v3): persistent blocks of BLOCK
 // threads, TX = blockDim.x threads per row with NV vectors of VB bytes each
 // (VEC = VB / sizeof(T) elements; so the dW/dB partials take 2 x NV x VEC
 // registers and MINB blocks of BLOCK threads fit an SM: 32 warps, <= 64
@@ -597,7 +599,8 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 // Backward variants, chosen per call by LIGER_CPP_LN_BWD (for A/B runs):
 //   old: ln_bwd_cached, 256-thread blocks, up to 4 vectors per thread;
 //   v1:  ln_bwd_pipe, 1024-thread blocks, 1 per SM, next row prefetched;
-//   v2:  ln_bwd_pipe, 512-thread blocks, 2 per SM, next row prefetched;
+//   v2:  ln_bwd_pipe, 512-thread blocks, 2 per SM, next 2 rows prefetched
+//        (next row only for fp32);
 //   v3:  ln_bwd_pipe, 1024-thread blocks, 1 per SM, next 2 rows prefetched
 //        (next row only for fp32: more spills).
 // ln_bwd_pipe takes 4 elements per vector (8 bytes for 16-bit types: 16-byte
@@ -605,7 +608,8 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 // prefetch for 16-bit types; other widths and alignments go to the old paths
 // whatever the choice (e.g. bf16 with more than 8192 columns).
 enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3 };
-constexpr BwdVariant kDefaultBwd = BwdVariant::kV1;
+// v3: 8-byte vectors leave 16 KB per SM in flight per prefetched row; 2 rows ahead cover the latency.
+constexpr BwdVariant kDefaultBwd = BwdVariant::kV3;
 
 BwdVariant bwd_variant() {
   const char* e = std::getenv("LIGER_CPP_LN_BWD");
@@ -698,7 +702,7 @@ void launch_pipe_variant(const LayerNormBwdArgs& a, const BwdPlan& p, float* pw,
   }
   switch (p.variant) {
     case BwdVariant::kV2:
-      launch_pipe<T, WT, 1, 2, 512, 2>(a, p, pw, pb, stream);
+      launch_pipe<T, WT, 1, kDeep, 512, 2>(a, p, pw, pb, stream);
       break;
     case BwdVariant::kV3:
       launch_pipe<T, WT, 1, kDeep, 1024, 1>(a, p, pw, pb, stream);
