@@ -1,10 +1,14 @@
 """LayerNorm benchmark (bf16, 16384x4096, with weight and bias): liger_cpp against PyTorch eager
 (nn.LayerNorm's formula), torch.compile of it, F.layer_norm and Liger-Kernel (when importable),
-as % of the copy bandwidth C. Bytes (minimum): fwd 2*M*N*2, fwd+bwd 5*M*N*2.
-Usage: python benchmarks/bench_layer_norm.py [--out FILE.json]
+as % of the copy bandwidth C. Bytes (minimum): fwd 2*M*N*2, fwd+bwd 5*M*N*2, bwd 3*M*N*2.
+--quick: liger_cpp and F.layer_norm only, plus the backward alone; the liger_cpp backward kernel is
+chosen by LIGER_CPP_LN_BWD (old|v1|v2|v3, read per call), e.g.
+  for v in old v1 v2 v3; do LIGER_CPP_LN_BWD=$v python benchmarks/bench_layer_norm.py --quick; done
+Usage: python benchmarks/bench_layer_norm.py [--out FILE.json] [--quick]
 """
 
 import argparse
+import os
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +44,7 @@ def variants(have_liger):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="liger_cpp and F.layer_norm, with bwd alone")
     args = ap.parse_args()
     C = copy_bandwidth_gbs()
     m, n = 16384, 4096
@@ -48,10 +53,19 @@ def main():
     b = (0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16).requires_grad_(True)
     dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     rows = []
-    for name, f in variants(try_import_liger()).items():
-        for mode in ("fwd+bwd", "fwd"):
+    impls = variants(False if args.quick else try_import_liger())
+    if args.quick:
+        impls = {k: impls[k] for k in ("liger_cpp", "F.layer_norm")}
+    modes = ("fwd+bwd", "fwd", "bwd") if args.quick else ("fwd+bwd", "fwd")
+    for name, f in impls.items():
+        for mode in modes:
             try:
-                if mode == "fwd":
+                if mode == "bwd":
+                    y = f(x, w, b)
+                    ms = bench_ms(lambda y=y: y.backward(dy, retain_graph=True), grad_to_none=[x, w, b])
+                    nbytes = 3 * m * n * 2
+                    del y
+                elif mode == "fwd":
                     with torch.no_grad():
                         ms = bench_ms(lambda f=f: f(x, w, b))
                     nbytes = 2 * m * n * 2
@@ -87,11 +101,15 @@ def main():
         "copy_GBps": round(C),
         **meta(),
         "liger_cpp_version": liger_cpp.__version__,
+        "ln_bwd_variant": os.environ.get("LIGER_CPP_LN_BWD", "default"),
         "rows": rows,
     }
     if args.out:
         write_json(args.out, payload)
-    print(f"LayerNorm bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}")
+    print(
+        f"LayerNorm bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}, "
+        f"LIGER_CPP_LN_BWD={payload['ln_bwd_variant']}"
+    )
     print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
 
 

@@ -87,6 +87,44 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, bkind):
     _run_case(shape, dtype, wkind, bkind, device="cuda")
 
 
+# LIGER_CPP_LN_BWD picks the CUDA backward kernel per call (old: register-cached; v1-v3: pipelined).
+# Shapes: several rows per block (1024, 64, 8), two vectors per thread for 16-bit types (8192),
+# fallbacks (odd width, fp32 8192), fewer rows than blocks, many rows per block.
+BWD_VARIANTS = ["old", "v1", "v2", "v3"]
+BWD_SHAPES = [(300, 1024), (4096, 64), (33, 8), (40, 8192), (7, 4096), (1000, 4096), (3, 5125), (2, 2052)]
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("shape", BWD_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_LN_BWD", variant)
+    _run_case(shape, dtype, "same", "same", device="cuda")
+    _run_case(shape, dtype, "fp32", None, device="cuda")
+    _run_case(shape, dtype, None, "same", device="cuda")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", BWD_VARIANTS)
+def test_cuda_bwd_variants_strided_and_deterministic(monkeypatch, variant):
+    monkeypatch.setenv("LIGER_CPP_LN_BWD", variant)
+    for dtype in DTYPES:
+        _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
+        _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
+    x = torch.randn(5000, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(5000, 4096, device="cuda", dtype=torch.bfloat16)
+    grads = []
+    for _ in range(3):
+        x.grad = w.grad = b.grad = None
+        layer_norm(x, w, b, 1e-6).backward(dy)
+        grads.append((x.grad.clone(), w.grad.clone(), b.grad.clone()))
+    for g in grads[1:]:
+        assert all(torch.equal(a, c) for a, c in zip(g, grads[0]))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_large_mean_is_stable(device):
     # Two-pass variance: a large offset must not destroy the variance (E[x^2]-E[x]^2 would).
