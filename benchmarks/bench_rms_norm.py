@@ -32,7 +32,7 @@ def eager(x, w):
 # row ahead in registers; old: 4 vectors a thread, 16 warps/SM), LIGER_CPP_RMS_DW=smem keeps the
 # old kernel's dW partials in shared memory.
 VARIANT_ENV = {
-    "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
+    "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
 }
