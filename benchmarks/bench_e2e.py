@@ -40,6 +40,8 @@ import sys
 import tempfile
 import time
 
+from liger_cpp.demo import SIZES, build_llama_config
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # harness, also when this file is imported (tests)
 
@@ -54,16 +56,7 @@ MODELS = {
         tie_word_embeddings=False,
         rope_theta=10000.0,
     ),
-    "1b": dict(
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        vocab_size=128256,
-        tie_word_embeddings=True,
-        rope_theta=500000.0,
-    ),
+    "1b": SIZES["1b"],  # the demo's: Llama 3.2 1B's shape
     "8b": dict(
         hidden_size=4096,
         intermediate_size=14336,
@@ -86,24 +79,7 @@ MODEL_SEED, DATA_SEED = 0, 1234
 
 
 def llama_config(model: str, seq: int):
-    from transformers import LlamaConfig
-
-    kw = dict(MODELS[model])
-    theta = kw.pop("rope_theta")
-    cfg = LlamaConfig(
-        max_position_embeddings=max(seq, 8192),
-        rms_norm_eps=1e-5,
-        hidden_act="silu",
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        use_cache=False,
-        **kw,
-    )
-    if getattr(cfg, "rope_parameters", None) is not None:  # transformers 5.x
-        cfg.rope_parameters["rope_theta"] = theta
-    else:  # transformers 4.x
-        cfg.rope_theta = theta
+    cfg = build_llama_config(MODELS[model], seq, max_position_embeddings=max(seq, 8192), use_cache=False)
     cfg._attn_implementation = "sdpa"
     return cfg
 

@@ -59,11 +59,14 @@ def corpus() -> bytes:
     return b"\n".join(p.read_bytes() for p in sorted(root.rglob("*.py")))
 
 
-def llama_config(size: str, seq: int):
+def build_llama_config(shape: dict, seq: int, **extra):
+    """A LlamaConfig of the given shape (SIZES entries; benchmarks/bench_e2e.py passes its own) for
+    sequences of `seq` tokens, with rope_theta set the way the installed transformers takes it."""
     from transformers import LlamaConfig
 
     kw = dict(vocab_size=256, max_position_embeddings=max(seq, 256), rms_norm_eps=1e-5, hidden_act="silu")
-    kw.update(SIZES[size])
+    kw.update(shape)
+    kw.update(extra)
     theta = kw.pop("rope_theta", 10000.0)
     cfg = LlamaConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None, **kw)
     if getattr(cfg, "rope_parameters", None) is not None:  # transformers 5.x
@@ -71,6 +74,10 @@ def llama_config(size: str, seq: int):
     else:  # pragma: no cover - transformers 4.x
         cfg.rope_theta = theta
     return cfg
+
+
+def llama_config(size: str, seq: int):
+    return build_llama_config(SIZES[size], seq)
 
 
 # --------------------------------------------------------------------------------------------
