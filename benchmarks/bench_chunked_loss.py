@@ -181,16 +181,17 @@ def _compiled(loss):
 
 def make_inputs(shape, device, dtype, seed=0):
     p, T, h, v = shape
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    # Generated on the device: CPU randn of two 128256 x 4096 weights would take seconds per shape.
+    g = torch.Generator(device=device).manual_seed(seed)
 
     def rnd(*s, scale=1.0):
-        return (torch.randn(*s, generator=g) * scale).to(device=device, dtype=dtype)
+        return (torch.randn(*s, generator=g, device=device) * scale).to(dtype)
 
     x = rnd(2 * p, T, h).requires_grad_(True)
     w = rnd(v, h, scale=h**-0.5).requires_grad_(True)
     rx = rnd(2 * p, T, h)
     rw = rnd(v, h, scale=h**-0.5)
-    t = torch.randint(0, v, (2 * p, T), generator=g).to(device)
+    t = torch.randint(0, v, (2 * p, T), generator=g, device=device)
     t[:, : T // 4] = IGNORE  # prompt tokens
     t[0, -3:] = IGNORE  # and a ragged end, so sequences have different lengths
     lab = (torch.arange(2 * p) % 3 != 1).to(device)  # KTO: desirable / undesirable, unbalanced
