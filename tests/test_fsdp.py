@@ -80,6 +80,23 @@ def _shard(model, kind):
     )
 
 
+def _full_params(model, kind):
+    """name -> full (unsharded) parameter, with the plain model's names."""
+    if kind == "fsdp2":
+        return {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
+    if kind == "fsdp1":
+        # not get_model_state_dict / FULL_STATE_DICT: on CPU its post-state-dict hook segfaults in
+        # this torch (2.11, clone() of the unsharded flat-parameter views); summon_full_params works
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        with FullyShardedDataParallel.summon_full_params(model, writeback=False):
+            return {
+                n.replace("_fsdp_wrapped_module.", ""): p.detach().clone()
+                for n, p in model.named_parameters()
+            }
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
 def _worker(rank, kind, init_file, out_file, lr_rank1):
     torch.set_num_threads(1)  # 2 processes on 2 cores; the tiny matmuls gain nothing from threads
     if os.path.isdir("/sys/class/net/lo"):
@@ -89,8 +106,6 @@ def _worker(rank, kind, init_file, out_file, lr_rank1):
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60)
     )
     try:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
         import liger_cpp.transformers as lt
 
         lt.apply_liger_kernel_to_llama()  # class level, before the model is built
@@ -101,13 +116,12 @@ def _worker(rank, kind, init_file, out_file, lr_rank1):
         # no logits: the fused linear cross entropy ran (the FSDP-sharded lm_head did not push the
         # patched forward back onto Hugging Face's materialised-logits path)
         assert out.logits is None, "FLCE path not taken under FSDP"
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state = get_model_state_dict(model, options=opts)
+        state = _full_params(model, kind)
         if rank == 0:
             # the single-process reference with the same patched classes
             ref = build("llama")
             ref_losses, _ = _train(ref)
-            ref_state = {k: v.detach().clone() for k, v in ref.state_dict().items()}
+            ref_state = _full_params(ref, None)
             torch.save({"losses": losses, "state": state, "ref": (ref_losses, ref_state)}, out_file)
     finally:
         dist.destroy_process_group()
@@ -143,7 +157,7 @@ def plain_hf():
     model = build("llama")
     losses, _ = _train(model)
     torch.set_num_threads(n)
-    return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return losses, _full_params(model, None)
 
 
 def _margin(a, b, tol):
