@@ -26,6 +26,7 @@ WORLD = 2
 STEPS = 3
 ROWS = 4  # global batch; each rank takes ROWS // WORLD rows
 LR = 1e-2
+KINDS = ("fsdp2", "fsdp1")
 TIMEOUT_S = 120  # whole spawn: a hung collective fails the test instead of blocking CI
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 # liger_cpp vs Hugging Face's modules: ~1e-7 apart per step, which Adam's normalised update can turn
@@ -97,7 +98,8 @@ def _full_params(model, kind):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def _worker(rank, kind, init_file, out_file, lr_rank1):
+def _worker(rank, init_file, out_file, lr_rank1):
+    """Both FSDP flavours in one pair of processes (the imports cost more than the training)."""
     torch.set_num_threads(1)  # 2 processes on 2 cores; the tiny matmuls gain nothing from threads
     if os.path.isdir("/sys/class/net/lo"):
         # gloo otherwise binds to the address the hostname resolves to, unreachable in some containers
@@ -108,31 +110,33 @@ def _worker(rank, kind, init_file, out_file, lr_rank1):
     try:
         import liger_cpp.transformers as lt
 
-        lt.apply_liger_kernel_to_llama()  # class level, before the model is built
-        model = build("llama")
-        assert isinstance(model.model.layers[0].mlp, lt.LigerSwiGLUMLP)
-        assert isinstance(model.model.norm, lt.LigerRMSNorm)
-        model = _shard(model, kind)
-        losses, out = _train(model, rank, WORLD, lr=lr_rank1 if rank == 1 else LR)
-        # no logits: the fused linear cross entropy ran (the FSDP-sharded lm_head did not push the
-        # patched forward back onto Hugging Face's materialised-logits path)
-        assert out.logits is None, "FLCE path not taken under FSDP"
-        state = _full_params(model, kind)
+        lt.apply_liger_kernel_to_llama()  # class level, before the models are built
+        results = {}
+        for kind in KINDS:
+            model = build("llama")
+            assert isinstance(model.model.layers[0].mlp, lt.LigerSwiGLUMLP)
+            assert isinstance(model.model.norm, lt.LigerRMSNorm)
+            model = _shard(model, kind)
+            losses, out = _train(model, rank, WORLD, lr=lr_rank1 if rank == 1 else LR)
+            # no logits: the fused linear cross entropy ran (the FSDP-managed lm_head did not push the
+            # patched forward back onto Hugging Face's materialised-logits path)
+            assert out.logits is None, f"{kind}: FLCE path not taken"
+            results[kind] = (losses, _full_params(model, kind))
         if rank == 0:
             # the single-process reference with the same patched classes
             ref = build("llama")
             ref_losses, _ = _train(ref)
-            ref_state = _full_params(ref, None)
-            torch.save({"losses": losses, "state": state, "ref": (ref_losses, ref_state)}, out_file)
+            results["ref"] = (ref_losses, _full_params(ref, None))
+            torch.save(results, out_file)
     finally:
         dist.destroy_process_group()
 
 
-def _spawn(kind, tmp_path, lr_rank1=LR):
-    out_file = tmp_path / f"{kind}.pt"
+def _spawn(tmp_path, lr_rank1=LR):
+    out_file = tmp_path / "results.pt"
     ctx = mp.start_processes(
         _worker,
-        args=(kind, str(tmp_path / f"{kind}.store"), str(out_file), lr_rank1),
+        args=(str(tmp_path / "store"), str(out_file), lr_rank1),
         nprocs=WORLD,
         join=False,
         start_method="spawn",
@@ -141,13 +145,18 @@ def _spawn(kind, tmp_path, lr_rank1=LR):
     try:
         while not ctx.join(timeout=1):  # raises ProcessRaisedException with the worker's traceback
             if time.monotonic() > deadline:
-                pytest.fail(f"{kind} workers did not finish in {TIMEOUT_S} s")
+                pytest.fail(f"FSDP workers did not finish in {TIMEOUT_S} s")
     finally:
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
                 p.join()
     return torch.load(out_file)
+
+
+@pytest.fixture(scope="module")
+def fsdp_results(tmp_path_factory):
+    return _spawn(tmp_path_factory.mktemp("fsdp"))
 
 
 @pytest.fixture(scope="module")
@@ -169,25 +178,25 @@ def _margin(a, b, tol):
 
 
 def _check(res, ref, what, tol):
-    losses, state = ref
-    torch.testing.assert_close(res["losses"], losses, **tol, msg=lambda m: f"{what}: losses: {m}")
-    assert res["state"].keys() == state.keys()
+    (got_losses, got_state), (losses, state) = res, ref
+    torch.testing.assert_close(got_losses, losses, **tol, msg=lambda m: f"{what}: losses: {m}")
+    assert got_state.keys() == state.keys()
     worst = max_abs = 0.0
     for k, v in state.items():
-        got = res["state"][k]
+        got = got_state[k]
         torch.testing.assert_close(got, v, **tol, msg=lambda m, k=k: f"{what}: {k}: {m}")
         worst = max(worst, _margin(got, v, tol))
         max_abs = max(max_abs, (got - v).abs().max().item())
-    loss_abs = (res["losses"] - losses).abs().max().item()
-    loss_frac = _margin(res["losses"], losses, tol)
+    loss_abs = (got_losses - losses).abs().max().item()
+    loss_frac = _margin(got_losses, losses, tol)
     print(
         f"{what}: losses max |diff| {loss_abs:.1e} ({loss_frac:.2f} of the tolerance), "
         f"parameters max |diff| {max_abs:.1e} ({worst:.2f} of the tolerance)"
     )
 
 
-@pytest.mark.parametrize("kind", ["fsdp2", "fsdp1"])
-def test_fsdp_matches_single_process(kind, tmp_path, plain_hf):
-    res = _spawn(kind, tmp_path)
-    _check(res, res["ref"], f"{kind} vs single-process liger_cpp", TOL)
+@pytest.mark.parametrize("kind", KINDS)
+def test_fsdp_matches_single_process(kind, fsdp_results, plain_hf):
+    res = fsdp_results[kind]
+    _check(res, fsdp_results["ref"], f"{kind} vs single-process liger_cpp", TOL)
     _check(res, plain_hf, f"{kind} vs single-process Hugging Face", HF_TOL)
