@@ -767,7 +767,7 @@ __global__ void __launch_bounds__(kTmaThreads) ce_tma_kernel(CeRowsArgs a, int s
 template <typename T, int VE>
 __global__ void scale_rows_kernel(T* d, int64_t row_stride, int64_t rows, int64_t cols, const float* g,
                                   int64_t g_stride, int64_t tiles_per_row) {
-  constexpr int kTile = 256 * 4;  // vectors per tile: 4 per thread
+  constexpr int kTile = 256 * 4;             // vectors per tile: 4 per thread
   if (g_stride == 0 && g[0] == 1.f) return;  // a reduced loss with grad_output 1 (the usual case)
   for (int64_t t = blockIdx.x; t < rows * tiles_per_row; t += gridDim.x) {
     const int64_t r = t / tiles_per_row;
