@@ -9,6 +9,8 @@
 #   BENCH_ARGS="--quick" is passed to every benchmark.
 #   PROFILE="ce_rows rms_norm" also runs Nsight Compute on those ops (benchmarks/profile_kernels.py).
 #   DEMO="--steps 10" also runs the training demo (python -m liger_cpp.demo) with those arguments.
+# Export LIGER_CPP_COMMIT=<sha of the tree> for the results' commit field: on the device machine
+# `git rev-parse HEAD` named a stale commit (2026-11-30).
 # Everything is written to $WORK and packed into $OUT/results.tgz after each stage (the device
 # tool brings back only a few files from $OUT, and a stage that runs out of time keeps the rest).
 set -uo pipefail
@@ -16,9 +18,10 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 FINAL_OUT=$OUT
 OUT=${WORK:-/tmp/gpu_check_work}
-mkdir -p "$OUT"
+rm -rf "$OUT" && mkdir -p "$OUT"  # a reused machine kept an earlier run's files there
 pack() { tar czf "$FINAL_OUT/results.tgz" -C "$OUT" . 2>/dev/null; }
 export PYTHONUNBUFFERED=1
+[ -n "${LIGER_CPP_COMMIT:-}" ] || echo "warning: LIGER_CPP_COMMIT is not set; results will name git's HEAD there"
 cd "$(dirname "$0")/.."
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
