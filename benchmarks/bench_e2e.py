@@ -206,24 +206,6 @@ def _train(args, state: dict) -> dict:
 # driver
 
 
-def _meta(device: str) -> dict:
-    import harness
-
-    if device.startswith("cuda"):
-        return harness.meta()
-    import datetime
-    import platform
-
-    import torch
-
-    return {
-        "gpu": f"CPU ({platform.processor() or platform.machine()})",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": harness._git_commit(),
-        "torch": torch.__version__,
-    }
-
-
 def _spawn(cmd, env, timeout):
     """The worker process (its progress goes to the inherited stderr); the tests replace this."""
     return subprocess.run(cmd, env=env, timeout=timeout)
@@ -326,7 +308,7 @@ def main(argv=None) -> int:
         return 0
     import harness
 
-    meta = _meta(args.device)
+    meta = harness.meta(args.device)
     gc = ", grad checkpointing" if args.grad_checkpointing else ""
     title = (
         f"End-to-end training (Llama {args.model}, B{args.batch} T{args.seq}, {args.dtype}{gc}) on "

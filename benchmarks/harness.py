@@ -98,11 +98,17 @@ def try_import_liger():
         return False
 
 
-def meta():
-    p = torch.cuda.get_device_properties(0)
+def meta(device="cuda"):
+    """Where and when a run happened: the GPU (or, for CPU runs, the processor), date, commit, torch."""
+    if str(device).startswith("cuda"):
+        p = torch.cuda.get_device_properties(0)
+        where = {"gpu": p.name, "sms": p.multi_processor_count}
+    else:
+        import platform
+
+        where = {"gpu": f"CPU ({platform.processor() or platform.machine()})"}
     return {
-        "gpu": p.name,
-        "sms": p.multi_processor_count,
+        **where,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": _git_commit(),
         "torch": torch.__version__,
