@@ -262,11 +262,6 @@ constexpr int kClusterThreads = 512;  // most threads per block
 constexpr int kClusterK = 8;          // 16-byte vectors per thread
 constexpr int kMaxCluster = 8;        // portable cluster size
 
-struct ClusterShared {
-  Stats scratch[32];
-  Stats partial;  // this block's statistics, read by the cluster's blocks
-};
-
 // max with NaN propagation (fmaxf would drop a NaN).
 __device__ __forceinline__ float max_nan(float a, float b) {
   float r;
