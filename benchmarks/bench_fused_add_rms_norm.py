@@ -3,7 +3,8 @@ HF LlamaRMSNorm formula), torch.compile of it and Liger-Kernel's LigerFusedAddRM
 (when importable), as % of the copy bandwidth C. Bytes (minimum): fwd 4*M*N*2 (read x, r;
 write s, y), fwd+bwd 8*M*N*2 (backward: read dY, dS_out, s; write dS).
 The rows liger_cpp[add_fwd=old|pack] A/B the forward kernel variants in the same run (the
-plain liger_cpp row is the default, new); see VARIANT_ENV.
+plain liger_cpp row is the default, new), liger_cpp[bwd=...] the backward kernels (fwd+bwd
+only; the plain row is the default, reg); see VARIANT_ENV.
 Usage: python benchmarks/bench_fused_add_rms_norm.py [--out FILE.json] [--no-variants]
 """
 
@@ -28,11 +29,16 @@ def eager(x, r, w):
 # liger_cpp forward variants, selected by LIGER_CPP_RMS_ADD_FWD (read on every call; see
 # csrc/kernels/rms_norm.cu fwd_mode): old = struct stores that nvcc split into 2-byte stores,
 # pack = packed 16-byte stores, new (default) = pack + weights fetched before the reduction.
+# Backward kernels, by LIGER_CPP_RMS_BWD (default reg: ds_out loaded after each row's
+# reduction; regds: fetched one row ahead; async: cp.async 3 rows ahead; old: rms_bwd_cached).
 VARIANT_ENV = {
     "liger_cpp[add_fwd=old]": {"LIGER_CPP_RMS_ADD_FWD": "old"},
     "liger_cpp[add_fwd=pack]": {"LIGER_CPP_RMS_ADD_FWD": "pack"},
+    "liger_cpp[bwd=regds]": {"LIGER_CPP_RMS_BWD": "regds"},
+    "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
+    "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
 }
-ENV_KEYS = ("LIGER_CPP_RMS_ADD_FWD",)
+ENV_KEYS = ("LIGER_CPP_RMS_ADD_FWD", "LIGER_CPP_RMS_BWD")
 
 
 def set_variant_env(name):
@@ -76,6 +82,8 @@ def main():
     for name, f in variants(try_import_liger(), not args.no_variants).items():
         set_variant_env(name)
         for mode in ("fwd+bwd", "fwd"):
+            if "[bwd=" in name and mode == "fwd":
+                continue  # the forward does not differ
             try:
                 if mode == "fwd":
                     with torch.no_grad():

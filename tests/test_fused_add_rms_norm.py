@@ -99,8 +99,9 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
 
 
 # Every CUDA backward kernel (LIGER_CPP_RMS_BWD, read on every call; see test_rms_norm.py)
-# on the residual-gradient (ds_out) path, including rows fetched ahead with cp.async.
-BWD_VARIANTS = ["old", "reg", "async"]
+# on the residual-gradient (ds_out) path, including rows fetched ahead with cp.async and
+# regds (ds_out fetched one row ahead in registers).
+BWD_VARIANTS = ["old", "reg", "async", "regds"]
 VARIANT_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
 
 

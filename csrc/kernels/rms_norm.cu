@@ -477,7 +477,9 @@ __device__ __forceinline__ void async_wait() {
 // rms_bwd_cached, the next rows' x and dy are fetched while the current row
 // is reduced, and the group's reduction waits on a named barrier (one per
 // row) instead of the whole block (two per row). Two ways to fetch ahead:
-//  * STAGES == 0: one row ahead into registers.
+//  * STAGES == 0: one row ahead into registers. With DS, ds_out is either
+//    loaded after the reduction (DSA = false: its latency is exposed once per
+//    row) or fetched one row ahead with x and dy (DSA = true).
 //  * STAGES >= 2: STAGES - 1 rows ahead with cp.async into this thread's own
 //    slots of shared memory: the bytes in flight cost no registers, and since
 //    each thread only reads back what it copied itself, cp.async.wait_group
@@ -487,7 +489,7 @@ __device__ __forceinline__ void async_wait() {
 // ds_out and dx (each element read by its thread before written).
 // __launch_bounds__(1024, 1) caps it at 64 registers (measured with -Xptxas
 // -v: no spills with MAXV = 1): 32 warps per SM, twice rms_bwd_cached's 16.
-template <typename T, typename WT, typename OT, int VEC, int MAXV, int STAGES, bool DS>
+template <typename T, typename WT, typename OT, int VEC, int MAXV, int STAGES, bool DS, bool DSA = false>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_pipe(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                  const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
@@ -559,10 +561,22 @@ __global__ void __launch_bounds__(1024, 1)
     }
   };
 
+  constexpr bool DS_AHEAD = DS && DSA && STAGES == 0;
+  auto fetch_ds = [&](int64_t row, XV(&dd)[MAXV]) {
+    if (row >= rows) return;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int64_t v = static_cast<int64_t>(i) * TX + tx;
+      if (has[i]) dd[i] = load_vec<T, VEC>(ds_out + row * ds_out_stride + v * VEC);
+    }
+  };
+
   XV xv[MAXV];
   GV gv[MAXV];
+  XV dcur[DS_AHEAD ? MAXV : 1];
   if constexpr (STAGES == 0) {
     fetch_regs(first, xv, gv);
+    if constexpr (DS_AHEAD) fetch_ds(first, dcur);
   } else {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) fetch_async(first + s * step, s);
@@ -609,7 +623,9 @@ __global__ void __launch_bounds__(1024, 1)
     }
     XV xn[STAGES == 0 ? MAXV : 1];
     GV gn[STAGES == 0 ? MAXV : 1];
+    XV dn[DS_AHEAD ? MAXV : 1];
     if constexpr (STAGES == 0) fetch_regs(row + step, xn, gn);  // in flight during the barrier
+    if constexpr (DS_AHEAD) fetch_ds(row + step, dn);
     dot = group_sum_1bar(dot, scratch, static_cast<int>(it & 1));
     if (active) {
       const float c = r * r * r * dot / static_cast<float>(cols);
@@ -623,6 +639,8 @@ __global__ void __launch_bounds__(1024, 1)
             if constexpr (STAGES > 0) {
 #pragma unroll
               for (int k = 0; k < CD; ++k) reinterpret_cast<uint4*>(&dv)[k] = *slot(stage, CX + CG + k, i);
+            } else if constexpr (DS_AHEAD) {
+              dv = dcur[i];
             } else {
               dv = load_vec<T, VEC>(ds_out + row * ds_out_stride + v * VEC);
             }
@@ -648,6 +666,7 @@ __global__ void __launch_bounds__(1024, 1)
       for (int i = 0; i < MAXV; ++i) {
         xv[i] = xn[i];
         gv[i] = gn[i];
+        if constexpr (DS_AHEAD) dcur[i] = dn[i];
       }
     }
   }
@@ -840,19 +859,23 @@ auto bwd_kernel(const Plan& p, bool ds) {
 //     fetched ahead by cp.async into shared memory (registers stay at 64, so
 //     32 warps per SM, and ~96 KiB per SM in flight at 16384 x 4096 bf16).
 //   reg (default): rms_bwd_pipe fetching one row ahead into registers (64 registers;
-//     fp32 dy with 16-bit x takes async: it spilled).
+//     fp32 dy with 16-bit x takes async: it spilled). FusedAddRMSNorm's ds_out is
+//     loaded after the row's reduction, its latency exposed once per row.
+//   regds: reg, with ds_out also fetched one row ahead (differs from reg only
+//     for FusedAddRMSNorm with a residual gradient; not measured yet).
 //   old: rms_bwd_cached, 4 vectors per thread, 128 registers, 16 warps per SM
 //     (measured latency-bound at 49 % of DRAM bandwidth on the H200).
 // rms_bwd_pipe keeps one vector per thread (MAXV = 1: more spills at 64
 // registers), so rows above 1024 vectors (8192 bf16 or 4096 fp32 columns)
 // always take rms_bwd_cached.
-enum class BwdKind { kOld, kReg, kAsync };
+enum class BwdKind { kOld, kReg, kAsync, kRegDs };
 constexpr int kPipeStages = 4;
 
 BwdKind bwd_kind() {
   const char* e = std::getenv("LIGER_CPP_RMS_BWD");
   if (e && std::strcmp(e, "old") == 0) return BwdKind::kOld;
   if (e && std::strcmp(e, "async") == 0) return BwdKind::kAsync;
+  if (e && std::strcmp(e, "regds") == 0) return BwdKind::kRegDs;
   return BwdKind::kReg;
 }
 
@@ -861,10 +884,10 @@ struct BwdPlan : Plan {
   size_t smem = 0;
 };
 
-template <typename T, typename WT, typename OT, int STAGES>
+template <typename T, typename WT, typename OT, int STAGES, bool DSA = false>
 auto pipe_kernel(bool ds) {
   constexpr int full = 16 / sizeof(T);
-  return ds ? &rms_bwd_pipe<T, WT, OT, full, 1, STAGES, true>
+  return ds ? &rms_bwd_pipe<T, WT, OT, full, 1, STAGES, true, DSA>
             : &rms_bwd_pipe<T, WT, OT, full, 1, STAGES, false>;
 }
 
@@ -875,6 +898,7 @@ auto pipe_kernel(BwdKind k, bool ds) {
   if constexpr (sizeof(OT) > sizeof(T)) {
     return pipe_kernel<T, WT, OT, kPipeStages>(ds);
   } else {
+    if (k == BwdKind::kRegDs) return pipe_kernel<T, WT, OT, 0, true>(ds);
     return k == BwdKind::kReg ? pipe_kernel<T, WT, OT, 0>(ds) : pipe_kernel<T, WT, OT, kPipeStages>(ds);
   }
 }
