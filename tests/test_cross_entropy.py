@@ -367,6 +367,21 @@ def test_autograd_is_cpp(device):
         loss.backward()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_autograd(device):
+    """The C++ node must stay traceable by compiled autograd (it hashes the node's saved data)."""
+    from torch._dynamo import compiled_autograd
+
+    torch._dynamo.reset()
+    x0, t = _inputs((6,), 40, torch.float32, device)
+    x = x0.clone().requires_grad_(True)
+    with compiled_autograd._enable(torch.compile(backend="aot_eager")):
+        cross_entropy(x, t, label_smoothing=0.1).backward()
+    x2 = x0.clone().requires_grad_(True)
+    cross_entropy_ref(x2, t, label_smoothing=0.1)[0].backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
 # ---- float64, opcheck, compile ----
 
 

@@ -29,6 +29,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -45,7 +46,7 @@ using CeSig = CeOut(const at::Tensor&, const at::Tensor&, const std::optional<at
                     double, double, c10::string_view, bool, bool);
 using ScaleSig = void(at::Tensor&, const at::Tensor&);
 
-constexpr int kNumArgs = 10;  // arguments of cross_entropy_fwd, one gradient slot each
+constexpr int kNumArgs = 11;  // arguments of CrossEntropyFunction::forward, one gradient slot each
 
 const c10::TypedOperatorHandle<CeSig>& ce_fwd_op() {
   static const auto op =
@@ -67,7 +68,7 @@ bool tracing(const at::Tensor& t) {
 }
 
 // What a second backward needs to recompute the gradient (see the file comment).
-struct Recompute : torch::CustomClassHolder {
+struct Recompute {
   using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
   explicit Recompute(const at::Tensor& t) : logits(t.getIntrusivePtr()) {}
   WeakImpl logits;
@@ -81,6 +82,22 @@ struct Recompute : torch::CustomClassHolder {
   std::string reduction;
 };
 
+// The Recompute state rides in saved_data as the context of an empty CPU tensor's storage (freed
+// with it), not as an IValue capsule: compiled autograd hashes every saved_data entry and a
+// capsule is unhashable, while a tensor is simply lifted (and never read under tracing).
+void delete_recompute(void* p) { delete static_cast<Recompute*>(p); }
+
+at::Tensor hold(std::unique_ptr<Recompute> r) {
+  void* raw = r.release();
+  return at::for_blob(raw, {0}).context(raw, &delete_recompute).options(at::kByte).make_tensor();
+}
+
+const Recompute* held(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  const c10::DataPtr& p = t.storage().data_ptr();
+  return p.get_deleter() == &delete_recompute ? static_cast<const Recompute*>(p.get_context()) : nullptr;
+}
+
 [[noreturn]] void second_backward_error(const char* why) {
   LIGER_FAIL(
       "cross_entropy: a second backward through the same graph (retain_graph=True) needs the gradient "
@@ -92,8 +109,8 @@ struct Recompute : torch::CustomClassHolder {
 
 at::Tensor recompute(AutogradContext* ctx) {
   const auto it = ctx->saved_data.find("recompute");
-  if (it == ctx->saved_data.end()) second_backward_error("nothing was kept to recompute it");
-  const auto r = c10::static_intrusive_pointer_cast<Recompute>(it->second.toCapsule());
+  const Recompute* r = it == ctx->saved_data.end() ? nullptr : held(it->second.toTensor());
+  if (r == nullptr) second_backward_error("nothing was kept to recompute it");
   auto impl = r->logits.lock();
   if (!impl.defined()) second_backward_error("the logits are no longer referenced");
   const at::Tensor logits(std::move(impl));
@@ -118,23 +135,27 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
   static variable_list forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& target,
                                const std::optional<at::Tensor>& weight, int64_t ignore_index,
                                double label_smoothing, double lse_square_scale, double softcap,
-                               c10::string_view reduction, bool compute_grad, bool return_argmax) {
+                               c10::string_view reduction, bool compute_grad, bool return_argmax,
+                               CeOut* result) {
     // Function::apply only turns grad mode off: without this guard the call would come back here.
     auto [loss, z_loss, dlogits, argmax] = [&] {
       const at::AutoDispatchBelowADInplaceOrView below;
       return ce_fwd_op().call(logits, target, weight, ignore_index, label_smoothing, lse_square_scale,
                               softcap, reduction, compute_grad, return_argmax);
     }();
-    ctx->mark_non_differentiable({z_loss, dlogits, argmax});
-    // Without this autograd hands the backward a zero-filled logits-sized "gradient" for the dlogits
-    // output (found with the memory profiler: the extra buffer and fill at the H200's peak).
+    // z_loss, dlogits and argmax are non-differentiable: they leave through `result`, not as outputs
+    // of the node (mark_non_differentiable would do the same, but then CppNode fails compiled
+    // autograd's assertion that the context's non_differentiable_ set is empty). With dlogits an
+    // output, autograd also handed the backward a zero-filled logits-sized "gradient" for it unless
+    // grads were not materialised (found with the memory profiler at the H200's peak); the node's
+    // one output now is the loss, and a missing loss gradient means no gradient, not zeros.
     ctx->set_materialize_grads(false);
     ctx->save_for_backward({dlogits});
     ctx->saved_data["compute_grad"] = compute_grad;
     ctx->saved_data["per_row"] = reduction == "none";
     ctx->saved_data["consumed"] = false;
     if (compute_grad && !tracing(logits)) {
-      auto r = c10::make_intrusive<Recompute>(logits);
+      auto r = std::make_unique<Recompute>(logits);
       r->logits_version = logits._version();
       r->target = target;
       r->target_version = target._version();
@@ -147,9 +168,10 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
       r->lse_square_scale = lse_square_scale;
       r->softcap = softcap;
       r->reduction = std::string(reduction);
-      ctx->saved_data["recompute"] = c10::IValue::make_capsule(std::move(r));
+      ctx->saved_data["recompute"] = hold(std::move(r));
     }
-    return {loss, z_loss, dlogits, argmax};
+    *result = {loss, z_loss, dlogits, argmax};
+    return {loss};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -183,10 +205,12 @@ CeOut cross_entropy_fwd_autograd(const at::Tensor& logits, const at::Tensor& tar
                                  const std::optional<at::Tensor>& weight, int64_t ignore_index,
                                  double label_smoothing, double lse_square_scale, double softcap,
                                  c10::string_view reduction, bool compute_grad, bool return_argmax) {
+  CeOut result;
   variable_list r =
       CrossEntropyFunction::apply(logits, target, weight, ignore_index, label_smoothing, lse_square_scale,
-                                  softcap, reduction, compute_grad, return_argmax);
-  return {std::move(r[0]), std::move(r[1]), std::move(r[2]), std::move(r[3])};
+                                  softcap, reduction, compute_grad, return_argmax, &result);
+  std::get<0>(result) = std::move(r[0]);  // the loss with its autograd history
+  return result;
 }
 
 }  // namespace
