@@ -9,9 +9,8 @@
 // Semantics (unchanged from the Python version it replaces):
 // - The forward computes the loss and, with compute_grad, the gradient for
 //   grad_output = 1 (dlogits, the op's one logits-sized buffer). z_loss,
-//   dlogits and argmax are non-differentiable outputs.
-// - Materialised zero gradients are off: autograd would otherwise hand the
-//   backward a zero-filled logits-sized "gradient" for the dlogits output.
+//   dlogits and argmax are non-differentiable: the node's only output is the
+//   loss, so no zero-filled logits-sized "gradient" is ever materialised.
 // - The backward scales dlogits in place by grad_output
 //   (liger::cross_entropy_scale_grad_) and hands that buffer out as the
 //   logits' gradient: no second buffer (AccumulateGrad steals it).
