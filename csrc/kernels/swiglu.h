@@ -19,7 +19,10 @@
 
 namespace liger_cpp::kernels {
 
-enum class GluAct : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };
+// kSiluRcp is kernel-internal: SiLU with the sigmoid's reciprocal taken without
+// an IEEE division, chosen inside glu_fwd/glu_bwd when LIGER_CPP_GLU_SILU=rcp
+// (see swiglu.cu); callers pass kSilu.
+enum class GluAct : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2, kSiluRcp = 3 };
 
 struct GluFwdArgs {
   const void* a;
