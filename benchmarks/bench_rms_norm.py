@@ -31,9 +31,10 @@ def eager(x, w):
 # LIGER_CPP_RMS_BWD picks the kernel (default async: rows fetched ahead with cp.async; reg: one
 # row ahead in registers; old: 4 vectors a thread, 16 warps/SM), LIGER_CPP_RMS_DW=smem keeps the
 # old kernel's dW partials in shared memory.
-# LIGER_CPP_RMS_FWD=old is the forward before packed 16-byte stores and early weight loads.
+# LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
+# FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
 VARIANT_ENV = {
-    "liger_cpp[fwd=old]": {"LIGER_CPP_RMS_FWD": "old"},
+    "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},

@@ -33,8 +33,8 @@ def variants(op, have_liger):
     if op == "swiglu":
         out = {
             "liger_cpp": swiglu,
-            # the SiLU without the IEEE division (csrc/kernels/swiglu.cu, LIGER_CPP_GLU_SILU)
-            "liger_cpp[silu=rcp]": swiglu,
+            # the SiLU with an IEEE division (the default has none; csrc/kernels/swiglu.cu)
+            "liger_cpp[silu=div]": swiglu,
             "eager": eager_swiglu,
             "compile": torch.compile(eager_swiglu, dynamic=False),
         }
@@ -62,8 +62,8 @@ def run_op(op, m, n, fns, C, modes):
     dc = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     for name, f in fns.items():
         os.environ.pop("LIGER_CPP_GLU_SILU", None)
-        if name.endswith("[silu=rcp]"):
-            os.environ["LIGER_CPP_GLU_SILU"] = "rcp"
+        if name.endswith("[silu=div]"):
+            os.environ["LIGER_CPP_GLU_SILU"] = "div"
         for mode in modes:
             try:
                 if mode == "fwd":

@@ -129,7 +129,7 @@ def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, 
 
 
 # The CUDA register-cached forward's variants (LIGER_CPP_RMS_FWD, read on every call; default
-# new, see rms_norm.cu's fwd_mode) must match the reference and each other.
+# old for plain RMSNorm, see rms_norm.cu's fwd_mode) must match the reference and each other.
 FWD_VARIANTS = ["old", "pack", "new"]
 
 

@@ -121,13 +121,14 @@ def test_cuda_large(shape, dtype, kind):
     _run_case(kind, shape, dtype, "cuda", layout="chunked")
 
 
-# The CUDA SiLU without the IEEE division (LIGER_CPP_GLU_SILU=rcp, read on every call; see
-# swiglu.cu's Act<kSiluRcp>): same references and tolerances, extremes included.
+# Both CUDA SiLU forms (LIGER_CPP_GLU_SILU, read on every call; see swiglu.cu's silu_rcp):
+# rcp (the default, no IEEE division) and div: same references and tolerances, extremes included.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", ["rcp", "div"])
 @pytest.mark.parametrize("shape", CUDA_SHAPES + [(1, 769), (3, 5125), (2, 5, 123)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_silu_rcp_variant(monkeypatch, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_GLU_SILU", "rcp")
+def test_cuda_silu_variants(monkeypatch, variant, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_GLU_SILU", variant)
     kind = KINDS[0]
     _run_case(kind, shape, dtype, "cuda")
     _run_case(kind, shape, dtype, "cuda", in_place=True)

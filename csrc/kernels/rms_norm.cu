@@ -790,14 +790,17 @@ __global__ void __launch_bounds__(256)
 //     bf16 ADD forward ran at 60.6 % of C at 16384 x 4096 on the H200 against
 //     88.8 % for plain RMSNorm (benchmarks/results/2026-11-30-h200-*-9f9f3e6.log),
 //     with half of its s and y vectors stored as 8 x 2-byte stores each.
-//   LIGER_CPP_RMS_FWD=old|pack|new, plain RMSNorm (default new as well: its
-//     old split y stores were 4 x 32-bit, a smaller loss; the bench's
-//     liger_cpp[fwd=old] row keeps the A/B).
+//   LIGER_CPP_RMS_FWD=old|pack|new, plain RMSNorm (default old: its split y
+//     stores are 4 x 32-bit, a smaller loss, and new measured no better:
+//     87.5 / 89.9 / 94.1 / 75.8 % of C against 88.0 / 91.3 / 93.6 / 76.2 % at
+//     16384x4096 / 8192x16384 / 131072x1024 / 4096x32768,
+//     benchmarks/results/2026-11-30-h200-rms_norm-quick-c1a3bfe.log).
 FwdMode fwd_mode(bool add) {
   const char* e = std::getenv(add ? "LIGER_CPP_RMS_ADD_FWD" : "LIGER_CPP_RMS_FWD");
   if (e && std::strcmp(e, "old") == 0) return kFwdOld;
   if (e && std::strcmp(e, "pack") == 0) return kFwdPack;
-  return kFwdNew;
+  if (e && std::strcmp(e, "new") == 0) return kFwdNew;
+  return add ? kFwdNew : kFwdOld;
 }
 
 template <typename F>
