@@ -2,10 +2,14 @@
 HF LlamaRMSNorm formula), torch.compile of it and Liger-Kernel's LigerFusedAddRMSNormFunction
 (when importable), as % of the copy bandwidth C. Bytes (minimum): fwd 4*M*N*2 (read x, r;
 write s, y), fwd+bwd 8*M*N*2 (backward: read dY, dS_out, s; write dS).
-Usage: python benchmarks/bench_fused_add_rms_norm.py [--out FILE.json]
+The rows liger_cpp[add_fwd=old|pack] A/B the forward kernel variants in the same run (the
+plain liger_cpp row is the default, new), liger_cpp[bwd=...] the backward kernels (fwd+bwd
+only; the plain row is the default, reg); see VARIANT_ENV.
+Usage: python benchmarks/bench_fused_add_rms_norm.py [--out FILE.json] [--no-variants]
 """
 
 import argparse
+import os
 
 import torch
 from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
@@ -22,9 +26,31 @@ def eager(x, r, w):
     return w * (sf * torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + EPS)).to(s.dtype), s
 
 
-def variants(have_liger):
+# liger_cpp forward variants, selected by LIGER_CPP_RMS_ADD_FWD (read on every call; see
+# csrc/kernels/rms_norm.cu fwd_mode): old = struct stores that nvcc split into 2-byte stores,
+# pack = packed 16-byte stores, new (default) = pack + weights fetched before the reduction.
+# Backward kernels, by LIGER_CPP_RMS_BWD (default reg: ds_out loaded after each row's
+# reduction; regds: fetched one row ahead; async: cp.async 3 rows ahead; old: rms_bwd_cached).
+VARIANT_ENV = {
+    "liger_cpp[add_fwd=old]": {"LIGER_CPP_RMS_ADD_FWD": "old"},
+    "liger_cpp[add_fwd=pack]": {"LIGER_CPP_RMS_ADD_FWD": "pack"},
+    "liger_cpp[bwd=regds]": {"LIGER_CPP_RMS_BWD": "regds"},
+    "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
+    "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
+}
+ENV_KEYS = ("LIGER_CPP_RMS_ADD_FWD", "LIGER_CPP_RMS_BWD")
+
+
+def set_variant_env(name):
+    for k in ENV_KEYS:
+        os.environ.pop(k, None)
+    os.environ.update(VARIANT_ENV.get(name, {}))
+
+
+def variants(have_liger, with_variants=True):
     out = {
         "liger_cpp": lambda x, r, w: fused_add_rms_norm(x, r, w, EPS),
+        **{name: (lambda x, r, w: fused_add_rms_norm(x, r, w, EPS)) for name in VARIANT_ENV if with_variants},
         "eager": eager,
         "compile": torch.compile(eager, dynamic=False),
     }
@@ -43,6 +69,7 @@ def variants(have_liger):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--no-variants", action="store_true", help="skip the liger_cpp[add_fwd=...] rows")
     args = ap.parse_args()
     C = copy_bandwidth_gbs()
     m, n = 16384, 4096
@@ -52,8 +79,11 @@ def main():
     dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     ds = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     rows = []
-    for name, f in variants(try_import_liger()).items():
+    for name, f in variants(try_import_liger(), not args.no_variants).items():
+        set_variant_env(name)
         for mode in ("fwd+bwd", "fwd"):
+            if "[bwd=" in name and mode == "fwd":
+                continue  # the forward does not differ
             try:
                 if mode == "fwd":
                     with torch.no_grad():
@@ -90,6 +120,7 @@ def main():
                         "error": str(e).splitlines()[0][:120],
                     }
                 )
+    set_variant_env(None)
     payload = {
         "op": "fused_add_rms_norm",
         "dtype": "bfloat16",

@@ -31,12 +31,15 @@ def eager(x, w):
 # LIGER_CPP_RMS_BWD picks the kernel (default async: rows fetched ahead with cp.async; reg: one
 # row ahead in registers; old: 4 vectors a thread, 16 warps/SM), LIGER_CPP_RMS_DW=smem keeps the
 # old kernel's dW partials in shared memory.
+# LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
+# FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
 VARIANT_ENV = {
+    "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
 }
-ENV_KEYS = ("LIGER_CPP_RMS_BWD", "LIGER_CPP_RMS_DW")
+ENV_KEYS = ("LIGER_CPP_RMS_BWD", "LIGER_CPP_RMS_DW", "LIGER_CPP_RMS_FWD")
 
 
 def set_variant_env(name):
@@ -69,15 +72,15 @@ def run_shape(m, n, fns, C, modes, only=None):
     for name, f in fns.items():
         if only and name not in only:
             continue
-        if name in VARIANT_ENV and ("fwd+bwd" not in modes or only):
+        if name in VARIANT_ENV and (only or ("fwd+bwd" not in modes and "[fwd=" not in name)):
             continue
         set_variant_env(name)
         if f == "compile":  # fresh per shape: avoids the recompile limit falling back to eager
             torch._dynamo.reset()
             f = torch.compile(eager, dynamic=False)
         for mode in modes:
-            if name in VARIANT_ENV and mode == "fwd":
-                continue  # the forward does not differ
+            if name in VARIANT_ENV and mode == "fwd" and "[fwd=" not in name:
+                continue  # a backward variant: the forward does not differ
             try:
                 if mode == "fwd":
                     with torch.no_grad():

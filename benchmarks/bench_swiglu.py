@@ -10,6 +10,7 @@ Usage: python benchmarks/bench_swiglu.py [--out FILE.json] [--quick]
 """
 
 import argparse
+import os
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,8 @@ def variants(op, have_liger):
     if op == "swiglu":
         out = {
             "liger_cpp": swiglu,
+            # the SiLU with an IEEE division (the default has none; csrc/kernels/swiglu.cu)
+            "liger_cpp[silu=div]": swiglu,
             "eager": eager_swiglu,
             "compile": torch.compile(eager_swiglu, dynamic=False),
         }
@@ -58,6 +61,9 @@ def run_op(op, m, n, fns, C, modes):
     b = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dc = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     for name, f in fns.items():
+        os.environ.pop("LIGER_CPP_GLU_SILU", None)
+        if name.endswith("[silu=div]"):
+            os.environ["LIGER_CPP_GLU_SILU"] = "div"
         for mode in modes:
             try:
                 if mode == "fwd":
@@ -93,6 +99,7 @@ def run_op(op, m, n, fns, C, modes):
                     }
                 )
     del a, b, dc
+    os.environ.pop("LIGER_CPP_GLU_SILU", None)
     # strided rows: the two halves of one fused gate_up projection (Phi-3), forward only
     gate_up = torch.randn(m, 2 * n, device="cuda", dtype=torch.bfloat16)
     ga, gb = gate_up.chunk(2, dim=-1)

@@ -348,6 +348,40 @@ def test_second_backward_errors_when_it_cannot_recompute(device):
         loss.backward()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_autograd_is_cpp(device):
+    """The default path's backward runs in C++ (csrc/ops/cross_entropy_autograd.cpp), not as a Python
+    autograd.Function: a Python backward under the GIL cost host time comparable to the kernels."""
+    x0, t = _inputs((3,), 16, torch.float32, device)
+    x = x0.clone().requires_grad_(True)
+    for reduction in REDUCTIONS:
+        loss = cross_entropy(x, t, reduction=reduction)
+        assert loss.grad_fn is not None
+        assert not isinstance(loss.grad_fn, torch.autograd.function.BackwardCFunction), type(loss.grad_fn)
+        assert "CrossEntropyFunction" in loss.grad_fn.name()
+        out = torch.ops.liger.cross_entropy_fwd(x, t, None, -100, 0.0, 0.0, 0.0, reduction, True, True)
+        assert out[0].grad_fn is not None and all(not o.requires_grad for o in out[1:])
+    # compute_grad=False keeps no gradient: a backward through it is a clear error, not zeros
+    loss = torch.ops.liger.cross_entropy_fwd(x, t, None, -100, 0.0, 0.0, 0.0, "mean", False, False)[0]
+    with pytest.raises(RuntimeError, match="compute_grad=False"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_autograd(device):
+    """The C++ node must stay traceable by compiled autograd (it hashes the node's saved data)."""
+    from torch._dynamo import compiled_autograd
+
+    torch._dynamo.reset()
+    x0, t = _inputs((6,), 40, torch.float32, device)
+    x = x0.clone().requires_grad_(True)
+    with compiled_autograd._enable(torch.compile(backend="aot_eager")):
+        cross_entropy(x, t, label_smoothing=0.1).backward()
+    x2 = x0.clone().requires_grad_(True)
+    cross_entropy_ref(x2, t, label_smoothing=0.1)[0].backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
 # ---- float64, opcheck, compile ----
 
 

@@ -99,8 +99,9 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
 
 
 # Every CUDA backward kernel (LIGER_CPP_RMS_BWD, read on every call; see test_rms_norm.py)
-# on the residual-gradient (ds_out) path, including rows fetched ahead with cp.async.
-BWD_VARIANTS = ["old", "reg", "async"]
+# on the residual-gradient (ds_out) path, including rows fetched ahead with cp.async and
+# regds (ds_out fetched one row ahead in registers).
+BWD_VARIANTS = ["old", "reg", "async", "regds"]
 VARIANT_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
 
 
@@ -123,6 +124,47 @@ def test_cuda_bwd_variants_strided_zero_ds(monkeypatch, variant, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
     _run_case((600, 2048), dtype, "same", "llama", 0.0, "cuda", strided=True)
     _run_case((700, 512), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
+
+
+# The CUDA register-cached forward has variants chosen by LIGER_CPP_RMS_ADD_FWD (read on every
+# call; see rms_norm.cu's fwd_mode): old (struct stores), pack (packed 16-byte stores), new
+# (pack + weights fetched before the reduction). Each must match the reference, and all must give
+# bit-identical y, s and rstd (they compute the same values, only the memory accesses differ).
+FWD_VARIANTS = ["old", "pack", "new"]
+FWD_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", FWD_VARIANTS)
+@pytest.mark.parametrize("shape", FWD_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
+)
+def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
+    monkeypatch.setenv("LIGER_CPP_RMS_ADD_FWD", variant)
+    _run_case(shape, dtype, wkind, mode, offset, device="cuda")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "wkind,mode", [("same", "llama"), ("fp32", "llama"), ("same", "gemma"), (None, "none")]
+)
+@pytest.mark.parametrize("shape", [(1000, 4096), (333, 2048), (64, 16384), (5, 1000)])
+def test_cuda_fwd_variants_identical(monkeypatch, dtype, wkind, mode, shape):
+    x = torch.randn(*shape, device="cuda", dtype=dtype)
+    r = torch.randn(*shape, device="cuda", dtype=dtype)
+    w = _weight(wkind, shape[-1], dtype, "cuda", mode == "gemma")
+    w = w.detach() if w is not None else None
+    outs = []
+    for variant in FWD_VARIANTS:
+        monkeypatch.setenv("LIGER_CPP_RMS_ADD_FWD", variant)
+        outs.append(torch.ops.liger.fused_add_rms_norm_fwd(x, r, w, 1e-6, 0.0, mode, False))
+    for other in outs[1:]:
+        for a, b in zip(outs[0], other):
+            assert torch.equal(a, b)
+    assert torch.equal(outs[0][1], x + r)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -128,6 +128,29 @@ def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, 
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
 
 
+# The CUDA register-cached forward's variants (LIGER_CPP_RMS_FWD, read on every call; default
+# old for plain RMSNorm, see rms_norm.cu's fwd_mode) must match the reference and each other.
+FWD_VARIANTS = ["old", "pack", "new"]
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", FWD_VARIANTS)
+@pytest.mark.parametrize("shape", [(4096, 64), (300, 1024), (2000, 4096), (9, 16384), (5, 1000)])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
+)
+def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD", variant)
+    _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda")
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    w = _weight(wkind, shape[-1], dtype, "cuda", mode == "gemma")
+    w = w.detach() if w is not None else None
+    mine = rms_norm(x, w, 1e-6, offset=offset, casting_mode=mode)
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD", "old")
+    assert torch.equal(mine, rms_norm(x, w, 1e-6, offset=offset, casting_mode=mode))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_in_place_writes_dy_visibly(device):
     x = torch.randn(6, 256, device=device, requires_grad=True)

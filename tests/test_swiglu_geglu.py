@@ -121,6 +121,42 @@ def test_cuda_large(shape, dtype, kind):
     _run_case(kind, shape, dtype, "cuda", layout="chunked")
 
 
+# Both CUDA SiLU forms (LIGER_CPP_GLU_SILU, read on every call; see swiglu.cu's silu_rcp):
+# rcp (the default, no IEEE division) and div: same references and tolerances, extremes included.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", ["rcp", "div"])
+@pytest.mark.parametrize("shape", CUDA_SHAPES + [(1, 769), (3, 5125), (2, 5, 123)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_silu_variants(monkeypatch, variant, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_GLU_SILU", variant)
+    kind = KINDS[0]
+    _run_case(kind, shape, dtype, "cuda")
+    _run_case(kind, shape, dtype, "cuda", in_place=True)
+    if len(shape) == 2 and shape[0] > 1:
+        _run_case(kind, shape, dtype, "cuda", layout="chunked")
+    a = torch.tensor(
+        [
+            [
+                -1e4,
+                -100.0,
+                -88.5,
+                -87.5,
+                -20.0,
+                0.0,
+                20.0,
+                100.0,
+                1e4,
+                float("inf"),
+                float("-inf"),
+                float("nan"),
+            ]
+        ],
+        device="cuda",
+    )
+    b = torch.ones_like(a)
+    torch.testing.assert_close(swiglu(a, b), swiglu_ref(a, b), equal_nan=True)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
 def test_in_place_writes_inputs_visibly(device, kind):

@@ -798,16 +798,23 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
       is_aligned(a.logits, 16) && (a.logits_row_stride * sizeof(T)) % 16 == 0 &&
       (!a.dlogits || (is_aligned(a.dlogits, 16) && (a.dlogits_row_stride * sizeof(T)) % 16 == 0)) &&
       V % VE16 == 0;
-  // Cluster path: rows of at least 2048 elements that fit in 8 blocks.
-  // LIGER_CPP_CE_BLOCK=256 (A/B measurements) splits rows over twice as many
-  // 256-thread blocks (4 per SM instead of 2) where 8 of them cover the row.
-  static const int64_t block_threads = [] {
+  // Cluster path: rows of at least 2048 elements that fit in 8 blocks. Blocks of 512 threads,
+  // or of 256 (4 resident per SM instead of 2) where a row needs more than two 512-thread blocks
+  // and 8 of the smaller ones still cover it: at V = 128256 bf16 the op ran at 80.9 % of C with
+  // 256 against 77.8 % with 512, while at V = 32000 splitting one block into a cluster of two
+  // lost (55.9 against 70.9 %) (benchmarks/results/2026-11-30-h200-cross_entropy-quick-*746c96a*).
+  // LIGER_CPP_CE_BLOCK=256|512 forces one size (A/B measurements).
+  static const int64_t forced_threads = [] {
     const char* e = std::getenv("LIGER_CPP_CE_BLOCK");
-    return static_cast<int64_t>(e && std::strcmp(e, "256") == 0 ? 256 : kClusterThreads);
+    if (e && std::strcmp(e, "256") == 0) return int64_t{256};
+    if (e && std::strcmp(e, "512") == 0) return int64_t{kClusterThreads};
+    return int64_t{0};
   }();
   const int64_t per_thread = static_cast<int64_t>(kClusterK) * VE16;
-  int64_t cs = ceil_div(V, block_threads * per_thread);
-  if (cs > kMaxCluster) cs = ceil_div(V, kClusterThreads * per_thread);
+  int64_t cs = ceil_div(V, kClusterThreads * per_thread);
+  const int64_t cs256 = ceil_div(V, 256 * per_thread);
+  if (forced_threads == 256 ? cs256 <= kMaxCluster : (forced_threads == 0 && cs > 2 && cs256 <= kMaxCluster))
+    cs = cs256;
   static const int cc_major = device_cc_major();
   // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
   static const bool force_two_pass = [] {

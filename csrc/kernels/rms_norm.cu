@@ -50,6 +50,69 @@ __device__ __forceinline__ void add_residual(Vec<T, VEC>& xv, const Vec<T, VEC>&
   store_vec<T, VEC>(s, xv);
 }
 
+// Two floats rounded to a 16-bit T and packed into one 32-bit word (low half
+// first, as in memory): one cvt.rn.{bf16,f16}x2.f32 on sm_80+, the same
+// rounding as two from_float calls.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  static_assert(sizeof(T) == 2, "16-bit types only");
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    std::memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    std::memcpy(&u, &h, 4);
+  }
+  return u;
+}
+
+// VEC floats rounded to T, built as 32-bit words (so nothing downstream sees
+// separate 16-bit elements).
+template <typename T, int VEC>
+__device__ __forceinline__ Vec<T, VEC> pack_vec(const float (&f)[VEC]) {
+  static_assert(sizeof(Vec<T, VEC>) % 4 == 0, "whole words only");
+  Vec<T, VEC> out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o[j] = __float_as_uint(f[j]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) o[k] = pack2<T>(f[2 * k], f[2 * k + 1]);
+  }
+  return out;
+}
+
+// A whole number of 16-byte vectors stored with st.global.v4.b32 each. The
+// plain struct store (store_vec) is split by nvcc in rms_fwd_cached: PTX for
+// the bf16 ADD instance stores the last two vectors of each row piece as
+// 8 x st.global.u16 (y and s) and the plain instance's y as 4 x 32-bit
+// stores, i.e. up to 8 store instructions (and L2 write requests) per 16 bytes.
+template <typename V>
+__device__ __forceinline__ void store_16B_words(void* dst, const V& v) {
+  static_assert(sizeof(V) % 16 == 0, "whole 16-byte vectors only");
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+  char* d = static_cast<char*>(dst);
+#pragma unroll
+  for (int c = 0; c < static_cast<int>(sizeof(V) / 16); ++c)
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(d + 16 * c), "r"(w[4 * c]),
+                 "r"(w[4 * c + 1]), "r"(w[4 * c + 2]), "r"(w[4 * c + 3]));
+}
+
+// load_16B_volatile for any whole number of 16-byte vectors.
+template <typename V>
+__device__ __forceinline__ void load_words_volatile(V& dst, const void* src) {
+  static_assert(sizeof(V) % 16 == 0, "whole 16-byte vectors only");
+  uint32_t* d = reinterpret_cast<uint32_t*>(&dst);
+  const char* s = static_cast<const char*>(src);
+#pragma unroll
+  for (int c = 0; c < static_cast<int>(sizeof(V) / 16); ++c)
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(d[4 * c]), "=r"(d[4 * c + 1]), "=r"(d[4 * c + 2]), "=r"(d[4 * c + 3])
+                 : "l"(s + 16 * c));
+}
+
 // d[j] += ds_out[j] (the gradient reaching s from the residual path), when given.
 template <typename T, int VEC>
 __device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
@@ -63,11 +126,26 @@ __device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
 // Forward, row cached in registers.
 // ADD (FusedAddRMSNorm): the row normalised is s = x + res, rounded to T and
 // written to s (contiguous); otherwise res and s are unused.
-template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD>
+// MODE selects the variant (A/B-measurable, see fwd_mode()); all three compute
+// the same values:
+//  * kFwdOld: struct stores (store_vec), weights loaded one vector at a time
+//    after the reduction.
+//  * kFwdPack: s and y built as packed 32-bit words and stored as whole
+//    16-byte st.global.v4 (see store_16B_words).
+//  * kFwdNew: kFwdPack, plus the row's weights loaded (all MAXV vectors at
+//    once) before the reduction, when they have x's width (fp32 weights with
+//    16-bit x would take twice the registers), so
+//    their latency hides behind the barrier instead of following it once per
+//    vector.
+enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
+
+template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE>
 __global__ void __launch_bounds__(1024)
     rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res, int64_t res_stride,
                    T* __restrict__ s, const WT* __restrict__ w, OT* __restrict__ y, float* __restrict__ rstd,
                    int64_t rows, int64_t cols, float eps, float offset, bool llama) {
+  constexpr bool PACK = MODE != kFwdOld;
+  constexpr bool PREW = MODE == kFwdNew && sizeof(WT) == sizeof(T);
   __shared__ float scratch[kGroupScratch];
   const int tx = threadIdx.x, TX = blockDim.x;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -93,11 +171,31 @@ __global__ void __launch_bounds__(1024)
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (active && v < nvec) {
-      if constexpr (ADD) add_residual<T, VEC>(xv[i], rv[i], s + row * cols + v * VEC);
+      if constexpr (ADD && PACK) {
+        float f[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = to_float<T>(xv[i].v[j]) + to_float<T>(rv[i].v[j]);
+        xv[i] = pack_vec<T, VEC>(f);
+        store_16B_words(s + row * cols + v * VEC, xv[i]);
+      } else if constexpr (ADD) {
+        add_residual<T, VEC>(xv[i], rv[i], s + row * cols + v * VEC);
+      }
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const float f = to_float<T>(xv[i].v[j]);
         ss += f * f;
+      }
+    }
+  }
+  // kFwdNew: this thread's weights, requested before the barrier (res's
+  // registers are free by now). Volatile so nvcc does not sink them past it.
+  Vec<WT, VEC> wv[PREW ? MAXV : 1];
+  if constexpr (PREW) {
+    if (w != nullptr && active) {
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int64_t v = static_cast<int64_t>(i) * TX + tx;
+        if (v < nvec) load_words_volatile(wv[i], w + v * VEC);
       }
     }
   }
@@ -106,19 +204,34 @@ __global__ void __launch_bounds__(1024)
   const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   if (tx == 0) rstd[row] = r;
 #pragma unroll
-  for (int i = 0; i < MAXV; ++i) opaque_16B(xv[i]);
+  for (int i = 0; i < MAXV; ++i) {
+    opaque_16B(xv[i]);
+    if constexpr (PREW) opaque_16B(wv[i]);  // kept packed, not as VEC floats
+  }
   OT* yr = y + row * cols;
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (v < nvec) {
       float wf[VEC];
-      load_weight<WT, VEC>(w, v * VEC, offset, wf);
-      Vec<OT, VEC> out;
+      if constexpr (PREW) {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        out.v[j] = from_float<OT>(normed<T>(to_float<T>(xv[i].v[j]), r, llama) * wf[j]);
-      store_vec<OT, VEC>(yr + v * VEC, out);
+        for (int j = 0; j < VEC; ++j) wf[j] = w != nullptr ? to_float<WT>(wv[i].v[j]) + offset : 1.f;
+      } else {
+        load_weight<WT, VEC>(w, v * VEC, offset, wf);
+      }
+      if constexpr (PACK) {
+        float o[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) o[j] = normed<T>(to_float<T>(xv[i].v[j]), r, llama) * wf[j];
+        store_16B_words(yr + v * VEC, pack_vec<OT, VEC>(o));
+      } else {
+        Vec<OT, VEC> out;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          out.v[j] = from_float<OT>(normed<T>(to_float<T>(xv[i].v[j]), r, llama) * wf[j]);
+        store_vec<OT, VEC>(yr + v * VEC, out);
+      }
     }
   }
 }
@@ -364,7 +477,9 @@ __device__ __forceinline__ void async_wait() {
 // rms_bwd_cached, the next rows' x and dy are fetched while the current row
 // is reduced, and the group's reduction waits on a named barrier (one per
 // row) instead of the whole block (two per row). Two ways to fetch ahead:
-//  * STAGES == 0: one row ahead into registers.
+//  * STAGES == 0: one row ahead into registers. With DS, ds_out is either
+//    loaded after the reduction (DSA = false: its latency is exposed once per
+//    row) or fetched one row ahead with x and dy (DSA = true).
 //  * STAGES >= 2: STAGES - 1 rows ahead with cp.async into this thread's own
 //    slots of shared memory: the bytes in flight cost no registers, and since
 //    each thread only reads back what it copied itself, cp.async.wait_group
@@ -374,7 +489,7 @@ __device__ __forceinline__ void async_wait() {
 // ds_out and dx (each element read by its thread before written).
 // __launch_bounds__(1024, 1) caps it at 64 registers (measured with -Xptxas
 // -v: no spills with MAXV = 1): 32 warps per SM, twice rms_bwd_cached's 16.
-template <typename T, typename WT, typename OT, int VEC, int MAXV, int STAGES, bool DS>
+template <typename T, typename WT, typename OT, int VEC, int MAXV, int STAGES, bool DS, bool DSA = false>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_pipe(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                  const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
@@ -446,10 +561,22 @@ __global__ void __launch_bounds__(1024, 1)
     }
   };
 
+  constexpr bool DS_AHEAD = DS && DSA && STAGES == 0;
+  auto fetch_ds = [&](int64_t row, XV(&dd)[MAXV]) {
+    if (row >= rows) return;
+#pragma unroll
+    for (int i = 0; i < MAXV; ++i) {
+      const int64_t v = static_cast<int64_t>(i) * TX + tx;
+      if (has[i]) dd[i] = load_vec<T, VEC>(ds_out + row * ds_out_stride + v * VEC);
+    }
+  };
+
   XV xv[MAXV];
   GV gv[MAXV];
+  XV dcur[DS_AHEAD ? MAXV : 1];
   if constexpr (STAGES == 0) {
     fetch_regs(first, xv, gv);
+    if constexpr (DS_AHEAD) fetch_ds(first, dcur);
   } else {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) fetch_async(first + s * step, s);
@@ -496,7 +623,9 @@ __global__ void __launch_bounds__(1024, 1)
     }
     XV xn[STAGES == 0 ? MAXV : 1];
     GV gn[STAGES == 0 ? MAXV : 1];
+    XV dn[DS_AHEAD ? MAXV : 1];
     if constexpr (STAGES == 0) fetch_regs(row + step, xn, gn);  // in flight during the barrier
+    if constexpr (DS_AHEAD) fetch_ds(row + step, dn);
     dot = group_sum_1bar(dot, scratch, static_cast<int>(it & 1));
     if (active) {
       const float c = r * r * r * dot / static_cast<float>(cols);
@@ -510,6 +639,8 @@ __global__ void __launch_bounds__(1024, 1)
             if constexpr (STAGES > 0) {
 #pragma unroll
               for (int k = 0; k < CD; ++k) reinterpret_cast<uint4*>(&dv)[k] = *slot(stage, CX + CG + k, i);
+            } else if constexpr (DS_AHEAD) {
+              dv = dcur[i];
             } else {
               dv = load_vec<T, VEC>(ds_out + row * ds_out_stride + v * VEC);
             }
@@ -535,6 +666,7 @@ __global__ void __launch_bounds__(1024, 1)
       for (int i = 0; i < MAXV; ++i) {
         xv[i] = xn[i];
         gv[i] = gn[i];
+        if constexpr (DS_AHEAD) dcur[i] = dn[i];
       }
     }
   }
@@ -651,6 +783,26 @@ __global__ void __launch_bounds__(256)
 // ---------------------------------------------------------------------------
 // Host-side planning.
 
+// Which rms_fwd_cached variant runs (FwdMode). Read on every call (one getenv
+// per launch), so that benchmarks can A/B the variants in one process and the
+// tests can run each of them:
+//   LIGER_CPP_RMS_ADD_FWD=old|pack|new, FusedAddRMSNorm (default new). The old
+//     bf16 ADD forward ran at 60.6 % of C at 16384 x 4096 on the H200 against
+//     88.8 % for plain RMSNorm (benchmarks/results/2026-11-30-h200-*-9f9f3e6.log),
+//     with half of its s and y vectors stored as 8 x 2-byte stores each.
+//   LIGER_CPP_RMS_FWD=old|pack|new, plain RMSNorm (default old: its split y
+//     stores are 4 x 32-bit, a smaller loss, and new measured no better:
+//     87.5 / 89.9 / 94.1 / 75.8 % of C against 88.0 / 91.3 / 93.6 / 76.2 % at
+//     16384x4096 / 8192x16384 / 131072x1024 / 4096x32768,
+//     benchmarks/results/2026-11-30-h200-rms_norm-quick-c1a3bfe.log).
+FwdMode fwd_mode(bool add) {
+  const char* e = std::getenv(add ? "LIGER_CPP_RMS_ADD_FWD" : "LIGER_CPP_RMS_FWD");
+  if (e && std::strcmp(e, "old") == 0) return kFwdOld;
+  if (e && std::strcmp(e, "pack") == 0) return kFwdPack;
+  if (e && std::strcmp(e, "new") == 0) return kFwdNew;
+  return add ? kFwdNew : kFwdOld;
+}
+
 template <typename F>
 cudaError_t dispatch_types(DType xd, DType wd, DType yd, F&& f) {
   return dispatch_dtype(xd, [&](auto xt) {
@@ -710,19 +862,23 @@ auto bwd_kernel(const Plan& p, bool ds) {
 //     fetched ahead by cp.async into shared memory (registers stay at 64, so
 //     32 warps per SM, and ~96 KiB per SM in flight at 16384 x 4096 bf16).
 //   reg (default): rms_bwd_pipe fetching one row ahead into registers (64 registers;
-//     fp32 dy with 16-bit x takes async: it spilled).
+//     fp32 dy with 16-bit x takes async: it spilled). FusedAddRMSNorm's ds_out is
+//     loaded after the row's reduction, its latency exposed once per row.
+//   regds: reg, with ds_out also fetched one row ahead (differs from reg only
+//     for FusedAddRMSNorm with a residual gradient; not measured yet).
 //   old: rms_bwd_cached, 4 vectors per thread, 128 registers, 16 warps per SM
 //     (measured latency-bound at 49 % of DRAM bandwidth on the H200).
 // rms_bwd_pipe keeps one vector per thread (MAXV = 1: more spills at 64
 // registers), so rows above 1024 vectors (8192 bf16 or 4096 fp32 columns)
 // always take rms_bwd_cached.
-enum class BwdKind { kOld, kReg, kAsync };
+enum class BwdKind { kOld, kReg, kAsync, kRegDs };
 constexpr int kPipeStages = 4;
 
 BwdKind bwd_kind() {
   const char* e = std::getenv("LIGER_CPP_RMS_BWD");
   if (e && std::strcmp(e, "old") == 0) return BwdKind::kOld;
   if (e && std::strcmp(e, "async") == 0) return BwdKind::kAsync;
+  if (e && std::strcmp(e, "regds") == 0) return BwdKind::kRegDs;
   return BwdKind::kReg;
 }
 
@@ -731,10 +887,10 @@ struct BwdPlan : Plan {
   size_t smem = 0;
 };
 
-template <typename T, typename WT, typename OT, int STAGES>
+template <typename T, typename WT, typename OT, int STAGES, bool DSA = false>
 auto pipe_kernel(bool ds) {
   constexpr int full = 16 / sizeof(T);
-  return ds ? &rms_bwd_pipe<T, WT, OT, full, 1, STAGES, true>
+  return ds ? &rms_bwd_pipe<T, WT, OT, full, 1, STAGES, true, DSA>
             : &rms_bwd_pipe<T, WT, OT, full, 1, STAGES, false>;
 }
 
@@ -745,6 +901,7 @@ auto pipe_kernel(BwdKind k, bool ds) {
   if constexpr (sizeof(OT) > sizeof(T)) {
     return pipe_kernel<T, WT, OT, kPipeStages>(ds);
   } else {
+    if (k == BwdKind::kRegDs) return pipe_kernel<T, WT, OT, 0, true>(ds);
     return k == BwdKind::kReg ? pipe_kernel<T, WT, OT, 0>(ds) : pipe_kernel<T, WT, OT, kPipeStages>(ds);
   }
 }
@@ -851,9 +1008,21 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       if (aligned && pick_cached(a.cols / full, p)) {
         const dim3 block(p.tx, p.ty);
         const int64_t grid = ceil_div(a.rows, p.ty);
-        rms_fwd_cached<T, WT, OT, full, kMaxV, ADD>
-            <<<grid, block, 0, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd, a.rows,
-                                         a.cols, a.eps, a.offset, llama);
+        auto launch_mode = [&](auto mode_c) {
+          rms_fwd_cached<T, WT, OT, full, kMaxV, ADD, decltype(mode_c)::value>
+              <<<grid, block, 0, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
+                                           a.rows, a.cols, a.eps, a.offset, llama);
+        };
+        switch (fwd_mode(ADD)) {
+          case kFwdOld:
+            launch_mode(std::integral_constant<int, kFwdOld>{});
+            break;
+          case kFwdPack:
+            launch_mode(std::integral_constant<int, kFwdPack>{});
+            break;
+          default:
+            launch_mode(std::integral_constant<int, kFwdNew>{});
+        }
       } else {
         const int vec = aligned ? full : 1;
         const int64_t row_bytes = a.cols * static_cast<int64_t>(sizeof(T));

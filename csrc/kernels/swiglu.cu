@@ -8,6 +8,8 @@
 // so only the very last tile is partial. When a pointer or a row stride is not
 // 16-byte aligned the same kernels run with VEC = 1. Offsets are int64.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 
@@ -33,6 +35,34 @@ struct Act<GluAct::kSilu> {
   static __device__ __forceinline__ float f(float x) { return x / (1.f + expf(-x)); }
   static __device__ __forceinline__ void fd(float x, float& y, float& d) {
     const float s = 1.f / (1.f + expf(-x));
+    y = x * s;
+    d = s * (1.f + x * (1.f - s));
+  }
+};
+
+// SiLU's sigmoid with its reciprocal taken without an IEEE division (the
+// default; LIGER_CPP_GLU_SILU=div selects x / (1 + e), see silu_rcp()). The
+// division compiles to a checked slow path: FCHK, a branch and a convergence
+// barrier per element (60 BSSY in the bf16 forward's SASS against 4 for
+// GELU-tanh's), and ran at 75.4 % of C forward, 82.0 % fwd+bwd against 88.2 /
+// 91.0 % for this form (4096 x 14336 bf16, H200,
+// benchmarks/results/2026-11-30-h200-swiglu-quick-c1a3bfe.log). Here 1 / d,
+// d = 1 + e >= 1, is rcp.approx (subnormal results kept) refined by one Newton
+// step, within about 1 ulp of the rounded reciprocal; d = inf gives 0 (the
+// limit) instead of the step's NaN. No branches.
+__device__ __forceinline__ float sigmoid_of_exp_neg(float e) {
+  const float d = 1.f + e;
+  float r;
+  asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(d));
+  r = fmaf(r, fmaf(-d, r, 1.f), r);
+  return d == INFINITY ? 0.f : r;
+}
+
+template <>
+struct Act<GluAct::kSiluRcp> {
+  static __device__ __forceinline__ float f(float x) { return x * sigmoid_of_exp_neg(expf(-x)); }
+  static __device__ __forceinline__ void fd(float x, float& y, float& d) {
+    const float s = sigmoid_of_exp_neg(expf(-x));
     y = x * s;
     d = s * (1.f + x * (1.f - s));
   }
@@ -187,15 +217,27 @@ inline int64_t grid_for(int64_t tiles, int sm_count) {
   return tiles < resident ? tiles : resident;
 }
 
+// Which SiLU runs: LIGER_CPP_GLU_SILU=div (IEEE division, the A/B
+// reference) or anything else (Act<kSiluRcp>, the default). Read on every call
+// (one getenv per launch) so that the benchmark can A/B both in one process and
+// the tests can run each.
+bool silu_rcp() {
+  const char* e = std::getenv("LIGER_CPP_GLU_SILU");
+  return !(e && std::strcmp(e, "div") == 0);
+}
+
 template <typename F>
 cudaError_t dispatch_act(GluAct act, F&& f) {
   switch (act) {
     case GluAct::kSilu:
+      if (silu_rcp()) return f(std::integral_constant<GluAct, GluAct::kSiluRcp>{});
       return f(std::integral_constant<GluAct, GluAct::kSilu>{});
     case GluAct::kGeluTanh:
       return f(std::integral_constant<GluAct, GluAct::kGeluTanh>{});
     case GluAct::kGeluErf:
       return f(std::integral_constant<GluAct, GluAct::kGeluErf>{});
+    case GluAct::kSiluRcp:
+      return f(std::integral_constant<GluAct, GluAct::kSiluRcp>{});
   }
   return cudaErrorInvalidValue;
 }

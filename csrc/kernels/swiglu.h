@@ -19,7 +19,10 @@
 
 namespace liger_cpp::kernels {
 
-enum class GluAct : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };
+// kSiluRcp is kernel-internal: SiLU with the sigmoid's reciprocal taken without
+// an IEEE division, which glu_fwd/glu_bwd run for kSilu unless
+// LIGER_CPP_GLU_SILU=div (see swiglu.cu); callers pass kSilu.
+enum class GluAct : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2, kSiluRcp = 3 };
 
 struct GluFwdArgs {
   const void* a;

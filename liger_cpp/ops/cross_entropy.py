@@ -1,4 +1,5 @@
-"""Cross entropy on given logits: fake kernels and autograd for torch.ops.liger.cross_entropy_*, and
+"""Cross entropy on given logits: fake kernels for torch.ops.liger.cross_entropy_* (the autograd of
+cross_entropy_fwd is in C++: csrc/ops/cross_entropy_autograd.cpp), the in-place option's autograd, and
 `cross_entropy` (Liger's LigerCrossEntropyFunction, with its options and outputs).
 
 One pass over the logits: the forward computes the loss and, when a gradient is needed, the
@@ -26,7 +27,6 @@ an asynchronous device assertion on CUDA, so the op can be captured in a CUDA gr
 with torch.compile(fullgraph=True).
 """
 
-import weakref
 from typing import Optional, Union
 
 import torch
@@ -36,13 +36,6 @@ from liger_cpp.ops._common import check_device
 from liger_cpp.ops.ce_output import CrossEntropyOutput
 
 REDUCTIONS = ("none", "mean", "sum")
-
-
-def _tracing(t: Tensor) -> bool:
-    """Under torch.compile / AOT tracing (fake or functional tensors): take functional paths only."""
-    from torch._subclasses.fake_tensor import is_fake
-
-    return torch.compiler.is_compiling() or is_fake(t)
 
 
 def _check_fake(logits, target, weight, reduction):
@@ -107,15 +100,6 @@ def _cross_entropy_scale_grad_fake(grad, grad_output):
     return None
 
 
-def _scaled_out_of_place(dl: Tensor, grad_output: Tensor, reduction: str) -> Tensor:
-    """dl * grad_output as a functional expression (fp32 math, one rounding): the compiled path."""
-    acc = torch.float64 if dl.dtype == torch.float64 else torch.float32
-    g = grad_output.to(acc)
-    if reduction == "none":
-        g = g.reshape(dl.shape[:-1]).unsqueeze(-1)
-    return (dl.to(acc) * g).to(dl.dtype)
-
-
 _SECOND_BACKWARD = (
     "liger_cpp: cross_entropy: a second backward through the same graph (retain_graph=True) needs the "
     "gradient again, but the first backward handed out its buffer and {why}. Keep the logits (and "
@@ -123,71 +107,13 @@ _SECOND_BACKWARD = (
 )
 
 
-def _setup_context(ctx, inputs, output):
-    logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction = inputs[:8]
-    compute_grad = inputs[8]
-    _, z_loss, dlogits, argmax = output
-    ctx.mark_non_differentiable(z_loss, dlogits, argmax)
-    # Without this autograd hands the backward a zero-filled logits-sized "gradient" for the dlogits
-    # output (found with the memory profiler: the extra buffer and fill at the H200's peak).
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(dlogits)
-    ctx.compute_grad = compute_grad
-    ctx.reduction = reduction
-    ctx.consumed = False
-    ctx.recompute = None
-    if compute_grad and not _tracing(logits):
-        # For a second backward (retain_graph): the logits by weak reference (keeping them alive would
-        # cost a logits-sized buffer whenever the caller drops them), target and weight (small) by
-        # reference, with their versions to detect in-place changes.
-        ctx.recompute = (
-            weakref.ref(logits),
-            logits._version,
-            target,
-            target._version,
-            weight,
-            None if weight is None else weight._version,
-            (ignore_index, label_smoothing, lse_square_scale, softcap, reduction),
-        )
-
-
-def _recompute(ctx) -> Tensor:
-    if ctx.recompute is None:
-        raise RuntimeError(_SECOND_BACKWARD.format(why="nothing was kept to recompute it"))
-    logits_ref, lv, target, tv, weight, wv, args = ctx.recompute
-    logits = logits_ref()
-    if logits is None:
-        raise RuntimeError(_SECOND_BACKWARD.format(why="the logits are no longer referenced"))
-    if logits._version != lv or target._version != tv or (weight is not None and weight._version != wv):
-        raise RuntimeError(_SECOND_BACKWARD.format(why="the logits, target or weight were modified in place"))
-    with torch.no_grad():
-        return torch.ops.liger.cross_entropy_fwd(logits, target, weight, *args, True, False)[2]
-
-
-def _backward(ctx, dloss, _dz, _ddlogits, _dargmax):
-    none = (None,) * 10
-    if not ctx.needs_input_grad[0] or dloss is None:
-        return none
-    if not ctx.compute_grad:
-        raise RuntimeError(
-            "liger_cpp: cross_entropy_fwd was called with compute_grad=False, so it has no gradient for "
-            "the logits; call it with compute_grad=True (liger_cpp.ops.cross_entropy does so when the "
-            "logits require grad and grad mode is on)"
-        )
-    if ctx.consumed:
-        dl = _recompute(ctx)
-    else:
-        (dl,) = ctx.saved_tensors
-    if _tracing(dl):
-        return (_scaled_out_of_place(dl, dloss, ctx.reduction),) + none[1:]
-    # Scale the forward's buffer in place and hand it out: no second logits-sized buffer. A second
-    # backward through this graph recomputes instead of scaling the handed-out buffer again.
-    ctx.consumed = True
-    torch.ops.liger.cross_entropy_scale_grad_(dl, dloss)
-    return (dl,) + none[1:]
-
-
-torch.library.register_autograd("liger::cross_entropy_fwd", _backward, setup_context=_setup_context)
+# Autograd of cross_entropy_fwd is registered in C++ (csrc/ops/cross_entropy_autograd.cpp, the
+# Autograd dispatch key), not with torch.library.register_autograd: as for RoPE, the Python
+# autograd.Function around the op (and a Python backward run under the GIL by the engine's device
+# thread, only to launch one scaling kernel) cost host time comparable to the kernels. Same semantics:
+# no materialised zero gradients, the forward's buffer scaled in place and handed out, a second
+# backward (retain_graph) recomputing from weakly referenced logits or raising a clear error, and a
+# functional backward under tracing (torch.compile).
 
 
 class _CrossEntropyInplace(torch.autograd.Function):
