@@ -267,7 +267,7 @@ def _cfg(**kw):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("in_place", [False, True, None])
 def test_torch_compile_fullgraph(device, in_place):
     torch._dynamo.reset()
     mlp = LigerSwiGLUMLP(_cfg(), in_place=in_place).to(device)
@@ -287,6 +287,67 @@ def test_torch_compile_fullgraph(device, in_place):
     f(x).backward()
     for g, p in zip(got, params):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+
+
+def _glu_inputs_after_backward(mlp, x, width):
+    """Runs mlp(x) forward and backward; returns the GLU's saved (a, b), their values right
+    after the forward, and the parameter gradients."""
+    kept = []
+
+    def pack(t):
+        kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = mlp(x)
+    # saved in graph order: a and b (by the GLU), then c (by the down projection)
+    glu_in = [t for t in kept if t.shape == (*x.shape[:-1], width)][:2]
+    before = [t.clone() for t in glu_in]
+    y.backward(torch.linspace(-1, 1, y.numel(), device=y.device).view_as(y))
+    grads = [p.grad.clone() for p in mlp.parameters()]
+    return glu_in, before, grads
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ip: LigerSwiGLUMLP(_cfg(), in_place=ip),
+        lambda ip: LigerGEGLUMLP(_cfg(hidden_act="gelu_pytorch_tanh"), in_place=ip),
+        lambda ip: LigerBlockSparseTop2MLP(_cfg(), in_place=ip),
+    ],
+    ids=["swiglu", "geglu", "mixtral"],
+)
+def test_mlp_default_in_place_only_when_outputs_private(device, make):
+    """The MLPs' default (in_place=None) writes the GLU gradients into the projections' outputs
+    when nothing but autograd can hold them, and never when a forward hook could: the hooked
+    outputs keep their values. Gradients are the same either way."""
+    torch.manual_seed(0)
+    mlp = make(None).to(device)
+    ref = make(False).to(device)
+    ref.load_state_dict(mlp.state_dict())
+    x = torch.randn(4, 5, 64, device=device)
+    glu_in, before, grads = _glu_inputs_after_backward(mlp, x, 160)
+    _, _, ref_grads = _glu_inputs_after_backward(ref, x, 160)
+    assert len(glu_in) == 2
+    assert all(t._version > 0 for t in glu_in)  # written in place (a declared mutation)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
+
+    for p in mlp.parameters():
+        p.grad = None
+    seen = []
+    first = next(m for m in mlp.children() if isinstance(m, torch.nn.Linear))
+    handle = first.register_forward_hook(lambda m, i, o: seen.append(o))
+    try:
+        glu_in, before, grads = _glu_inputs_after_backward(mlp, x, 160)
+    finally:
+        handle.remove()
+    assert all(t._version == 0 for t in glu_in)
+    for t, b in zip(glu_in, before):
+        assert torch.equal(t, b)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
 
 
 # Pure-PyTorch HF MLPs (LlamaMLP / Phi3MLP / MixtralBlockSparseTop2MLP / GemmaMLP formulas).

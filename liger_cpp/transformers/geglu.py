@@ -4,6 +4,7 @@ with liger_cpp's fused gelu(a) * b."""
 from torch import nn
 
 from liger_cpp.ops.geglu import geglu
+from liger_cpp.transformers.swiglu import resolve_in_place
 
 # HF activation names -> GELU approximation. gelu_new / gelu_fast / gelu_pytorch_tanh are all
 # the tanh formula; "gelu" is the exact erf GELU.
@@ -26,9 +27,10 @@ def gelu_approximate(config) -> str:
 
 
 class LigerGEGLUMLP(nn.Module):
-    """down_proj(gelu(gate_proj(x)) * up_proj(x)) (HF GemmaMLP)."""
+    """down_proj(gelu(gate_proj(x)) * up_proj(x)) (HF GemmaMLP); `in_place` as in
+    `LigerSwiGLUMLP`."""
 
-    def __init__(self, config, in_place: bool = False):
+    def __init__(self, config, in_place: bool | None = None):
         super().__init__()
         self.config = config
         self.hidden_size = config.hidden_size
@@ -41,4 +43,5 @@ class LigerGEGLUMLP(nn.Module):
 
     def forward(self, x):
         a, b = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(geglu(a, b, approximate=self.approximate, in_place=self.in_place))
+        ip = resolve_in_place(self.in_place, self.gate_proj, self.up_proj)
+        return self.down_proj(geglu(a, b, approximate=self.approximate, in_place=ip))

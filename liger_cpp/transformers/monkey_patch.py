@@ -378,7 +378,7 @@ def _mlp_convert(module, kind, config, liger_cls=None):
         module.hidden_size = module.down_proj.out_features
         module.intermediate_size = module.down_proj.in_features
         if kind != "phi3":
-            module.in_place = False
+            module.in_place = None  # in place when the projections' outputs are private
         if kind == "geglu":
             module.approximate = approximate
 

@@ -9,6 +9,25 @@ from liger_cpp.ops.swiglu import swiglu
 SILU_NAMES = ("silu", "swish")
 
 
+def outputs_private(*projections: nn.Module) -> bool:
+    """Whether the outputs of these projections, computed inside an MLP's forward, can be reached
+    only through that forward and autograd: no forward hook (on the module or global) that could
+    keep a reference. Then the GLU backward may write its gradients into them (`in_place=None`,
+    the modules' default): autograd's version counters guard every other user, and nothing else
+    can see the overwritten values. This saves two (tokens x intermediate) buffers at each MLP's
+    backward, as Liger's always-in-place backward does, without Liger's silent corruption of a
+    tensor someone else holds."""
+    if getattr(nn.modules.module, "_global_forward_hooks", None):
+        return False
+    return not any(m._forward_hooks for m in projections)
+
+
+def resolve_in_place(in_place, *projections: nn.Module) -> bool:
+    """True / False as given; None (the default): in place when the projections' outputs are
+    private (see outputs_private)."""
+    return outputs_private(*projections) if in_place is None else bool(in_place)
+
+
 def _check_act(config, attr="hidden_act"):
     act = getattr(config, attr, None)
     if act not in SILU_NAMES:
@@ -21,10 +40,11 @@ class LigerSwiGLUMLP(nn.Module):
     """down_proj(silu(gate_proj(x)) * up_proj(x)) (HF LlamaMLP; biases when config.mlp_bias is
     set, as HF's Llama/Granite MLPs do).
 
-    `in_place=True` lets the backward write its gradients into the gate and up projections'
-    outputs (see `liger_cpp.ops.swiglu.swiglu`)."""
+    `in_place` lets the backward write its gradients into the gate and up projections' outputs
+    (see `liger_cpp.ops.swiglu.swiglu`): None (default) when no forward hook can hold those
+    outputs (see `outputs_private`), True / False always / never."""
 
-    def __init__(self, config, in_place: bool = False):
+    def __init__(self, config, in_place: bool | None = None):
         super().__init__()
         _check_act(config)
         self.config = config
@@ -37,7 +57,8 @@ class LigerSwiGLUMLP(nn.Module):
         self.in_place = in_place
 
     def forward(self, x):
-        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x), in_place=self.in_place))
+        ip = resolve_in_place(self.in_place, self.gate_proj, self.up_proj)
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x), in_place=ip))
 
 
 class LigerQwen3MoeSwiGLUMLP(LigerSwiGLUMLP):
@@ -53,7 +74,7 @@ class LigerQwen3MoeSwiGLUMLP(LigerSwiGLUMLP):
         self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
         self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
         self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
-        self.in_place = False
+        self.in_place = None
 
 
 class LigerPhi3SwiGLUMLP(nn.Module):
@@ -78,7 +99,7 @@ class LigerBlockSparseTop2MLP(nn.Module):
     """One Mixtral expert (HF MixtralBlockSparseTop2MLP): w2(silu(w1(x)) * w3(x)), with
     ffn_dim = config.intermediate_size (config.ffn_dim where a config only has that)."""
 
-    def __init__(self, config, in_place: bool = False):
+    def __init__(self, config, in_place: bool | None = None):
         super().__init__()
         _check_act(config)
         inter = getattr(config, "intermediate_size", None)
@@ -90,7 +111,8 @@ class LigerBlockSparseTop2MLP(nn.Module):
         self.in_place = in_place
 
     def forward(self, x):
-        return self.w2(swiglu(self.w1(x), self.w3(x), in_place=self.in_place))
+        ip = resolve_in_place(self.in_place, self.w1, self.w3)
+        return self.w2(swiglu(self.w1(x), self.w3(x), in_place=ip))
 
 
 class LigerExpertsSwiGLUMixin:
