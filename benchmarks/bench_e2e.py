@@ -189,6 +189,7 @@ def _train(args, state: dict) -> dict:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     return dict(
+        device_bytes=torch.cuda.get_device_properties(device).total_memory if cuda else None,
         tokens_per_s=args.batch * args.seq / statistics.median(timed),
         step_ms=[t * 1e3 for t in times],
         peak_bytes=peak,

@@ -96,3 +96,51 @@ def test_presets_match_targets():
     assert args.grad_checkpointing and (args.batch, args.seq, args.steps, args.warmup) == (1, 16384, 5, 2)
     with pytest.raises(SystemExit):
         bench_e2e.parse(["--variants=hf,nope"])
+
+
+def _synthetic_trial(calls, cap=140 * 2**30, limit=0.995):
+    """Peak = 20 GiB + 4 MiB per unit of length; out of memory above limit * cap."""
+
+    def trial(t):
+        calls.append(t)
+        peak = 20 * 2**30 + t * 4 * 2**20
+        if peak > limit * cap:
+            return {"error": "out of memory at step 1", "peak_bytes": None}
+        return {"peak_bytes": peak, "device_bytes": cap, "tokens_per_s": 1.0}
+
+    return trial
+
+
+def test_max_seq_search_finds_the_boundary():
+    import bench_max_seq as ms
+
+    calls = []
+    res = ms.search(_synthetic_trial(calls), start=2048, step=512, max_trials=8)
+    # true limit: (0.995 * 140 - 20) GiB / 4 MiB = 30541 -> 30208 is the last multiple of 512 that fits
+    assert (res["longest"], res["shortest_oom"]) == (30208, 30720)
+    assert calls[:2] == [2048, 4096] and 29000 < res["predicted"] < 30541  # the line, with 2 % headroom
+    assert len(calls) == len(set(calls)) <= 8
+
+    calls = []  # the first length already runs out: halve until one trains
+    res = ms.search(_synthetic_trial(calls, cap=30 * 2**30), start=8192, step=512, max_trials=8)
+    assert calls[:2] == [8192, 4096] and res["longest"] is not None
+    assert res["shortest_oom"] - res["longest"] <= 512 or len(calls) == 8
+
+    res = ms.search(lambda t: {"error": "RuntimeError: boom"}, start=2048, step=512, max_trials=8)
+    assert res["error"] == "T=2048: RuntimeError: boom" and res["longest"] is None
+
+
+def test_max_seq_main_table_and_json(tmp_path, monkeypatch, capsys):
+    import bench_max_seq as ms
+
+    calls = []
+    trial = _synthetic_trial(calls)
+    monkeypatch.setattr(ms.bench_e2e, "run_variant", lambda v, args, tmp: trial(args.seq))
+    out = tmp_path / "max_seq.json"
+    rc = ms.main(["--variants=hf,liger_cpp", "--device=cpu", f"--out={out}"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert [r["longest"] for r in data["rows"]] == [30208, 30208]
+    text = capsys.readouterr().out.rstrip().splitlines()
+    assert text[-5].startswith("Longest sequence at batch 8 (Llama 1b, bf16")
+    assert [ln.split()[:2] for ln in text[-2:]] == [["hf", "30208"], ["liger_cpp", "30208"]]
