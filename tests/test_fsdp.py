@@ -4,6 +4,9 @@ apply_liger_kernel_to_llama() (RoPE, RMSNorm, SwiGLU, fused linear cross entropy
 trained 3 AdamW steps with each rank on its half of a global batch, must match a single process trained
 on the whole batch: same per-step losses, same final parameters.
 
+The CUDA twin (NCCL, one GPU a rank, cuda:0 for the references) runs where two GPUs and the CUDA
+kernels are present, and is skipped elsewhere (CI).
+
 Every row has the same number of tokens and none is ignored, so the mean of the per-rank mean losses
 (what FSDP's gradient averaging over ranks amounts to) equals the global batch's mean loss."""
 
@@ -38,14 +41,14 @@ def _data(step):
     return batch(seed=100 + step, b=ROWS, t=9, ignore=False)
 
 
-def _train(model, rank=0, world=1, lr=LR):
+def _train(model, rank=0, world=1, lr=LR, device="cpu"):
     """Per-step mean losses over the global batch, the model trained STEPS AdamW steps."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     rows = slice(rank * ROWS // world, (rank + 1) * ROWS // world)
     losses = []
     for step in range(STEPS):
-        ids, labels = _data(step)
-        out = model(input_ids=ids[rows], labels=labels[rows])
+        ids, labels = (t[rows].to(device) for t in _data(step))
+        out = model(input_ids=ids, labels=labels)
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -53,17 +56,17 @@ def _train(model, rank=0, world=1, lr=LR):
         if world > 1:
             dist.all_reduce(loss)
         losses.append(loss / world)
-    return torch.stack(losses), out
+    return torch.stack(losses).cpu(), out
 
 
-def _shard(model, kind):
+def _shard(model, kind, device):
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
     if kind == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh("cpu", (WORLD,))
+        mesh = init_device_mesh(device.type, (WORLD,))
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
@@ -77,14 +80,14 @@ def _shard(model, kind):
         model,
         auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}),
         use_orig_params=True,
-        device_id=torch.device("cpu"),
+        device_id=device,
     )
 
 
 def _full_params(model, kind):
     """name -> full (unsharded) parameter, with the plain model's names."""
     if kind == "fsdp2":
-        return {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
+        return {n: p.full_tensor().detach().cpu().clone() for n, p in model.named_parameters()}
     if kind == "fsdp1":
         # (get_model_state_dict(full_state_dict=True, cpu_offload=True) segfaults on CPU in torch 2.11,
         # in FSDP1's post-state-dict clone(), even for an untrained plain Hugging Face model)
@@ -92,20 +95,28 @@ def _full_params(model, kind):
 
         with FullyShardedDataParallel.summon_full_params(model, writeback=False):
             return {
-                n.replace("_fsdp_wrapped_module.", ""): p.detach().clone()
+                n.replace("_fsdp_wrapped_module.", ""): p.detach().cpu().clone()
                 for n, p in model.named_parameters()
             }
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
 
 
-def _worker(rank, init_file, out_file, lr_rank1):
+def _worker(rank, init_file, out_file, lr_rank1, device_type="cpu"):
     """Both FSDP flavours in one pair of processes (the imports cost more than the training)."""
     torch.set_num_threads(1)  # 2 processes on 2 cores; the tiny matmuls gain nothing from threads
     if os.path.isdir("/sys/class/net/lo"):
         # gloo otherwise binds to the address the hostname resolves to, unreachable in some containers
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60)
+        "nccl" if device.type == "cuda" else "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=60),
+        **({"device_id": device} if device.type == "cuda" else {}),
     )
     try:
         import liger_cpp.transformers as lt
@@ -113,30 +124,30 @@ def _worker(rank, init_file, out_file, lr_rank1):
         lt.apply_liger_kernel_to_llama()  # class level, before the models are built
         results = {}
         for kind in KINDS:
-            model = build("llama")
+            model = build("llama").to(device)
             assert isinstance(model.model.layers[0].mlp, lt.LigerSwiGLUMLP)
             assert isinstance(model.model.norm, lt.LigerRMSNorm)
-            model = _shard(model, kind)
-            losses, out = _train(model, rank, WORLD, lr=lr_rank1 if rank == 1 else LR)
+            model = _shard(model, kind, device)
+            losses, out = _train(model, rank, WORLD, lr=lr_rank1 if rank == 1 else LR, device=device)
             # no logits: the fused linear cross entropy ran (the FSDP-managed lm_head did not push the
             # patched forward back onto Hugging Face's materialised-logits path)
             assert out.logits is None, f"{kind}: FLCE path not taken"
             results[kind] = (losses, _full_params(model, kind))
         if rank == 0:
             # the single-process reference with the same patched classes
-            ref = build("llama")
-            ref_losses, _ = _train(ref)
+            ref = build("llama").to(device)
+            ref_losses, _ = _train(ref, device=device)
             results["ref"] = (ref_losses, _full_params(ref, None))
             torch.save(results, out_file)
     finally:
         dist.destroy_process_group()
 
 
-def _spawn(tmp_path, lr_rank1=LR):
+def _spawn(tmp_path, lr_rank1=LR, device_type="cpu"):
     out_file = tmp_path / "results.pt"
     ctx = mp.start_processes(
         _worker,
-        args=(str(tmp_path / "store"), str(out_file), lr_rank1),
+        args=(str(tmp_path / "store"), str(out_file), lr_rank1, device_type),
         nprocs=WORLD,
         join=False,
         start_method="spawn",
@@ -159,17 +170,37 @@ def fsdp_results(tmp_path_factory):
     return _spawn(tmp_path_factory.mktemp("fsdp"))
 
 
-@pytest.fixture(scope="module")
-def plain_hf():
+def _plain_hf(device="cpu"):
     """The single-process reference with Hugging Face's own modules (this process is never patched)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
-    model = build("llama")
+    model = build("llama").to(device)
     assert "Liger" not in type(model.model.norm).__name__, "a class-level patch leaked into this process"
-    losses, out = _train(model)
+    losses, out = _train(model, device=device)
     assert out.logits is not None  # Hugging Face's own loss path
     torch.set_num_threads(n)
     return losses, _full_params(model, None)
+
+
+@pytest.fixture(scope="module")
+def plain_hf():
+    return _plain_hf()
+
+
+def _two_gpus():
+    from conftest import CUDA_OK
+
+    return CUDA_OK and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
+
+
+@pytest.fixture(scope="module")
+def fsdp_cuda_results(tmp_path_factory):
+    return _spawn(tmp_path_factory.mktemp("fsdp_cuda"), device_type="cuda")
+
+
+@pytest.fixture(scope="module")
+def plain_hf_cuda():
+    return _plain_hf("cuda:0")
 
 
 def _margin(a, b, tol):
@@ -200,3 +231,12 @@ def test_fsdp_matches_single_process(kind, fsdp_results, plain_hf):
     res = fsdp_results[kind]
     _check(res, fsdp_results["ref"], f"{kind} vs single-process liger_cpp", TOL)
     _check(res, plain_hf, f"{kind} vs single-process Hugging Face", HF_TOL)
+
+
+@pytest.mark.skipif(not _two_gpus(), reason="needs two GPUs, NCCL and a CUDA build")
+@pytest.mark.parametrize("kind", KINDS)
+def test_fsdp_cuda_matches_single_process(kind, fsdp_cuda_results, plain_hf_cuda):
+    # cuBLAS may pick other kernels for half the batch, so both comparisons take HF_TOL here
+    res = fsdp_cuda_results[kind]
+    _check(res, fsdp_cuda_results["ref"], f"cuda {kind} vs single-process liger_cpp", HF_TOL)
+    _check(res, plain_hf_cuda, f"cuda {kind} vs single-process Hugging Face", HF_TOL)
