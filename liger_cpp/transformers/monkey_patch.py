@@ -355,6 +355,12 @@ def _norm_convert(module, liger_cls):
     return apply
 
 
+def _linear_like(m) -> bool:
+    """nn.Linear, or a PEFT adapter layer over one (LoRA's `base_layer`): called the same way, with
+    in_features / out_features."""
+    return isinstance(m, nn.Linear) or isinstance(getattr(m, "base_layer", None), nn.Linear)
+
+
 def _mlp_convert(module, kind, config, liger_cls=None):
     if kind == "experts":
         for a in ("gate_up_proj", "down_proj", "num_experts"):
@@ -364,8 +370,11 @@ def _mlp_convert(module, kind, config, liger_cls=None):
         return lambda: _swap_class(module, liger_cls)
     names = ("gate_up_proj", "down_proj") if kind == "phi3" else ("gate_proj", "up_proj", "down_proj")
     for a in names:
-        if not isinstance(getattr(module, a, None), nn.Linear):
-            raise ValueError(f"expected an MLP with {names}, got {type(module).__name__}")
+        if not _linear_like(getattr(module, a, None)):
+            raise ValueError(
+                f"expected an MLP whose {names} are nn.Linear (or PEFT layers over one), got "
+                f"{type(module).__name__} with {a}={type(getattr(module, a, None)).__name__}"
+            )
     if kind == "geglu":
         approximate = gelu_approximate(config)
     else:
