@@ -11,15 +11,15 @@ SILU_NAMES = ("silu", "swish")
 
 def outputs_private(*projections: nn.Module) -> bool:
     """Whether the outputs of these projections, computed inside an MLP's forward, can be reached
-    only through that forward and autograd: no forward hook (on the module or global) that could
-    keep a reference. Then the GLU backward may write its gradients into them (`in_place=None`,
-    the modules' default): autograd's version counters guard every other user, and nothing else
-    can see the overwritten values. This saves two (tokens x intermediate) buffers at each MLP's
-    backward, as Liger's always-in-place backward does, without Liger's silent corruption of a
-    tensor someone else holds."""
+    only through that forward and autograd: no forward hook (global, or on a projection or any of
+    its submodules, e.g. a PEFT layer's base_layer) that could keep a reference. Then the GLU
+    backward may write its gradients into them (`in_place=None`, the modules' default): autograd's
+    version counters guard every other user, and nothing else can see the overwritten values. This
+    saves two (tokens x intermediate) buffers at each MLP's backward, as Liger's always-in-place
+    backward does, without Liger's silent corruption of a tensor someone else holds."""
     if getattr(nn.modules.module, "_global_forward_hooks", None):
         return False
-    return not any(m._forward_hooks for m in projections)
+    return not any(sub._forward_hooks for m in projections for sub in m.modules())
 
 
 def resolve_in_place(in_place, *projections: nn.Module) -> bool:
