@@ -350,6 +350,31 @@ def test_mlp_default_in_place_only_when_outputs_private(device, make):
         torch.testing.assert_close(g, r, rtol=0, atol=0)
 
 
+class _Adapter(torch.nn.Module):
+    """A PEFT-like wrapper whose output is its base layer's output tensor itself."""
+
+    def __init__(self, base):
+        super().__init__()
+        self.base_layer = base
+
+    def forward(self, x):
+        return self.base_layer(x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mlp_default_stays_out_of_place_with_a_hook_inside_a_projection(device):
+    torch.manual_seed(0)
+    mlp = LigerSwiGLUMLP(_cfg()).to(device)
+    mlp.gate_proj = _Adapter(mlp.gate_proj)
+    seen = []
+    mlp.gate_proj.base_layer.register_forward_hook(lambda m, i, o: seen.append((o, o.detach().clone())))
+    x = torch.randn(4, 5, 64, device=device)
+    glu_in, _, _ = _glu_inputs_after_backward(mlp, x, 160)
+    assert all(t._version == 0 for t in glu_in)
+    (held, copy_at_forward) = seen[0]
+    assert torch.equal(held, copy_at_forward)  # what the hook holds was not overwritten
+
+
 # Pure-PyTorch HF MLPs (LlamaMLP / Phi3MLP / MixtralBlockSparseTop2MLP / GemmaMLP formulas).
 def _llama_mlp(m, x):
     return m.down_proj(F.silu(m.gate_proj(x)) * m.up_proj(x))
