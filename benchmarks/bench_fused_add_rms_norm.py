@@ -14,10 +14,17 @@ Usage: python benchmarks/bench_fused_add_rms_norm.py [--out FILE.json] [--no-var
 """
 
 import argparse
-import os
 
 import torch
-from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
+from harness import (
+    bench_ms,
+    copy_bandwidth_gbs,
+    fmt_table,
+    meta,
+    set_variant_env,
+    try_import_liger,
+    write_json,
+)
 
 import liger_cpp
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm
@@ -43,13 +50,6 @@ VARIANT_ENV = {
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
 }
-ENV_KEYS = ("LIGER_CPP_RMS_ADD_FWD", "LIGER_CPP_RMS_BWD")
-
-
-def set_variant_env(name):
-    for k in ENV_KEYS:
-        os.environ.pop(k, None)
-    os.environ.update(VARIANT_ENV.get(name, {}))
 
 
 def variants(have_liger, with_variants=True):
@@ -85,7 +85,7 @@ def main():
     ds = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     rows = []
     for name, f in variants(try_import_liger(), not args.no_variants).items():
-        set_variant_env(name)
+        set_variant_env(VARIANT_ENV, name)
         modes = ("fwd+bwd", "fwd") + (("fwd+bwd (leaf .grad)",) if name == "liger_cpp" else ())
         for mode in modes:
             if "[bwd=" in name and mode == "fwd":
@@ -134,7 +134,7 @@ def main():
                         "error": str(e).splitlines()[0][:120],
                     }
                 )
-    set_variant_env(None)
+    set_variant_env(VARIANT_ENV, None)
     payload = {
         "op": "fused_add_rms_norm",
         "dtype": "bfloat16",

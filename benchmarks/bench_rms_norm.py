@@ -6,14 +6,21 @@ Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick]
 """
 
 import argparse
-import os
 import subprocess
 import sys
 import textwrap
 
 import torch
 import torch.nn.functional as F
-from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
+from harness import (
+    bench_ms,
+    copy_bandwidth_gbs,
+    fmt_table,
+    meta,
+    set_variant_env,
+    try_import_liger,
+    write_json,
+)
 
 import liger_cpp
 from liger_cpp.ops.rms_norm import rms_norm
@@ -39,13 +46,6 @@ VARIANT_ENV = {
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
 }
-ENV_KEYS = ("LIGER_CPP_RMS_BWD", "LIGER_CPP_RMS_DW", "LIGER_CPP_RMS_FWD")
-
-
-def set_variant_env(name):
-    for k in ENV_KEYS:
-        os.environ.pop(k, None)
-    os.environ.update(VARIANT_ENV.get(name, {}))
 
 
 def variants(have_liger):
@@ -74,7 +74,7 @@ def run_shape(m, n, fns, C, modes, only=None):
             continue
         if name in VARIANT_ENV and (only or ("fwd+bwd" not in modes and "[fwd=" not in name)):
             continue
-        set_variant_env(name)
+        set_variant_env(VARIANT_ENV, name)
         if f == "compile":  # fresh per shape: avoids the recompile limit falling back to eager
             torch._dynamo.reset()
             f = torch.compile(eager, dynamic=False)
@@ -112,7 +112,7 @@ def run_shape(m, n, fns, C, modes, only=None):
                         "error": str(e).splitlines()[0][:120],
                     }
                 )
-    set_variant_env(None)
+    set_variant_env(VARIANT_ENV, None)
     del x, w, dy
     torch.cuda.empty_cache()
     return rows

@@ -10,11 +10,18 @@ Usage: python benchmarks/bench_swiglu.py [--out FILE.json] [--quick]
 """
 
 import argparse
-import os
 
 import torch
 import torch.nn.functional as F
-from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
+from harness import (
+    bench_ms,
+    copy_bandwidth_gbs,
+    fmt_table,
+    meta,
+    set_variant_env,
+    try_import_liger,
+    write_json,
+)
 
 import liger_cpp
 from liger_cpp.ops.geglu import geglu
@@ -29,12 +36,15 @@ def eager_geglu(a, b):
     return F.gelu(a, approximate="tanh") * b
 
 
+# the SiLU with an IEEE division (the default has none; csrc/kernels/swiglu.cu)
+VARIANT_ENV = {"liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"}}
+
+
 def variants(op, have_liger):
     if op == "swiglu":
         out = {
             "liger_cpp": swiglu,
-            # the SiLU with an IEEE division (the default has none; csrc/kernels/swiglu.cu)
-            "liger_cpp[silu=div]": swiglu,
+            **{name: swiglu for name in VARIANT_ENV},
             "eager": eager_swiglu,
             "compile": torch.compile(eager_swiglu, dynamic=False),
         }
@@ -61,9 +71,7 @@ def run_op(op, m, n, fns, C, modes):
     b = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dc = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     for name, f in fns.items():
-        os.environ.pop("LIGER_CPP_GLU_SILU", None)
-        if name.endswith("[silu=div]"):
-            os.environ["LIGER_CPP_GLU_SILU"] = "div"
+        set_variant_env(VARIANT_ENV, name)
         for mode in modes:
             try:
                 if mode == "fwd":
@@ -99,7 +107,7 @@ def run_op(op, m, n, fns, C, modes):
                     }
                 )
     del a, b, dc
-    os.environ.pop("LIGER_CPP_GLU_SILU", None)
+    set_variant_env(VARIANT_ENV, None)
     # strided rows: the two halves of one fused gate_up projection (Phi-3), forward only
     gate_up = torch.randn(m, 2 * n, device="cuda", dtype=torch.bfloat16)
     ga, gb = gate_up.chunk(2, dim=-1)

@@ -31,6 +31,14 @@ def _git_commit():
         return os.environ.get("LIGER_CPP_COMMIT", "unknown")
 
 
+def set_variant_env(variant_env: dict, name) -> None:
+    """Kernel-variant rows: clears every environment variable any row of variant_env ({row name:
+    {variable: value}}) sets, then sets row `name`'s (none for a row not in it, or None)."""
+    for k in {k for env in variant_env.values() for k in env}:
+        os.environ.pop(k, None)
+    os.environ.update(variant_env.get(name, {}))
+
+
 def bench_ms(fn, grad_to_none=None, warmup=50, rep=300):
     """Median milliseconds of fn()."""
     try:
