@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import CUDA_OK, DEVICES
 from reference import fused_add_rms_norm_ref
-from utils import assert_close_to_ref
+from utils import RMS_VARIANT_SHAPES, RMS_VARIANT_WEIGHTS, assert_close_to_ref
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm
@@ -102,16 +102,13 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
 # on the residual-gradient (ds_out) path, including rows fetched ahead with cp.async and
 # regds (ds_out fetched one row ahead in registers).
 BWD_VARIANTS = ["old", "reg", "async", "regds"]
-VARIANT_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", BWD_VARIANTS)
-@pytest.mark.parametrize("shape", VARIANT_SHAPES)
+@pytest.mark.parametrize("shape", RMS_VARIANT_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(
-    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
-)
+@pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
 def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
     monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
     _run_case(shape, dtype, wkind, mode, offset, device="cuda")
@@ -131,16 +128,13 @@ def test_cuda_bwd_variants_strided_zero_ds(monkeypatch, variant, dtype):
 # (pack + weights fetched before the reduction). Each must match the reference, and all must give
 # bit-identical y, s and rstd (they compute the same values, only the memory accesses differ).
 FWD_VARIANTS = ["old", "pack", "new"]
-FWD_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", FWD_VARIANTS)
-@pytest.mark.parametrize("shape", FWD_SHAPES)
+@pytest.mark.parametrize("shape", RMS_VARIANT_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(
-    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
-)
+@pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
 def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
     monkeypatch.setenv("LIGER_CPP_RMS_ADD_FWD", variant)
     _run_case(shape, dtype, wkind, mode, offset, device="cuda")

@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import CUDA_OK, DEVICES
 from reference import rms_norm_ref
-from utils import assert_close_to_ref
+from utils import RMS_VARIANT_SHAPES, RMS_VARIANT_WEIGHTS, assert_close_to_ref
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm
@@ -91,20 +91,16 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
 
 
 # The CUDA backward has several kernels for rows of up to 1024 vectors, chosen by
-# LIGER_CPP_RMS_BWD (read on every call): each must match the reference. The shapes cover one
-# warp per row with 16 rows per block, several rows per block, one row per block, 1024-thread
-# rows, rows too wide for the new kernels (fallback), and many rows per persistent block.
+# LIGER_CPP_RMS_BWD (read on every call): each must match the reference, on the shapes of
+# utils.RMS_VARIANT_SHAPES.
 BWD_VARIANTS = ["old", "reg", "async"]
-VARIANT_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", BWD_VARIANTS)
-@pytest.mark.parametrize("shape", VARIANT_SHAPES)
+@pytest.mark.parametrize("shape", RMS_VARIANT_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(
-    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
-)
+@pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
 def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
     monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
     _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda")
@@ -137,9 +133,7 @@ FWD_VARIANTS = ["old", "pack", "new"]
 @pytest.mark.parametrize("variant", FWD_VARIANTS)
 @pytest.mark.parametrize("shape", [(4096, 64), (300, 1024), (2000, 4096), (9, 16384), (5, 1000)])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(
-    "wkind,mode,offset", [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
-)
+@pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
 def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
     monkeypatch.setenv("LIGER_CPP_RMS_FWD", variant)
     _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda")

@@ -26,3 +26,11 @@ def assert_close_to_ref(out, ref64, ref_lo, name="output", factor=2.0, extra_ulp
         f"{name}: max error {err:.3e} > {factor} x low-precision PyTorch error {base:.3e} + {floor:.3e} "
         f"(dtype {out.dtype}, |ref| max {scale:.3e})"
     )
+
+
+# The RMSNorm and FusedAddRMSNorm CUDA kernel-variant cases. Shapes: one warp per row with 16 rows
+# per block, several rows per block, one row per block, 1024-thread rows, rows too wide for the
+# register-cached kernels (fallback), and many rows per persistent block. Weights: (kind, casting
+# mode, offset).
+RMS_VARIANT_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
+RMS_VARIANT_WEIGHTS = [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
