@@ -97,6 +97,11 @@ def eager_kto(w, x, t, rx, rw, lab):
 # Same keyword arguments for liger_cpp's and Liger's modules (only ones liger-kernel.md §3 lists).
 # The paired modules take (lin_weight, _input, target, bias, ...); KTO takes (_input, lin_weight,
 # target, bias, preference_labels, ref_input, ref_weight, ref_bias, kl), in both libraries.
+def _call_without_reference(m, w, x, t, rx, rw, lab):
+    """ORPO, CPO, SimPO: (weight, input, target, bias) only; the loss is the first output."""
+    return m(w, x, t, None)[0]
+
+
 LOSSES = {
     "dpo": {
         "cls": "LigerFusedLinearDPOLoss",
@@ -109,7 +114,7 @@ LOSSES = {
     "orpo": {
         "cls": "LigerFusedLinearORPOLoss",
         "kw": {"beta": BETA, "compute_nll_loss": True},
-        "call": lambda m, w, x, t, rx, rw, lab: m(w, x, t, None)[0],
+        "call": _call_without_reference,
         "eager": eager_orpo,
         "ref": False,
         "desc": "with NLL",
@@ -117,7 +122,7 @@ LOSSES = {
     "cpo": {
         "cls": "LigerFusedLinearCPOLoss",
         "kw": {"beta": BETA, "alpha": ALPHA, "compute_nll_loss": True, "average_log_prob": False},
-        "call": lambda m, w, x, t, rx, rw, lab: m(w, x, t, None)[0],
+        "call": _call_without_reference,
         "eager": eager_cpo,
         "ref": False,
         "desc": "with NLL",
@@ -125,7 +130,7 @@ LOSSES = {
     "simpo": {
         "cls": "LigerFusedLinearSimPOLoss",
         "kw": {"beta": BETA, "alpha": ALPHA, "gamma": GAMMA, "compute_nll_loss": True},
-        "call": lambda m, w, x, t, rx, rw, lab: m(w, x, t, None)[0],
+        "call": _call_without_reference,
         "eager": eager_simpo,
         "ref": False,
         "desc": "with NLL",
