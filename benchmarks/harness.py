@@ -2,8 +2,13 @@
 
 - Ceilings measured in the same run: copy bandwidth C (1 GiB uint8 `b.copy_(a)`, read + write
   bytes over the median time) and the bf16 GEMM rate G (8192^3).
-- Times are medians of `triton.testing.do_bench(warmup=50, rep=300)` when triton is present,
-  else of CUDA-event timings with the same discipline. Inputs are random, never zeros.
+- Times are medians of CUDA-event timings of single calls (the discipline of
+  `triton.testing.do_bench(warmup=50, rep=300)`: L2 flushed by zeroing 256 MiB before each call),
+  with one addition: before each timed call the GPU sleeps long enough for the host to enqueue the
+  whole call (twice its measured host time). A call whose Python/launch overhead exceeds its GPU
+  time would otherwise be charged for host time, and that varies with the machine's CPU: it made
+  fwd+bwd rows of Triton baselines and of our own kernels read 1.5–3x slow in one session.
+  `LIGER_CPP_BENCH_LEAD=0` times without the lead (the old figures). Inputs are random, never zeros.
 - Results are rows of dicts, written as JSON with the GPU, date and commit.
 """
 
@@ -11,6 +16,7 @@ import datetime
 import json
 import os
 import subprocess
+import time
 
 import torch
 
@@ -39,33 +45,70 @@ def set_variant_env(variant_env: dict, name) -> None:
     os.environ.update(variant_env.get(name, {}))
 
 
-def bench_ms(fn, grad_to_none=None, warmup=50, rep=300):
-    """Median milliseconds of fn()."""
-    try:
-        import triton.testing
+_SLEEP_CYCLES_PER_MS = None
+_FLUSH = None
 
-        return float(
-            triton.testing.do_bench(
-                fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none, return_mode="median"
-            )
-        )
-    except ImportError:
-        pass
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(max(20, rep // 5)):
-        if grad_to_none:
-            for t in grad_to_none:
-                t.grad = None
+
+def _sleep_cycles_per_ms():
+    """torch.cuda._sleep's cycles per millisecond on this GPU (measured once)."""
+    global _SLEEP_CYCLES_PER_MS
+    if _SLEEP_CYCLES_PER_MS is None:
+        n = 2_000_000
+        torch.cuda._sleep(n)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        fn()
+        torch.cuda._sleep(n)
         e.record()
         torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
+        _SLEEP_CYCLES_PER_MS = n / max(s.elapsed_time(e), 1e-3)
+    return _SLEEP_CYCLES_PER_MS
+
+
+def bench_ms(fn, grad_to_none=None, warmup=50, rep=300):
+    """Median milliseconds of fn() on the GPU: single calls, each after an L2 flush and, unless
+    LIGER_CPP_BENCH_LEAD=0, a GPU sleep that lets the host enqueue the whole call before it starts."""
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    lead = os.environ.get("LIGER_CPP_BENCH_LEAD", "1") != "0"
+
+    def clear_grads():
+        for t in grad_to_none or ():
+            t.grad = None
+
+    fn()
+    torch.cuda.synchronize()
+    # Estimate GPU and host time per call (5 calls).
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    host = []
+    s.record()
+    for _ in range(5):
+        clear_grads()
+        t0 = time.perf_counter()
+        fn()
+        host.append(time.perf_counter() - t0)
+    e.record()
+    torch.cuda.synchronize()
+    est_ms = max(s.elapsed_time(e) / 5, 1e-3)
+    host_ms = sorted(host)[2] * 1e3
+    lead_cycles = int(min(2 * host_ms + 0.05, 50.0) * _sleep_cycles_per_ms()) if lead else 0
+    n_warm = max(1, int(warmup / est_ms))
+    n_rep = max(1, int(rep / est_ms))
+    for _ in range(n_warm):
+        clear_grads()
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    for i in range(n_rep):
+        clear_grads()
+        _FLUSH.zero_()
+        if lead_cycles:
+            torch.cuda._sleep(lead_cycles)
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) for a, b in zip(starts, ends))
     return times[len(times) // 2]
 
 
