@@ -41,13 +41,14 @@ def eager(x, r, w):
 # liger_cpp forward variants, selected by LIGER_CPP_RMS_ADD_FWD (read on every call; see
 # csrc/kernels/rms_norm.cu fwd_mode): old = struct stores that nvcc split into 2-byte stores,
 # pack = packed 16-byte stores, new (default) = pack + weights fetched before the reduction.
-# Backward kernels, by LIGER_CPP_RMS_BWD (default reg: ds_out loaded after each row's
-# reduction; regds: fetched one row ahead; async: cp.async 3 rows ahead; old: rms_bwd_cached).
+# Backward kernels, by LIGER_CPP_RMS_BWD (default async here: cp.async 3 rows ahead; reg: one
+# row ahead in registers, ds_out loaded after each row's reduction; regds: ds_out fetched ahead too;
+# old: rms_bwd_cached).
 VARIANT_ENV = {
     "liger_cpp[add_fwd=old]": {"LIGER_CPP_RMS_ADD_FWD": "old"},
     "liger_cpp[add_fwd=pack]": {"LIGER_CPP_RMS_ADD_FWD": "pack"},
     "liger_cpp[bwd=regds]": {"LIGER_CPP_RMS_BWD": "regds"},
-    "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
+    "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
 }
 
