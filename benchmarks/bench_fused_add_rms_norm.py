@@ -50,6 +50,8 @@ VARIANT_ENV = {
     "liger_cpp[bwd=regds]": {"LIGER_CPP_RMS_BWD": "regds"},
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
+    # rows above 1024 vectors: the 4-vectors-a-thread backward instead of the sm_90 cluster kernel
+    "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
 }
 
 

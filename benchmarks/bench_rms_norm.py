@@ -40,7 +40,12 @@ def eager(x, w):
 # old kernel's dW partials in shared memory.
 # LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
+# Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
+# backward that the sm_90 cluster backward (default) replaces; LIGER_CPP_RMS_WIDE_TX=512 forces the
+# cluster kernel's 512-thread blocks (default: the block size with more threads resident).
 VARIANT_ENV = {
+    "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
+    "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
@@ -158,7 +163,8 @@ def main():
     rows = []
     rows += run_shape(16384, 4096, fns, C, ["fwd+bwd", "fwd"])
     rows += run_shape(8192, 16384, fns, C, ["fwd"])
-    sweep = [1024, 2048, 8192, 16384, 32768, 65536] if not args.quick else [1024, 32768]
+    # (128M / n) x n: 8192 x 16384, 4096 x 32768 and 2048 x 65536 take the wide (cluster) backward.
+    sweep = [1024, 2048, 8192, 16384, 32768, 65536] if not args.quick else [1024, 16384, 32768, 65536]
     for n in sweep:
         rows += run_shape((128 << 20) // n, n, fns, C, ["fwd+bwd", "fwd"])
     rows += run_shape(64, 262144, fns, C, ["fwd+bwd", "fwd"], only={"liger_cpp", "F.rms_norm"})

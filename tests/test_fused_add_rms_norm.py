@@ -6,7 +6,15 @@ import pytest
 import torch
 from conftest import CUDA_OK, DEVICES
 from reference import fused_add_rms_norm_ref
-from utils import RMS_VARIANT_SHAPES, RMS_VARIANT_WEIGHTS, assert_close_to_ref
+from utils import (
+    RMS_VARIANT_SHAPES,
+    RMS_VARIANT_WEIGHTS,
+    RMS_WIDE_SHAPES,
+    RMS_WIDE_VARIANTS,
+    RMS_WIDE_WEIGHTS,
+    assert_close_to_ref,
+    set_wide_variant,
+)
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm
@@ -121,6 +129,29 @@ def test_cuda_bwd_variants_strided_zero_ds(monkeypatch, variant, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
     _run_case((600, 2048), dtype, "same", "llama", 0.0, "cuda", strided=True)
     _run_case((700, 512), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
+
+
+# Rows above 1024 vectors on the residual-gradient (ds_out) path: LIGER_CPP_RMS_BWD_WIDE's kernels
+# (see test_rms_norm.py and utils.RMS_WIDE_VARIANTS), with strided inputs and a zero ds_out too.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
+@pytest.mark.parametrize("shape", RMS_WIDE_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("wkind,mode,offset", RMS_WIDE_WEIGHTS)
+def test_cuda_bwd_wide_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
+    if mode == "none" and wkind == "fp32" and dtype != torch.float32:
+        pytest.skip("'none' keeps one dtype: HF's formula would promote")
+    set_wide_variant(monkeypatch, variant)
+    _run_case(shape, dtype, wkind, mode, offset, device="cuda")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_bwd_wide_strided_zero_ds(monkeypatch, variant, dtype):
+    set_wide_variant(monkeypatch, variant)
+    _run_case((40, 16392), dtype, "same", "llama", 0.0, "cuda", strided=True)
+    _run_case((300, 16384), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
 
 
 # The CUDA register-cached forward has variants chosen by LIGER_CPP_RMS_ADD_FWD (read on every

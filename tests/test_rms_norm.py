@@ -5,7 +5,15 @@ import pytest
 import torch
 from conftest import CUDA_OK, DEVICES
 from reference import rms_norm_ref
-from utils import RMS_VARIANT_SHAPES, RMS_VARIANT_WEIGHTS, assert_close_to_ref
+from utils import (
+    RMS_VARIANT_SHAPES,
+    RMS_VARIANT_WEIGHTS,
+    RMS_WIDE_SHAPES,
+    RMS_WIDE_VARIANTS,
+    RMS_WIDE_WEIGHTS,
+    assert_close_to_ref,
+    set_wide_variant,
+)
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm
@@ -115,6 +123,39 @@ def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, 
     _run_case((3, 700, 512), dtype, "fp32", "none" if dtype == torch.float32 else "gemma", 1.0, True, "cuda")
     x = torch.randn(5000, 4096, device="cuda", dtype=dtype, requires_grad=True)
     w = torch.randn(4096, device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn_like(x)
+    grads = []
+    for _ in range(2):
+        x.grad = w.grad = None
+        rms_norm(x, w, 1e-6).backward(dy)
+        grads.append((x.grad.clone(), w.grad.clone()))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+# Rows above 1024 vectors: the backward kernels of LIGER_CPP_RMS_BWD_WIDE (utils.RMS_WIDE_VARIANTS;
+# the cluster kernel runs on sm_90, elsewhere every variant takes the old kernel).
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
+@pytest.mark.parametrize("shape", RMS_WIDE_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("wkind,mode,offset", RMS_WIDE_WEIGHTS)
+@pytest.mark.parametrize("in_place", [False, True])
+def test_cuda_bwd_wide_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset, in_place):
+    if mode == "none" and wkind == "fp32" and dtype != torch.float32:
+        pytest.skip("'none' keeps one dtype: HF's formula would promote")
+    set_wide_variant(monkeypatch, variant)
+    _run_case(shape, dtype, wkind, mode, offset, in_place=in_place, device="cuda")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_bwd_wide_strided_in_place_deterministic(monkeypatch, variant, dtype):
+    set_wide_variant(monkeypatch, variant)
+    _run_case((40, 16392), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
+    _run_case((3, 5, 32768), dtype, "fp32", "gemma", 1.0, in_place=False, device="cuda", strided=True)
+    x = torch.randn(700, 32768, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(32768, device="cuda", dtype=dtype, requires_grad=True)
     dy = torch.randn_like(x)
     grads = []
     for _ in range(2):

@@ -34,3 +34,32 @@ def assert_close_to_ref(out, ref64, ref_lo, name="output", factor=2.0, extra_ulp
 # mode, offset).
 RMS_VARIANT_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8192), (9, 16384), (5, 1000)]
 RMS_VARIANT_WEIGHTS = [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
+
+# Rows above 1024 16-byte vectors (bf16/fp16 hidden > 8192, fp32 > 4096): on sm_90 the backward
+# splits each row over a thread-block cluster (LIGER_CPP_RMS_BWD_WIDE=cluster, the default; old:
+# the 4-vectors-a-thread kernel). Shapes: cluster of 2 (fp32: 4), a width that is not a multiple of
+# the cluster's blocks (16392 bf16 = 2049 vectors, 3 blocks of 704 threads), clusters of 4 and 8,
+# 3073 vectors, and more rows than resident clusters (each cluster walks several rows). fp32 at
+# 65536 (16384 vectors) is too wide for 8 blocks and takes the old kernel.
+RMS_WIDE_SHAPES = [(3, 16384), (40, 16392), (5, 32768), (2, 65536), (7, 24584), (300, 16384)]
+# Each variant as its environment: cluster with the block size chosen, cluster forced to 512-thread
+# blocks (LIGER_CPP_RMS_WIDE_TX), and the old kernel.
+RMS_WIDE_VARIANTS = {
+    "cluster": {},
+    "cluster512": {"LIGER_CPP_RMS_WIDE_TX": "512"},
+    "old": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
+}
+RMS_WIDE_WEIGHTS = [
+    ("same", "llama", 0.0),
+    ("fp32", "gemma", 1.0),
+    (None, "llama", 0.5),
+    ("same", "none", 0.0),
+    ("fp32", "llama", 0.0),
+]
+
+
+def set_wide_variant(monkeypatch, variant):
+    for key in ("LIGER_CPP_RMS_BWD_WIDE", "LIGER_CPP_RMS_WIDE_TX"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in RMS_WIDE_VARIANTS[variant].items():
+        monkeypatch.setenv(key, value)

@@ -9,6 +9,9 @@
 //    then summed through shared memory and each block writes one partial row.
 //  * "generic": any width and alignment; a block per row that reads the row
 //    twice (the second read mostly hits L2), and a column-tiled dW kernel.
+//  * rms_bwd_cluster (sm_90): the backward of rows above 1024 vectors, one
+//    vector a thread, each row split over a thread-block cluster whose blocks
+//    exchange their partial sums through distributed shared memory.
 // dW partials are finished by a fixed-order reduction kernel: deterministic,
 // no atomics.
 // FusedAddRMSNorm runs through the same kernels: a compile-time ADD flag adds
@@ -715,6 +718,215 @@ __global__ void __launch_bounds__(1024, 1)
   }
 }
 
+// ---------------------------------------------------------------------------
+// Backward for wide rows (sm_90): rows of more than 1024 vectors, which
+// rms_bwd_pipe (one vector a thread, <= 1024 threads) cannot hold, are split
+// over a thread-block cluster of CL blocks instead of giving each thread
+// several vectors (rms_bwd_cached: 4 vectors a thread spilled 120-136 bytes
+// under the 64-register cap of 1024 threads, and ran at ~50 % of the copy
+// bandwidth at 4096 x 32768 bf16 fwd+bwd). Block `rank` owns vectors
+// [rank * blockDim.x, (rank + 1) * blockDim.x) of every row, one per thread,
+// so each thread owns VEC fixed columns: their weights stay in registers and
+// their dW partial sums accumulate in fp32 registers.
+//
+// The grid is persistent: cluster c of nclusters = gridDim.x / CL takes rows
+// c, c + nclusters, ... Per row (k-th of this cluster):
+//   1. the thread's part of sum(dy * w * x), summed over the warp (shuffles);
+//   2. cluster wait (see below), then lane q < CL of every warp sends the warp
+//      sum to block q: st.async into red[rank * nwarps + warp] of block q,
+//      completing 4 bytes of block q's mbarrier transaction count. Each block
+//      receives all CL * nwarps warp sums (CL * nwarps * 4 bytes per phase);
+//   3. the next row's x and dy (and rstd), and this row's ds_out, are put in
+//      flight, then every thread waits on its own block's mbarrier (phase k);
+//   4. every warp sums the CL * nwarps values in one fixed order (lane l takes
+//      entries l, l + 32, ..., then an xor butterfly, whose result is bitwise
+//      the same in every lane): every block gets the same, reproducible row
+//      sum;
+//   5. barrier.cluster.arrive.relaxed ("done reading red"), then dx and the
+//      dW partials from the registers, and the next row's step 1.
+// The wait of step 2 (for every thread's arrive of step 5 of the previous
+// row) keeps a fast block from overwriting red before a slow one has read
+// it; its latency hides behind the dx stores and the next dot product.
+// Neither the exchange nor this barrier needs a memory fence: the st.async
+// data is made visible by the mbarrier, and red's reads are complete (their
+// values were used) before the arrive. (barrier.cluster.arrive.release
+// compiled to MEMBAR.ALL.GPU, which would wait for the row's dx stores and the
+// prefetched loads on every row.)
+// At the end each block writes its columns of the cluster's partial row
+// (partial[c][:]), finished by reduce_partials over the nclusters rows.
+// dy and dx may alias (in place): the row fetched ahead is never the row
+// being written, and rows belong to one cluster. ds_out may alias dx (each
+// element is read by its thread before it is written).
+// __launch_bounds__(1024, 1): 64 registers, so one 1024-thread block or two
+// 512-thread blocks per SM (the host picks blockDim.x <= 1024, a multiple of 32).
+constexpr int kWideMaxCluster = 8;                   // portable cluster size
+constexpr int kWideMaxParts = kWideMaxCluster * 32;  // warp sums per row: CL * (blockDim.x / 32)
+static_assert(kWideMaxParts % 32 == 0, "a whole number of entries per lane");
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cl_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cl_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+__device__ __forceinline__ void mbar_init1(unsigned long long* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+}
+// Arrives on the mbarrier's current phase, expecting `bytes` of transactions.
+__device__ __forceinline__ void mbar_arrive_tx(unsigned long long* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait_parity(unsigned long long* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+// *slot of block `rank` = v (same shared-memory offsets in every block),
+// completing 4 bytes of that block's mbarrier *bar.
+__device__ __forceinline__ void st_async_f32(float* slot, unsigned long long* bar, uint32_t rank, float v) {
+  uint32_t rslot, rbar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rslot) : "r"(smem_u32(slot)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_u32(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(rslot),
+               "r"(__float_as_uint(v)), "r"(rbar)
+               : "memory");
+}
+#endif
+
+template <typename T, typename WT, typename OT, int VEC, bool DS>
+__global__ void __launch_bounds__(1024, 1)
+    rms_bwd_cluster(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
+                    const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
+                    int64_t ds_out_stride, T* dx, int64_t dx_stride, float* __restrict__ partial,
+                    int64_t rows, int64_t cols, float offset, bool llama) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using XV = Vec<T, VEC>;
+  using GV = Vec<OT, VEC>;
+  static_assert(sizeof(XV) % 16 == 0 && sizeof(GV) % 16 == 0, "whole 16-byte vectors only");
+  __shared__ float red[kWideMaxParts];  // [rank * nwarps + warp]: the row's warp sums
+  __shared__ alignas(8) unsigned long long red_bar;
+  const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5, nwarps = blockDim.x >> 5;
+  const uint32_t cl = cluster_nctarank(), rank = cluster_ctarank();
+  const int nparts = static_cast<int>(cl) * nwarps;
+  const uint32_t row_bytes = static_cast<uint32_t>(nparts) * sizeof(float);
+  // The cluster is 1-D along x: its blocks are consecutive in blockIdx.x.
+  const int64_t first = blockIdx.x / cl, step = gridDim.x / cl;
+  const int64_t nvec = cols / VEC;
+  const int64_t v = static_cast<int64_t>(rank) * blockDim.x + tx;
+  const bool has = v < nvec;
+  if (tx == 0) {
+    mbar_init1(&red_bar);
+    mbar_arrive_tx(&red_bar, row_bytes);  // armed for the first row
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  // Matched by the wait before the first row's stores: by then every block
+  // of the cluster is running and has armed its mbarrier.
+  cl_arrive_relaxed();
+
+  Vec<WT, VEC> wv;
+  if (w != nullptr && has) wv = load_vec<WT, VEC>(w + v * VEC);
+  auto weight = [&](int j) { return w != nullptr ? to_float<WT>(wv.v[j]) + offset : 1.f; };
+  float dw_acc[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) dw_acc[j] = 0.f;
+  // Volatile loads: issued where written (before the mbarrier wait), not sunk
+  // next to their first use in the next iteration.
+  auto fetch = [&](int64_t row, XV& xd, GV& gd) {
+    if (has && row < rows) {
+      load_words_volatile(xd, x + row * x_stride + v * VEC);
+      load_words_volatile(gd, dy + row * dy_stride + v * VEC);
+    }
+  };
+  XV xv;
+  GV gv;
+  fetch(first, xv, gv);
+  float r_next = first < rows ? rstd[first] : 0.f;
+
+  uint32_t phase = 0;
+  // The trip count is the same for every thread of a cluster: each one
+  // reaches every cluster barrier.
+  for (int64_t row = first; row < rows; row += step, phase ^= 1) {
+    const float r = r_next;
+    float dot = 0.f;
+    if (has) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv.v[j]) * weight(j) * to_float<T>(xv.v[j]);
+    }
+    dot = warp_sum(dot);
+    cl_wait();  // every block has read the previous row's red
+    if (lane < static_cast<int>(cl)) st_async_f32(&red[rank * nwarps + warp], &red_bar, lane, dot);
+    // Keep x, dy and w packed through the wait (the converted floats spilled
+    // in rms_bwd_pipe), and put the next row's loads in flight.
+    opaque_words(xv);
+    opaque_words(gv);
+    opaque_words(wv);
+    XV xn;
+    GV gn;
+    fetch(row + step, xn, gn);
+    r_next = row + step < rows ? rstd[row + step] : 0.f;
+    XV dv;
+    if constexpr (DS) {
+      if (has) load_words_volatile(dv, ds_out + row * ds_out_stride + v * VEC);
+    }
+    mbar_wait_parity(&red_bar, phase);
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < kWideMaxParts / 32; ++k)
+      if (k * 32 + lane < nparts) s += red[k * 32 + lane];
+    s = warp_sum(s);
+    // red is read (s is computed from it): peers may overwrite it once every
+    // thread of the cluster has arrived. Thread 0 re-arms the mbarrier for
+    // the next row: its phase `phase` is complete (waited above), and the
+    // next row's stores cannot complete the next phase before this arrive.
+    cl_arrive_relaxed();
+    if (tx == 0) mbar_arrive_tx(&red_bar, row_bytes);
+    if (has) {
+      const float c = r * r * r * s / static_cast<float>(cols);
+      float o[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float xf = to_float<T>(xv.v[j]);
+        const float g = to_float<OT>(gv.v[j]);
+        o[j] = r * g * weight(j) - c * xf;
+        if constexpr (DS) o[j] += to_float<T>(dv.v[j]);
+        dw_acc[j] += g * normed<T>(xf, r, llama);
+      }
+      store_16B_words(dx + row * dx_stride + v * VEC, pack_vec<T, VEC>(o));
+    }
+    xv = xn;
+    gv = gn;
+  }
+  cl_wait();  // matches the last arrive (no block exits with its barrier phase open)
+  if (partial != nullptr && has) {
+    Vec<float, VEC> out;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out.v[j] = dw_acc[j];
+    store_vec<float, VEC>(partial + first * cols + v * VEC, out);
+  }
+#else
+  __trap();  // the host launches this kernel only where its sm_90 code runs
+#endif
+}
+
 // Backward dx for any width: one block per row, the row is read twice.
 template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(512)
@@ -870,8 +1082,9 @@ auto bwd_kernel(const Plan& p, bool ds) {
 //     (measured latency-bound at 49 % of DRAM bandwidth on the H200).
 // rms_bwd_pipe keeps one vector per thread (MAXV = 1: more spills at 64
 // registers), so rows above 1024 vectors (8192 bf16 or 4096 fp32 columns)
-// always take rms_bwd_cached.
-enum class BwdKind { kOld, kReg, kAsync, kRegDs };
+// take rms_bwd_cluster on sm_90 (see bwd_wide_cluster) and rms_bwd_cached
+// elsewhere.
+enum class BwdKind { kOld, kReg, kAsync, kRegDs, kCluster };
 constexpr int kPipeStages = 4;
 
 // FusedAddRMSNorm with a residual gradient (ds) defaults to async instead:
@@ -890,6 +1103,7 @@ BwdKind bwd_kind(bool ds) {
 struct BwdPlan : Plan {
   BwdKind kind = BwdKind::kOld;
   size_t smem = 0;
+  int cl = 0;  // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
 };
 
 template <typename T, typename WT, typename OT, int STAGES, bool DSA = false>
@@ -951,6 +1165,126 @@ bool plan_pipe(const RmsNormBwdArgs& a, int sm_count, BwdKind kind, BwdPlan& p) 
   return true;
 }
 
+// Rows above 1024 vectors (LIGER_CPP_RMS_BWD_WIDE, read on every call):
+//   cluster (default where it runs): rms_bwd_cluster, sm_90 code only.
+//   old: rms_bwd_cached (4 vectors a thread, spilled; ~50 % of C at
+//     4096 x 32768 bf16 fwd+bwd on the H200).
+// LIGER_CPP_RMS_BWD=old also selects old here (old means the previous kernel
+// at every width). Unknown values take the default.
+bool bwd_wide_cluster() {
+  const char* e = std::getenv("LIGER_CPP_RMS_BWD_WIDE");
+  if (e && std::strcmp(e, "old") == 0) return false;
+  return true;
+}
+
+// Threads per cluster block: LIGER_CPP_RMS_WIDE_TX=512|1024 forces the
+// largest block size tried (A/B measurements); 0 = choose (see plan_cluster).
+int wide_tx_forced() {
+  const char* e = std::getenv("LIGER_CPP_RMS_WIDE_TX");
+  if (e && std::strcmp(e, "512") == 0) return 512;
+  if (e && std::strcmp(e, "1024") == 0) return 1024;
+  return 0;
+}
+
+template <typename T, typename WT, typename OT>
+auto cluster_kernel(bool ds) {
+  constexpr int full = 16 / sizeof(T);
+  return ds ? &rms_bwd_cluster<T, WT, OT, full, true> : &rms_bwd_cluster<T, WT, OT, full, false>;
+}
+
+// A launch of one cluster of `cl` blocks (the caller scales gridDim).
+cudaLaunchConfig_t cluster_config(int threads, int cl, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(cl));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = 0;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// How many clusters of `cl` blocks of `threads` threads can be resident at
+// once (0 where the kernel has no sm_90 code for this device, or none fit).
+// The driver queries are cached per (device, kernel, shape): the plan is
+// made twice per backward (workspace size, then launch).
+template <typename K>
+int active_clusters(K* kern, int threads, int cl) {
+  struct Entry {
+    int dev;
+    const void* kern;
+    int threads, cl, n;
+  };
+  constexpr int kEntries = 16;
+  thread_local Entry cache[kEntries];
+  thread_local int used = 0, next = 0;  // filled entries; the one replaced next when full
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  const void* key = reinterpret_cast<const void*>(kern);
+  for (int i = 0; i < used; ++i)
+    if (cache[i].dev == dev && cache[i].kern == key && cache[i].threads == threads && cache[i].cl == cl)
+      return cache[i].n;
+  int n = 0;
+  cudaFuncAttributes fa;
+  // binaryVersion is the architecture of the code that runs on this device:
+  // below 90 the kernel body is empty (built without sm_90, or an older GPU).
+  if (cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.binaryVersion >= 90) {
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg = cluster_config(threads, cl, attr);
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) n = 0;
+  }
+  cudaGetLastError();  // a failed query leaves no sticky error behind
+  if (used < kEntries) {
+    cache[used++] = Entry{dev, key, threads, cl, n};
+  } else {
+    cache[next] = Entry{dev, key, threads, cl, n};
+    next = (next + 1) % kEntries;
+  }
+  return n;
+}
+
+// Plans rms_bwd_cluster: CL = ceil(nvec / TX) blocks of (about) nvec / CL
+// threads (rounded up to a warp), for TX = 1024 and 512; the one with more
+// threads resident (ties: fewer blocks per cluster, a cheaper barrier). 1024
+// threads at 64 registers fill an SM's register file; 512 give two blocks an
+// SM, so a cluster of 8 can sit on 4 SMs (finer packing into the GPCs).
+// false when it does not apply (then rms_bwd_cached runs).
+template <typename T, typename WT, typename OT>
+bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
+  const int64_t nvec = a.cols / p.vec;
+  if (nvec <= 1024 || nvec > static_cast<int64_t>(kWideMaxCluster) * 1024) return false;
+  auto* kern = cluster_kernel<T, WT, OT>(a.ds_out != nullptr);
+  const int forced = wide_tx_forced();
+  int64_t best = 0;
+  for (int tx : {1024, 512}) {
+    if (forced && tx != forced) continue;
+    const int64_t cl = ceil_div(nvec, tx);
+    if (cl > kWideMaxCluster) continue;
+    const int threads = static_cast<int>(ceil_div(ceil_div(nvec, cl), 32) * 32);
+    const int n = active_clusters(kern, threads, static_cast<int>(cl));
+    const int64_t resident = static_cast<int64_t>(n) * cl * threads;
+    if (resident > best) {
+      best = resident;
+      p.tx = threads;
+      p.cl = static_cast<int>(cl);
+      p.grid = std::min<int64_t>(a.rows, n);  // clusters; one partial row each
+    }
+  }
+  if (best == 0) return false;
+  p.cached = true;
+  p.ty = 1;
+  p.smem = 0;
+  p.kind = BwdKind::kCluster;
+  p.ws_floats = a.dw != nullptr ? p.grid * a.cols : 0;
+  return true;
+}
+
 template <typename T, typename WT, typename OT>
 BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
   BwdPlan p;
@@ -962,6 +1296,7 @@ BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
   const bool want_dw = a.dw != nullptr;
   const BwdKind kind = bwd_kind(a.ds_out != nullptr);
   if (aligned && kind != BwdKind::kOld && plan_pipe<T, WT, OT>(a, sm_count, kind, p)) return p;
+  if (aligned && kind != BwdKind::kOld && bwd_wide_cluster() && plan_cluster<T, WT, OT>(a, p)) return p;
   p.kind = BwdKind::kOld;
   if (aligned && pick_cached(a.cols / p.vec, p)) {
     p.dw_smem = bwd_dw_in_smem(p.tx);
@@ -1086,7 +1421,17 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     const T* ds_out = static_cast<const T*>(a.ds_out);
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
-    if (p.cached && p.kind != BwdKind::kOld) {
+    if (p.kind == BwdKind::kCluster) {
+      cudaLaunchAttribute attr[1];
+      auto* kern = cluster_kernel<T, WT, OT>(ds_out != nullptr);
+      cudaLaunchConfig_t cfg = cluster_config(p.tx, p.cl, attr);
+      cfg.gridDim = dim3(static_cast<unsigned>(p.grid * p.cl));
+      cfg.stream = stream;
+      const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, dy, a.dy_row_stride, x, a.x_row_stride, w,
+                                                 a.rstd, ds_out, a.ds_out_row_stride, dx, a.dx_row_stride,
+                                                 partial, a.rows, a.cols, a.offset, llama);
+      if (err != cudaSuccess) return err;
+    } else if (p.cached && p.kind != BwdKind::kOld) {
       pipe_kernel<T, WT, OT>(p.kind, ds_out != nullptr)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
           dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx, a.dx_row_stride,
           partial, a.rows, a.cols, a.offset, llama);
