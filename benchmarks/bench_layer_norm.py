@@ -1,18 +1,25 @@
 """LayerNorm benchmark (bf16, 16384x4096, with weight and bias): liger_cpp against PyTorch eager
 (nn.LayerNorm's formula), torch.compile of it, F.layer_norm and Liger-Kernel (when importable),
 as % of the copy bandwidth C. Bytes (minimum): fwd 2*M*N*2, fwd+bwd 5*M*N*2, bwd 3*M*N*2.
---quick: liger_cpp and F.layer_norm only, plus the backward alone; the liger_cpp backward kernel is
-chosen by LIGER_CPP_LN_BWD (old|v1|v2|v3, read per call), e.g.
-  for v in old v1 v2 v3; do LIGER_CPP_LN_BWD=$v python benchmarks/bench_layer_norm.py --quick; done
+--quick: liger_cpp (with its kernel-variant rows, VARIANT_ENV) and F.layer_norm only, plus the
+backward alone. The variant rows A/B the LIGER_CPP_LN_BWD backwards and LIGER_CPP_LN_FWD forwards
+(both read per call) in one process; the plain liger_cpp row runs the defaults.
 Usage: python benchmarks/bench_layer_norm.py [--out FILE.json] [--quick]
 """
 
 import argparse
-import os
 
 import torch
 import torch.nn.functional as F
-from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
+from harness import (
+    bench_ms,
+    copy_bandwidth_gbs,
+    fmt_table,
+    meta,
+    set_variant_env,
+    try_import_liger,
+    write_json,
+)
 
 import liger_cpp
 from liger_cpp.ops.layer_norm import layer_norm
@@ -27,9 +34,27 @@ def eager(x, w, b):
     return ((xf - mean) * torch.rsqrt(var + EPS) * w.float() + b.float()).to(x.dtype)
 
 
+# liger_cpp kernel variants, selected by environment variables read on every call (see
+# csrc/kernels/layer_norm.cu): LIGER_CPP_LN_BWD picks the backward (old: register-cached; v3,
+# the default: pipelined, 8-byte vectors; v4: 16-byte vectors, named barriers, next row in
+# registers; v5: v4 with 3 rows fetched ahead by cp.async), LIGER_CPP_LN_FWD the cached forward
+# (old, the default; pack: packed 16-byte stores; new: pack with early weight loads).
+VARIANT_ENV = {
+    "liger_cpp[bwd=old]": {"LIGER_CPP_LN_BWD": "old"},
+    "liger_cpp[bwd=v3]": {"LIGER_CPP_LN_BWD": "v3"},
+    "liger_cpp[bwd=v4]": {"LIGER_CPP_LN_BWD": "v4"},
+    "liger_cpp[bwd=v5]": {"LIGER_CPP_LN_BWD": "v5"},
+    "liger_cpp[fwd=pack]": {"LIGER_CPP_LN_FWD": "pack"},
+    "liger_cpp[fwd=new]": {"LIGER_CPP_LN_FWD": "new"},
+    "liger_cpp[fwd=new,bwd=v4]": {"LIGER_CPP_LN_FWD": "new", "LIGER_CPP_LN_BWD": "v4"},
+    "liger_cpp[fwd=new,bwd=v5]": {"LIGER_CPP_LN_FWD": "new", "LIGER_CPP_LN_BWD": "v5"},
+}
+
+
 def variants(have_liger):
     out = {
         "liger_cpp": lambda x, w, b: layer_norm(x, w, b, EPS),
+        **{name: (lambda x, w, b: layer_norm(x, w, b, EPS)) for name in VARIANT_ENV},
         "eager": eager,
         "compile": torch.compile(eager, dynamic=False),
         "F.layer_norm": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, EPS),
@@ -55,10 +80,15 @@ def main():
     rows = []
     impls = variants(False if args.quick else try_import_liger())
     if args.quick:
-        impls = {k: impls[k] for k in ("liger_cpp", "F.layer_norm")}
+        impls = {k: f for k, f in impls.items() if k.startswith("liger_cpp") or k == "F.layer_norm"}
     modes = ("fwd+bwd", "fwd", "bwd") if args.quick else ("fwd+bwd", "fwd")
     for name, f in impls.items():
+        set_variant_env(VARIANT_ENV, name)
         for mode in modes:
+            if mode == "fwd" and "[bwd=" in name:
+                continue  # a backward variant: the forward does not differ
+            if mode == "bwd" and "[fwd=" in name and "bwd=" not in name:
+                continue  # a forward variant: the backward does not differ
             try:
                 if mode == "bwd":
                     y = f(x, w, b)
@@ -95,21 +125,19 @@ def main():
                         "error": str(e).splitlines()[0][:120],
                     }
                 )
+    set_variant_env(VARIANT_ENV, None)
     payload = {
         "op": "layer_norm",
         "dtype": "bfloat16",
         "copy_GBps": round(C),
         **meta(),
         "liger_cpp_version": liger_cpp.__version__,
-        "ln_bwd_variant": os.environ.get("LIGER_CPP_LN_BWD", "default"),
+        "variant_env": VARIANT_ENV,
         "rows": rows,
     }
     if args.out:
         write_json(args.out, payload)
-    print(
-        f"LayerNorm bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}, "
-        f"LIGER_CPP_LN_BWD={payload['ln_bwd_variant']}"
-    )
+    print(f"LayerNorm bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}")
     print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
 
 

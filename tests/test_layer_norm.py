@@ -87,11 +87,23 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, bkind):
     _run_case(shape, dtype, wkind, bkind, device="cuda")
 
 
-# LIGER_CPP_LN_BWD picks the CUDA backward kernel per call (old: register-cached; v1-v3: pipelined).
+# LIGER_CPP_LN_BWD picks the CUDA backward kernel per call (old: register-cached; v1-v3: pipelined;
+# v4, v5: pipelined with 16-byte vectors, named barriers, v5 fetching with cp.async).
 # Shapes: several rows per block (1024, 64, 8), two vectors per thread for 16-bit types (8192),
-# fallbacks (odd width, fp32 8192), fewer rows than blocks, many rows per block.
-BWD_VARIANTS = ["old", "v1", "v2", "v3"]
-BWD_SHAPES = [(300, 1024), (4096, 64), (33, 8), (40, 8192), (7, 4096), (1000, 4096), (3, 5125), (2, 2052)]
+# fallbacks (odd width, fp32 8192; v4/v5: above 512 16-byte vectors, i.e. fp32 4096 and 16-bit
+# 8192), fewer rows than blocks, many rows per block, a row that leaves threads idle (2000).
+BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5"]
+BWD_SHAPES = [
+    (300, 1024),
+    (4096, 64),
+    (33, 8),
+    (40, 8192),
+    (7, 4096),
+    (1000, 4096),
+    (3, 5125),
+    (2, 2052),
+    (50, 2000),
+]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
@@ -113,6 +125,33 @@ def test_cuda_bwd_variants_strided_and_deterministic(monkeypatch, variant):
         _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
     _assert_bwd_deterministic(5000, 4096, "cuda")
+
+
+# LIGER_CPP_LN_FWD picks the cached forward's variant per call (old: struct stores; pack: packed
+# 16-byte stores; new: pack with the weights loaded before the variance reduction).
+FWD_VARIANTS = ["old", "pack", "new"]
+FWD_SHAPES = [(300, 1024), (4096, 64), (33, 8), (7, 4096), (1000, 4096), (50, 2000), (4, 16384)]
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", FWD_VARIANTS)
+@pytest.mark.parametrize("shape", FWD_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_LN_FWD", variant)
+    _run_case(shape, dtype, "same", "same", device="cuda")
+    _run_case(shape, dtype, "fp32", "fp32", device="cuda")
+    _run_case(shape, dtype, None, "same", device="cuda")
+    _run_case(shape, dtype, "same", None, device="cuda")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", FWD_VARIANTS)
+def test_cuda_fwd_variants_strided(monkeypatch, variant):
+    monkeypatch.setenv("LIGER_CPP_LN_FWD", variant)
+    for dtype in DTYPES:
+        _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
+        _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
 
 
 def _assert_bwd_deterministic(rows, cols, device):

@@ -2,9 +2,10 @@
 // Same structure as the RMSNorm kernels (rms_norm.cu), whose helpers are in
 // norm_common.cuh: a "cached" family that keeps each row in registers (the
 // backward persistent, with dW and dB partials in fp32 registers), and a
-// "generic" family for any width and alignment, and a pipelined backward
-// (ln_bwd_pipe, chosen by LIGER_CPP_LN_BWD, default v3) for widths up to 4096
-// (8192 for 16-bit types). dW/dB partials are finished by reduce_partials or
+// "generic" family for any width and alignment, and pipelined backwards
+// (ln_bwd_pipe, ln_bwd_pipe16; chosen by LIGER_CPP_LN_BWD, default v3) for
+// widths up to 4096 (8192 for 16-bit types). LIGER_CPP_LN_FWD picks the cached
+// forward's variant. dW/dB partials are finished by reduce_partials or
 // ln_reduce_parts: deterministic, no atomics.
 #include <cstdlib>
 #include <cstring>
@@ -32,12 +33,26 @@ __device__ __forceinline__ void load_param(const WT* p, int64_t c, float dflt, f
 }
 
 // ---------------------------------------------------------------------------
-// Forward, row cached in registers; TY rows per block.
-template <typename T, typename WT, int VEC, int MAXV>
+// Forward, row cached in registers; TY rows per block. MODE (LIGER_CPP_LN_FWD,
+// see fwd_mode()) as in rms_fwd_cached; all compute the same values:
+//  * kFwdOld: y stored as a struct (store_vec), w and b loaded one vector at a
+//    time after the reductions.
+//  * kFwdPack: y built as packed 32-bit words and stored as whole 16-byte
+//    st.global.v4 (store_16B_words: nvcc may split a struct store).
+//  * kFwdNew: kFwdPack, plus this thread's weights (all MAXV vectors) loaded
+//    before the variance reduction when they have x's width, so their latency
+//    hides behind its barrier instead of following it once per vector. The
+//    bias stays after it: x, w and b packed (48 registers) spilled 16-24 bytes
+//    at the 64-register cap.
+enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
+
+template <typename T, typename WT, int VEC, int MAXV, int MODE>
 __global__ void __launch_bounds__(1024)
     ln_fwd_cached(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w,
                   const WT* __restrict__ b, T* __restrict__ y, float* __restrict__ mean,
                   float* __restrict__ rstd, int64_t rows, int64_t cols, float eps) {
+  constexpr bool PACK = MODE != kFwdOld;
+  constexpr bool PREW = MODE == kFwdNew && sizeof(WT) == sizeof(T);
   __shared__ float scratch[kGroupScratch];
   const int tx = threadIdx.x, TX = blockDim.x;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -73,6 +88,17 @@ __global__ void __launch_bounds__(1024)
       }
     }
   }
+  // kFwdNew: the weights requested before the barrier; volatile, so nvcc does not sink them past it.
+  Vec<WT, VEC> wv[PREW ? MAXV : 1];
+  if constexpr (PREW) {
+    if (active && w != nullptr) {
+#pragma unroll
+      for (int i = 0; i < MAXV; ++i) {
+        const int64_t v = static_cast<int64_t>(i) * TX + tx;
+        if (v < nvec) load_words_volatile(wv[i], w + v * VEC);
+      }
+    }
+  }
   ss = group_sum(ss, scratch);
   if (!active) return;
   const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
@@ -81,20 +107,34 @@ __global__ void __launch_bounds__(1024)
     rstd[row] = r;
   }
 #pragma unroll
-  for (int i = 0; i < MAXV; ++i) opaque_16B(xv[i]);
+  for (int i = 0; i < MAXV; ++i) {
+    opaque_16B(xv[i]);
+    if constexpr (PREW) opaque_16B(wv[i]);  // kept packed, not as VEC floats
+  }
   T* yr = y + row * cols;
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (v < nvec) {
       float wf[VEC], bf[VEC];
-      load_param<WT, VEC>(w, v * VEC, 1.f, wf);
-      load_param<WT, VEC>(b, v * VEC, 0.f, bf);
-      Vec<T, VEC> out;
+      if constexpr (PREW) {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        out.v[j] = from_float<T>((to_float<T>(xv[i].v[j]) - m) * r * wf[j] + bf[j]);
-      store_vec<T, VEC>(yr + v * VEC, out);
+        for (int j = 0; j < VEC; ++j) wf[j] = w != nullptr ? to_float<WT>(wv[i].v[j]) : 1.f;
+      } else {
+        load_param<WT, VEC>(w, v * VEC, 1.f, wf);
+      }
+      load_param<WT, VEC>(b, v * VEC, 0.f, bf);
+      float o[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o[j] = (to_float<T>(xv[i].v[j]) - m) * r * wf[j] + bf[j];
+      if constexpr (PACK) {
+        store_16B_words(yr + v * VEC, pack_vec<T, VEC>(o));
+      } else {
+        Vec<T, VEC> out;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) out.v[j] = from_float<T>(o[j]);
+        store_vec<T, VEC>(yr + v * VEC, out);
+      }
     }
   }
 }
@@ -471,6 +511,245 @@ __global__ void __launch_bounds__(BLOCK, MINB)
   }
 }
 
+// group_sum_1bar (rms_norm.cu) for two sums at once: sum(g) and sum(g * xhat)
+// share the row's ONE named barrier, which only this threadIdx.y group waits
+// on. The callers alternate parity (see group_sum_1bar for why that makes one
+// barrier enough). Every lane gets the same fixed-order sums: deterministic.
+__device__ __forceinline__ float2 group_sum2_1bar(float a, float b, float2 (*scratch)[2][32], int parity) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  if (blockDim.x == 32) return make_float2(a, b);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float2* mine = scratch[threadIdx.y][parity];
+  if (lane == 0) mine[warp] = make_float2(a, b);
+  named_barrier(1 + static_cast<int>(threadIdx.y), blockDim.x);
+  const float2 u = lane < static_cast<int>(blockDim.x >> 5) ? mine[lane] : make_float2(0.f, 0.f);
+  a = u.x;
+  b = u.y;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  return make_float2(a, b);
+}
+
+// Backward with whole 16-byte vectors (LIGER_CPP_LN_BWD=v4, v5): rms_bwd_pipe's
+// structure with LayerNorm's two sums. Persistent blocks, one row per
+// threadIdx.y group of TX = blockDim.x threads, ONE 16-byte vector per thread
+// (VEC = 16 / sizeof(T) columns; so rows up to BLOCK vectors), one named
+// barrier per row that only the row's group waits on (group_sum2_1bar). Two
+// ways to fetch x and dy ahead:
+//  * STAGES == 0 (v4): the next row into registers, issued before the barrier.
+//  * STAGES >= 2 (v5): STAGES - 1 rows ahead with cp.async into this thread's
+//    own shared-memory slots: the bytes in flight cost no registers (the 2 x VEC
+//    fp32 dW/dB accumulators take 16 for 16-bit types), and since each thread
+//    reads back only what it copied, cp.async.wait_group is the only
+//    synchronisation they need.
+// mean and rstd come the same way as v5's x and dy, AHEAD rows ahead (one for
+// v4): each thread copies them with cp.async into its own slots. Held in
+// registers one row ahead they were spilled at 64 registers (stored to local
+// memory right after the load, which then waited for it every row).
+// Weights wider than x (fp32 with 16-bit x: 8 registers) are kept in this
+// thread's own shared-memory slots and read again for each use (spilled in
+// registers); otherwise as packed words in registers.
+// x, dy and the weights stay packed as 32-bit words across the barrier
+// (opaque_words), converted again after it, so nvcc keeps 4 registers per
+// vector instead of VEC floats. dx is built as packed words, stored as one
+// st.global.v4 (store_16B_words).
+template <typename T, typename WT, int STAGES, int BLOCK, int MINB>
+__global__ void __launch_bounds__(BLOCK, MINB)
+    ln_bwd_pipe16(const T* __restrict__ dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
+                  const WT* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd,
+                  T* __restrict__ dx, float* __restrict__ pw, float* __restrict__ pb, int64_t rows,
+                  int64_t cols) {
+  constexpr int VEC = 16 / static_cast<int>(sizeof(T));
+  constexpr int WW = VEC * static_cast<int>(sizeof(WT)) / 4;  // 32-bit words of VEC weights
+  constexpr int AHEAD = STAGES == 0 ? 1 : STAGES - 1;         // rows fetched ahead
+  constexpr int NS = AHEAD + 1;                               // slots per thread (mean, rstd)
+  // [STAGES][TY][2 (x, dy)][TX] 16-byte slots, then [NS][TY][2 (mean, rstd)][TX]
+  // floats; after the rows, [VEC][TX] floats to sum the row groups' partials
+  // (at most the size of the latter), then [TY][2][TX] 16-byte weight slots (WS).
+  constexpr bool WS = sizeof(WT) > sizeof(T);
+  extern __shared__ uint4 pipe_smem[];
+  __shared__ float2 scratch[kMaxNamedGroups][2][32];
+  const int tx = threadIdx.x, TX = blockDim.x, ty = threadIdx.y, TY = blockDim.y;
+  const int64_t nvec = cols / VEC;
+  const bool has = tx < nvec;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * TY;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * TY + ty;
+  const float inv_n = 1.f / static_cast<float>(cols);
+  const int c0 = tx * VEC;  // this thread's first column
+
+  auto slot = [&](int stage, int ch) -> uint4* { return pipe_smem + ((stage * TY + ty) * 2 + ch) * TX + tx; };
+  float* const mr_smem = reinterpret_cast<float*>(pipe_smem + STAGES * TY * 2 * TX);
+  auto mr_slot = [&](int stage, int k) -> float* { return mr_smem + ((stage * TY + ty) * 2 + k) * TX + tx; };
+  uint4* const w_smem = reinterpret_cast<uint4*>(mr_smem + NS * TY * 2 * TX) + ty * 2 * TX + tx;
+
+  // Loaded once: the thread's columns are the same in every row.
+  uint32_t wv[WS ? 1 : WW];
+  if (has && w != nullptr) {
+    if constexpr (WS) {
+      static_assert(WW == 8, "fp32 weights with 16-bit x");
+      uint32_t t[8];
+      load_words_volatile(t, w + c0);
+      w_smem[0] = make_uint4(t[0], t[1], t[2], t[3]);
+      w_smem[TX] = make_uint4(t[4], t[5], t[6], t[7]);
+    } else if constexpr (WW == 2) {  // fp32 x, 16-bit weights: 8 bytes
+      load_words<2>(wv, w + c0);
+    } else {
+      load_words_volatile(wv, w + c0);
+    }
+  }
+  // This thread's VEC weights as floats (all ones without a weight).
+  auto weights = [&](float(&wl)[VEC]) {
+    if (w == nullptr) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) wl[j] = 1.f;
+    } else if constexpr (WS) {
+      const uint4 a = w_smem[0], b = w_smem[TX];
+      const uint32_t t[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) wl[j] = __uint_as_float(t[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) wl[j] = word_elem<WT>(wv, j);
+    }
+  };
+  float dw_acc[VEC], db_acc[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) dw_acc[j] = db_acc[j] = 0.f;
+
+  auto fetch_async = [&](int64_t row, int stage) {
+    if (has && row < rows) {
+      if constexpr (STAGES > 0) {
+        copy_16B_async(slot(stage, 0), x + row * x_stride + c0);
+        copy_16B_async(slot(stage, 1), dy + row * dy_stride + c0);
+      }
+      copy_4B_async(mr_slot(stage, 0), mean + row);
+      copy_4B_async(mr_slot(stage, 1), rstd + row);
+    }
+    async_commit();  // also when empty: one group per row keeps wait_group's count right
+  };
+  auto fetch_regs = [&](int64_t row, uint32_t(&xd)[4], uint32_t(&gd)[4]) {
+    if (has && row < rows) {
+      load_words<4>(xd, x + row * x_stride + c0);
+      load_words<4>(gd, dy + row * dy_stride + c0);
+    }
+  };
+
+  uint32_t xv[4], gv[4];
+  if constexpr (STAGES == 0) fetch_regs(first, xv, gv);
+#pragma unroll
+  for (int s = 0; s < AHEAD; ++s) fetch_async(first + s * step, s);
+
+  // The loop runs on the block's first row (`base`), so every thread of the
+  // block takes the same number of iterations (the barriers need that).
+  int stage = 0, parity = 0;
+  for (int64_t base = first - ty; base < rows; base += step) {
+    const int64_t row = base + ty;
+    const bool active = row < rows;
+    // Refill the slots the previous row used (this thread is done with them).
+    fetch_async(row + AHEAD * step, stage == 0 ? NS - 1 : stage - 1);
+    async_wait<AHEAD>();  // this row's copies have landed
+    float m = 0.f, r = 0.f;
+    if (active && has) {
+      m = *mr_slot(stage, 0);
+      r = *mr_slot(stage, 1);
+      if constexpr (STAGES > 0) {
+        const uint4 a = *slot(stage, 0), b = *slot(stage, 1);
+        xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+        gv[0] = b.x, gv[1] = b.y, gv[2] = b.z, gv[3] = b.w;
+      }
+    }
+    float sg = 0.f, sgx = 0.f;
+    if (active && has) {
+      float wl[VEC];
+      weights(wl);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float g = word_elem<T>(gv, j) * wl[j];
+        sg += g;
+        sgx += g * ((word_elem<T>(xv, j) - m) * r);
+      }
+    }
+    // Converted again below rather than kept as floats across the barrier (spilled).
+    opaque_words<4>(xv);
+    opaque_words<4>(gv);
+    if constexpr (!WS) opaque_words<WW>(wv);
+    uint32_t xn[4], gn[4];
+    if constexpr (STAGES == 0) fetch_regs(row + step, xn, gn);  // in flight during the barrier
+    const float2 sums = group_sum2_1bar(sg, sgx, scratch, parity);
+    parity ^= 1;
+    if (active && has) {
+      const float a = sums.x * inv_n, bq = sums.y * inv_n;
+      float wl[VEC], o[VEC];
+      weights(wl);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float xh = (word_elem<T>(xv, j) - m) * r;
+        const float d = word_elem<T>(gv, j);
+        o[j] = r * (d * wl[j] - a - xh * bq);
+        dw_acc[j] += d * xh;
+        db_acc[j] += d;
+      }
+      store_16B_words(dx + row * cols + c0, pack_vec<T, VEC>(o));
+    }
+    if constexpr (STAGES == 0) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        xv[q] = xn[q];
+        gv[q] = gn[q];
+      }
+    }
+    stage = stage + 1 == NS ? 0 : stage + 1;
+  }
+
+  // Each block writes one partial row of dW and of dB: straight from registers
+  // with one row group, else the groups summed in a fixed order in shared
+  // memory laid out [j][tx] (conflict-free), reusing the pipeline's slots.
+  if (pw == nullptr && pb == nullptr) return;  // uniform across the block
+  float* smem = reinterpret_cast<float*>(pipe_smem);
+  if (TY > 1) {
+    async_wait<0>();  // the trailing copies (of rows past the end: none) before reusing the slots
+    __syncthreads();
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    float* part = pass == 0 ? pw : pb;
+    if (part == nullptr) continue;  // uniform across the block
+    float* out = part + static_cast<int64_t>(blockIdx.x) * cols;
+    if (TY == 1) {
+      if (has) {
+        Vec<float, VEC> v;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v.v[j] = pass == 0 ? dw_acc[j] : db_acc[j];
+        store_vec<float, VEC>(out + c0, v);
+      }
+      continue;
+    }
+    for (int g = 0; g < TY; ++g) {
+      if (ty == g) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float add = pass == 0 ? dw_acc[j] : db_acc[j];
+          smem[j * TX + tx] = (g == 0 ? 0.f : smem[j * TX + tx]) + add;
+        }
+      }
+      __syncthreads();
+    }
+    if (ty == 0 && has) {
+      Vec<float, VEC> v;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v.v[j] = smem[j * TX + tx];
+      store_vec<float, VEC>(out + c0, v);
+    }
+    __syncthreads();  // before the next pass rewrites smem
+  }
+}
+
 // dW and dB from the pipelined backward's partials ([groups, cols] each): 32
 // columns per block, 32 row slices each summed in a fixed stride order, then
 // transposed through shared memory so that warp k finishes column k with a
@@ -603,11 +882,28 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 //        (next row only for fp32);
 //   v3:  ln_bwd_pipe, 1024-thread blocks, 1 per SM, next 2 rows prefetched
 //        (next row only for fp32: more spills).
+//   v4:  ln_bwd_pipe16 (16-byte vectors, one named barrier per row), 512-thread
+//        blocks, 2 per SM (64 registers), next row prefetched into registers;
+//   v5:  ln_bwd_pipe16, next kPipe16Stages - 1 rows fetched with cp.async into
+//        shared memory (64 KiB per block at 16384 x 4096 bf16, 2 blocks per SM).
+//   v4 and v5 take rows up to 512 16-byte vectors (4096 16-bit or 2048 fp32
+//   columns) with every operand 16-byte aligned; other calls run as v3.
 // ln_bwd_pipe takes 4 elements per vector (8 bytes for 16-bit types: 16-byte
 // vectors spilled at 64 registers) and one vector per thread, or two without
 // prefetch for 16-bit types; other widths and alignments go to the old paths
 // whatever the choice (e.g. bf16 with more than 8192 columns).
-enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3 };
+// Which ln_fwd_cached variant runs (FwdMode), read on every call so that
+// benchmarks can A/B them in one process and the tests can run each:
+// LIGER_CPP_LN_FWD=old|pack|new (default old, the measured one: 81.3 % of C
+// at 16384 x 4096 bf16 on the H200); unknown values take the default.
+FwdMode fwd_mode() {
+  const char* e = std::getenv("LIGER_CPP_LN_FWD");
+  if (e && std::strcmp(e, "pack") == 0) return kFwdPack;
+  if (e && std::strcmp(e, "new") == 0) return kFwdNew;
+  return kFwdOld;
+}
+
+enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5 };
 // v3: 8-byte vectors leave 16 KB per SM in flight per prefetched row; 2 rows ahead cover the latency.
 constexpr BwdVariant kDefaultBwd = BwdVariant::kV3;
 
@@ -618,14 +914,63 @@ BwdVariant bwd_variant() {
   if (std::strcmp(e, "v1") == 0) return BwdVariant::kV1;
   if (std::strcmp(e, "v2") == 0) return BwdVariant::kV2;
   if (std::strcmp(e, "v3") == 0) return BwdVariant::kV3;
+  if (std::strcmp(e, "v4") == 0) return BwdVariant::kV4;
+  if (std::strcmp(e, "v5") == 0) return BwdVariant::kV5;
   return kDefaultBwd;
 }
 
 struct BwdPlan : Plan {
   bool pipe = false;  // ln_bwd_pipe with nv vectors per thread
   int nv = 1;
+  bool pipe16 = false;  // ln_bwd_pipe16 (v4, v5) with smem bytes of dynamic shared memory
+  size_t smem = 0;
   BwdVariant variant = BwdVariant::kOld;
 };
+
+constexpr int kPipe16Block = 512;  // threads; 2 blocks per SM at 64 registers
+constexpr int kPipe16Stages = 4;   // v5: 3 rows in flight (96 KiB per SM at 16384 x 4096 bf16)
+
+template <typename T, typename WT>
+auto pipe16_kernel(BwdVariant v) {
+  return v == BwdVariant::kV5 ? &ln_bwd_pipe16<T, WT, kPipe16Stages, kPipe16Block, 2>
+                              : &ln_bwd_pipe16<T, WT, 0, kPipe16Block, 2>;
+}
+
+// Plans ln_bwd_pipe16 (p.tx threads a row, p.ty rows a block, persistent
+// grid) for a 16-byte aligned call of at most kPipe16Block vectors a row;
+// false when its shared memory does not fit (then the call runs as v3).
+template <typename T, typename WT>
+bool plan_pipe16(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
+  const int64_t nvec = a.cols / p.vec;
+  p.tx = next_pow2(nvec);
+  p.ty = std::max(1, kPipe16Block / p.tx);  // <= 16; 16 only for TX = 32 (no barrier)
+  // x and dy slots (v5) and mean and rstd slots (AHEAD + 1 stages); the
+  // partial sums across row groups ([VEC][TX] floats) fit in the latter.
+  const bool v5 = p.variant == BwdVariant::kV5;
+  const size_t threads = static_cast<size_t>(p.tx) * p.ty;
+  p.smem = (v5 ? kPipe16Stages * threads * 2 * 16 : 0) + (v5 ? kPipe16Stages : 2) * threads * 2 * 4 +
+           (sizeof(WT) > sizeof(T) ? threads * 32 : 0);  // weight slots (see ln_bwd_pipe16)
+  auto* kern = pipe16_kernel<T, WT>(p.variant);
+  if (p.smem > 48 * 1024 && cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(p.smem)) != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    return false;
+  }
+  if (p.variant == BwdVariant::kV5)  // shared memory over L1: the kernel reads nothing twice
+    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, p.tx * p.ty, p.smem) != cudaSuccess ||
+      per_sm < 1) {
+    cudaGetLastError();
+    return false;
+  }
+  p.cached = true;
+  p.pipe16 = true;
+  p.grid = std::max<int64_t>(
+      1, std::min<int64_t>(ceil_div(a.rows, p.ty), static_cast<int64_t>(sm_count) * per_sm));
+  return true;
+}
 
 int pipe_block(BwdVariant v) { return v == BwdVariant::kV2 ? 512 : 1024; }
 int pipe_min_blocks(BwdVariant v) { return v == BwdVariant::kV2 ? 2 : 1; }
@@ -644,6 +989,13 @@ BwdPlan plan_ln_bwd(const LayerNormBwdArgs& a, int sm_count, BwdVariant variant)
   const int64_t nvec = a.cols / p.vec;
   const int64_t nvec4 = a.cols / 4;
   const int64_t max_nv = sizeof(T) == 2 ? 2 : 1;
+  if (variant == BwdVariant::kV4 || variant == BwdVariant::kV5) {
+    if (aligned && nvec <= kPipe16Block && plan_pipe16<T, WT>(a, sm_count, p)) {
+      p.ws_floats = nparts * p.grid * a.cols;
+      return p;
+    }
+    variant = p.variant = BwdVariant::kV3;
+  }
   const bool aligned4 =
       all_aligned(4, a.cols, {a.x_row_stride, a.dy_row_stride},
                   {{a.x, sizeof(T)}, {a.dy, sizeof(T)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)}});
@@ -734,8 +1086,12 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
     Plan p;
     if (aligned && pick_cached(a.cols / full, p)) {
       const dim3 block(p.tx, p.ty);
-      ln_fwd_cached<T, WT, full, kMaxV><<<ceil_div(a.rows, p.ty), block, 0, stream>>>(
-          x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.rows, a.cols, a.eps);
+      const FwdMode mode = fwd_mode();
+      auto* kern = mode == kFwdNew    ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
+                   : mode == kFwdPack ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdPack>
+                                      : &ln_fwd_cached<T, WT, full, kMaxV, kFwdOld>;
+      kern<<<ceil_div(a.rows, p.ty), block, 0, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.rows,
+                                                         a.cols, a.eps);
     } else {
       const int vec = aligned ? full : 1;
       const int64_t row_bytes = a.cols * static_cast<int64_t>(sizeof(T));
@@ -762,7 +1118,8 @@ int64_t layer_norm_bwd_workspace_floats(const LayerNormBwdArgs& a, int sm_count)
   // The largest of all variants': the launcher reads the variant again, and a
   // change of LIGER_CPP_LN_BWD in between must not leave the workspace short.
   dispatch_ln_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, [&](auto xt, auto wt) {
-    for (BwdVariant v : {BwdVariant::kOld, BwdVariant::kV1, BwdVariant::kV2, BwdVariant::kV3})
+    for (BwdVariant v : {BwdVariant::kOld, BwdVariant::kV1, BwdVariant::kV2, BwdVariant::kV3, BwdVariant::kV4,
+                         BwdVariant::kV5})
       n = std::max(n, plan_ln_bwd<decltype(xt), decltype(wt)>(a, sm_count, v).ws_floats);
     return cudaSuccess;
   });
@@ -790,8 +1147,13 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
     float* pw = a.dw ? a.workspace : nullptr;
     float* pb = a.db ? a.workspace + (a.dw ? p.grid * a.cols : 0) : nullptr;
     constexpr int full = 16 / sizeof(T);
-    if (p.pipe) {
-      launch_pipe_variant<T, WT>(a, p, pw, pb, stream);
+    if (p.pipe || p.pipe16) {
+      if (p.pipe16) {
+        pipe16_kernel<T, WT>(p.variant)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
+            dy, a.dy_row_stride, x, a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
+      } else {
+        launch_pipe_variant<T, WT>(a, p, pw, pb, stream);
+      }
       const dim3 rgrid(static_cast<unsigned>(ceil_div(a.cols, 32)), 2);
       if (pw || pb)
         ln_reduce_parts<WT><<<rgrid, dim3(32, 32), 0, stream>>>(
