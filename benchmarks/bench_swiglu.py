@@ -37,15 +37,7 @@ def eager_geglu(a, b):
 
 
 # the SiLU with an IEEE division (the default has none; csrc/kernels/swiglu.cu)
-_U1 = {"LIGER_CPP_GLU_FWD": "u1", "LIGER_CPP_GLU_BWD": "u1"}
-VARIANT_ENV = {
-    "liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"},
-    # launch configurations (swiglu.cu): vectors per thread forward/backward, one block per tile
-    "liger_cpp[fwd=u2]": {"LIGER_CPP_GLU_FWD": "u2"},
-    "liger_cpp[u1]": _U1,
-    "liger_cpp[grid=full]": {"LIGER_CPP_GLU_GRID": "full"},
-    "liger_cpp[u1,grid=full]": {**_U1, "LIGER_CPP_GLU_GRID": "full"},
-}
+VARIANT_ENV = {"liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"}}
 
 
 def variants(op, have_liger):

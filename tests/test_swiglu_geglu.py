@@ -121,29 +121,6 @@ def test_cuda_large(shape, dtype, kind):
     _run_case(kind, shape, dtype, "cuda", layout="chunked")
 
 
-# The CUDA launch configurations (LIGER_CPP_GLU_FWD / _BWD / _GRID, read on every call; see
-# swiglu.cu): vectors per thread and grid shape change which thread handles which element and
-# where the ragged ends fall, never the math, so each must match the reference on every kind.
-GLU_CONFIGS = {
-    "u2": {"LIGER_CPP_GLU_FWD": "u2"},
-    "u1": {"LIGER_CPP_GLU_FWD": "u1", "LIGER_CPP_GLU_BWD": "u1"},
-    "full": {"LIGER_CPP_GLU_GRID": "full"},
-    "u1-full": {"LIGER_CPP_GLU_FWD": "u1", "LIGER_CPP_GLU_BWD": "u1", "LIGER_CPP_GLU_GRID": "full"},
-}
-
-
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("config", list(GLU_CONFIGS))
-@pytest.mark.parametrize("shape", [(4096, 1024), (3, 14336), (1, 1000003), (1000, 77), (7, 4104)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
-def test_cuda_launch_configs(monkeypatch, config, shape, dtype, kind):
-    for k, v in GLU_CONFIGS[config].items():
-        monkeypatch.setenv(k, v)
-    _run_case(kind, shape, dtype, "cuda", in_place=True)
-    _run_case(kind, shape, dtype, "cuda", layout="chunked")
-
-
 # Both CUDA SiLU forms (LIGER_CPP_GLU_SILU, read on every call; see swiglu.cu's silu_rcp):
 # rcp (the default, no IEEE division) and div: same references and tolerances, extremes included.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")

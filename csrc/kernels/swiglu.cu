@@ -20,19 +20,12 @@ namespace liger_cpp::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-// Vectors per thread and operand (UNROLL), and the register cap through the
-// minimum of resident blocks per SM, chosen with -Xptxas -v so that nothing
-// spills: forward 4 x 2 loads of 16 B per thread, 2+ blocks/SM (<= 128
-// registers); backward 2 x 3 loads of 16 B per thread, 2+ blocks/SM (3 spill
-// the GELUs). For 16-bit types, LIGER_CPP_GLU_FWD=u2|u1 and
-// LIGER_CPP_GLU_BWD=u1 select fewer vectors a thread with more resident warps
-// (the same bytes in flight per SM, more warps to overlap the math), and
-// LIGER_CPP_GLU_GRID=full one block per tile instead of a persistent grid;
-// for A/B measurements, read on every call.
-constexpr int kFwdUnroll = 4, kBwdUnroll = 2;
-// u2 forward: 4 blocks (64 registers; exact-erf GELU spills 8 bytes); u1: 4
-// blocks either way (at 8 blocks' 32 registers the forward spilled).
-constexpr int min_blocks(bool fwd, int unroll) { return unroll == (fwd ? 4 : 2) ? 2 : 4; }
+// Vectors per thread and operand, and the register cap through the minimum of
+// resident blocks per SM, chosen with -Xptxas -v so that nothing spills:
+// forward 4 x 2 loads of 16 B per thread, 2+ blocks/SM (<= 128 registers);
+// backward 2 x 3 loads of 16 B per thread, 2+ blocks/SM (3 spill the GELUs).
+constexpr int kFwdUnroll = 4, kFwdMinBlocks = 2;
+constexpr int kBwdUnroll = 2, kBwdMinBlocks = 2;
 
 template <GluAct ACT>
 struct Act;
@@ -104,20 +97,20 @@ struct Act<GluAct::kGeluErf> {
   }
 };
 
-template <typename T, int VEC, GluAct ACT, int UNROLL = kFwdUnroll>
-__global__ void __launch_bounds__(kThreads, min_blocks(true, UNROLL))
+template <typename T, int VEC, GluAct ACT>
+__global__ void __launch_bounds__(kThreads, kFwdMinBlocks)
     glu_fwd_kernel(const T* __restrict__ a, int64_t as, const T* __restrict__ b, int64_t bs,
                    T* __restrict__ c, int64_t cs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
-  constexpr int64_t kTile = static_cast<int64_t>(kThreads) * UNROLL * VEC;
+  constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kFwdUnroll * VEC;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t row = t / tiles_per_row;
     const int64_t c0 = (t - row * tiles_per_row) * kTile;
     const T* ar = a + row * as;
     const T* br = b + row * bs;
     T* cr = c + row * cs;
-    Vec<T, VEC> av[UNROLL], bv[UNROLL];
+    Vec<T, VEC> av[kFwdUnroll], bv[kFwdUnroll];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
+    for (int u = 0; u < kFwdUnroll; ++u) {
       const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
       if (col + VEC <= cols) {
         av[u] = load_vec<T, VEC>(ar + col);
@@ -125,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(true, UNROLL))
       }
     }
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
+    for (int u = 0; u < kFwdUnroll; ++u) {
       const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
       if (col + VEC <= cols) {
         Vec<T, VEC> cv;
@@ -143,11 +136,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks(true, UNROLL))
 
 // No __restrict__: da/db may be a/b. All loads of a tile precede its stores, and
 // an element is only ever written by the thread that read it.
-template <typename T, int VEC, GluAct ACT, int UNROLL = kBwdUnroll>
-__global__ void __launch_bounds__(kThreads, min_blocks(false, UNROLL))
+template <typename T, int VEC, GluAct ACT>
+__global__ void __launch_bounds__(kThreads, kBwdMinBlocks)
     glu_bwd_kernel(const T* dc, int64_t gs, const T* a, int64_t as, const T* b, int64_t bs, T* da,
                    int64_t das, T* db, int64_t dbs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
-  constexpr int64_t kTile = static_cast<int64_t>(kThreads) * UNROLL * VEC;
+  constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kBwdUnroll * VEC;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t row = t / tiles_per_row;
     const int64_t c0 = (t - row * tiles_per_row) * kTile;
@@ -156,9 +149,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks(false, UNROLL))
     const T* br = b + row * bs;
     T* dar = da + row * das;
     T* dbr = db + row * dbs;
-    Vec<T, VEC> gv[UNROLL], av[UNROLL], bv[UNROLL];
+    Vec<T, VEC> gv[kBwdUnroll], av[kBwdUnroll], bv[kBwdUnroll];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
+    for (int u = 0; u < kBwdUnroll; ++u) {
       const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
       if (col + VEC <= cols) {
         gv[u] = load_vec<T, VEC>(gr + col);
@@ -167,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(false, UNROLL))
       }
     }
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
+    for (int u = 0; u < kBwdUnroll; ++u) {
       const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
       if (col + VEC <= cols) {
         Vec<T, VEC> dav, dbv;
@@ -219,23 +212,9 @@ inline bool vec_ok(int vec, int64_t rows, std::initializer_list<const void*> ptr
   return true;
 }
 
-inline int64_t grid_for(int64_t tiles, int sm_count, bool full = false) {
+inline int64_t grid_for(int64_t tiles, int sm_count) {
   const int64_t resident = static_cast<int64_t>(sm_count > 0 ? sm_count : 132) * (2048 / kThreads);
-  return tiles < resident || full ? tiles : resident;
-}
-
-// The A/B knobs above: the value of `name` if it is one of the allowed
-// spellings, else `dflt`.
-int env_unroll(const char* name, int dflt) {
-  const char* e = std::getenv(name);
-  if (e && std::strcmp(e, "u1") == 0) return 1;
-  if (e && std::strcmp(e, "u2") == 0) return 2;
-  if (e && std::strcmp(e, "u4") == 0) return 4;
-  return dflt;
-}
-bool env_full_grid() {
-  const char* e = std::getenv("LIGER_CPP_GLU_GRID");
-  return e && std::strcmp(e, "full") == 0;
+  return tiles < resident ? tiles : resident;
 }
 
 // Which SiLU runs: LIGER_CPP_GLU_SILU=div (IEEE division, the A/B
@@ -277,26 +256,10 @@ cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
       const T* b = static_cast<const T*>(p.b);
       T* c = static_cast<T*>(p.c);
       if (vec_ok(kVec, s.rows, {p.a, p.b, p.c}, {p.a_row_stride, p.b_row_stride, p.c_row_stride})) {
-        const int unroll = sizeof(T) == 2 ? env_unroll("LIGER_CPP_GLU_FWD", kFwdUnroll) : kFwdUnroll;
-        const bool full = env_full_grid();
-        auto launch = [&](auto u) {
-          constexpr int U = decltype(u)::value;
-          const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * U * kVec);
-          const int64_t tiles = tpr * s.rows;
-          glu_fwd_kernel<T, kVec, A, U><<<grid_for(tiles, sm_count, full), kThreads, 0, stream>>>(
-              a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
-        };
-        if constexpr (sizeof(T) == 2) {
-          if (unroll == 1) {
-            launch(std::integral_constant<int, 1>{});
-          } else if (unroll == 2) {
-            launch(std::integral_constant<int, 2>{});
-          } else {
-            launch(std::integral_constant<int, kFwdUnroll>{});
-          }
-        } else {
-          launch(std::integral_constant<int, kFwdUnroll>{});
-        }
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kFwdUnroll * kVec);
+        const int64_t tiles = tpr * s.rows;
+        glu_fwd_kernel<T, kVec, A><<<grid_for(tiles, sm_count), kThreads, 0, stream>>>(
+            a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
       } else {
         const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kFwdUnroll);
         const int64_t tiles = tpr * s.rows;
@@ -324,25 +287,11 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
       T* db = static_cast<T*>(p.db);
       if (vec_ok(kVec, s.rows, {p.dc, p.a, p.b, p.da, p.db},
                  {p.dc_row_stride, p.a_row_stride, p.b_row_stride, p.da_row_stride, p.db_row_stride})) {
-        const int unroll = sizeof(T) == 2 ? env_unroll("LIGER_CPP_GLU_BWD", kBwdUnroll) : kBwdUnroll;
-        const bool full = env_full_grid();
-        auto launch = [&](auto u) {
-          constexpr int U = decltype(u)::value;
-          const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * U * kVec);
-          const int64_t tiles = tpr * s.rows;
-          glu_bwd_kernel<T, kVec, A, U><<<grid_for(tiles, sm_count, full), kThreads, 0, stream>>>(
-              dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride, da, p.da_row_stride, db,
-              p.db_row_stride, s.cols, tpr, tiles);
-        };
-        if constexpr (sizeof(T) == 2) {
-          if (unroll == 1) {
-            launch(std::integral_constant<int, 1>{});
-          } else {
-            launch(std::integral_constant<int, kBwdUnroll>{});
-          }
-        } else {
-          launch(std::integral_constant<int, kBwdUnroll>{});
-        }
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kBwdUnroll * kVec);
+        const int64_t tiles = tpr * s.rows;
+        glu_bwd_kernel<T, kVec, A><<<grid_for(tiles, sm_count), kThreads, 0, stream>>>(
+            dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride, da, p.da_row_stride, db,
+            p.db_row_stride, s.cols, tpr, tiles);
       } else {
         const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kBwdUnroll);
         const int64_t tiles = tpr * s.rows;
