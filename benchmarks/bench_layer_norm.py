@@ -35,19 +35,18 @@ def eager(x, w, b):
 
 
 # liger_cpp kernel variants, selected by environment variables read on every call (see
-# csrc/kernels/layer_norm.cu): LIGER_CPP_LN_BWD picks the backward (old: register-cached; v3,
-# the default: pipelined, 8-byte vectors; v4: 16-byte vectors, named barriers, next row in
-# registers; v5: v4 with 3 rows fetched ahead by cp.async), LIGER_CPP_LN_FWD the cached forward
-# (old, the default; pack: packed 16-byte stores; new: pack with early weight loads).
+# csrc/kernels/layer_norm.cu): LIGER_CPP_LN_BWD picks the backward (old: register-cached; v3:
+# pipelined, 8-byte vectors; v4: 16-byte vectors, named barriers, next row in registers; v5, the
+# default: v4 with 3 rows fetched ahead by cp.async), LIGER_CPP_LN_FWD the cached forward (old;
+# pack, the default: packed 16-byte stores; new: pack with early weight loads).
 VARIANT_ENV = {
     "liger_cpp[bwd=old]": {"LIGER_CPP_LN_BWD": "old"},
     "liger_cpp[bwd=v3]": {"LIGER_CPP_LN_BWD": "v3"},
     "liger_cpp[bwd=v4]": {"LIGER_CPP_LN_BWD": "v4"},
     "liger_cpp[bwd=v5]": {"LIGER_CPP_LN_BWD": "v5"},
-    "liger_cpp[fwd=pack]": {"LIGER_CPP_LN_FWD": "pack"},
+    "liger_cpp[fwd=old]": {"LIGER_CPP_LN_FWD": "old"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_LN_FWD": "new"},
-    "liger_cpp[fwd=new,bwd=v4]": {"LIGER_CPP_LN_FWD": "new", "LIGER_CPP_LN_BWD": "v4"},
-    "liger_cpp[fwd=new,bwd=v5]": {"LIGER_CPP_LN_FWD": "new", "LIGER_CPP_LN_BWD": "v5"},
+    "liger_cpp[fwd=old,bwd=v3]": {"LIGER_CPP_LN_FWD": "old", "LIGER_CPP_LN_BWD": "v3"},
 }
 
 

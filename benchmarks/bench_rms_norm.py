@@ -35,8 +35,8 @@ def eager(x, w):
 
 
 # liger_cpp backward variants, selected by environment variables read on every call:
-# LIGER_CPP_RMS_BWD picks the kernel (default async: rows fetched ahead with cp.async; reg: one
-# row ahead in registers; old: 4 vectors a thread, 16 warps/SM), LIGER_CPP_RMS_DW=smem keeps the
+# LIGER_CPP_RMS_BWD picks the kernel (default reg: one row ahead in registers; async: rows
+# fetched ahead with cp.async; old: 4 vectors a thread, 16 warps/SM), LIGER_CPP_RMS_DW=smem keeps the
 # old kernel's dW partials in shared memory.
 # LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).

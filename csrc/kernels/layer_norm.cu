@@ -3,7 +3,7 @@
 // norm_common.cuh: a "cached" family that keeps each row in registers (the
 // backward persistent, with dW and dB partials in fp32 registers), and a
 // "generic" family for any width and alignment, and pipelined backwards
-// (ln_bwd_pipe, ln_bwd_pipe16; chosen by LIGER_CPP_LN_BWD, default v3) for
+// (ln_bwd_pipe, ln_bwd_pipe16; chosen by LIGER_CPP_LN_BWD, default v5) for
 // widths up to 4096 (8192 for 16-bit types). LIGER_CPP_LN_FWD picks the cached
 // forward's variant. dW/dB partials are finished by reduce_partials or
 // ln_reduce_parts: deterministic, no atomics.
@@ -894,18 +894,21 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 // whatever the choice (e.g. bf16 with more than 8192 columns).
 // Which ln_fwd_cached variant runs (FwdMode), read on every call so that
 // benchmarks can A/B them in one process and the tests can run each:
-// LIGER_CPP_LN_FWD=old|pack|new (default old, the measured one: 81.3 % of C
-// at 16384 x 4096 bf16 on the H200); unknown values take the default.
+// LIGER_CPP_LN_FWD=old|pack|new (default pack: 83.2 % of C at 16384 x 4096
+// bf16 on the H200 against 80.5 % for old and 77.1 % for new, whose early
+// weight loads cost more than they hide; benchmarks/results/
+// 2026-11-30-h200-layer_norm-quick-b4b7e3b.log); unknown values take the default.
 FwdMode fwd_mode() {
   const char* e = std::getenv("LIGER_CPP_LN_FWD");
-  if (e && std::strcmp(e, "pack") == 0) return kFwdPack;
+  if (e && std::strcmp(e, "old") == 0) return kFwdOld;
   if (e && std::strcmp(e, "new") == 0) return kFwdNew;
-  return kFwdOld;
+  return kFwdPack;
 }
 
 enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5 };
-// v3: 8-byte vectors leave 16 KB per SM in flight per prefetched row; 2 rows ahead cover the latency.
-constexpr BwdVariant kDefaultBwd = BwdVariant::kV3;
+// v5 measured fastest (bwd 55.1 % of C at 16384 x 4096 bf16 on the H200 against
+// 53.4 % for v4, 47.4 % for v3 and 33.0 % for old; same log as above).
+constexpr BwdVariant kDefaultBwd = BwdVariant::kV5;
 
 BwdVariant bwd_variant() {
   const char* e = std::getenv("LIGER_CPP_LN_BWD");
