@@ -22,6 +22,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cluster.cuh"
 #include "common.cuh"
 #include "cross_entropy.h"
 
@@ -284,33 +285,6 @@ __device__ __forceinline__ float vec_max(const Vec<float, 4>& v) {
   return max_nan(max_nan(v.v[0], v.v[1]), max_nan(v.v[2], v.v[3]));
 }
 
-// mbarrier helpers (sm_90): the cluster kernel's statistics exchange and the
-// pipelined kernel's TMA copies complete on them.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(unsigned long long* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
-}
-
-__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-
 // The elements of a 16-byte register vector as floats. bf16 -> float is a
 // shift or a mask of the 32-bit word (one integer instruction per element;
 // the generic conversion spends two on every high half).
@@ -353,14 +327,6 @@ __device__ __forceinline__ float warp_max_nan(float v) {
   for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-
-// Cluster-wide barrier, split: a relaxed arrive after the mbarrier set-up
-// (fence.mbarrier_init orders it) and the wait just before the first push.
-// (cg::cluster_group::sync() also emits a GPU-scope memory barrier.)
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 
 // Statistics of a warp, a block or a cluster in the cluster kernel: the max,
 // the sum of exp relative to it, the argmax as an index into the row (the

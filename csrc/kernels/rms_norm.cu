@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cluster.cuh"
 #include "norm_common.cuh"
 #include "rms_norm.h"
 
@@ -672,48 +673,12 @@ constexpr int kWideMaxParts = kWideMaxCluster * 32;  // warp sums per row: CL * 
 static_assert(kWideMaxParts % 32 == 0, "a whole number of entries per lane");
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t cluster_nctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cl_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cl_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
-__device__ __forceinline__ void mbar_init1(unsigned long long* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
-}
-// Arrives on the mbarrier's current phase, expecting `bytes` of transactions.
-__device__ __forceinline__ void mbar_arrive_tx(unsigned long long* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait_parity(unsigned long long* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
-}
 // *slot of block `rank` = v (same shared-memory offsets in every block),
 // completing 4 bytes of that block's mbarrier *bar.
 __device__ __forceinline__ void st_async_f32(float* slot, unsigned long long* bar, uint32_t rank, float v) {
   uint32_t rslot, rbar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rslot) : "r"(smem_u32(slot)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_u32(bar)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rslot) : "r"(smem_addr(slot)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_addr(bar)), "r"(rank));
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(rslot),
                "r"(__float_as_uint(v)), "r"(rbar)
                : "memory");
@@ -742,13 +707,13 @@ __global__ void __launch_bounds__(1024, 1)
   const int64_t v = static_cast<int64_t>(rank) * blockDim.x + tx;
   const bool has = v < nvec;
   if (tx == 0) {
-    mbar_init1(&red_bar);
-    mbar_arrive_tx(&red_bar, row_bytes);  // armed for the first row
+    mbar_init(&red_bar);
+    mbar_expect_tx(&red_bar, row_bytes);  // armed for the first row
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   // Matched by the wait before the first row's stores: by then every block
   // of the cluster is running and has armed its mbarrier.
-  cl_arrive_relaxed();
+  cluster_arrive_relaxed();
 
   Vec<WT, VEC> wv;
   if (w != nullptr && has) wv = load_vec<WT, VEC>(w + v * VEC);
@@ -780,7 +745,7 @@ __global__ void __launch_bounds__(1024, 1)
       for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv.v[j]) * weight(j) * to_float<T>(xv.v[j]);
     }
     dot = warp_sum(dot);
-    cl_wait();  // every block has read the previous row's red
+    cluster_wait();  // every block has read the previous row's red
     if (lane < static_cast<int>(cl)) st_async_f32(&red[rank * nwarps + warp], &red_bar, lane, dot);
     // Keep x, dy and w packed through the wait (the converted floats spilled
     // in rms_bwd_pipe), and put the next row's loads in flight.
@@ -795,7 +760,7 @@ __global__ void __launch_bounds__(1024, 1)
     if constexpr (DS) {
       if (has) load_words_volatile(dv, ds_out + row * ds_out_stride + v * VEC);
     }
-    mbar_wait_parity(&red_bar, phase);
+    mbar_wait(&red_bar, phase);
     float s = 0.f;
 #pragma unroll
     for (int k = 0; k < kWideMaxParts / 32; ++k)
@@ -805,8 +770,8 @@ __global__ void __launch_bounds__(1024, 1)
     // thread of the cluster has arrived. Thread 0 re-arms the mbarrier for
     // the next row: its phase `phase` is complete (waited above), and the
     // next row's stores cannot complete the next phase before this arrive.
-    cl_arrive_relaxed();
-    if (tx == 0) mbar_arrive_tx(&red_bar, row_bytes);
+    cluster_arrive_relaxed();
+    if (tx == 0) mbar_expect_tx(&red_bar, row_bytes);
     if (has) {
       const float c = r * r * r * s / static_cast<float>(cols);
       float o[VEC];
@@ -823,7 +788,7 @@ __global__ void __launch_bounds__(1024, 1)
     xv = xn;
     gv = gn;
   }
-  cl_wait();  // matches the last arrive (no block exits with its barrier phase open)
+  cluster_wait();  // matches the last arrive (no block exits with its barrier phase open)
   if (partial != nullptr && has) {
     Vec<float, VEC> out;
 #pragma unroll

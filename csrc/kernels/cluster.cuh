@@ -1,0 +1,64 @@
+// sm_90 thread-block-cluster and mbarrier helpers shared by the cluster
+// kernels (cross_entropy.cu's ce_cluster_kernel and TMA pipeline,
+// rms_norm.cu's rms_bwd_cluster). PTX only valid on sm_90+: call them only
+// from code compiled for it (the kernels guard their bodies with __CUDA_ARCH__).
+// In an unnamed namespace, as norm_common.cuh: each .cu gets its own copy.
+#pragma once
+
+#include <cstdint>
+
+namespace liger_cpp::kernels {
+namespace {
+
+// The 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// This block's rank in its cluster, and the cluster's number of blocks.
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+
+// Cluster-wide barrier, split into a relaxed arrive and a wait. Relaxed: no
+// memory ordering (barrier.cluster.arrive.release compiled to MEMBAR.ALL.GPU,
+// which waits for every outstanding store and load of the thread); the
+// callers order what they need through mbarriers or data dependencies.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+
+// An mbarrier expecting one arrival per phase.
+__device__ __forceinline__ void mbar_init(unsigned long long* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Arrives on the mbarrier's current phase, expecting `bytes` of transactions.
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+// Spins until the mbarrier's phase with this parity has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+}  // namespace
+}  // namespace liger_cpp::kernels
