@@ -5,6 +5,8 @@
 // In an unnamed namespace, as norm_common.cuh: each .cu gets its own copy.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 namespace liger_cpp::kernels {
@@ -58,6 +60,25 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, uint32_t pari
       "}\n" ::"r"(smem_addr(bar)),
       "r"(parity)
       : "memory");
+}
+
+// Host: the launch configuration of clusters of `cl` blocks along x, with
+// gridDim one cluster (callers scale it). `attr` is referenced by the result,
+// not copied: it must outlive the launch call.
+inline cudaLaunchConfig_t cluster_launch_config(int threads, int cl, size_t smem, cudaStream_t stream,
+                                                cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(cl));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
 }
 
 }  // namespace

@@ -809,19 +809,9 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
     cudaError_t err =
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
-    cudaLaunchConfig_t cfg = {};
-    cfg.blockDim = dim3(kTmaThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchConfig_t cfg = cluster_launch_config(kTmaThreads, cs, smem, stream, attr);
     // As many clusters as can be resident at once (persistent), at most one per row.
-    cfg.gridDim = dim3(static_cast<unsigned>(cs));
     int active = 0;
     err = cudaOccupancyMaxActiveClusters(&active, kern, &cfg);
     if (err != cudaSuccess || active < 1) active = 1;
@@ -834,18 +824,9 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
     const int threads = static_cast<int>(ceil_div(ceil_div(V, cs * per_thread), 32) * 32);
     const int slice = static_cast<int>(threads * per_thread);
     const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(a.rows * cs));
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchConfig_t cfg = cluster_launch_config(threads, cs, 0, stream, attr);
+    cfg.gridDim = dim3(static_cast<unsigned>(a.rows * cs));
     const bool am = a.argmax != nullptr;
     if (plain) {
       return am ? cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, true, true>, a, slice)

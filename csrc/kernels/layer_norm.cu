@@ -954,20 +954,8 @@ bool plan_pipe16(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
   p.smem = (v5 ? kPipe16Stages * threads * 2 * 16 : 0) + (v5 ? kPipe16Stages : 2) * threads * 2 * 4 +
            (sizeof(WT) > sizeof(T) ? threads * 32 : 0);  // weight slots (see ln_bwd_pipe16)
   auto* kern = pipe16_kernel<T, WT>(p.variant);
-  if (p.smem > 48 * 1024 && cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(p.smem)) != cudaSuccess) {
-    cudaGetLastError();  // clear it
-    return false;
-  }
-  if (p.variant == BwdVariant::kV5)  // shared memory over L1: the kernel reads nothing twice
-    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         cudaSharedmemCarveoutMaxShared);
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, p.tx * p.ty, p.smem) != cudaSuccess ||
-      per_sm < 1) {
-    cudaGetLastError();
-    return false;
-  }
+  const int per_sm = pipe_blocks_per_sm(kern, p.tx * p.ty, p.smem, p.variant == BwdVariant::kV5);
+  if (per_sm < 1) return false;
   p.cached = true;
   p.pipe16 = true;
   p.grid = std::max<int64_t>(

@@ -228,5 +228,29 @@ int sm_blocks(const void* kernel, int threads, size_t smem) {
   return std::max(n, 1);
 }
 
+// How many blocks of `threads` threads with `smem` bytes of dynamic shared
+// memory the pipelined backwards fit on an SM at once; 0 when none (the
+// caller then takes another kernel), with no sticky CUDA error left behind.
+// Opts the kernel in to more than 48 KiB of dynamic shared memory and, with
+// prefer_smem, asks for the largest shared-memory carveout (a kernel that
+// reads nothing twice has no use for L1).
+template <typename K>
+int pipe_blocks_per_sm(K* kern, int threads, size_t smem, bool prefer_smem) {
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem)) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (prefer_smem)
+    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return per_sm;
+}
+
 }  // namespace
 }  // namespace liger_cpp::kernels

@@ -1017,20 +1017,9 @@ bool plan_pipe(const RmsNormBwdArgs& a, int sm_count, BwdKind kind, BwdPlan& p) 
   }
   p.smem = std::max(dw_bytes, pipe_bytes);
   auto* kern = pipe_kernel<T, WT, OT>(kind, a.ds_out != nullptr);
-  if (p.smem > 48 * 1024 && cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(p.smem)) != cudaSuccess) {
-    cudaGetLastError();  // clear it: too much shared memory, take rms_bwd_cached
-    return false;
-  }
-  if (kind == BwdKind::kAsync)  // shared memory over L1: the kernel reads nothing twice
-    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         cudaSharedmemCarveoutMaxShared);
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, p.tx * p.ty, p.smem) != cudaSuccess ||
-      per_sm < 1) {
-    cudaGetLastError();
-    return false;
-  }
+  // Too much shared memory, or no block fits: rms_bwd_cached runs.
+  const int per_sm = pipe_blocks_per_sm(kern, p.tx * p.ty, p.smem, kind == BwdKind::kAsync);
+  if (per_sm < 1) return false;
   p.kind = kind;
   p.grid = std::max<int64_t>(
       1, std::min<int64_t>(ceil_div(a.rows, p.ty), static_cast<int64_t>(sm_count) * per_sm));
@@ -1065,21 +1054,6 @@ auto cluster_kernel(bool ds) {
   return ds ? &rms_bwd_cluster<T, WT, OT, full, true> : &rms_bwd_cluster<T, WT, OT, full, false>;
 }
 
-// A launch of one cluster of `cl` blocks (the caller scales gridDim).
-cudaLaunchConfig_t cluster_config(int threads, int cl, cudaLaunchAttribute* attr) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(cl));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = 0;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cfg;
-}
-
 // How many clusters of `cl` blocks of `threads` threads can be resident at
 // once (0 where the kernel has no sm_90 code for this device, or none fit).
 // The driver queries are cached per (device, kernel, shape): the plan is
@@ -1109,7 +1083,7 @@ int active_clusters(K* kern, int threads, int cl) {
   // below 90 the kernel body is empty (built without sm_90, or an older GPU).
   if (cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.binaryVersion >= 90) {
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = cluster_config(threads, cl, attr);
+    const cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, 0, nullptr, attr);
     if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) n = 0;
   }
   cudaGetLastError();  // a failed query leaves no sticky error behind
@@ -1297,9 +1271,8 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     if (p.kind == BwdKind::kCluster) {
       cudaLaunchAttribute attr[1];
       auto* kern = cluster_kernel<T, WT, OT>(ds_out != nullptr);
-      cudaLaunchConfig_t cfg = cluster_config(p.tx, p.cl, attr);
+      cudaLaunchConfig_t cfg = cluster_launch_config(p.tx, p.cl, 0, stream, attr);
       cfg.gridDim = dim3(static_cast<unsigned>(p.grid * p.cl));
-      cfg.stream = stream;
       const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, dy, a.dy_row_stride, x, a.x_row_stride, w,
                                                  a.rstd, ds_out, a.ds_out_row_stride, dx, a.dx_row_stride,
                                                  partial, a.rows, a.cols, a.offset, llama);
