@@ -98,6 +98,19 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
     _run_case(shape, dtype, wkind, mode, offset, in_place=True, device="cuda")
 
 
+def _assert_bwd_deterministic(rows, n, dtype):
+    """Two CUDA backward calls on the same inputs give bit-identical dX and dW."""
+    x = torch.randn(rows, n, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn_like(x)
+    grads = []
+    for _ in range(2):
+        x.grad = w.grad = None
+        rms_norm(x, w, 1e-6).backward(dy)
+        grads.append((x.grad.clone(), w.grad.clone()))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
 # The CUDA backward has several kernels for rows of up to 1024 vectors, chosen by
 # LIGER_CPP_RMS_BWD (read on every call): each must match the reference, on the shapes of
 # utils.RMS_VARIANT_SHAPES.
@@ -121,15 +134,7 @@ def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, 
     monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
     _run_case((600, 2048), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
     _run_case((3, 700, 512), dtype, "fp32", "none" if dtype == torch.float32 else "gemma", 1.0, True, "cuda")
-    x = torch.randn(5000, 4096, device="cuda", dtype=dtype, requires_grad=True)
-    w = torch.randn(4096, device="cuda", dtype=dtype, requires_grad=True)
-    dy = torch.randn_like(x)
-    grads = []
-    for _ in range(2):
-        x.grad = w.grad = None
-        rms_norm(x, w, 1e-6).backward(dy)
-        grads.append((x.grad.clone(), w.grad.clone()))
-    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+    _assert_bwd_deterministic(5000, 4096, dtype)
 
 
 # Rows above 1024 vectors: the backward kernels of LIGER_CPP_RMS_BWD_WIDE (utils.RMS_WIDE_VARIANTS;
@@ -154,15 +159,7 @@ def test_cuda_bwd_wide_strided_in_place_deterministic(monkeypatch, variant, dtyp
     set_wide_variant(monkeypatch, variant)
     _run_case((40, 16392), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
     _run_case((3, 5, 32768), dtype, "fp32", "gemma", 1.0, in_place=False, device="cuda", strided=True)
-    x = torch.randn(700, 32768, device="cuda", dtype=dtype, requires_grad=True)
-    w = torch.randn(32768, device="cuda", dtype=dtype, requires_grad=True)
-    dy = torch.randn_like(x)
-    grads = []
-    for _ in range(2):
-        x.grad = w.grad = None
-        rms_norm(x, w, 1e-6).backward(dy)
-        grads.append((x.grad.clone(), w.grad.clone()))
-    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+    _assert_bwd_deterministic(700, 32768, dtype)
 
 
 # The CUDA register-cached forward's variants (LIGER_CPP_RMS_FWD, read on every call; default
