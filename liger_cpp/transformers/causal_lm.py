@@ -16,6 +16,12 @@ stays Hugging Face's. For the duration of the call it replaces two attributes of
 Models whose loss function is not HF's ForCausalLMLoss (a custom ``model.loss_function``), or
 whose lm_head is not a plain ``nn.Linear`` (or PEFT's ModulesToSaveWrapper of one), keep HF's path,
 with a one-time warning.
+
+Under DeepSpeed ZeRO-3 lm_head's weight is partitioned (an empty tensor outside lm_head's own
+forward) and only DeepSpeed's module hooks gather it. The fused op then runs *as* lm_head's forward
+(the module is called with the fused loss in place of ``nn.Linear.forward``), so DeepSpeed gathers the
+weight for the forward, gathers it again before the fused op's backward (its hook on the module's
+outputs) and reduce-scatters the weight's gradient as for any other module.
 """
 
 import contextlib
@@ -223,6 +229,44 @@ def _head_params(head):
     return None
 
 
+def _is_deepspeed_hook(hook) -> bool:
+    fn = getattr(hook, "func", hook)  # functools.partial
+    return (getattr(fn, "__module__", None) or "").startswith("deepspeed.")
+
+
+def _zero3_head(head):
+    """The nn.Linear of lm_head (through PEFT's ModulesToSaveWrapper) when its weight is a DeepSpeed
+    ZeRO-3 parameter and the only hooks on it are DeepSpeed's, else None."""
+    if hasattr(head, "modules_to_save") and hasattr(head, "original_module"):
+        active = getattr(head, "active_adapter", None)
+        active = active[0] if isinstance(active, (list, tuple)) and active else active
+        if getattr(head, "disable_adapters", False) or active not in head.modules_to_save:
+            head = head.original_module
+        else:
+            head = head.modules_to_save[active]
+    if (
+        isinstance(head, nn.Linear)
+        and type(head).forward is nn.Linear.forward
+        and "forward" not in head.__dict__
+        and hasattr(head.weight, "ds_id")  # a ZeRO-3 (partitioned) parameter
+        and type(head.weight.data) is torch.Tensor
+        and all(_is_deepspeed_hook(h) for h in head._forward_hooks.values())
+        and all(_is_deepspeed_hook(h) for h in head._forward_pre_hooks.values())
+    ):
+        return head
+    return None
+
+
+def _call_as_forward(module: nn.Module, fn: Callable, *args):
+    """``module(*args)`` with ``fn`` in place of its forward: the module's hooks (DeepSpeed ZeRO-3's
+    parameter gathering, before the forward and before the backward of the outputs) run around fn."""
+    module.forward = fn
+    try:
+        return module(*args)
+    finally:
+        del module.forward
+
+
 def _uses_hf_causal_loss(model) -> bool:
     if "_loss_function" in model.__dict__:  # set by the user
         return False
@@ -301,10 +345,12 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
                 "ForCausalLMLoss; Hugging Face's loss path is kept."
             )
             ours = False
-        head_params = None
+        head_params = zero3_head = None
         if ours and mode == "flce":
             head_params = _head_params(self._modules.get("lm_head"))
             if head_params is None:
+                zero3_head = _zero3_head(self._modules.get("lm_head"))
+            if head_params is None and zero3_head is None:
                 _warn_once(
                     f"liger_cpp: {type(self).__name__}.lm_head is not a plain nn.Linear (LoRA, hooks, "
                     "FSDP / tensor-parallel weights?); the logits are materialised and Hugging Face's "
@@ -340,17 +386,17 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
                 if spec.softcap_optional and softcaps[0] is not None:
                     softcaps = (None, softcaps[0])
                 softcap = _matching_softcap(logits, capture.probe, softcaps, scale, type(self))
-                weight, bias = head_params
-                loss = liger_for_causal_lm_loss(
-                    capture.hidden,
-                    weight,
-                    labels,
-                    bias,
-                    softcap=softcap,
-                    logit_scale=scale,
-                    accum_dtype=accum_dtype,
-                    **opts,
-                )
+                flce_opts = dict(softcap=softcap, logit_scale=scale, accum_dtype=accum_dtype, **opts)
+                if zero3_head is None:
+                    weight, bias = head_params
+                    loss = liger_for_causal_lm_loss(capture.hidden, weight, labels, bias, **flce_opts)
+                else:
+
+                    def fused(hidden):  # lm_head's forward: its weight is gathered here
+                        head = zero3_head
+                        return liger_for_causal_lm_loss(hidden, head.weight, labels, head.bias, **flce_opts)
+
+                    loss = _call_as_forward(zero3_head, fused, capture.hidden)
             else:
                 loss = _cross_entropy_loss(logits, labels, vocab_size, **opts)
             if return_token_accuracy:
