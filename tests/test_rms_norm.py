@@ -358,3 +358,33 @@ def test_default_is_safe_in_a_residual(device):
     (h_ref + rms_norm_ref(h_ref, torch.ones(64, device=device), 1e-6)).backward(g)
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-5)
     assert LigerRMSNorm(8).in_place is False
+
+
+# The CUDA kernel-variant knobs reject values they do not know (a typo must not silently time the
+# default kernel): RMSNorm's, LayerNorm's and SwiGLU's, each read on the call.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize(
+    "var,op",
+    [
+        ("LIGER_CPP_RMS_BWD", "rms_bwd"),
+        ("LIGER_CPP_RMS_BWD_WIDE", "rms_bwd_wide"),
+        ("LIGER_CPP_RMS_FWD", "rms_fwd"),
+        ("LIGER_CPP_LN_BWD", "ln_bwd"),
+        ("LIGER_CPP_GLU_SILU", "swiglu"),
+    ],
+)
+def test_cuda_unknown_kernel_knob_is_an_error(monkeypatch, var, op):
+    from liger_cpp.ops.layer_norm import layer_norm
+    from liger_cpp.ops.swiglu import swiglu
+
+    n = 32768 if op == "rms_bwd_wide" else 1024
+    x = torch.randn(8, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    monkeypatch.setenv(var, "no-such-kernel")
+    with pytest.raises((RuntimeError, ValueError), match=f"{var}: expected one of .*got .no-such-kernel."):
+        if op.startswith("rms"):
+            rms_norm(x, w, 1e-6).sum().backward()
+        elif op == "ln_bwd":
+            layer_norm(x, w, None, 1e-6).sum().backward()
+        else:
+            swiglu(x, x.detach().clone()).sum().backward()

@@ -25,6 +25,7 @@
 #include "cluster.cuh"
 #include "common.cuh"
 #include "cross_entropy.h"
+#include "env_knob.h"
 
 // The sm_90 kernels' helpers are unused in the sm_80 pass (their bodies compile only for sm_90).
 #pragma nv_diag_suppress 177
@@ -771,10 +772,8 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
   // lost (55.9 against 70.9 %) (benchmarks/results/2026-11-30-h200-cross_entropy-quick-*746c96a*).
   // LIGER_CPP_CE_BLOCK=256|512 forces one size (A/B measurements).
   static const int64_t forced_threads = [] {
-    const char* e = std::getenv("LIGER_CPP_CE_BLOCK");
-    if (e && std::strcmp(e, "256") == 0) return int64_t{256};
-    if (e && std::strcmp(e, "512") == 0) return int64_t{kClusterThreads};
-    return int64_t{0};
+    const int i = env_choice("LIGER_CPP_CE_BLOCK", {"256", "512"});
+    return i < 0 ? int64_t{0} : (i == 0 ? int64_t{256} : int64_t{kClusterThreads});
   }();
   const int64_t per_thread = static_cast<int64_t>(kClusterK) * VE16;
   int64_t cs = ceil_div(V, kClusterThreads * per_thread);
@@ -783,17 +782,11 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
     cs = cs256;
   static const int cc_major = device_cc_major();
   // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
-  static const bool force_two_pass = [] {
-    const char* e = std::getenv("LIGER_CPP_CE_TWO_PASS");
-    return e && e[0] == '1';
-  }();
+  static const bool force_two_pass = env_choice("LIGER_CPP_CE_TWO_PASS", {"0", "1"}) == 1;
   // LIGER_CPP_CE_KERNEL=tma selects the pipelined kernel: correct (the whole CUDA suite passed with
   // it as the default) but measured slower on the H200 (28 % of C against 56-61 % at V = 128256,
   // benchmarks/results/2026-11-29-h200-bench_ce_core-a8ca70d.log), so opt-in until it is profiled.
-  static const bool want_tma = [] {
-    const char* e = std::getenv("LIGER_CPP_CE_KERNEL");
-    return e && std::strcmp(e, "tma") == 0;
-  }();
+  static const bool want_tma = env_choice("LIGER_CPP_CE_KERNEL", {"cluster", "tma"}) == 1;
   const bool want_cluster = !want_tma;
   const int64_t tma_cs = ceil_div(V * static_cast<int64_t>(sizeof(T)), kTmaMaxSliceBytes);
   if (!force_two_pass && !want_cluster && aligned && cc_major >= 9 && V >= 2048 && tma_cs <= kMaxCluster) {

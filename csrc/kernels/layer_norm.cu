@@ -11,6 +11,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "env_knob.h"
 #include "layer_norm.h"
 #include "norm_common.cuh"
 
@@ -897,12 +898,16 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 // LIGER_CPP_LN_FWD=old|pack|new (default pack: 83.2 % of C at 16384 x 4096
 // bf16 on the H200 against 80.5 % for old and 77.1 % for new, whose early
 // weight loads cost more than they hide; benchmarks/results/
-// 2026-11-30-h200-layer_norm-quick-b4b7e3b.log); unknown values take the default.
+// 2026-11-30-h200-layer_norm-quick-b4b7e3b.log); an unknown value is an error.
 FwdMode fwd_mode() {
-  const char* e = std::getenv("LIGER_CPP_LN_FWD");
-  if (e && std::strcmp(e, "old") == 0) return kFwdOld;
-  if (e && std::strcmp(e, "new") == 0) return kFwdNew;
-  return kFwdPack;
+  switch (env_choice("LIGER_CPP_LN_FWD", {"old", "pack", "new"})) {
+    case 0:
+      return kFwdOld;
+    case 2:
+      return kFwdNew;
+    default:
+      return kFwdPack;
+  }
 }
 
 enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5 };
@@ -911,15 +916,9 @@ enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5 };
 constexpr BwdVariant kDefaultBwd = BwdVariant::kV5;
 
 BwdVariant bwd_variant() {
-  const char* e = std::getenv("LIGER_CPP_LN_BWD");
-  if (e == nullptr) return kDefaultBwd;
-  if (std::strcmp(e, "old") == 0) return BwdVariant::kOld;
-  if (std::strcmp(e, "v1") == 0) return BwdVariant::kV1;
-  if (std::strcmp(e, "v2") == 0) return BwdVariant::kV2;
-  if (std::strcmp(e, "v3") == 0) return BwdVariant::kV3;
-  if (std::strcmp(e, "v4") == 0) return BwdVariant::kV4;
-  if (std::strcmp(e, "v5") == 0) return BwdVariant::kV5;
-  return kDefaultBwd;
+  // The indices are the enum's values.
+  const int i = env_choice("LIGER_CPP_LN_BWD", {"old", "v1", "v2", "v3", "v4", "v5"});
+  return i < 0 ? kDefaultBwd : static_cast<BwdVariant>(i);
 }
 
 struct BwdPlan : Plan {

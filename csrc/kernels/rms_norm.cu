@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "cluster.cuh"
+#include "env_knob.h"
 #include "norm_common.cuh"
 #include "rms_norm.h"
 
@@ -881,11 +882,16 @@ __global__ void __launch_bounds__(256)
 //     16384x4096 / 8192x16384 / 131072x1024 / 4096x32768,
 //     benchmarks/results/2026-11-30-h200-rms_norm-quick-c1a3bfe.log).
 FwdMode fwd_mode(bool add) {
-  const char* e = std::getenv(add ? "LIGER_CPP_RMS_ADD_FWD" : "LIGER_CPP_RMS_FWD");
-  if (e && std::strcmp(e, "old") == 0) return kFwdOld;
-  if (e && std::strcmp(e, "pack") == 0) return kFwdPack;
-  if (e && std::strcmp(e, "new") == 0) return kFwdNew;
-  return add ? kFwdNew : kFwdOld;
+  switch (env_choice(add ? "LIGER_CPP_RMS_ADD_FWD" : "LIGER_CPP_RMS_FWD", {"old", "pack", "new"})) {
+    case 0:
+      return kFwdOld;
+    case 1:
+      return kFwdPack;
+    case 2:
+      return kFwdNew;
+    default:
+      return add ? kFwdNew : kFwdOld;
+  }
 }
 
 template <typename F>
@@ -912,8 +918,7 @@ cudaError_t dispatch_types(DType xd, DType wd, DType yd, F&& f) {
 // LIGER_CPP_RMS_DW=smem|regs overrides it, for A/B measurements.
 bool bwd_dw_in_smem(int tx) {
   if (tx == 1024) return true;
-  const char* e = std::getenv("LIGER_CPP_RMS_DW");
-  return e && std::strcmp(e, "smem") == 0;
+  return env_choice("LIGER_CPP_RMS_DW", {"smem", "regs"}) == 0;
 }
 
 size_t bwd_smem_bytes(const Plan& p, bool want_dw) {
@@ -965,12 +970,18 @@ constexpr int kPipeStages = 4;
 // 4096 bf16 (benchmarks/results/2026-11-30-h200-fused_add_rms_norm-5d1f57d.log):
 // a third operand per row leaves reg's one row ahead too few bytes in flight.
 BwdKind bwd_kind(bool ds) {
-  const char* e = std::getenv("LIGER_CPP_RMS_BWD");
-  if (e && std::strcmp(e, "old") == 0) return BwdKind::kOld;
-  if (e && std::strcmp(e, "async") == 0) return BwdKind::kAsync;
-  if (e && std::strcmp(e, "regds") == 0) return BwdKind::kRegDs;
-  if (e && std::strcmp(e, "reg") == 0) return BwdKind::kReg;
-  return ds ? BwdKind::kAsync : BwdKind::kReg;
+  switch (env_choice("LIGER_CPP_RMS_BWD", {"old", "async", "regds", "reg"})) {
+    case 0:
+      return BwdKind::kOld;
+    case 1:
+      return BwdKind::kAsync;
+    case 2:
+      return BwdKind::kRegDs;
+    case 3:
+      return BwdKind::kReg;
+    default:
+      return ds ? BwdKind::kAsync : BwdKind::kReg;
+  }
 }
 
 struct BwdPlan : Plan {
@@ -1032,20 +1043,14 @@ bool plan_pipe(const RmsNormBwdArgs& a, int sm_count, BwdKind kind, BwdPlan& p) 
 //   old: rms_bwd_cached (4 vectors a thread, spilled; ~50 % of C at
 //     4096 x 32768 bf16 fwd+bwd on the H200).
 // LIGER_CPP_RMS_BWD=old also selects old here (old means the previous kernel
-// at every width). Unknown values take the default.
-bool bwd_wide_cluster() {
-  const char* e = std::getenv("LIGER_CPP_RMS_BWD_WIDE");
-  if (e && std::strcmp(e, "old") == 0) return false;
-  return true;
-}
+// at every width). An unknown value is an error.
+bool bwd_wide_cluster() { return env_choice("LIGER_CPP_RMS_BWD_WIDE", {"cluster", "old"}) != 1; }
 
 // Threads per cluster block: LIGER_CPP_RMS_WIDE_TX=512|1024 forces the
 // largest block size tried (A/B measurements); 0 = choose (see plan_cluster).
 int wide_tx_forced() {
-  const char* e = std::getenv("LIGER_CPP_RMS_WIDE_TX");
-  if (e && std::strcmp(e, "512") == 0) return 512;
-  if (e && std::strcmp(e, "1024") == 0) return 1024;
-  return 0;
+  const int i = env_choice("LIGER_CPP_RMS_WIDE_TX", {"512", "1024"});
+  return i < 0 ? 0 : (i == 0 ? 512 : 1024);
 }
 
 template <typename T, typename WT, typename OT>

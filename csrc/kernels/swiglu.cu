@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "env_knob.h"
 #include "swiglu.h"
 
 namespace liger_cpp::kernels {
@@ -221,10 +222,7 @@ inline int64_t grid_for(int64_t tiles, int sm_count) {
 // reference) or anything else (Act<kSiluRcp>, the default). Read on every call
 // (one getenv per launch) so that the benchmark can A/B both in one process and
 // the tests can run each.
-bool silu_rcp() {
-  const char* e = std::getenv("LIGER_CPP_GLU_SILU");
-  return !(e && std::strcmp(e, "div") == 0);
-}
+bool silu_rcp() { return env_choice("LIGER_CPP_GLU_SILU", {"rcp", "div"}) != 1; }
 
 template <typename F>
 cudaError_t dispatch_act(GluAct act, F&& f) {
