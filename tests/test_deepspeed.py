@@ -14,7 +14,6 @@ shared-memory all-reduce op (deepspeed_shm_comm, ~100 s of C++ compilation) when
 backend starts; the workers mark that op incompatible, so gloo does all the collectives."""
 
 import os
-import time
 import warnings
 from datetime import timedelta
 
@@ -27,9 +26,19 @@ if not dist.is_available():
     pytest.skip("torch.distributed is not available in this build", allow_module_level=True)
 pytest.importorskip("deepspeed")
 
-import torch.multiprocessing as mp  # noqa: E402
 from hf_models import build  # noqa: E402
-from test_fsdp import HF_TOL, LR, ROWS, STEPS, TOL, WORLD, _check, _data, _plain_hf  # noqa: E402
+from test_fsdp import (  # noqa: E402
+    HF_TOL,
+    LR,
+    ROWS,
+    STEPS,
+    TOL,
+    WORLD,
+    _check,
+    _data,
+    _plain_hf,
+    spawn_workers,
+)
 
 STAGES = (1, 2, 3)
 TIMEOUT_S = 120  # whole spawn: a hung collective fails the test instead of blocking CI
@@ -163,22 +172,9 @@ def _worker(rank, init_file, out_file):
 
 @pytest.fixture(scope="module")
 def ds_results(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("deepspeed")
-    out_file = tmp_path / "results.pt"
-    ctx = mp.start_processes(
-        _worker, args=(str(tmp_path / "store"), str(out_file)), nprocs=WORLD, join=False, start_method="spawn"
+    return spawn_workers(
+        _worker, tmp_path_factory.mktemp("deepspeed"), what="DeepSpeed workers", timeout_s=TIMEOUT_S
     )
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not ctx.join(timeout=1):  # raises ProcessRaisedException with the worker's traceback
-            if time.monotonic() > deadline:
-                pytest.fail(f"DeepSpeed workers did not finish in {TIMEOUT_S} s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    return torch.load(out_file)
 
 
 @pytest.fixture(scope="module")

@@ -143,26 +143,32 @@ def _worker(rank, init_file, out_file, lr_rank1, device_type="cpu"):
         dist.destroy_process_group()
 
 
-def _spawn(tmp_path, lr_rank1=LR, device_type="cpu"):
+def spawn_workers(worker, tmp_path, *extra_args, what="workers", timeout_s=TIMEOUT_S):
+    """Runs worker(rank, store_path, out_file, *extra_args) in WORLD spawned processes and returns
+    what they saved to out_file; fails the test when they do not finish within timeout_s."""
     out_file = tmp_path / "results.pt"
     ctx = mp.start_processes(
-        _worker,
-        args=(str(tmp_path / "store"), str(out_file), lr_rank1, device_type),
+        worker,
+        args=(str(tmp_path / "store"), str(out_file), *extra_args),
         nprocs=WORLD,
         join=False,
         start_method="spawn",
     )
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     try:
         while not ctx.join(timeout=1):  # raises ProcessRaisedException with the worker's traceback
             if time.monotonic() > deadline:
-                pytest.fail(f"FSDP workers did not finish in {TIMEOUT_S} s")
+                pytest.fail(f"{what} did not finish in {timeout_s} s")
     finally:
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
                 p.join()
     return torch.load(out_file)
+
+
+def _spawn(tmp_path, lr_rank1=LR, device_type="cpu"):
+    return spawn_workers(_worker, tmp_path, lr_rank1, device_type, what="FSDP workers")
 
 
 @pytest.fixture(scope="module")

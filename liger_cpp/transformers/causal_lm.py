@@ -209,15 +209,21 @@ def _matching_softcap(received: Tensor, probe: Tensor, softcaps, scale, cls):
     )
 
 
-def _head_params(head):
-    """(weight, bias) of a plain nn.Linear lm_head (through PEFT's ModulesToSaveWrapper), or None."""
+def _unwrap_peft_head(head):
+    """The module that computes lm_head: through PEFT's ModulesToSaveWrapper, its active copy (or
+    the original when adapters are disabled); any other module as it is."""
     if hasattr(head, "modules_to_save") and hasattr(head, "original_module"):
         active = getattr(head, "active_adapter", None)
         active = active[0] if isinstance(active, (list, tuple)) and active else active
         if getattr(head, "disable_adapters", False) or active not in head.modules_to_save:
-            head = head.original_module
-        else:
-            head = head.modules_to_save[active]
+            return head.original_module
+        return head.modules_to_save[active]
+    return head
+
+
+def _head_params(head):
+    """(weight, bias) of a plain nn.Linear lm_head (through PEFT's ModulesToSaveWrapper), or None."""
+    head = _unwrap_peft_head(head)
     if (
         isinstance(head, nn.Linear)
         and type(head).forward is nn.Linear.forward
@@ -237,13 +243,7 @@ def _is_deepspeed_hook(hook) -> bool:
 def _zero3_head(head):
     """The nn.Linear of lm_head (through PEFT's ModulesToSaveWrapper) when its weight is a DeepSpeed
     ZeRO-3 parameter and the only hooks on it are DeepSpeed's, else None."""
-    if hasattr(head, "modules_to_save") and hasattr(head, "original_module"):
-        active = getattr(head, "active_adapter", None)
-        active = active[0] if isinstance(active, (list, tuple)) and active else active
-        if getattr(head, "disable_adapters", False) or active not in head.modules_to_save:
-            head = head.original_module
-        else:
-            head = head.modules_to_save[active]
+    head = _unwrap_peft_head(head)
     if (
         isinstance(head, nn.Linear)
         and type(head).forward is nn.Linear.forward
