@@ -7,8 +7,6 @@
 // widths up to 4096 (8192 for 16-bit types). LIGER_CPP_LN_FWD picks the cached
 // forward's variant. dW/dB partials are finished by reduce_partials or
 // ln_reduce_parts: deterministic, no atomics.
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "env_knob.h"

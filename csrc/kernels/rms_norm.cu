@@ -19,8 +19,6 @@
 // DS flag adds the gradient reaching s directly (ds_out) in the backward, so
 // plain RMSNorm's instantiations are unchanged.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>

@@ -8,8 +8,6 @@
 // so only the very last tile is partial. When a pointer or a row stride is not
 // 16-byte aligned the same kernels run with VEC = 1. Offsets are int64.
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 
@@ -219,7 +217,7 @@ inline int64_t grid_for(int64_t tiles, int sm_count) {
 }
 
 // Which SiLU runs: LIGER_CPP_GLU_SILU=div (IEEE division, the A/B
-// reference) or anything else (Act<kSiluRcp>, the default). Read on every call
+// reference) or rcp / unset (Act<kSiluRcp>, the default). Read on every call
 // (one getenv per launch) so that the benchmark can A/B both in one process and
 // the tests can run each.
 bool silu_rcp() { return env_choice("LIGER_CPP_GLU_SILU", {"rcp", "div"}) != 1; }
