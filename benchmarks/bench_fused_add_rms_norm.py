@@ -9,7 +9,7 @@ quarter of the minimum bytes), which no residual stream pays. The liger_cpp row 
 .grad)" keeps that measurement (with .backward(), as runs before 2026-11-30 session 4 did).
 The rows liger_cpp[add_fwd=old|pack] A/B the forward kernel variants in the same run (the
 plain liger_cpp row is the default, new), liger_cpp[bwd=...] the backward kernels (fwd+bwd
-only; the plain row is the default, reg); see VARIANT_ENV.
+only; the plain row is the default, async); see VARIANT_ENV.
 Usage: python benchmarks/bench_fused_add_rms_norm.py [--out FILE.json] [--no-variants]
 """
 
