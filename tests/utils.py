@@ -59,7 +59,7 @@ RMS_WIDE_WEIGHTS = [
 
 
 def set_wide_variant(monkeypatch, variant):
-    for key in ("LIGER_CPP_RMS_BWD_WIDE", "LIGER_CPP_RMS_WIDE_TX"):
+    for key in {k for env in RMS_WIDE_VARIANTS.values() for k in env}:  # whatever any variant sets
         monkeypatch.delenv(key, raising=False)
     for key, value in RMS_WIDE_VARIANTS[variant].items():
         monkeypatch.setenv(key, value)
