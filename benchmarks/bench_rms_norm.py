@@ -41,10 +41,13 @@ def eager(x, w):
 # LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
 # Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
-# backward that the sm_90 cluster backward (default) replaces; LIGER_CPP_RMS_WIDE_TX=512 forces the
-# cluster kernel's 512-thread blocks (default: the block size with more threads resident).
+# backward that the sm_90 cluster backward (default) replaces, LIGER_CPP_RMS_FWD_WIDE=old the
+# register-cached / generic forward that the sm_90 cluster forward (default) replaces;
+# LIGER_CPP_RMS_WIDE_TX=512 forces both cluster kernels' 512-thread blocks (default: the block size
+# with more threads resident).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
+    "liger_cpp[fwd_wide=old]": {"LIGER_CPP_RMS_FWD_WIDE": "old"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
@@ -53,10 +56,14 @@ VARIANT_ENV = {
 }
 
 
+# The rows whose forward differs from the default's (timed fwd and fwd+bwd; the others fwd+bwd only).
+FWD_VARIANTS = {"liger_cpp[fwd_wide=old]", "liger_cpp[wide=tx512]", "liger_cpp[fwd=new]"}
+
+
 def variants(have_liger):
     out = {
         "liger_cpp": lambda x, w: rms_norm(x, w, EPS),
-        # A/B of the backward kernels (same forward): see VARIANT_ENV
+        # A/B of the forward and backward kernels: see VARIANT_ENV
         **{name: (lambda x, w: rms_norm(x, w, EPS)) for name in VARIANT_ENV},
         "eager": eager,
         "compile": "compile",  # a fresh torch.compile per shape (see run_shape)
@@ -77,14 +84,14 @@ def run_shape(m, n, fns, C, modes, only=None):
     for name, f in fns.items():
         if only and name not in only:
             continue
-        if name in VARIANT_ENV and (only or ("fwd+bwd" not in modes and "[fwd=" not in name)):
+        if name in VARIANT_ENV and (only or ("fwd+bwd" not in modes and name not in FWD_VARIANTS)):
             continue
         set_variant_env(VARIANT_ENV, name)
         if f == "compile":  # fresh per shape: avoids the recompile limit falling back to eager
             torch._dynamo.reset()
             f = torch.compile(eager, dynamic=False)
         for mode in modes:
-            if name in VARIANT_ENV and mode == "fwd" and "[fwd=" not in name:
+            if name in VARIANT_ENV and mode == "fwd" and name not in FWD_VARIANTS:
                 continue  # a backward variant: the forward does not differ
             try:
                 if mode == "fwd":

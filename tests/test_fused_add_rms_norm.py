@@ -13,6 +13,7 @@ from utils import (
     RMS_WIDE_VARIANTS,
     RMS_WIDE_WEIGHTS,
     assert_close_to_ref,
+    assert_rstd_close,
     set_wide_variant,
 )
 
@@ -33,21 +34,26 @@ def _weight(kind, n, dtype, device, gemma):
     return (base + 0.1 * torch.randn(n)).to(device=device, dtype=wdt).requires_grad_(True)
 
 
-def _input(shape, dtype, device, strided):
+def _input(shape, dtype, device, strided, start=5):
+    """strided: rows padded by 24 elements, the row starting at element `start` (5: misaligned for
+    16-byte vectors; 8: aligned)."""
     n = shape[-1]
     if strided:
         big = torch.randn(*shape[:-1], n + 24, device=device, dtype=dtype)
-        t = big[..., 5 : 5 + n]
+        t = big[..., start : start + n]
         assert not t.is_contiguous()
     else:
         t = torch.randn(*shape, device=device, dtype=dtype)
     return t.detach().requires_grad_(True)
 
 
-def _run_case(shape, dtype, wkind, mode, offset, device, strided=False, ds_scale=1.0):
+def _run_case(
+    shape, dtype, wkind, mode, offset, device, strided=False, ds_scale=1.0, start=5, check_rstd=False
+):
+    """check_rstd: also the forward op's saved rstd, and its y and s again."""
     gemma = mode == "gemma"
-    x = _input(shape, dtype, device, strided)
-    r = _input(shape, dtype, device, strided)
+    x = _input(shape, dtype, device, strided, start)
+    r = _input(shape, dtype, device, strided, start)
     w = _weight(wkind, shape[-1], dtype, device, gemma)
     eps = 1e-6
     y, s = fused_add_rms_norm(x, r, w, eps, offset=offset, casting_mode=mode)
@@ -75,6 +81,15 @@ def _run_case(shape, dtype, wkind, mode, offset, device, strided=False, ds_scale
     if w is not None:
         assert w.grad.dtype == w.dtype
         assert_close_to_ref(w.grad, w64.grad, wlo.grad, "dW")
+    if check_rstd:
+        wd = w.detach() if w is not None else None
+        y2, s2, rstd = torch.ops.liger.fused_add_rms_norm_fwd(
+            x.detach(), r.detach(), wd, eps, offset, mode, False
+        )
+        assert torch.equal(y2, y.detach()) and torch.equal(s2, s.detach()), (
+            "a second call must match bit for bit"
+        )
+        assert_rstd_close(s, eps, rstd)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -131,27 +146,31 @@ def test_cuda_bwd_variants_strided_zero_ds(monkeypatch, variant, dtype):
     _run_case((700, 512), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
 
 
-# Rows above 1024 vectors on the residual-gradient (ds_out) path: LIGER_CPP_RMS_BWD_WIDE's kernels
-# (see test_rms_norm.py and utils.RMS_WIDE_VARIANTS), with strided inputs and a zero ds_out too.
+# Rows above 1024 vectors: the forward (s, y, rstd) and the residual-gradient (ds_out) backward of
+# LIGER_CPP_RMS_FWD_WIDE / LIGER_CPP_RMS_BWD_WIDE's kernels (see test_rms_norm.py and
+# utils.RMS_WIDE_VARIANTS), with strided inputs (misaligned, and 16-byte aligned with a row stride
+# that is not the width) and a zero ds_out too.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
 @pytest.mark.parametrize("shape", RMS_WIDE_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("wkind,mode,offset", RMS_WIDE_WEIGHTS)
-def test_cuda_bwd_wide_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
+def test_cuda_wide_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
     if mode == "none" and wkind == "fp32" and dtype != torch.float32:
         pytest.skip("'none' keeps one dtype: HF's formula would promote")
     set_wide_variant(monkeypatch, variant)
-    _run_case(shape, dtype, wkind, mode, offset, device="cuda")
+    _run_case(shape, dtype, wkind, mode, offset, device="cuda", check_rstd=True)
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_bwd_wide_strided_zero_ds(monkeypatch, variant, dtype):
+def test_cuda_wide_strided_zero_ds(monkeypatch, variant, dtype):
     set_wide_variant(monkeypatch, variant)
     _run_case((40, 16392), dtype, "same", "llama", 0.0, "cuda", strided=True)
     _run_case((300, 16384), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
+    for shape in [(40, 16392), (3, 5, 32768)]:
+        _run_case(shape, dtype, "fp32", "gemma", 1.0, "cuda", strided=True, start=8, check_rstd=True)
 
 
 # The CUDA register-cached forward has variants chosen by LIGER_CPP_RMS_ADD_FWD (read on every

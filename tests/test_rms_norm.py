@@ -12,6 +12,7 @@ from utils import (
     RMS_WIDE_VARIANTS,
     RMS_WIDE_WEIGHTS,
     assert_close_to_ref,
+    assert_rstd_close,
     set_wide_variant,
 )
 
@@ -33,12 +34,14 @@ def _weight(kind, n, dtype, device, gemma):
     return (base + 0.1 * torch.randn(n)).to(device=device, dtype=wdt).requires_grad_(True)
 
 
-def _run_case(shape, dtype, wkind, mode, offset, in_place, device, strided=False):
+def _run_case(shape, dtype, wkind, mode, offset, in_place, device, strided=False, start=3, check_rstd=False):
+    """strided: rows padded by 24 elements, the row starting at element `start` (3: misaligned for
+    16-byte vectors; 8: aligned). check_rstd: also the forward op's saved rstd, and its y again."""
     n = shape[-1]
     gemma = mode == "gemma"
     if strided:
         big = torch.randn(*shape[:-1], n + 24, device=device, dtype=dtype)
-        x = big[..., 3 : 3 + n]  # unit last stride, padded rows
+        x = big[..., start : start + n]  # unit last stride, padded rows
         assert not x.is_contiguous()
     else:
         x = torch.randn(*shape, device=device, dtype=dtype)
@@ -67,6 +70,11 @@ def _run_case(shape, dtype, wkind, mode, offset, in_place, device, strided=False
     if w is not None:
         assert w.grad.dtype == w.dtype
         assert_close_to_ref(w.grad, w64.grad, wlo.grad, "dW")
+    if check_rstd:
+        wd = w.detach() if w is not None else None
+        y2, rstd = torch.ops.liger.rms_norm_fwd(x.detach(), wd, eps, offset, mode, False)
+        assert torch.equal(y2, y.detach()), "a second forward call must give the same y, bit for bit"
+        assert_rstd_close(x, eps, rstd)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -137,28 +145,33 @@ def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, 
     _assert_bwd_deterministic(5000, 4096, dtype)
 
 
-# Rows above 1024 vectors: the backward kernels of LIGER_CPP_RMS_BWD_WIDE (utils.RMS_WIDE_VARIANTS;
-# the cluster kernel runs on sm_90, elsewhere every variant takes the old kernel).
+# Rows above 1024 vectors: the forward and backward kernels of LIGER_CPP_RMS_FWD_WIDE and
+# LIGER_CPP_RMS_BWD_WIDE (utils.RMS_WIDE_VARIANTS; the cluster kernels run on sm_90, elsewhere every
+# variant takes the old kernels): y, rstd, dX and dW against the reference.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
 @pytest.mark.parametrize("shape", RMS_WIDE_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("wkind,mode,offset", RMS_WIDE_WEIGHTS)
 @pytest.mark.parametrize("in_place", [False, True])
-def test_cuda_bwd_wide_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset, in_place):
+def test_cuda_wide_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset, in_place):
     if mode == "none" and wkind == "fp32" and dtype != torch.float32:
         pytest.skip("'none' keeps one dtype: HF's formula would promote")
     set_wide_variant(monkeypatch, variant)
-    _run_case(shape, dtype, wkind, mode, offset, in_place=in_place, device="cuda")
+    _run_case(shape, dtype, wkind, mode, offset, in_place=in_place, device="cuda", check_rstd=True)
 
 
+# Strided rows: misaligned (the generic kernels) and 16-byte aligned with a row stride that is not
+# the width (the cluster kernels with x_row_stride != cols).
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_bwd_wide_strided_in_place_deterministic(monkeypatch, variant, dtype):
+def test_cuda_wide_strided_in_place_deterministic(monkeypatch, variant, dtype):
     set_wide_variant(monkeypatch, variant)
     _run_case((40, 16392), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
     _run_case((3, 5, 32768), dtype, "fp32", "gemma", 1.0, in_place=False, device="cuda", strided=True)
+    for shape in [(40, 16392), (3, 5, 32768)]:
+        _run_case(shape, dtype, "same", "llama", 0.0, True, "cuda", strided=True, start=8, check_rstd=True)
     _assert_bwd_deterministic(700, 32768, dtype)
 
 
@@ -368,6 +381,8 @@ def test_default_is_safe_in_a_residual(device):
     [
         ("LIGER_CPP_RMS_BWD", "rms_bwd"),
         ("LIGER_CPP_RMS_BWD_WIDE", "rms_bwd_wide"),
+        ("LIGER_CPP_RMS_FWD_WIDE", "rms_fwd_wide"),
+        ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
         ("LIGER_CPP_RMS_FWD", "rms_fwd"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
@@ -377,7 +392,7 @@ def test_cuda_unknown_kernel_knob_is_an_error(monkeypatch, var, op):
     from liger_cpp.ops.layer_norm import layer_norm
     from liger_cpp.ops.swiglu import swiglu
 
-    n = 32768 if op == "rms_bwd_wide" else 1024
+    n = 32768 if op.endswith(("_wide", "_wide_tx")) else 1024
     x = torch.randn(8, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.ones(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     monkeypatch.setenv(var, "no-such-kernel")

@@ -9,9 +9,10 @@
 //    then summed through shared memory and each block writes one partial row.
 //  * "generic": any width and alignment; a block per row that reads the row
 //    twice (the second read mostly hits L2), and a column-tiled dW kernel.
-//  * rms_bwd_cluster (sm_90): the backward of rows above 1024 vectors, one
-//    vector a thread, each row split over a thread-block cluster whose blocks
-//    exchange their partial sums through distributed shared memory.
+//  * rms_fwd_cluster / rms_bwd_cluster (sm_90): the forward and backward of
+//    rows above 1024 vectors, one vector a thread, each row split over a
+//    thread-block cluster whose blocks exchange their partial sums through
+//    distributed shared memory.
 // dW partials are finished by a fixed-order reduction kernel: deterministic,
 // no atomics.
 // FusedAddRMSNorm runs through the same kernels: a compile-time ADD flag adds
@@ -799,6 +800,134 @@ __global__ void __launch_bounds__(1024, 1)
 #endif
 }
 
+// Forward for wide rows (sm_90), rms_bwd_cluster's design: rows of more than
+// 1024 vectors are split over a thread-block cluster of CL blocks, one vector
+// a thread, instead of rms_fwd_cached's 4 vectors a thread (one 1024-thread
+// block per row and SM, so the SM has no loads in flight while it reduces:
+// 76.6 % of C at 4096 x 32768 bf16 on the H200) or rms_fwd_generic's
+// shared-memory stash (62.6 % at 2048 x 65536). Block `rank` owns vectors
+// [rank * blockDim.x, (rank + 1) * blockDim.x) of every row, so each thread
+// owns VEC fixed columns and keeps their weights in registers.
+//
+// Persistent grid: cluster c of nclusters = gridDim.x / CL takes rows c,
+// c + nclusters, ... Per row:
+//   1. the next row's x (and residual) loads are put in flight (volatile, so
+//      they stay where written): they land while this row is reduced;
+//   2. with ADD, s = x + res is formed, rounded to T and stored; the thread's
+//      sum of squares (of s with ADD, else x), summed over the warp;
+//   3. cluster wait, then lane q < CL of every warp sends the warp sum to block
+//      q (st.async completing on block q's mbarrier), each block waits on its
+//      own mbarrier and sums the CL * nwarps values in one fixed order: every
+//      block gets the same, reproducible sum of squares, hence the same rstd;
+//   4. cluster arrive (relaxed: "done reading red"), then y from the registers
+//      with packed 16-byte stores; rank 0's thread 0 writes rstd.
+// The exchange, its mbarrier phases and the barrier that keeps a fast block
+// from overwriting red before a slow one has read it are rms_bwd_cluster's
+// (see there for why no fence is needed).
+// The values are rms_fwd_cached's: s rounded as its packed path rounds it,
+// rstd = 1 / sqrtf(ss / cols + eps), y = normed(x, rstd) * (w + offset) (ones
+// without a weight) in fp32, rounded to OT; only the order in which the
+// squares are summed differs.
+// __launch_bounds__(1024, 1): 64 registers, as the backward (measured with
+// -Xptxas -v: no spills).
+template <typename T, typename WT, typename OT, int VEC, bool ADD>
+__global__ void __launch_bounds__(1024, 1)
+    rms_fwd_cluster(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res, int64_t res_stride,
+                    T* __restrict__ s, const WT* __restrict__ w, OT* __restrict__ y, float* __restrict__ rstd,
+                    int64_t rows, int64_t cols, float eps, float offset, bool llama) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using XV = Vec<T, VEC>;
+  static_assert(sizeof(XV) == 16, "one 16-byte vector a thread");
+  __shared__ float red[kWideMaxParts];  // [rank * nwarps + warp]: the row's warp sums
+  __shared__ alignas(8) unsigned long long red_bar;
+  const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5, nwarps = blockDim.x >> 5;
+  const uint32_t cl = cluster_nctarank(), rank = cluster_ctarank();
+  const int nparts = static_cast<int>(cl) * nwarps;
+  const uint32_t row_bytes = static_cast<uint32_t>(nparts) * sizeof(float);
+  // The cluster is 1-D along x: its blocks are consecutive in blockIdx.x.
+  const int64_t first = blockIdx.x / cl, step = gridDim.x / cl;
+  const int64_t nvec = cols / VEC;
+  const int64_t v = static_cast<int64_t>(rank) * blockDim.x + tx;
+  const bool has = v < nvec;
+  const int64_t col = v * VEC;
+  if (tx == 0) {
+    mbar_init(&red_bar);
+    mbar_expect_tx(&red_bar, row_bytes);  // armed for the first row
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  // Matched by the wait before the first row's exchange: by then every block
+  // of the cluster is running and has armed its mbarrier.
+  cluster_arrive_relaxed();
+
+  Vec<WT, VEC> wv;
+  if (w != nullptr && has) wv = load_vec<WT, VEC>(w + col);
+  auto weight = [&](int j) { return w != nullptr ? to_float<WT>(wv.v[j]) + offset : 1.f; };
+  auto fetch = [&](int64_t row, XV& xd, XV& rd) {
+    if (has && row < rows) {
+      load_words_volatile(xd, x + row * x_stride + col);
+      if constexpr (ADD) load_words_volatile(rd, res + row * res_stride + col);
+    }
+  };
+  XV xv, rv;
+  fetch(first, xv, rv);
+
+  uint32_t phase = 0;
+  // The trip count is the same for every thread of a cluster: each one
+  // reaches every cluster barrier.
+  for (int64_t row = first; row < rows; row += step, phase ^= 1) {
+    XV xn, rn;
+    fetch(row + step, xn, rn);
+    float ss = 0.f;
+    if (has) {
+      if constexpr (ADD) {
+        float f[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = to_float<T>(xv.v[j]) + to_float<T>(rv.v[j]);
+        xv = pack_vec<T, VEC>(f);
+        store_16B_words(s + row * cols + col, xv);
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float f = to_float<T>(xv.v[j]);
+        ss += f * f;
+      }
+    }
+    ss = warp_sum(ss);
+    cluster_wait();  // every block has read the previous row's red
+    if (lane < static_cast<int>(cl)) st_async_f32(&red[rank * nwarps + warp], &red_bar, lane, ss);
+    // Keep x (s) and w packed through the wait, not as the floats converted
+    // above (as in rms_bwd_cluster).
+    opaque_words(xv);
+    opaque_words(wv);
+    mbar_wait(&red_bar, phase);
+    float tot = 0.f;
+#pragma unroll
+    for (int k = 0; k < kWideMaxParts / 32; ++k)
+      if (k * 32 + lane < nparts) tot += red[k * 32 + lane];
+    tot = warp_sum(tot);
+    // red is read: peers may overwrite it once every thread of the cluster has
+    // arrived. Thread 0 re-arms the mbarrier for the next row (see
+    // rms_bwd_cluster: the next row's stores cannot complete its next phase
+    // before this arrive).
+    cluster_arrive_relaxed();
+    if (tx == 0) mbar_expect_tx(&red_bar, row_bytes);
+    const float r = 1.f / sqrtf(tot / static_cast<float>(cols) + eps);
+    if (rank == 0 && tx == 0) rstd[row] = r;
+    if (has) {
+      float o[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o[j] = normed<T>(to_float<T>(xv.v[j]), r, llama) * weight(j);
+      store_16B_words(y + row * cols + col, pack_vec<OT, VEC>(o));
+    }
+    xv = xn;
+    if constexpr (ADD) rv = rn;
+  }
+  cluster_wait();  // matches the last arrive (no block exits with its barrier phase open)
+#else
+  __trap();  // the host launches this kernel only where its sm_90 code runs
+#endif
+}
+
 // Backward dx for any width: one block per row, the row is read twice.
 template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(512)
@@ -1099,17 +1228,24 @@ int active_clusters(K* kern, int threads, int cl) {
   return n;
 }
 
-// Plans rms_bwd_cluster: CL = ceil(nvec / TX) blocks of (about) nvec / CL
-// threads (rounded up to a warp), for TX = 1024 and 512; the one with more
-// threads resident (ties: fewer blocks per cluster, a cheaper barrier). 1024
-// threads at 64 registers fill an SM's register file; 512 give two blocks an
-// SM, so a cluster of 8 can sit on 4 SMs (finer packing into the GPCs).
-// false when it does not apply (then rms_bwd_cached runs).
-template <typename T, typename WT, typename OT>
-bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
-  const int64_t nvec = a.cols / p.vec;
+// A cluster launch of rms_bwd_cluster or rms_fwd_cluster: `cl` blocks of
+// `tx` threads per cluster, `grid` clusters.
+struct ClusterShape {
+  int tx = 0, cl = 0;
+  int64_t grid = 0;
+};
+
+// Chooses the cluster launch of `kern` for rows of nvec vectors: CL =
+// ceil(nvec / TX) blocks of (about) nvec / CL threads (rounded up to a warp),
+// for TX = 1024 and 512; the one with more threads resident (ties: fewer
+// blocks per cluster, a cheaper barrier). 1024 threads at 64 registers fill an
+// SM's register file; 512 give two blocks an SM, so a cluster of 8 can sit on
+// 4 SMs (finer packing into the GPCs). At most min(rows, resident) clusters
+// (persistent). false when none applies: rows of at most 1024 or more than
+// 8 * 1024 vectors, no sm_90 code, or no cluster fits.
+template <typename K>
+bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
   if (nvec <= 1024 || nvec > static_cast<int64_t>(kWideMaxCluster) * 1024) return false;
-  auto* kern = cluster_kernel<T, WT, OT>(a.ds_out != nullptr);
   const int forced = wide_tx_forced();
   int64_t best = 0;
   for (int tx : {1024, 512}) {
@@ -1121,12 +1257,24 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
     const int64_t resident = static_cast<int64_t>(n) * cl * threads;
     if (resident > best) {
       best = resident;
-      p.tx = threads;
-      p.cl = static_cast<int>(cl);
-      p.grid = std::min<int64_t>(a.rows, n);  // clusters; one partial row each
+      c.tx = threads;
+      c.cl = static_cast<int>(cl);
+      c.grid = std::min<int64_t>(rows, n);
     }
   }
-  if (best == 0) return false;
+  return best > 0;
+}
+
+// Plans rms_bwd_cluster (see pick_cluster_shape; one dW partial row per
+// cluster); false when it does not apply (then rms_bwd_cached runs).
+template <typename T, typename WT, typename OT>
+bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
+  ClusterShape c;
+  if (!pick_cluster_shape(cluster_kernel<T, WT, OT>(a.ds_out != nullptr), a.cols / p.vec, a.rows, c))
+    return false;
+  p.tx = c.tx;
+  p.cl = c.cl;
+  p.grid = c.grid;  // clusters; one partial row each
   p.cached = true;
   p.ty = 1;
   p.smem = 0;
@@ -1134,6 +1282,16 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
   p.ws_floats = a.dw != nullptr ? p.grid * a.cols : 0;
   return true;
 }
+
+// Forward rows above 1024 vectors (LIGER_CPP_RMS_FWD_WIDE, read on every call;
+// an unknown value is an error):
+//   cluster (default where it runs): rms_fwd_cluster, sm_90 code only, with
+//     the block size of LIGER_CPP_RMS_WIDE_TX as the backward's.
+//   old: rms_fwd_cached (up to 4096 vectors) or rms_fwd_generic, with the
+//     variant LIGER_CPP_RMS_FWD / LIGER_CPP_RMS_ADD_FWD picks (those knobs
+//     select among rms_fwd_cached's variants only: the cluster kernel always
+//     stores packed and loads its weights once).
+bool fwd_wide_cluster() { return env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old"}) != 1; }
 
 template <typename T, typename WT, typename OT>
 BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
@@ -1192,8 +1350,18 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
     const bool aligned = all_aligned(
         full, a.cols, {a.x_row_stride, add ? a.res_row_stride : 0},
         {{a.x, sizeof(T)}, {a.y, sizeof(OT)}, {a.w, sizeof(WT)}, {a.res, sizeof(T)}, {a.s, sizeof(T)}});
-    auto launch = [&](auto add_c) {
+    auto launch = [&](auto add_c) -> cudaError_t {
       constexpr bool ADD = decltype(add_c)::value;
+      ClusterShape c;
+      auto* ckern = &rms_fwd_cluster<T, WT, OT, full, ADD>;
+      if (aligned && a.cols / full > 1024 && fwd_wide_cluster() &&
+          pick_cluster_shape(ckern, a.cols / full, a.rows, c)) {
+        cudaLaunchAttribute attr[1];
+        cudaLaunchConfig_t cfg = cluster_launch_config(c.tx, c.cl, 0, stream, attr);
+        cfg.gridDim = dim3(static_cast<unsigned>(c.grid * c.cl));
+        return cudaLaunchKernelEx(&cfg, ckern, x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
+                                  a.rows, a.cols, a.eps, a.offset, llama);
+      }
       Plan p;
       if (aligned && pick_cached(a.cols / full, p)) {
         const dim3 block(p.tx, p.ty);
@@ -1231,13 +1399,9 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
           }
         })
       }
+      return cudaGetLastError();
     };
-    if (add) {
-      launch(std::true_type{});
-    } else {
-      launch(std::false_type{});
-    }
-    return cudaGetLastError();
+    return add ? launch(std::true_type{}) : launch(std::false_type{});
   });
 }
 
