@@ -20,7 +20,7 @@ void ce_rows_cuda(const CeRows& c) {
   at::Tensor wsum;
   if (c.weight.defined()) {
     a.weight = c.weight.data_ptr<float>();
-    wsum = c.weight.sum().reshape({1});
+    wsum = c.weight_sum.defined() ? c.weight_sum : c.weight.sum().reshape({1});
     a.weight_sum = wsum.data_ptr<float>();
   }
   if (c.dlogits.defined()) {
@@ -42,6 +42,30 @@ void ce_rows_cuda(const CeRows& c) {
   a.softcap = static_cast<float>(c.softcap);
   a.dtype = to_kernel_dtype(c.logits.scalar_type(), "logits");
   LIGER_CUDA_CHECK(kernels::ce_rows(a, sm_count(), at::cuda::getCurrentCUDAStream()));
+}
+
+at::Tensor ce_prologue_cuda(const at::Tensor& target, const at::Tensor& weight, int64_t V,
+                            int64_t ignore_index, Reduction reduction) {
+  const c10::cuda::CUDAGuard guard(target.device());
+  at::Tensor scales = at::empty({3}, target.options().dtype(at::kFloat));
+  LIGER_CUDA_CHECK(kernels::ce_prologue(target.data_ptr<int64_t>(), target.numel(), V, ignore_index,
+                                        weight.defined() ? weight.data_ptr<float>() : nullptr,
+                                        static_cast<int>(reduction), scales.data_ptr<float>(),
+                                        at::cuda::getCurrentCUDAStream()));
+  return scales;
+}
+
+std::pair<at::Tensor, at::Tensor> ce_reduce_rows_cuda(const at::Tensor& loss_rows, const at::Tensor& z_rows,
+                                                      const at::Tensor& scales) {
+  const c10::cuda::CUDAGuard guard(loss_rows.device());
+  // Two allocations, not views of one: the op's outputs must not alias each other.
+  at::Tensor loss = at::empty({}, loss_rows.options());
+  at::Tensor z = at::empty({}, loss_rows.options());
+  LIGER_CUDA_CHECK(kernels::ce_epilogue(loss_rows.data_ptr<float>(),
+                                        z_rows.defined() ? z_rows.data_ptr<float>() : nullptr,
+                                        loss_rows.numel(), scales.data_ptr<float>(), loss.data_ptr<float>(),
+                                        z.data_ptr<float>(), at::cuda::getCurrentCUDAStream()));
+  return {loss, z};
 }
 
 void ce_scale_rows_cuda_(const at::Tensor& d, const at::Tensor& g) {

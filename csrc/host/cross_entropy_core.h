@@ -61,16 +61,32 @@ void check_ce_target_values(const at::Tensor& target, int64_t V, int64_t ignore_
 std::pair<at::Tensor, at::Tensor> ce_reduction_scales(const at::Tensor& target, const at::Tensor& weight,
                                                       int64_t ignore_index, Reduction reduction);
 
+// Both of the above in one step (on CUDA one launch, cross_entropy_reduce.cu),
+// plus the sum of the class weights: a float32 tensor [3] =
+// (ce_scale, z_scale, sum_j weight[j]) (the last 0 without weights), on
+// target's device. Same semantics and failure modes as check_ce_target_values
+// and ce_reduction_scales; float64 sums on CUDA.
+at::Tensor ce_prologue(const at::Tensor& target, const at::Tensor& weight, int64_t V, int64_t ignore_index,
+                       Reduction reduction);
+
+// The reduced loss of a mean or sum from the row step's outputs and
+// ce_prologue's scales: (loss, z) as 0-d float32 tensors,
+//   z = sum_r z_rows[r] * scales[1] (0 when z_rows is undefined),
+//   loss = sum_r loss_rows[r] * scales[0] + z. On CUDA one launch.
+std::pair<at::Tensor, at::Tensor> ce_reduce_rows(const at::Tensor& loss_rows, const at::Tensor& z_rows,
+                                                 const at::Tensor& scales);
+
 struct CeRows {
-  at::Tensor logits;    // [rows, V], unit last stride (rows may be strided)
-  at::Tensor target;    // [rows] int64, logits' device
-  at::Tensor weight;    // [V] float32 or undefined
-  at::Tensor dlogits;   // [rows, V] logits' dtype, unit last stride, or undefined; may be logits
-  at::Tensor loss;      // [rows] float32, contiguous: the CE part
-  at::Tensor z_loss;    // [rows] float32 contiguous; may be undefined only when lse_square_scale == 0
-  at::Tensor argmax;    // [rows] int64 contiguous, or undefined
-  at::Tensor ce_scale;  // float32, 1 or rows elements, contiguous
-  at::Tensor z_scale;   // float32, 1 or rows elements, contiguous
+  at::Tensor logits;      // [rows, V], unit last stride (rows may be strided)
+  at::Tensor target;      // [rows] int64, logits' device
+  at::Tensor weight;      // [V] float32 or undefined
+  at::Tensor weight_sum;  // [1] float32 sum of weight (ce_prologue's third value), or undefined: computed
+  at::Tensor dlogits;     // [rows, V] logits' dtype, unit last stride, or undefined; may be logits
+  at::Tensor loss;        // [rows] float32, contiguous: the CE part
+  at::Tensor z_loss;      // [rows] float32 contiguous; may be undefined only when lse_square_scale == 0
+  at::Tensor argmax;      // [rows] int64 contiguous, or undefined
+  at::Tensor ce_scale;    // float32, 1 or rows elements, contiguous
+  at::Tensor z_scale;     // float32, 1 or rows elements, contiguous
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
   double lse_square_scale = 0.0;
@@ -83,6 +99,10 @@ void ce_rows(const CeRows& a);
 void ce_rows_cpu(const CeRows& a);
 #ifdef LIGER_CPP_WITH_CUDA
 void ce_rows_cuda(const CeRows& a);
+at::Tensor ce_prologue_cuda(const at::Tensor& target, const at::Tensor& weight, int64_t V,
+                            int64_t ignore_index, Reduction reduction);
+std::pair<at::Tensor, at::Tensor> ce_reduce_rows_cuda(const at::Tensor& loss_rows, const at::Tensor& z_rows,
+                                                      const at::Tensor& scales);
 #endif
 
 // d[r, :] *= g[r] (g: float32 with 1 or rows elements); d is [rows, V] with a

@@ -40,4 +40,20 @@ cudaError_t ce_rows(const CeRowsArgs& a, int sm_count, cudaStream_t stream);
 cudaError_t ce_scale_rows(void* d, int64_t row_stride, int64_t rows, int64_t cols, const float* g,
                           int64_t g_stride, DType dtype, int sm_count, cudaStream_t stream);
 
+// One launch before the row kernel of a loss over `rows` targets
+// (cross_entropy_reduce.cu): checks that every target is ignore_index or in
+// [0, V) (otherwise a device-side assertion, as at::_assert_async) and writes
+//   scales[0] = ce_scale: mean 1 / sum_{valid} w[y] (1 / N without weights), else 1,
+//   scales[1] = z_scale:  mean 1 / N, else 1 (both 0 for an all-ignored mean),
+//   scales[2] = sum_j weight[j] (the row kernel's weight_sum; 0 without weights).
+// reduction: 0 none, 1 mean, 2 sum. Sums in float64, in a fixed order.
+cudaError_t ce_prologue(const int64_t* target, int64_t rows, int64_t V, int64_t ignore_index,
+                        const float* weight, int reduction, float* scales, cudaStream_t stream);
+
+// One launch after it for a reduced loss: *loss = sum(loss_rows) * scales[0]
+// + sum(z_rows) * scales[1] and *z = the second term (0 when z_rows is null),
+// summed in float64 in a fixed order, rounded once.
+cudaError_t ce_epilogue(const float* loss_rows, const float* z_rows, int64_t rows, const float* scales,
+                        float* loss, float* z, cudaStream_t stream);
+
 }  // namespace liger_cpp::kernels

@@ -88,13 +88,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run(const CeInputs& in, const at:
                                                    double softcap, bool return_argmax) {
   const int64_t rows = in.rows.size(0), V = in.rows.size(1);
   const auto f32 = in.rows.options().dtype(at::kFloat);
-  check_ce_target_values(in.target, V, ignore_index);
-  auto [ce_scale, z_scale] = ce_reduction_scales(in.target, in.weight, ignore_index, in.reduction);
+  // Target check, gradient scales and the weights' sum: one launch on CUDA.
+  const at::Tensor scales = ce_prologue(in.target, in.weight, V, ignore_index, in.reduction);
+  const at::Tensor ce_scale = scales.narrow(0, 0, 1), z_scale = scales.narrow(0, 1, 1);
 
   CeRows a;
   a.logits = in.rows;
   a.target = in.target;
   a.weight = in.weight;
+  if (in.weight.defined()) a.weight_sum = scales.narrow(0, 2, 1);
   a.dlogits = dl;
   a.loss = at::empty({rows}, f32);
   if (lse_square_scale > 0) a.z_loss = at::empty({rows}, f32);
@@ -114,16 +116,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run(const CeInputs& in, const at:
       z = a.z_loss.defined() ? a.z_loss.view(shape) : at::zeros(shape, f32);
       loss = a.z_loss.defined() ? a.loss.add_(a.z_loss).view(shape) : a.loss.view(shape);
       break;
-    case Reduction::kMean:
-      loss = (a.loss.sum() * ce_scale).reshape({});
-      z = a.z_loss.defined() ? (a.z_loss.sum() * z_scale).reshape({}) : at::zeros({}, f32);
-      if (a.z_loss.defined()) loss = loss + z;
-      break;
+    case Reduction::kMean:  // the scales are 1 for a sum
     case Reduction::kSum:
     default:
-      loss = a.loss.sum();
-      z = a.z_loss.defined() ? a.z_loss.sum() : at::zeros({}, f32);
-      if (a.z_loss.defined()) loss = loss + z;
+      std::tie(loss, z) = ce_reduce_rows(a.loss, a.z_loss, scales);
       break;
   }
   at::Tensor argmax = return_argmax ? a.argmax.view(shape) : at::empty({0}, in.target.options());

@@ -29,6 +29,36 @@ void ce_scale_rows_(const at::Tensor& d, const at::Tensor& g) {
   ce_scale_rows_cpu_(d, g);
 }
 
+at::Tensor ce_prologue(const at::Tensor& target, const at::Tensor& weight, int64_t V, int64_t ignore_index,
+                       Reduction reduction) {
+  if (target.is_cuda()) {
+#ifdef LIGER_CPP_WITH_CUDA
+    return ce_prologue_cuda(target, weight, V, ignore_index, reduction);
+#else
+    LIGER_FAIL("argument 'target' is on ", target.device(), ", but this build has no CUDA kernels");
+#endif
+  }
+  check_ce_target_values(target, V, ignore_index);
+  auto [ce_scale, z_scale] = ce_reduction_scales(target, weight, ignore_index, reduction);
+  const at::Tensor wsum = weight.defined() ? weight.sum().reshape({1}) : at::zeros({1}, ce_scale.options());
+  return at::cat({ce_scale, z_scale, wsum});
+}
+
+std::pair<at::Tensor, at::Tensor> ce_reduce_rows(const at::Tensor& loss_rows, const at::Tensor& z_rows,
+                                                 const at::Tensor& scales) {
+  if (loss_rows.is_cuda()) {
+#ifdef LIGER_CPP_WITH_CUDA
+    return ce_reduce_rows_cuda(loss_rows, z_rows, scales);
+#else
+    LIGER_FAIL("argument 'loss' is on ", loss_rows.device(), ", but this build has no CUDA kernels");
+#endif
+  }
+  at::Tensor loss = (loss_rows.sum() * scales[0]).reshape({});
+  at::Tensor z = z_rows.defined() ? (z_rows.sum() * scales[1]).reshape({}) : at::zeros({}, loss.options());
+  if (z_rows.defined()) loss = loss + z;
+  return {loss, z};
+}
+
 }  // namespace liger_cpp
 
 namespace liger_cpp {
