@@ -41,13 +41,16 @@ def eager(x, w):
 # LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
 # Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
-# backward that the sm_90 cluster backward (default) replaces, LIGER_CPP_RMS_FWD_WIDE=old the
-# register-cached / generic forward that the sm_90 cluster forward (default) replaces;
-# LIGER_CPP_RMS_WIDE_TX=512 forces both cluster kernels' 512-thread blocks (default: the block size
+# backward that the sm_90 cluster backward (default) replaces; LIGER_CPP_RMS_FWD_WIDE picks the
+# forward: old (default: register-cached / generic), cluster (sm_90 cluster per row), l2 / l2x512
+# (a 256- / 512-thread block per row that reads the row twice, the second time from L2);
+# LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
 # with more threads resident).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
-    "liger_cpp[fwd_wide=old]": {"LIGER_CPP_RMS_FWD_WIDE": "old"},
+    "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
+    "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
+    "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
@@ -57,7 +60,12 @@ VARIANT_ENV = {
 
 
 # The rows whose forward differs from the default's (timed fwd and fwd+bwd; the others fwd+bwd only).
-FWD_VARIANTS = {"liger_cpp[fwd_wide=old]", "liger_cpp[wide=tx512]", "liger_cpp[fwd=new]"}
+FWD_VARIANTS = {
+    "liger_cpp[fwd_wide=cluster]",
+    "liger_cpp[fwd_wide=l2]",
+    "liger_cpp[fwd_wide=l2x512]",
+    "liger_cpp[fwd=new]",
+}
 
 
 def variants(have_liger):
@@ -163,11 +171,24 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--wide", action="store_true", help="only liger_cpp's wide-row variants, hidden 16K-64K")
     args = ap.parse_args()
     have_liger = try_import_liger()
     C = copy_bandwidth_gbs()
     fns = variants(have_liger)
     rows = []
+    if args.wide:
+        fns = {
+            k: v for k, v in fns.items() if k.startswith("liger_cpp") and "bwd=" not in k and "fwd=" not in k
+        }
+        for n in (16384, 32768, 65536):
+            rows += run_shape((128 << 20) // n, n, fns, C, ["fwd+bwd", "fwd"])
+        meta_rows = {"op": "rms_norm", "dtype": "bfloat16", "copy_GBps": round(C), **meta(), "rows": rows}
+        if args.out:
+            write_json(args.out, meta_rows)
+        print(f"RMSNorm bf16 wide rows on {meta_rows['gpu']}, C = {C:.0f} GB/s, commit {meta_rows['commit']}")
+        print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
+        return
     rows += run_shape(16384, 4096, fns, C, ["fwd+bwd", "fwd"])
     rows += run_shape(8192, 16384, fns, C, ["fwd"])
     # (128M / n) x n: 8192 x 16384, 4096 x 32768 and 2048 x 65536 take the wide (cluster) backward.

@@ -1285,13 +1285,27 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
 
 // Forward rows above 1024 vectors (LIGER_CPP_RMS_FWD_WIDE, read on every call;
 // an unknown value is an error):
-//   cluster (default where it runs): rms_fwd_cluster, sm_90 code only, with
-//     the block size of LIGER_CPP_RMS_WIDE_TX as the backward's.
+//   cluster (where it runs): rms_fwd_cluster, sm_90 code only, with the
+//     block size of LIGER_CPP_RMS_WIDE_TX as the backward's.
 //   old: rms_fwd_cached (up to 4096 vectors) or rms_fwd_generic, with the
 //     variant LIGER_CPP_RMS_FWD / LIGER_CPP_RMS_ADD_FWD picks (those knobs
 //     select among rms_fwd_cached's variants only: the cluster kernel always
 //     stores packed and loads its weights once).
-bool fwd_wide_cluster() { return env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old"}) != 1; }
+//   l2, l2x512: rms_fwd_generic without the shared-memory stash, in blocks of
+//     256 (l2) or 512 threads: each block reduces a row, then reads it again
+//     (from L2, where it just went through) for y. Many small blocks per SM
+//     keep many rows' loads in flight, the design of torch.compile's forward
+//     (95 % of C at 4096 x 32768 bf16 on the H200).
+// The default is old: the cluster forward as written keeps one row ahead in
+// registers (16 KB of loads in flight per SM) and measured slower than old:
+// 65.1 / 57.1 / 49.5 % of C against 90.2 / 76.5 / 62.6 % at 8192 x 16384 /
+// 4096 x 32768 / 2048 x 65536 bf16 (benchmarks/results/
+// 2026-11-30-h200-rms_norm-quick-9247f64.log).
+enum FwdWide { kFwdWideCluster = 0, kFwdWideOld = 1, kFwdWideL2 = 2, kFwdWideL2x512 = 3 };
+FwdWide fwd_wide_mode() {
+  const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512"});
+  return i < 0 ? kFwdWideOld : static_cast<FwdWide>(i);
+}
 
 template <typename T, typename WT, typename OT>
 BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
@@ -1354,8 +1368,16 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       constexpr bool ADD = decltype(add_c)::value;
       ClusterShape c;
       auto* ckern = &rms_fwd_cluster<T, WT, OT, full, ADD>;
-      if (aligned && a.cols / full > 1024 && fwd_wide_cluster() &&
-          pick_cluster_shape(ckern, a.cols / full, a.rows, c)) {
+      const FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
+      if (wide == kFwdWideL2 || wide == kFwdWideL2x512) {
+        const unsigned tx = wide == kFwdWideL2 ? 256 : 512;
+        LIGER_DISPATCH_VEC(aligned ? full : 1, full, {
+          rms_fwd_generic<T, WT, OT, VEC, false, ADD><<<a.rows, tx, 0, stream>>>(
+              x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
+        })
+        return cudaGetLastError();
+      }
+      if (aligned && wide == kFwdWideCluster && pick_cluster_shape(ckern, a.cols / full, a.rows, c)) {
         cudaLaunchAttribute attr[1];
         cudaLaunchConfig_t cfg = cluster_launch_config(c.tx, c.cl, 0, stream, attr);
         cfg.gridDim = dim3(static_cast<unsigned>(c.grid * c.cl));
