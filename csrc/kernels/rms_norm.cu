@@ -683,6 +683,51 @@ __device__ __forceinline__ void st_async_f32(float* slot, unsigned long long* ba
                "r"(__float_as_uint(v)), "r"(rbar)
                : "memory");
 }
+
+// The per-row sum exchange of rms_bwd_cluster and rms_fwd_cluster (the
+// protocol and why it needs no fence: rms_bwd_cluster's comment). red holds
+// the row's CL * nwarps warp sums, [rank * nwarps + warp]; *bar completes when
+// all row_bytes of them have landed in this block.
+//
+// Before the first row: thread 0 arms *bar for it; the arrive is matched by
+// the wait in the first row_sum_push.
+__device__ __forceinline__ void row_sum_init(unsigned long long* bar, uint32_t row_bytes) {
+  if (threadIdx.x == 0) {
+    mbar_init(bar);
+    mbar_expect_tx(bar, row_bytes);  // armed for the first row
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  // Matched by the wait before the first row's exchange: by then every block
+  // of the cluster is running and has armed its mbarrier.
+  cluster_arrive_relaxed();
+}
+
+// Sends this warp's sum v (lane q < cl sends it to block q) once every block
+// has read the previous row's red.
+__device__ __forceinline__ void row_sum_push(float* red, unsigned long long* bar, uint32_t cl, uint32_t rank,
+                                             int nwarps, int warp, int lane, float v) {
+  cluster_wait();  // every block has read the previous row's red
+  if (lane < static_cast<int>(cl)) st_async_f32(&red[rank * nwarps + warp], bar, lane, v);
+}
+
+// Waits for the row's nparts warp sums and returns their sum, added in one
+// fixed order (every block of the cluster gets the same value). red is read
+// then: peers may overwrite it once every thread of the cluster has arrived.
+// Thread 0 re-arms the mbarrier for the next row: its phase `phase` is
+// complete (waited here), and the next row's stores cannot complete the next
+// phase before this arrive.
+__device__ __forceinline__ float row_sum_collect(const float* red, unsigned long long* bar, uint32_t phase,
+                                                 int nparts, int lane, uint32_t row_bytes) {
+  mbar_wait(bar, phase);
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kWideMaxParts / 32; ++k)
+    if (k * 32 + lane < nparts) s += red[k * 32 + lane];
+  s = warp_sum(s);
+  cluster_arrive_relaxed();
+  if (threadIdx.x == 0) mbar_expect_tx(bar, row_bytes);
+  return s;
+}
 #endif
 
 template <typename T, typename WT, typename OT, int VEC, bool DS>
@@ -706,14 +751,7 @@ __global__ void __launch_bounds__(1024, 1)
   const int64_t nvec = cols / VEC;
   const int64_t v = static_cast<int64_t>(rank) * blockDim.x + tx;
   const bool has = v < nvec;
-  if (tx == 0) {
-    mbar_init(&red_bar);
-    mbar_expect_tx(&red_bar, row_bytes);  // armed for the first row
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  // Matched by the wait before the first row's stores: by then every block
-  // of the cluster is running and has armed its mbarrier.
-  cluster_arrive_relaxed();
+  row_sum_init(&red_bar, row_bytes);
 
   Vec<WT, VEC> wv;
   if (w != nullptr && has) wv = load_vec<WT, VEC>(w + v * VEC);
@@ -745,8 +783,7 @@ __global__ void __launch_bounds__(1024, 1)
       for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv.v[j]) * weight(j) * to_float<T>(xv.v[j]);
     }
     dot = warp_sum(dot);
-    cluster_wait();  // every block has read the previous row's red
-    if (lane < static_cast<int>(cl)) st_async_f32(&red[rank * nwarps + warp], &red_bar, lane, dot);
+    row_sum_push(red, &red_bar, cl, rank, nwarps, warp, lane, dot);
     // Keep x, dy and w packed through the wait (the converted floats spilled
     // in rms_bwd_pipe), and put the next row's loads in flight.
     opaque_words(xv);
@@ -760,18 +797,7 @@ __global__ void __launch_bounds__(1024, 1)
     if constexpr (DS) {
       if (has) load_words_volatile(dv, ds_out + row * ds_out_stride + v * VEC);
     }
-    mbar_wait(&red_bar, phase);
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < kWideMaxParts / 32; ++k)
-      if (k * 32 + lane < nparts) s += red[k * 32 + lane];
-    s = warp_sum(s);
-    // red is read (s is computed from it): peers may overwrite it once every
-    // thread of the cluster has arrived. Thread 0 re-arms the mbarrier for
-    // the next row: its phase `phase` is complete (waited above), and the
-    // next row's stores cannot complete the next phase before this arrive.
-    cluster_arrive_relaxed();
-    if (tx == 0) mbar_expect_tx(&red_bar, row_bytes);
+    const float s = row_sum_collect(red, &red_bar, phase, nparts, lane, row_bytes);
     if (has) {
       const float c = r * r * r * s / static_cast<float>(cols);
       float o[VEC];
@@ -850,14 +876,7 @@ __global__ void __launch_bounds__(1024, 1)
   const int64_t v = static_cast<int64_t>(rank) * blockDim.x + tx;
   const bool has = v < nvec;
   const int64_t col = v * VEC;
-  if (tx == 0) {
-    mbar_init(&red_bar);
-    mbar_expect_tx(&red_bar, row_bytes);  // armed for the first row
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  // Matched by the wait before the first row's exchange: by then every block
-  // of the cluster is running and has armed its mbarrier.
-  cluster_arrive_relaxed();
+  row_sum_init(&red_bar, row_bytes);
 
   Vec<WT, VEC> wv;
   if (w != nullptr && has) wv = load_vec<WT, VEC>(w + col);
@@ -893,24 +912,12 @@ __global__ void __launch_bounds__(1024, 1)
       }
     }
     ss = warp_sum(ss);
-    cluster_wait();  // every block has read the previous row's red
-    if (lane < static_cast<int>(cl)) st_async_f32(&red[rank * nwarps + warp], &red_bar, lane, ss);
+    row_sum_push(red, &red_bar, cl, rank, nwarps, warp, lane, ss);
     // Keep x (s) and w packed through the wait, not as the floats converted
     // above (as in rms_bwd_cluster).
     opaque_words(xv);
     opaque_words(wv);
-    mbar_wait(&red_bar, phase);
-    float tot = 0.f;
-#pragma unroll
-    for (int k = 0; k < kWideMaxParts / 32; ++k)
-      if (k * 32 + lane < nparts) tot += red[k * 32 + lane];
-    tot = warp_sum(tot);
-    // red is read: peers may overwrite it once every thread of the cluster has
-    // arrived. Thread 0 re-arms the mbarrier for the next row (see
-    // rms_bwd_cluster: the next row's stores cannot complete its next phase
-    // before this arrive).
-    cluster_arrive_relaxed();
-    if (tx == 0) mbar_expect_tx(&red_bar, row_bytes);
+    const float tot = row_sum_collect(red, &red_bar, phase, nparts, lane, row_bytes);
     const float r = 1.f / sqrtf(tot / static_cast<float>(cols) + eps);
     if (rank == 0 && tx == 0) rstd[row] = r;
     if (has) {
