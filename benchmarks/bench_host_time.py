@@ -11,7 +11,8 @@ planning this benchmark is for) and fwd+bwd (the public op and torch.autograd.gr
 runs the backward on its device thread). Rows liger_cpp[...] run backward variants chosen by
 their LIGER_CPP_* knobs (read per call, VARIANT_ENV); rows "torch" are PyTorch's own ops, for
 scale. Compare a run on main with one on the branch under test.
-Usage: python benchmarks/bench_host_time.py [--out FILE.json] [--reps N] [--lead-ms MS] [--no-variants]
+Usage: python benchmarks/bench_host_time.py [--out FILE.json] [--reps N | --quick] [--lead-ms MS]
+       [--no-variants]
 """
 
 import argparse
@@ -121,9 +122,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="50 calls per row (gpu_check's BENCH_ARGS)")
     ap.add_argument("--lead-ms", type=float, default=3.0, help="GPU sleep enqueued before each timed call")
     ap.add_argument("--no-variants", action="store_true", help="skip the backward-variant rows")
     args = ap.parse_args()
+    if args.quick:
+        args.reps = 50
     if not torch.cuda.is_available():
         print("bench_host_time: no CUDA device; skipped")
         return
