@@ -1195,43 +1195,33 @@ auto cluster_kernel(bool ds) {
 
 // How many clusters of `cl` blocks of `threads` threads can be resident at
 // once (0 where the kernel has no sm_90 code for this device, or none fit).
-// The driver queries are cached per (device, kernel, shape): the plan is
-// made twice per backward (workspace size, then launch).
+// Cached per (device, kernel, shape) as norm_common.cuh's queries: the plan is
+// made twice per backward (workspace size, then launch). A failed query
+// returns 0 (rms_bwd_cached runs) and is not cached.
 template <typename K>
 int active_clusters(K* kern, int threads, int cl) {
-  struct Entry {
-    int dev;
-    const void* kern;
-    int threads, cl, n;
-  };
-  constexpr int kEntries = 16;
-  thread_local Entry cache[kEntries];
-  thread_local int used = 0, next = 0;  // filled entries; the one replaced next when full
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
+  const int dev = current_device();
+  if (dev < 0) return 0;
+  const QueryKey key{dev, reinterpret_cast<const void*>(kern), threads, cl};
+  thread_local QueryCache<int, 16> cache;
+  if (const int* hit = cache.find(key)) return *hit;
+  int n = 0;
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  const void* key = reinterpret_cast<const void*>(kern);
-  for (int i = 0; i < used; ++i)
-    if (cache[i].dev == dev && cache[i].kern == key && cache[i].threads == threads && cache[i].cl == cl)
-      return cache[i].n;
-  int n = 0;
-  cudaFuncAttributes fa;
   // binaryVersion is the architecture of the code that runs on this device:
   // below 90 the kernel body is empty (built without sm_90, or an older GPU).
-  if (cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.binaryVersion >= 90) {
+  if (fa.binaryVersion >= 90) {
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, 0, nullptr, attr);
-    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+      cudaGetLastError();  // no sticky error behind
+      return 0;
+    }
   }
-  cudaGetLastError();  // a failed query leaves no sticky error behind
-  if (used < kEntries) {
-    cache[used++] = Entry{dev, key, threads, cl, n};
-  } else {
-    cache[next] = Entry{dev, key, threads, cl, n};
-    next = (next + 1) % kEntries;
-  }
+  cache.put(key, n);
   return n;
 }
 
@@ -1332,10 +1322,8 @@ BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
     const size_t smem = bwd_smem_bytes(p, want_dw);
     p.smem = smem;
     auto* kern = bwd_kernel<T, WT, OT>(p, a.ds_out != nullptr);
-    // Above 48 KiB a kernel must opt in to dynamic shared memory; occupancy
-    // below is computed against that limit.
-    if (smem > 48 * 1024)
-      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    // Above 48 KiB a kernel must opt in to dynamic shared memory (sm_blocks
+    // raises the limit before its occupancy query).
     const int per_sm = sm_blocks(reinterpret_cast<const void*>(kern), p.tx * p.ty, smem);
     p.grid = std::min<int64_t>(ceil_div(a.rows, p.ty), static_cast<int64_t>(sm_count) * per_sm);
     p.grid = std::max<int64_t>(p.grid, 1);
@@ -1418,8 +1406,8 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
         LIGER_DISPATCH_VEC(vec, full, {
           if (stash) {
             auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true, ADD>;
-            if (smem > 48 * 1024)
-              cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+            // A failed raise shows up as the launch's error.
+            raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), smem);
             kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
                                                  a.cols, a.eps, a.offset, llama);
           } else {
