@@ -8,10 +8,14 @@ M*V*2. Peak memory is measured over one forward + backward from a state with onl
 targets allocated, so it includes the returned gradient (a logits-sized buffer, except for the
 in-place variants, which write it into the logits). Liger and liger_cpp inplace=True overwrite the
 logits with the gradient, so after the first iteration they run on gradient values (not zeros).
-Usage: python benchmarks/bench_cross_entropy.py [--out FILE.json] [--quick]
+Usage: python benchmarks/bench_cross_entropy.py [--out FILE.json] [--quick] [--ours-only]
+--ours-only times liger_cpp alone, its rows named after the LIGER_CPP_CE_* kernel knobs set in the
+environment (e.g. `liger_cpp[kernel=stream]`): an A/B of kernel variants is one such run per setting,
+each against its own copy bandwidth C measured in the same process.
 """
 
 import argparse
+import os
 
 import torch
 import torch.nn.functional as F
@@ -34,13 +38,21 @@ def eager_ce(logits, target):
     return F.cross_entropy(logits.float(), target)
 
 
-def variants(have_liger):
+def knob_tag():
+    knobs = sorted((k, v) for k, v in os.environ.items() if k.startswith("LIGER_CPP_CE_"))
+    return "[" + ",".join(f"{k[len('LIGER_CPP_CE_') :].lower()}={v}" for k, v in knobs) + "]" if knobs else ""
+
+
+def variants(have_liger, ours_only=False):
+    tag = knob_tag()
     out = {
-        "liger_cpp": lambda x, t: cross_entropy(x, t),
-        "liger_cpp inplace": lambda x, t: cross_entropy(x, t, inplace=True),
-        "eager": eager_ce,
-        "compile": torch.compile(eager_ce, dynamic=False),
+        "liger_cpp" + tag: lambda x, t: cross_entropy(x, t),
+        "liger_cpp inplace" + tag: lambda x, t: cross_entropy(x, t, inplace=True),
     }
+    if ours_only:
+        return out
+    out["eager"] = eager_ce
+    out["compile"] = torch.compile(eager_ce, dynamic=False)
     if have_liger:
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
 
@@ -83,7 +95,9 @@ def run_shape(m, V, fns, C):
     # forward only (no gradient): one read of the logits
     with torch.no_grad():
         x.copy_(torch.randn_like(x))
-        for name in ("liger_cpp", "eager", "compile"):
+        for name in [n for n in fns if n.startswith("liger_cpp") and "inplace" not in n] + [
+            n for n in ("eager", "compile") if n in fns
+        ]:
             ms = bench_ms(lambda f=fns[name], x=x, t=t: f(x, t))
             rows.append(_row(V, m, "fwd (no grad)", name, ms, m * V * 2, C))
     del x, t
@@ -95,12 +109,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="V in 32000, 128256 only")
+    ap.add_argument("--ours-only", action="store_true", help="liger_cpp alone (kernel-knob A/B runs)")
     args = ap.parse_args()
-    have_liger = try_import_liger()
+    have_liger = not args.ours_only and try_import_liger()
     C = copy_bandwidth_gbs()
     m = 8192
     vocab = [32000, 128256] if args.quick else [32000, 128256, 151936, 262144]
-    fns = variants(have_liger)
+    fns = variants(have_liger, args.ours_only)
     rows = []
     for V in vocab:
         rows += run_shape(m, V, fns, C)

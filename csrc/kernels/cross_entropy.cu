@@ -24,6 +24,7 @@
 #include "common.cuh"
 #include "cross_entropy.h"
 #include "env_knob.h"
+#include "launch_cache.h"
 
 // The sm_90 kernels' helpers are unused in the sm_80 pass (their bodies compile only for sm_90).
 #pragma nv_diag_suppress 177
@@ -390,72 +391,22 @@ __device__ __forceinline__ void push_rec(const PeerRec& v, PeerRec* slot, unsign
       : "memory");
 }
 
-// PLAIN: no softcap, no label smoothing, no class weights (the common case,
-// compiled without those paths). ARGMAX: the argmax is wanted.
-//
-// Per thread, with its K raw vectors in registers (missing vectors padded with
-// -inf): m = the max over the warp (packed per thread, then shuffled), then
-// s = sum 2^((x - m) log2 e) relative to that warp max (one FFMA + one MUFU per
-// element; no rescaling inside the warp), the first index of m only with
-// ARGMAX; warp statistics are combined over the block by one warp and over the
-// cluster through distributed shared memory, and the gradient (p times one
-// coefficient) is computed from the registers; the thread that owns the
-// target overwrites that one element with its exact gradient afterwards.
-template <typename T, bool PLAIN, bool ARGMAX>
-__global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsArgs a, int slice) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// A thread's K register vectors of a row slice (vector k at slice index
+// k * blockDim.x + threadIdx.x; missing vectors padded with -inf).
+template <typename T, int K>
+using RowVecs = Vec<T, 16 / sizeof(T)>[K];
+
+// The statistics of one warp's share of a row slice, valid in every lane:
+// m = the warp max (packed per thread, then shuffled), s = sum 2^((x - m)
+// log2 e) relative to it (one FFMA + one MUFU per element; no rescaling inside
+// the warp), the first index of m in the row only with ARGMAX (else
+// INT32_MAX), and sum w_j x_j only when label smoothing wants it.
+template <typename T, bool PLAIN, bool ARGMAX, int K>
+__device__ __forceinline__ WarpStats warp_slice_stats(RowVecs<T, K>& buf, int nvec, int64_t base,
+                                                      const RowOpts& o) {
   constexpr int VE = 16 / sizeof(T);
-  constexpr int K = kClusterK;
   constexpr bool FAST = sizeof(T) == 2;
-  __shared__ WarpStats warp_stats[32];
-  __shared__ PeerRec peer_rec[kMaxCluster];            // pushed by the cluster's blocks, by rank
-  __shared__ WarpStats row_stats;                      // the row's, for the whole block
-  __shared__ float row_xy, block_xy;                   // the target's capped logit
-  __shared__ alignas(8) unsigned long long stats_bar;  // completes when all peer_rec arrived
-  cg::cluster_group cluster = cg::this_cluster();
-  const int cs = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int64_t r = blockIdx.x / cs;
-  const int64_t V = a.cols;
-  const int64_t base = static_cast<int64_t>(rank) * slice;
-  const int lim = static_cast<int>(V - base < slice ? (V - base > 0 ? V - base : 0) : slice);
-  const int64_t y = a.target[r];
-  const bool ignored = y == a.ignore_index;
-  if (ignored || y < 0 || y >= V) {  // the same branch in every block of the cluster
-    skip_row<T>(a, r, ignored, base + threadIdx.x, base + lim, blockDim.x, rank == 0 && threadIdx.x == 0);
-    return;
-  }
-  const T* x = static_cast<const T*>(a.logits) + r * a.logits_row_stride + base;
-  RowOpts o{a.softcap, a.softcap > 0.f ? 1.f / a.softcap : 0.f, a.weight, a.label_smoothing != 0.f};
-  if (PLAIN) o = RowOpts{0.f, 0.f, nullptr, false};
-  const int nvec = lim / VE;  // V is a multiple of VE on this path
   const int t = threadIdx.x, T_ = blockDim.x;
-  const int lane = t & 31, warp = t >> 5, nwarps = T_ >> 5;
-  if (t == 0) {
-    mbar_init(&stats_bar);
-    mbar_expect_tx(&stats_bar, static_cast<uint32_t>(cs * sizeof(PeerRec)));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  cluster_arrive_relaxed();  // peers push only after the wait below: every stats_bar is ready
-
-  // All loads first, so K vectors per thread are in flight: volatile asm keeps
-  // the compiler from sinking them next to their uses.
-  Vec<T, VE> buf[K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    if (k * T_ + t < nvec)
-      load_16B_volatile(buf[k], x + (k * T_ + t) * VE);
-    else
-      fill_neg_inf<T>(buf[k]);
-  }
-  // The target's logit: read by the one thread whose vectors hold it (before
-  // it writes its gradient: dlogits may be logits) and pushed with its block's
-  // statistics, instead of a dependent load in every thread of the cluster.
-  const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
-  const bool block_has_y = yl >= 0 && yl < lim;
-  const bool owns_y = block_has_y && (yl / VE) % T_ == t;
-  if (owns_y) block_xy = cap(to_float<T>(x[yl]), o);
-
   // Max over the warp (NaN if any element is NaN). Padding is -inf; softcap
   // is increasing, so max(cap(x)) = cap(max(x)).
   float m = -INFINITY;
@@ -502,14 +453,116 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
       if (!PLAIN && o.need_wx) wx += (o.weight ? __ldg(o.weight + base + (k * T_ + t) * VE + i) : 1.f) * xv;
     }
   }
-  float s = warp_sum(s0 + s1);
+  const float s = warp_sum(s0 + s1);
   if (!PLAIN) wx = warp_sum(wx);
+  return WarpStats{mc, s, arg == INT32_MAX ? INT32_MAX : static_cast<int>(base) + arg, wx};
+}
+
+// Stores the gradient of a thread's K vectors of the slice at d (the slice's
+// start in dlogits); the thread that owns the target (yl: its index in the
+// slice) then overwrites that one element with its exact gradient.
+template <typename T, bool PLAIN, int K>
+__device__ __forceinline__ void store_slice_grad(RowVecs<T, K>& buf, int nvec, int64_t base, T* d,
+                                                 const RowGrad& g, const RowOpts& o, bool owns_y, int64_t yl,
+                                                 float x_y) {
+  constexpr int VE = 16 / sizeof(T);
+  constexpr bool FAST = sizeof(T) == 2;
+  const int t = threadIdx.x, T_ = blockDim.x;
+  // An empty asm "modifies" the raw words, so the compiler cannot keep floats
+  // converted above alive until here (which spilled under the 64-register cap).
+#pragma unroll
+  for (int k = 0; k < K; ++k) opaque_16B(buf[k]);
+  const float pc = g.ca + g.zc;  // PLAIN: every element but the target is pc * p
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int vi = k * T_ + t;
+    float f[VE];
+    vec_to_float(buf[k], f);
+    Vec<T, VE> out;
+#pragma unroll
+    for (int i = 0; i < VE; ++i) {
+      const float xv = cap(f[i], o);
+      const float p = prob<FAST>(xv, g);
+      out.v[i] = from_float<T>(PLAIN ? pc * p : grad_of<false>(xv, p, false, base + vi * VE + i, g));
+    }
+    if (vi < nvec) store_vec<T, VE>(d + vi * VE, out);
+  }
+  // The target's element, exactly as the reference groups it (p_y - 1 before
+  // any scaling); the same thread stored its vector above, so this store wins.
+  if (owns_y) d[yl] = from_float<T>(grad_of<PLAIN>(x_y, prob<FAST>(x_y, g), true, g.y, g));
+}
+
+// PLAIN: no softcap, no label smoothing, no class weights (the common case,
+// compiled without those paths). ARGMAX: the argmax is wanted.
+//
+// Per thread, with its K raw vectors in registers (missing vectors padded with
+// -inf): m = the max over the warp (packed per thread, then shuffled), then
+// s = sum 2^((x - m) log2 e) relative to that warp max (one FFMA + one MUFU per
+// element; no rescaling inside the warp), the first index of m only with
+// ARGMAX; warp statistics are combined over the block by one warp and over the
+// cluster through distributed shared memory, and the gradient (p times one
+// coefficient) is computed from the registers; the thread that owns the
+// target overwrites that one element with its exact gradient afterwards.
+template <typename T, bool PLAIN, bool ARGMAX>
+__global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsArgs a, int slice) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int VE = 16 / sizeof(T);
+  constexpr int K = kClusterK;
+  __shared__ WarpStats warp_stats[32];
+  __shared__ PeerRec peer_rec[kMaxCluster];            // pushed by the cluster's blocks, by rank
+  __shared__ WarpStats row_stats;                      // the row's, for the whole block
+  __shared__ float row_xy, block_xy;                   // the target's capped logit
+  __shared__ alignas(8) unsigned long long stats_bar;  // completes when all peer_rec arrived
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cs = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t r = blockIdx.x / cs;
+  const int64_t V = a.cols;
+  const int64_t base = static_cast<int64_t>(rank) * slice;
+  const int lim = static_cast<int>(V - base < slice ? (V - base > 0 ? V - base : 0) : slice);
+  const int64_t y = a.target[r];
+  const bool ignored = y == a.ignore_index;
+  if (ignored || y < 0 || y >= V) {  // the same branch in every block of the cluster
+    skip_row<T>(a, r, ignored, base + threadIdx.x, base + lim, blockDim.x, rank == 0 && threadIdx.x == 0);
+    return;
+  }
+  const T* x = static_cast<const T*>(a.logits) + r * a.logits_row_stride + base;
+  RowOpts o{a.softcap, a.softcap > 0.f ? 1.f / a.softcap : 0.f, a.weight, a.label_smoothing != 0.f};
+  if (PLAIN) o = RowOpts{0.f, 0.f, nullptr, false};
+  const int nvec = lim / VE;  // V is a multiple of VE on this path
+  const int t = threadIdx.x, T_ = blockDim.x;
+  const int lane = t & 31, warp = t >> 5, nwarps = T_ >> 5;
+  if (t == 0) {
+    mbar_init(&stats_bar);
+    mbar_expect_tx(&stats_bar, static_cast<uint32_t>(cs * sizeof(PeerRec)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  cluster_arrive_relaxed();  // peers push only after the wait below: every stats_bar is ready
+
+  // All loads first, so K vectors per thread are in flight: volatile asm keeps
+  // the compiler from sinking them next to their uses.
+  RowVecs<T, K> buf;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (k * T_ + t < nvec)
+      load_16B_volatile(buf[k], x + (k * T_ + t) * VE);
+    else
+      fill_neg_inf<T>(buf[k]);
+  }
+  // The target's logit: read by the one thread whose vectors hold it (before
+  // it writes its gradient: dlogits may be logits) and pushed with its block's
+  // statistics, instead of a dependent load in every thread of the cluster.
+  const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
+  const bool block_has_y = yl >= 0 && yl < lim;
+  const bool owns_y = block_has_y && (yl / VE) % T_ == t;
+  if (owns_y) block_xy = cap(to_float<T>(x[yl]), o);
+
+  const WarpStats ws = warp_slice_stats<T, PLAIN, ARGMAX, K>(buf, nvec, base, o);
 
   // Block: warp 0 combines the warps' statistics and pushes them to every
   // block of the cluster; each block's warp 0 then combines the cs pushes in
   // rank order (deterministic, the same in every block).
-  if (lane == 0)
-    warp_stats[warp] = WarpStats{mc, s, arg == INT32_MAX ? INT32_MAX : static_cast<int>(base) + arg, wx};
+  if (lane == 0) warp_stats[warp] = ws;
   __syncthreads();
   const WarpStats empty{-INFINITY, 0.f, INT32_MAX, 0.f};
   WarpStats b = empty;
@@ -536,58 +589,37 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   const Stats all{rs.m, rs.s, rs.arg == INT32_MAX ? INT64_MAX : static_cast<int64_t>(rs.arg), rs.wx,
                   rs.m != rs.m};
   const RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && t == 0);
-  if (a.dlogits) {
-    // An empty asm "modifies" the raw words, so the compiler cannot keep floats
-    // converted above alive until here (which spilled under the 64-register cap).
-#pragma unroll
-    for (int k = 0; k < K; ++k) opaque_16B(buf[k]);
-    T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base;
-    const float pc = g.ca + g.zc;  // PLAIN: every element but the target is pc * p
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int vi = k * T_ + t;
-      float f[VE];
-      vec_to_float(buf[k], f);
-      Vec<T, VE> out;
-#pragma unroll
-      for (int i = 0; i < VE; ++i) {
-        const float xv = cap(f[i], o);
-        const float p = prob<FAST>(xv, g);
-        out.v[i] = from_float<T>(PLAIN ? pc * p : grad_of<false>(xv, p, false, base + vi * VE + i, g));
-      }
-      if (vi < nvec) store_vec<T, VE>(d + vi * VE, out);
-    }
-    // The target's element, exactly as the reference groups it (p_y - 1 before
-    // any scaling); the same thread stored its vector above, so this store wins.
-    if (owns_y) d[yl] = from_float<T>(grad_of<PLAIN>(x_y, prob<FAST>(x_y, g), true, y, g));
-  }
+  if (a.dlogits)
+    store_slice_grad<T, PLAIN, K>(
+        buf, nvec, base, static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base, g, o, owns_y, yl, x_y);
 #endif
 }
 
 // ---------------------------------------------------------------------------
-// Pipelined cluster kernel (sm_90): persistent clusters of CS blocks walk the
-// rows; block `rank` owns a slice of every row. The slice of the next row is
-// copied into shared memory by the TMA engine (cp.async.bulk, completion on an
-// mbarrier) while the current one is being processed, so device memory stays
-// busy through the reductions and cluster barriers that stall the one-row-per-
-// cluster kernel above. Statistics come from shared memory (max pass, then
-// exp-sum pass), are combined over the cluster through distributed shared
-// memory (double-buffered partials: one cluster barrier per row), and the
-// gradient is computed from shared memory and stored with 16-byte stores.
+// Streaming cluster kernel (sm_90): the cluster kernel's per-row work in
+// persistent clusters of 1024-thread blocks (one per SM) that walk the rows
+// (row = cluster id, + clusters), with the next `stages` rows' slices copied
+// into shared memory by the TMA engine (cp.async.bulk, completion on an
+// mbarrier per stage) while the current row is reduced, exchanged and stored.
+// In the one-row-per-cluster kernel a block's loads, reductions and stores
+// are phases one after another, and with 2-4 blocks per SM device memory
+// idles whenever all of them reduce at once (ncu: DRAM 69 %, latency-bound,
+// Session 3 of benchmarks/NOTES.md); here up to `stages` rows are in flight
+// per SM all the time. A stage is copied to registers (kStreamK vectors a
+// thread: 1024 threads hold 32768 bf16 elements, so V = 32000 needs no cluster
+// and V = 262144 a cluster of 8) and freed at once; the arithmetic is the
+// cluster kernel's (warp_slice_stats, store_slice_grad). Rows whose target is
+// ignored or out of range are not loaded at all.
+//
+// The statistics exchange reuses one set of peer records per block: a block
+// pushes row i's record only after every thread of the cluster has read row
+// i-1's (a relaxed cluster barrier: arrive after reading, wait before pushing).
 
-constexpr int kTmaThreads = 256;
-constexpr int kTmaMaxSliceBytes = 100 * 1024;  // two stages of this fit in 227 KB
+constexpr int kStreamThreads = 1024;  // most threads per block (one block per SM)
+constexpr int kStreamK = 4;           // 16-byte vectors per thread (64 registers allow 4, not 8)
+constexpr int kStreamMaxStages = 4;
 
-struct TmaShared {
-  Stats scratch[32];
-  Stats partial[2];  // this block's statistics per stage, read by the cluster
-  float xy[2];       // the target's logit, from the block that owns it
-  int has_y[2];
-  Stats final_;
-  float final_xy;
-  unsigned long long bar[2];
-};
-
+// One 1-D bulk copy global -> this block's shared memory, completing on bar.
 __device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t bytes,
                                             unsigned long long* bar) {
   asm volatile(
@@ -598,126 +630,140 @@ __device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t
 }
 
 template <typename T, bool PLAIN, bool ARGMAX>
-__global__ void __launch_bounds__(kTmaThreads) ce_tma_kernel(CeRowsArgs a, int slice) {
+__global__ void __launch_bounds__(kStreamThreads, 1) ce_stream_kernel(CeRowsArgs a, int slice, int stages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int VE = 16 / sizeof(T);
-  extern __shared__ __align__(128) unsigned char stage_raw[];  // [2][slice] elements of T
-  __shared__ TmaShared sh;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int cs = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int64_t cluster_id = blockIdx.x / cs, nclusters = gridDim.x / cs;
-  const int64_t V = a.cols;
+  constexpr int K = kStreamK;
+  extern __shared__ __align__(128) unsigned char stage_raw[];  // [stages][slice] elements of T
+  __shared__ WarpStats warp_stats[32];
+  __shared__ PeerRec peer_rec[kMaxCluster];  // pushed by the cluster's blocks, by rank
+  __shared__ WarpStats row_stats;            // the row's, for the whole block
+  __shared__ float row_xy, block_xy;         // the target's capped logit
+  __shared__ alignas(8) unsigned long long full_bar[kStreamMaxStages];  // a stage's copy has landed
+  __shared__ alignas(8) unsigned long long stats_bar;                   // all peer_rec of a row arrived
+  const int cs = static_cast<int>(cluster_nctarank());
+  const int rank = static_cast<int>(cluster_ctarank());
+  const int64_t first = blockIdx.x / cs, step = gridDim.x / cs;  // clusters are consecutive in x
+  const int64_t V = a.cols, rows = a.rows;
   const int64_t base = static_cast<int64_t>(rank) * slice;
   const int lim = static_cast<int>(V - base < slice ? (V - base > 0 ? V - base : 0) : slice);
-  const int nvec = lim / VE;
+  const int nvec = lim / VE;  // V is a multiple of VE on this path
   const uint32_t bytes = static_cast<uint32_t>(lim) * sizeof(T);
+  const uint32_t rec_bytes = static_cast<uint32_t>(cs * sizeof(PeerRec));
   const int t = threadIdx.x, T_ = blockDim.x;
-  T* const stage0 = reinterpret_cast<T*>(stage_raw);  // stage st at stage0 + st * slice
+  const int lane = t & 31, warp = t >> 5, nwarps = T_ >> 5;
   RowOpts o{a.softcap, a.softcap > 0.f ? 1.f / a.softcap : 0.f, a.weight, a.label_smoothing != 0.f};
   if (PLAIN) o = RowOpts{0.f, 0.f, nullptr, false};
+  // Thread 0: row `row` into stage st, one arrival on its full_bar per row;
+  // the copy only where the row is computed (a skipped row's phase completes
+  // at once).
+  auto issue = [&](int64_t row, int st) {
+    const int64_t y = a.target[row];
+    const bool load = !(y == a.ignore_index || y < 0 || y >= V) && bytes > 0;
+    mbar_expect_tx(&full_bar[st], load ? bytes : 0u);
+    if (load)
+      tma_load_1d(stage_raw + static_cast<size_t>(st) * slice * sizeof(T),
+                  static_cast<const T*>(a.logits) + row * a.logits_row_stride + base, bytes, &full_bar[st]);
+  };
 
   if (t == 0) {
-    mbar_init(&sh.bar[0]);
-    mbar_init(&sh.bar[1]);
+    for (int st = 0; st < stages; ++st) mbar_init(&full_bar[st]);
+    mbar_init(&stats_bar);
+    if (cs > 1) mbar_expect_tx(&stats_bar, rec_bytes);  // armed for the first exchanged row
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
-  auto issue = [&](int64_t row, int st) {  // thread 0 only
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    mbar_expect_tx(&sh.bar[st], bytes);
-    if (bytes)
-      tma_load_1d(stage0 + st * slice, static_cast<const T*>(a.logits) + row * a.logits_row_stride + base,
-                  bytes, &sh.bar[st]);
-  };
-  if (t == 0 && cluster_id < a.rows) issue(cluster_id, 0);
-  uint32_t phase[2] = {0, 0};
-  int it = 0;
-  for (int64_t row = cluster_id; row < a.rows; row += nclusters, ++it) {
-    const int st = it & 1;
-    if (t == 0 && row + nclusters < a.rows) issue(row + nclusters, st ^ 1);
-    const int64_t y = a.target[row];
+  // Matched by the wait before the first push: by then every block of the
+  // cluster has initialised its stats_bar.
+  if (cs > 1) cluster_arrive_relaxed();
+  __syncthreads();  // the full_bars are initialised before anyone waits on them
+  if (t == 0)
+    for (int st = 0; st < stages && first + st * step < rows; ++st) issue(first + st * step, st);
+
+  uint32_t phases = 0;  // bit st: the parity of stage st's next phase
+  uint32_t stats_phase = 0;
+  int st = 0;
+  // The trip count and every skip decision are the same in all blocks of a
+  // cluster: each one reaches every cluster barrier.
+  for (int64_t row = first; row < rows; row += step) {
+    const int64_t y = a.target[row];  // loaded before the wait, which hides its latency
     const bool ignored = y == a.ignore_index;
     const bool skip = ignored || y < 0 || y >= V;
-    mbar_wait(&sh.bar[st], phase[st]);
-    phase[st] ^= 1;
-    const Vec<T, VE>* buf = reinterpret_cast<const Vec<T, VE>*>(stage0 + st * slice);
-    Stats stt = empty_stats();
+    const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
+    const bool block_has_y = !skip && yl >= 0 && yl < lim;
+    const bool owns_y = block_has_y && (yl / VE) % T_ == t;
+    const T* const stage = reinterpret_cast<const T*>(stage_raw) + static_cast<size_t>(st) * slice;
+    mbar_wait(&full_bar[st], (phases >> st) & 1u);
+    phases ^= 1u << st;
+    RowVecs<T, K> buf;
     if (!skip) {
-      float m = -INFINITY;
-      for (int v = t; v < nvec; v += T_) m = max_nan(m, vec_max(buf[v]));
-      int arg = INT32_MAX;
-      if (ARGMAX) {
-        for (int v = t; v < nvec && arg == INT32_MAX; v += T_) {
-          const Vec<T, VE> xv = buf[v];
 #pragma unroll
-          for (int i = VE - 1; i >= 0; --i)
-            if (to_float<T>(xv.v[i]) == m) arg = v * VE + i;
-        }
+      for (int k = 0; k < K; ++k) {
+        if (k * T_ + t < nvec)
+          buf[k] = reinterpret_cast<const Vec<T, VE>*>(stage)[k * T_ + t];
+        else
+          fill_neg_inf<T>(buf[k]);
       }
-      const float mc = cap(m, o), mc_l2 = mc * kLog2e;
-      float sum = 0.f, wx = 0.f;
-      if (m != -INFINITY) {
-        for (int v = t; v < nvec; v += T_) {
-          const Vec<T, VE> xv = buf[v];
-#pragma unroll
-          for (int i = 0; i < VE; ++i) {
-            const float f = cap(to_float<T>(xv.v[i]), o);
-            sum += sizeof(T) == 2 ? ex2(fmaf(f, kLog2e, -mc_l2)) : expf(f - mc);  // float32: precise
-            if (!PLAIN && o.need_wx) wx += (o.weight ? __ldg(o.weight + base + v * VE + i) : 1.f) * f;
-          }
-        }
-      }
-      stt = Stats{mc, sum, arg == INT32_MAX ? INT64_MAX : base + arg, wx, mc != mc};
-      stt = block_combine(stt, sh.scratch);
+      if (owns_y) block_xy = cap(to_float<T>(stage[yl]), o);
     }
-    if (t == 0) {
-      sh.partial[st] = stt;
-      const int64_t yl = y - base;
-      sh.has_y[st] = !skip && yl >= 0 && yl < lim;
-      sh.xy[st] = sh.has_y[st] ? cap(to_float<T>(stage0[st * slice + yl]), o) : 0.f;
-    }
-    cluster.sync();  // partials of this row are visible cluster-wide
-    if (t < 32) {
-      Stats p = empty_stats();
-      float xy = 0.f;
-      if (t < cs) {
-        p = *cluster.map_shared_rank(&sh.partial[st], t);
-        if (*cluster.map_shared_rank(&sh.has_y[st], t)) xy = *cluster.map_shared_rank(&sh.xy[st], t);
-      }
-      p = warp_combine(p);
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) xy += __shfl_xor_sync(0xffffffffu, xy, off);
-      if (t == 0) {
-        sh.final_ = p;
-        sh.final_xy = xy;
-      }
-    }
+    // Every thread has passed the wait and read the stage: thread 0 may
+    // re-arm its full_bar and refill it with the row `stages` rows on (the
+    // generic-proxy reads are ordered before the async-proxy writes by the
+    // barrier and the fence).
     __syncthreads();
+    if (t == 0 && row + stages * step < rows) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      issue(row + stages * step, st);
+    }
+    st = st + 1 == stages ? 0 : st + 1;
     if (skip) {
       skip_row<T>(a, row, ignored, base + t, base + lim, T_, rank == 0 && t == 0);
-    } else {
-      const RowGrad g = finish_row(a, row, y, sh.final_, sh.final_xy, rank == 0 && t == 0);
-      if (a.dlogits) {
-        const int64_t yl = y - base;
-        T* d = static_cast<T*>(a.dlogits) + row * a.dlogits_row_stride + base;
-        for (int v = t; v < nvec; v += T_) {
-          const Vec<T, VE> xv = buf[v];
-          Vec<T, VE> out;
-          const bool has_y = yl >= static_cast<int64_t>(v) * VE && yl < static_cast<int64_t>(v + 1) * VE;
-#pragma unroll
-          for (int i = 0; i < VE; ++i) {
-            const float f = cap(to_float<T>(xv.v[i]), o);
-            const int64_t j = base + v * VE + i;
-            out.v[i] = from_float<T>(grad_of<PLAIN>(f, prob<sizeof(T) == 2>(f, g), has_y && j == y, j, g));
-          }
-          store_vec<T, VE>(d + v * VE, out);
+      continue;
+    }
+    const WarpStats ws = warp_slice_stats<T, PLAIN, ARGMAX, K>(buf, nvec, base, o);
+    if (lane == 0) warp_stats[warp] = ws;
+    __syncthreads();
+    const WarpStats empty{-INFINITY, 0.f, INT32_MAX, 0.f};
+    if (cs > 1) cluster_wait();  // every block has read the previous exchanged row's peer_rec
+    if (warp == 0) {
+      const WarpStats b = warp_combine_ws(lane < nwarps ? warp_stats[lane] : empty);
+      if (cs > 1) {
+        if (lane == 0) {
+          const PeerRec mine{b, block_has_y ? block_xy : 0.f, block_has_y ? 1 : 0, {0, 0}};
+          for (int dst = 0; dst < cs; ++dst) push_rec(mine, &peer_rec[rank], &stats_bar, dst);
         }
+        mbar_wait(&stats_bar, stats_phase);
+        const PeerRec pr = lane < cs ? peer_rec[lane] : PeerRec{empty, 0.f, 0, {0, 0}};
+        const WarpStats c = warp_combine_ws(pr.st);
+        const unsigned owner = __ballot_sync(0xffffffffu, pr.has_y != 0);  // exactly one block
+        const float xy = __shfl_sync(0xffffffffu, pr.x_y, __ffs(owner) - 1);
+        if (lane == 0) {
+          row_stats = c;
+          row_xy = xy;
+        }
+      } else if (lane == 0) {
+        row_stats = b;
+        row_xy = block_xy;
       }
     }
-    __syncthreads();  // this stage's buffer and sh.final_ are free again
+    __syncthreads();  // row_stats is visible in the block; peer_rec has been read
+    if (cs > 1) {
+      // Re-arm for the next exchanged row before arriving (no peer can push
+      // that row before this block's arrival).
+      if (t == 0) mbar_expect_tx(&stats_bar, rec_bytes);
+      stats_phase ^= 1;
+      cluster_arrive_relaxed();
+    }
+    const WarpStats rs = row_stats;
+    const float x_y = row_xy;
+    const Stats all{rs.m, rs.s, rs.arg == INT32_MAX ? INT64_MAX : static_cast<int64_t>(rs.arg), rs.wx,
+                    rs.m != rs.m};
+    const RowGrad g = finish_row(a, row, y, all, x_y, rank == 0 && t == 0);
+    if (a.dlogits)
+      store_slice_grad<T, PLAIN, K>(buf, nvec, base,
+                                    static_cast<T*>(a.dlogits) + row * a.dlogits_row_stride + base, g, o,
+                                    owns_y, yl, x_y);
   }
-  cluster.sync();  // no block leaves while a peer may still read its partials
+  if (cs > 1) cluster_wait();  // matches the last arrive: no block leaves while a peer may push to it
 #endif
 }
 
@@ -781,44 +827,50 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
   static const int cc_major = device_cc_major();
   // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
   static const bool force_two_pass = env_choice("LIGER_CPP_CE_TWO_PASS", {"0", "1"}) == 1;
-  // LIGER_CPP_CE_KERNEL=tma selects the pipelined kernel: correct (the whole CUDA suite passed with
-  // it as the default) but measured slower on the H200 (28 % of C against 56-61 % at V = 128256,
-  // benchmarks/results/2026-11-29-h200-bench_ce_core-a8ca70d.log), so opt-in until it is profiled.
-  static const bool want_tma = env_choice("LIGER_CPP_CE_KERNEL", {"cluster", "tma"}) == 1;
-  const bool want_cluster = !want_tma;
-  const int64_t tma_cs = ceil_div(V * static_cast<int64_t>(sizeof(T)), kTmaMaxSliceBytes);
-  if (!force_two_pass && !want_cluster && aligned && cc_major >= 9 && V >= 2048 && tma_cs <= kMaxCluster) {
-    // Slices of at most 48 KB where 8 blocks allow it (two blocks per SM), else up to 100 KB.
-    int cs = static_cast<int>(ceil_div(V * static_cast<int64_t>(sizeof(T)), 48 * 1024));
-    if (cs > kMaxCluster) cs = static_cast<int>(tma_cs);
-    const int slice = static_cast<int>(ceil_div(ceil_div(V, cs), VE16) * VE16);
-    const size_t smem = 2 * static_cast<size_t>(slice) * sizeof(T);
+  // LIGER_CPP_CE_KERNEL=stream selects ce_stream_kernel (persistent, the next rows' slices copied
+  // by TMA) instead of ce_cluster_kernel; LIGER_CPP_CE_STAGES=1..4 its rows in flight per block
+  // (default 3, fewer where they do not fit). A/B not measured yet.
+  static const bool want_stream = env_choice("LIGER_CPP_CE_KERNEL", {"cluster", "stream"}) == 1;
+  static const int want_stages = [] {
+    const int i = env_choice("LIGER_CPP_CE_STAGES", {"1", "2", "3", "4"});
+    return i < 0 ? 3 : i + 1;
+  }();
+  const int64_t stream_per_thread = static_cast<int64_t>(kStreamK) * VE16;
+  const int64_t stream_cs = ceil_div(V, kStreamThreads * stream_per_thread);
+  if (want_stream && !force_two_pass && aligned && cc_major >= 9 && V >= 2048 && stream_cs <= kMaxCluster) {
+    const int threads = static_cast<int>(ceil_div(ceil_div(V, stream_cs * stream_per_thread), 32) * 32);
+    const int slice = static_cast<int>(threads * stream_per_thread);
+    const size_t slice_bytes = static_cast<size_t>(slice) * sizeof(T);
+    constexpr size_t kSmemBudget = 200 * 1024;  // dynamic, under the 227 KiB per block
+    const int stages =
+        static_cast<int>(std::max<size_t>(1, std::min<size_t>(want_stages, kSmemBudget / slice_bytes)));
+    const size_t smem = stages * slice_bytes;
     const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
     const bool am = a.argmax != nullptr;
-    auto* kern = plain ? (am ? ce_tma_kernel<T, true, true> : ce_tma_kernel<T, true, false>)
-                       : (am ? ce_tma_kernel<T, false, true> : ce_tma_kernel<T, false, false>);
-    cudaError_t err =
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
-    cudaLaunchAttribute attr[1];
-    cudaLaunchConfig_t cfg = cluster_launch_config(kTmaThreads, cs, smem, stream, attr);
-    // As many clusters as can be resident at once (persistent), at most one per row.
-    int active = 0;
-    err = cudaOccupancyMaxActiveClusters(&active, kern, &cfg);
-    if (err != cudaSuccess || active < 1) active = 1;
-    const int64_t nclusters = std::min<int64_t>(a.rows, active);
-    cfg.gridDim = dim3(static_cast<unsigned>(nclusters * cs));
-    return cudaLaunchKernelEx(&cfg, kern, a, slice);
+    auto* kern = plain ? (am ? ce_stream_kernel<T, true, true> : ce_stream_kernel<T, true, false>)
+                       : (am ? ce_stream_kernel<T, false, true> : ce_stream_kernel<T, false, false>);
+    // Persistent: as many clusters as can be resident at once, at most one per row. Where the
+    // shared memory or the cluster does not fit, the cluster kernel below runs.
+    const int active = raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), smem)
+                           ? active_clusters(kern, threads, static_cast<int>(stream_cs), smem)
+                           : 0;
+    if (active >= 1) {
+      cudaLaunchAttribute attr[1];
+      cudaLaunchConfig_t cfg =
+          cluster_launch_config(threads, static_cast<int>(stream_cs), smem, stream, attr);
+      cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(a.rows, active) * stream_cs));
+      return cudaLaunchKernelEx(&cfg, kern, a, slice, stages);
+    }
   }
   if (!force_two_pass && aligned && cc_major >= 9 && V >= 2048 && cs <= kMaxCluster &&
       a.rows * cs <= INT32_MAX) {
     const int threads = static_cast<int>(ceil_div(ceil_div(V, cs * per_thread), 32) * 32);
     const int slice = static_cast<int>(threads * per_thread);
     const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
-    cudaLaunchAttribute attr[1];
-    cudaLaunchConfig_t cfg = cluster_launch_config(threads, cs, 0, stream, attr);
-    cfg.gridDim = dim3(static_cast<unsigned>(a.rows * cs));
     const bool am = a.argmax != nullptr;
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg = cluster_launch_config(threads, static_cast<int>(cs), 0, stream, attr);
+    cfg.gridDim = dim3(static_cast<unsigned>(a.rows * cs));
     if (plain) {
       return am ? cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, true, true>, a, slice)
                 : cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, true, false>, a, slice);

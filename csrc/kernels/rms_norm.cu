@@ -1229,38 +1229,6 @@ auto cluster_kernel(bool ds) {
   return ds ? &rms_bwd_cluster<T, WT, OT, full, true> : &rms_bwd_cluster<T, WT, OT, full, false>;
 }
 
-// How many clusters of `cl` blocks of `threads` threads can be resident at
-// once (0 where the kernel has no sm_90 code for this device, or none fit).
-// Cached per (device, kernel, shape) as norm_common.cuh's queries: the plan is
-// made twice per backward (workspace size, then launch). A failed query
-// returns 0 (rms_bwd_cached runs) and is not cached.
-template <typename K>
-int active_clusters(K* kern, int threads, int cl) {
-  const int dev = current_device();
-  if (dev < 0) return 0;
-  const QueryKey key{dev, reinterpret_cast<const void*>(kern), threads, cl};
-  thread_local QueryCache<int, 16> cache;
-  if (const int* hit = cache.find(key)) return *hit;
-  int n = 0;
-  cudaFuncAttributes fa;
-  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  // binaryVersion is the architecture of the code that runs on this device:
-  // below 90 the kernel body is empty (built without sm_90, or an older GPU).
-  if (fa.binaryVersion >= 90) {
-    cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, 0, nullptr, attr);
-    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
-      cudaGetLastError();  // no sticky error behind
-      return 0;
-    }
-  }
-  cache.put(key, n);
-  return n;
-}
-
 // A cluster launch of rms_bwd_cluster or rms_fwd_cluster: `cl` blocks of
 // `tx` threads per cluster, `grid` clusters.
 struct ClusterShape {

@@ -1,0 +1,191 @@
+// Host-side caches of the driver queries made while planning a launch
+// (occupancy, function attributes), shared by the norm and cross-entropy
+// launchers. In an unnamed namespace, as norm_common.cuh: each .cu gets its
+// own tables.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cluster.cuh"
+
+namespace liger_cpp::kernels {
+namespace {
+
+// Host-side caches of the driver calls made while planning a launch. The
+// norm backwards plan on every call (twice: workspace size, then launch; the
+// LayerNorm workspace plans every variant), and each occupancy query or
+// cudaFuncSetAttribute is a driver call, so their results are kept per thread
+// in small fixed tables: no allocation and no locks (each thread fills its own;
+// a miss only repeats the query). Keys include the device: function attributes
+// and occupancy belong to the device's context. Only successes are stored: a
+// failed call is cleared (cudaGetLastError, so no error is left for the
+// launcher's cudaGetLastError to report) and tried again on the next call.
+struct QueryKey {
+  int dev;
+  const void* kern;
+  int64_t a, b, c;  // the query's shape (e.g. threads, dynamic shared memory bytes, cluster size)
+  bool operator==(const QueryKey& o) const {
+    return dev == o.dev && kern == o.kern && a == o.a && b == o.b && c == o.c;
+  }
+};
+
+// N entries searched linearly (a few distinct kernels and shapes per process
+// in practice), the oldest replaced when full. Zero-initialised as a
+// thread_local aggregate (no constructor, so no TLS init guard).
+template <typename V, int N>
+struct QueryCache {
+  QueryKey keys[N];
+  V vals[N];
+  int used, next;  // filled entries; the one replaced next when full
+
+  V* find(const QueryKey& k) {
+    for (int i = 0; i < used; ++i)
+      if (keys[i] == k) return &vals[i];
+    return nullptr;
+  }
+  void put(const QueryKey& k, const V& v) {
+    if (V* hit = find(k)) {
+      *hit = v;
+      return;
+    }
+    int i;
+    if (used < N) {
+      i = used++;
+    } else {
+      i = next;
+      next = (next + 1) % N;
+    }
+    keys[i] = k;
+    vals[i] = v;
+  }
+};
+
+// The current device, or -1 (error cleared) when there is none.
+int current_device() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return dev;
+}
+
+// Per (device, kernel): the largest cudaFuncAttributeMaxDynamicSharedMemorySize
+// known to be set, and whether the max-shared carveout preference is set.
+struct FuncAttrs {
+  int max_dyn_smem;
+  bool carveout_max_shared;
+};
+QueryCache<FuncAttrs, 32>& func_attr_cache() {
+  thread_local QueryCache<FuncAttrs, 32> cache;
+  return cache;
+}
+
+// Opts `kern` in to `smem` bytes of dynamic shared memory on the current
+// device when above the 48 KiB default; false when that fails. Never lowers
+// the attribute (another thread's cached occupancy or plan for a larger size
+// stays valid): when the cached value is too small or unknown, the current
+// value is read (cudaFuncGetAttributes) and only raised. Called before every
+// occupancy query and launch that needs more than 48 KiB; a hit is a table
+// lookup.
+bool raise_max_dynamic_smem(const void* kern, size_t smem) {
+  if (smem <= 48 * 1024) return true;
+  const int dev = current_device();
+  if (dev < 0) return false;
+  const QueryKey key{dev, kern, 0, 0};
+  auto& cache = func_attr_cache();
+  const FuncAttrs* e = cache.find(key);
+  if (e && static_cast<size_t>(e->max_dyn_smem) >= smem) return true;
+  FuncAttrs now{0, e && e->carveout_max_shared};
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  now.max_dyn_smem = fa.maxDynamicSharedSizeBytes;
+  if (static_cast<size_t>(now.max_dyn_smem) < smem) {
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    now.max_dyn_smem = static_cast<int>(smem);
+  }
+  cache.put(key, now);
+  return true;
+}
+
+// Asks for the largest shared-memory carveout for `kern` on the current device
+// (once per device and kernel while cached); a failure is ignored (a hint).
+void prefer_max_shared_carveout(const void* kern) {
+  const int dev = current_device();
+  if (dev < 0) return;
+  const QueryKey key{dev, kern, 0, 0};
+  auto& cache = func_attr_cache();
+  FuncAttrs* e = cache.find(key);
+  if (e && e->carveout_max_shared) return;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  // A new entry's maximum is unknown (0): the next raise_max_dynamic_smem reads it.
+  cache.put(key, FuncAttrs{e ? e->max_dyn_smem : 0, true});
+}
+
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor for (current device, kernel,
+// threads, dynamic shared memory bytes), cached; 0 when the query fails (not
+// cached) or no block fits. Callers raise the shared-memory limit first
+// (raise_max_dynamic_smem); since it is never lowered, a cached count stays
+// valid.
+int cached_blocks_per_sm(const void* kern, int threads, size_t smem) {
+  const int dev = current_device();
+  if (dev < 0) return 0;
+  const QueryKey key{dev, kern, threads, static_cast<int64_t>(smem)};
+  thread_local QueryCache<int, 64> cache;
+  if (const int* n = cache.find(key)) return *n;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, threads, smem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cache.put(key, n);
+  return n;
+}
+
+// How many clusters of `cl` blocks of `threads` threads with `smem` bytes of
+// dynamic shared memory can be resident at once (0 where the kernel has no
+// sm_90 code for this device, or none fit). Cached per (device, kernel, shape);
+// a failed query returns 0 and is not cached. Callers raise the shared-memory
+// limit first (raise_max_dynamic_smem).
+template <typename K>
+int active_clusters(K* kern, int threads, int cl, size_t smem = 0) {
+  const int dev = current_device();
+  if (dev < 0) return 0;
+  const QueryKey key{dev, reinterpret_cast<const void*>(kern), threads, static_cast<int64_t>(smem), cl};
+  thread_local QueryCache<int, 16> cache;
+  if (const int* hit = cache.find(key)) return *hit;
+  int n = 0;
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  // binaryVersion is the architecture of the code that runs on this device:
+  // below 90 the kernel body is empty (built without sm_90, or an older GPU).
+  if (fa.binaryVersion >= 90) {
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, smem, nullptr, attr);
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+      cudaGetLastError();  // no sticky error behind
+      return 0;
+    }
+  }
+  cache.put(key, n);
+  return n;
+}
+
+}  // namespace
+}  // namespace liger_cpp::kernels
