@@ -42,8 +42,7 @@ def eager(x, w):
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
 # Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
 # backward that the sm_90 cluster backward (default) replaces; LIGER_CPP_RMS_FWD_WIDE picks the
-# forward: old (default: register-cached / generic), cluster (sm_90 cluster per row; cluster2 /
-# cluster3 keep two / three rows' loads in flight instead of one), l2 / l2x512
+# forward: old (default: register-cached / generic), cluster (sm_90 cluster per row), l2 / l2x512
 # (a 256- / 512-thread block per row that reads the row twice, the second time from L2);
 # LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
 # with more threads resident).
@@ -52,8 +51,6 @@ VARIANT_ENV = {
     "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
     "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
-    "liger_cpp[fwd_wide=cluster2]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster2"},
-    "liger_cpp[fwd_wide=cluster3]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster3"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
@@ -67,8 +64,6 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_wide=cluster]",
     "liger_cpp[fwd_wide=l2]",
     "liger_cpp[fwd_wide=l2x512]",
-    "liger_cpp[fwd_wide=cluster2]",
-    "liger_cpp[fwd_wide=cluster3]",
     "liger_cpp[fwd=new]",
 }
 

@@ -856,20 +856,7 @@ __global__ void __launch_bounds__(1024, 1)
 // squares are summed differs.
 // __launch_bounds__(1024, 1): 64 registers, as the backward (measured with
 // -Xptxas -v: no spills).
-//
-// AHEAD (1..3): rows whose loads are in flight while a row is reduced. With
-// one 1024-thread block per SM, one row ahead is 16 KB of loads per SM, while
-// the H200 needs about 36 KB in flight (4.8 TB/s x ~1 us / 132 SMs). AHEAD = 1
-// is the loop as first written (the `cluster` knob; cluster2 / cluster3 are
-// AHEAD = 2 / 3, not measured yet). AHEAD > 1 keeps AHEAD + 1 register
-// sets of x (and residual): row i of the unrolled group of AHEAD + 1 rows uses
-// set i and first puts row + AHEAD * step in flight into set i - 1 (mod
-// AHEAD + 1), the set the previous row has finished with. The set is a
-// compile-time index (the group is unrolled), so the ring rotates by renaming:
-// a register move xv0 <- xv1 at the end of each row would read a register
-// whose load is still in flight, wait for it, and so keep only one row ahead.
-// Same loads, arithmetic and stores as AHEAD = 1, in the same order per row.
-template <typename T, typename WT, typename OT, int VEC, bool ADD, int AHEAD>
+template <typename T, typename WT, typename OT, int VEC, bool ADD>
 __global__ void __launch_bounds__(1024, 1)
     rms_fwd_cluster(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res, int64_t res_stride,
                     T* __restrict__ s, const WT* __restrict__ w, OT* __restrict__ y, float* __restrict__ rstd,
@@ -900,8 +887,15 @@ __global__ void __launch_bounds__(1024, 1)
       if constexpr (ADD) load_words_volatile(rd, res + row * res_stride + col);
     }
   };
-  // One row: reduce xv (with ADD, s = xv + rv, stored), exchange, y.
-  auto row_step = [&](XV& xv, XV& rv, int64_t row, uint32_t phase) {
+  XV xv, rv;
+  fetch(first, xv, rv);
+
+  uint32_t phase = 0;
+  // The trip count is the same for every thread of a cluster: each one
+  // reaches every cluster barrier.
+  for (int64_t row = first; row < rows; row += step, phase ^= 1) {
+    XV xn, rn;
+    fetch(row + step, xn, rn);
     float ss = 0.f;
     if (has) {
       if constexpr (ADD) {
@@ -932,38 +926,8 @@ __global__ void __launch_bounds__(1024, 1)
       for (int j = 0; j < VEC; ++j) o[j] = normed<T>(to_float<T>(xv.v[j]), r, llama) * weight(j);
       store_16B_words(y + row * cols + col, pack_vec<OT, VEC>(o));
     }
-  };
-
-  // The trip count is the same for every thread of a cluster: each one
-  // reaches every cluster barrier.
-  if constexpr (AHEAD == 1) {
-    XV xv, rv;
-    fetch(first, xv, rv);
-    uint32_t phase = 0;
-    for (int64_t row = first; row < rows; row += step, phase ^= 1) {
-      XV xn, rn;
-      fetch(row + step, xn, rn);
-      row_step(xv, rv, row, phase);
-      xv = xn;
-      if constexpr (ADD) rv = rn;
-    }
-  } else {
-    constexpr int kSets = AHEAD + 1;
-    XV xq[kSets], rq[kSets];
-#pragma unroll
-    for (int i = 0; i < AHEAD; ++i) fetch(first + i * step, xq[i], rq[i]);
-    uint32_t phase = 0;
-    int64_t row = first;
-    while (row < rows) {
-#pragma unroll
-      for (int i = 0; i < kSets; ++i) {
-        if (i > 0 && row >= rows) break;
-        fetch(row + AHEAD * step, xq[(i + AHEAD) % kSets], rq[(i + AHEAD) % kSets]);
-        row_step(xq[i], rq[i], row, phase);
-        row += step;
-        phase ^= 1;
-      }
-    }
+    xv = xn;
+    if constexpr (ADD) rv = rn;
   }
   cluster_wait();  // matches the last arrive (no block exits with its barrier phase open)
 #else
@@ -1288,8 +1252,6 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
 // an unknown value is an error):
 //   cluster (where it runs): rms_fwd_cluster, sm_90 code only, with the
 //     block size of LIGER_CPP_RMS_WIDE_TX as the backward's.
-//   cluster2, cluster3: the same with two / three rows' loads in flight
-//     (rms_fwd_cluster's AHEAD) instead of one. Not measured yet.
 //   old: rms_fwd_cached (up to 4096 vectors) or rms_fwd_generic, with the
 //     variant LIGER_CPP_RMS_FWD / LIGER_CPP_RMS_ADD_FWD picks (those knobs
 //     select among rms_fwd_cached's variants only: the cluster kernel always
@@ -1304,17 +1266,9 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
 // 65.1 / 57.1 / 49.5 % of C against 90.2 / 76.5 / 62.6 % at 8192 x 16384 /
 // 4096 x 32768 / 2048 x 65536 bf16 (benchmarks/results/
 // 2026-11-30-h200-rms_norm-quick-9247f64.log).
-enum FwdWide {
-  kFwdWideCluster = 0,
-  kFwdWideOld = 1,
-  kFwdWideL2 = 2,
-  kFwdWideL2x512 = 3,
-  kFwdWideCluster2 = 4,
-  kFwdWideCluster3 = 5
-};
+enum FwdWide { kFwdWideCluster = 0, kFwdWideOld = 1, kFwdWideL2 = 2, kFwdWideL2x512 = 3 };
 FwdWide fwd_wide_mode() {
-  const int i =
-      env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "cluster2", "cluster3"});
+  const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512"});
   return i < 0 ? kFwdWideOld : static_cast<FwdWide>(i);
 }
 
@@ -1376,11 +1330,8 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
     auto launch = [&](auto add_c) -> cudaError_t {
       constexpr bool ADD = decltype(add_c)::value;
       ClusterShape c;
+      auto* ckern = &rms_fwd_cluster<T, WT, OT, full, ADD>;
       const FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
-      auto* ckern = wide == kFwdWideCluster3   ? &rms_fwd_cluster<T, WT, OT, full, ADD, 3>
-                    : wide == kFwdWideCluster2 ? &rms_fwd_cluster<T, WT, OT, full, ADD, 2>
-                                               : &rms_fwd_cluster<T, WT, OT, full, ADD, 1>;
-      const bool cluster = wide == kFwdWideCluster || wide == kFwdWideCluster2 || wide == kFwdWideCluster3;
       if (wide == kFwdWideL2 || wide == kFwdWideL2x512) {
         const unsigned tx = wide == kFwdWideL2 ? 256 : 512;
         LIGER_DISPATCH_VEC(aligned ? full : 1, full, {
@@ -1389,7 +1340,7 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
         })
         return cudaGetLastError();
       }
-      if (aligned && cluster && pick_cluster_shape(ckern, a.cols / full, a.rows, c)) {
+      if (aligned && wide == kFwdWideCluster && pick_cluster_shape(ckern, a.cols / full, a.rows, c)) {
         cudaLaunchAttribute attr[1];
         cudaLaunchConfig_t cfg = cluster_launch_config(c.tx, c.cl, 0, stream, attr);
         cfg.gridDim = dim3(static_cast<unsigned>(c.grid * c.cl));
