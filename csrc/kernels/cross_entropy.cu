@@ -8,7 +8,7 @@
 // exchange their partial statistics through distributed shared memory, and the
 // gradient is computed from the registers: one read and one write per element.
 // Other architectures, rows that are not 16-byte aligned, tiny rows, and rows
-// too long for 8 blocks take the two-pass kernel.
+// too long for a cluster take the two-pass kernel.
 //
 // Statistics per row, combined in a fixed order (deterministic):
 //   m = max x, arg = first index of m, s = sum exp(x - m), wx = sum w_j x_j
@@ -261,7 +261,8 @@ __global__ void ce_two_pass_kernel(CeRowsArgs a) {
 
 constexpr int kClusterThreads = 512;  // most threads per block
 constexpr int kClusterK = 8;          // 16-byte vectors per thread
-constexpr int kMaxCluster = 8;        // portable cluster size
+constexpr int kMaxCluster = 16;       // the H100/H200 limit (above 8: non-portable, opted in per kernel)
+constexpr int kMaxPortableCluster = 8;
 
 // max with NaN propagation (fmaxf would drop a NaN).
 __device__ __forceinline__ float max_nan(float a, float b) {
@@ -596,178 +597,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
 }
 
 // ---------------------------------------------------------------------------
-// Streaming cluster kernel (sm_90): the cluster kernel's per-row work in
-// persistent clusters of 1024-thread blocks (one per SM) that walk the rows
-// (row = cluster id, + clusters), with the next `stages` rows' slices copied
-// into shared memory by the TMA engine (cp.async.bulk, completion on an
-// mbarrier per stage) while the current row is reduced, exchanged and stored.
-// In the one-row-per-cluster kernel a block's loads, reductions and stores
-// are phases one after another, and with 2-4 blocks per SM device memory
-// idles whenever all of them reduce at once (ncu: DRAM 69 %, latency-bound,
-// Session 3 of benchmarks/NOTES.md); here up to `stages` rows are in flight
-// per SM all the time. A stage is copied to registers (kStreamK vectors a
-// thread: 1024 threads hold 32768 bf16 elements, so V = 32000 needs no cluster
-// and V = 262144 a cluster of 8) and freed at once; the arithmetic is the
-// cluster kernel's (warp_slice_stats, store_slice_grad). Rows whose target is
-// ignored or out of range are not loaded at all.
-//
-// The statistics exchange reuses one set of peer records per block: a block
-// pushes row i's record only after every thread of the cluster has read row
-// i-1's (a relaxed cluster barrier: arrive after reading, wait before pushing).
-
-constexpr int kStreamThreads = 1024;  // most threads per block (one block per SM)
-constexpr int kStreamK = 4;           // 16-byte vectors per thread (64 registers allow 4, not 8)
-constexpr int kStreamMaxStages = 4;
-
-// One 1-D bulk copy global -> this block's shared memory, completing on bar.
-__device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t bytes,
-                                            unsigned long long* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-
-template <typename T, bool PLAIN, bool ARGMAX>
-__global__ void __launch_bounds__(kStreamThreads, 1) ce_stream_kernel(CeRowsArgs a, int slice, int stages) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int VE = 16 / sizeof(T);
-  constexpr int K = kStreamK;
-  extern __shared__ __align__(128) unsigned char stage_raw[];  // [stages][slice] elements of T
-  __shared__ WarpStats warp_stats[32];
-  __shared__ PeerRec peer_rec[kMaxCluster];  // pushed by the cluster's blocks, by rank
-  __shared__ WarpStats row_stats;            // the row's, for the whole block
-  __shared__ float row_xy, block_xy;         // the target's capped logit
-  __shared__ alignas(8) unsigned long long full_bar[kStreamMaxStages];  // a stage's copy has landed
-  __shared__ alignas(8) unsigned long long stats_bar;                   // all peer_rec of a row arrived
-  const int cs = static_cast<int>(cluster_nctarank());
-  const int rank = static_cast<int>(cluster_ctarank());
-  const int64_t first = blockIdx.x / cs, step = gridDim.x / cs;  // clusters are consecutive in x
-  const int64_t V = a.cols, rows = a.rows;
-  const int64_t base = static_cast<int64_t>(rank) * slice;
-  const int lim = static_cast<int>(V - base < slice ? (V - base > 0 ? V - base : 0) : slice);
-  const int nvec = lim / VE;  // V is a multiple of VE on this path
-  const uint32_t bytes = static_cast<uint32_t>(lim) * sizeof(T);
-  const uint32_t rec_bytes = static_cast<uint32_t>(cs * sizeof(PeerRec));
-  const int t = threadIdx.x, T_ = blockDim.x;
-  const int lane = t & 31, warp = t >> 5, nwarps = T_ >> 5;
-  RowOpts o{a.softcap, a.softcap > 0.f ? 1.f / a.softcap : 0.f, a.weight, a.label_smoothing != 0.f};
-  if (PLAIN) o = RowOpts{0.f, 0.f, nullptr, false};
-  // Thread 0: row `row` into stage st, one arrival on its full_bar per row;
-  // the copy only where the row is computed (a skipped row's phase completes
-  // at once).
-  auto issue = [&](int64_t row, int st) {
-    const int64_t y = a.target[row];
-    const bool load = !(y == a.ignore_index || y < 0 || y >= V) && bytes > 0;
-    mbar_expect_tx(&full_bar[st], load ? bytes : 0u);
-    if (load)
-      tma_load_1d(stage_raw + static_cast<size_t>(st) * slice * sizeof(T),
-                  static_cast<const T*>(a.logits) + row * a.logits_row_stride + base, bytes, &full_bar[st]);
-  };
-
-  if (t == 0) {
-    for (int st = 0; st < stages; ++st) mbar_init(&full_bar[st]);
-    mbar_init(&stats_bar);
-    if (cs > 1) mbar_expect_tx(&stats_bar, rec_bytes);  // armed for the first exchanged row
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  // Matched by the wait before the first push: by then every block of the
-  // cluster has initialised its stats_bar.
-  if (cs > 1) cluster_arrive_relaxed();
-  __syncthreads();  // the full_bars are initialised before anyone waits on them
-  if (t == 0)
-    for (int st = 0; st < stages && first + st * step < rows; ++st) issue(first + st * step, st);
-
-  uint32_t phases = 0;  // bit st: the parity of stage st's next phase
-  uint32_t stats_phase = 0;
-  int st = 0;
-  // The trip count and every skip decision are the same in all blocks of a
-  // cluster: each one reaches every cluster barrier.
-  for (int64_t row = first; row < rows; row += step) {
-    const int64_t y = a.target[row];  // loaded before the wait, which hides its latency
-    const bool ignored = y == a.ignore_index;
-    const bool skip = ignored || y < 0 || y >= V;
-    const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
-    const bool block_has_y = !skip && yl >= 0 && yl < lim;
-    const bool owns_y = block_has_y && (yl / VE) % T_ == t;
-    const T* const stage = reinterpret_cast<const T*>(stage_raw) + static_cast<size_t>(st) * slice;
-    mbar_wait(&full_bar[st], (phases >> st) & 1u);
-    phases ^= 1u << st;
-    RowVecs<T, K> buf;
-    if (!skip) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (k * T_ + t < nvec)
-          buf[k] = reinterpret_cast<const Vec<T, VE>*>(stage)[k * T_ + t];
-        else
-          fill_neg_inf<T>(buf[k]);
-      }
-      if (owns_y) block_xy = cap(to_float<T>(stage[yl]), o);
-    }
-    // Every thread has passed the wait and read the stage: thread 0 may
-    // re-arm its full_bar and refill it with the row `stages` rows on (the
-    // generic-proxy reads are ordered before the async-proxy writes by the
-    // barrier and the fence).
-    __syncthreads();
-    if (t == 0 && row + stages * step < rows) {
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      issue(row + stages * step, st);
-    }
-    st = st + 1 == stages ? 0 : st + 1;
-    if (skip) {
-      skip_row<T>(a, row, ignored, base + t, base + lim, T_, rank == 0 && t == 0);
-      continue;
-    }
-    const WarpStats ws = warp_slice_stats<T, PLAIN, ARGMAX, K>(buf, nvec, base, o);
-    if (lane == 0) warp_stats[warp] = ws;
-    __syncthreads();
-    const WarpStats empty{-INFINITY, 0.f, INT32_MAX, 0.f};
-    if (cs > 1) cluster_wait();  // every block has read the previous exchanged row's peer_rec
-    if (warp == 0) {
-      const WarpStats b = warp_combine_ws(lane < nwarps ? warp_stats[lane] : empty);
-      if (cs > 1) {
-        if (lane == 0) {
-          const PeerRec mine{b, block_has_y ? block_xy : 0.f, block_has_y ? 1 : 0, {0, 0}};
-          for (int dst = 0; dst < cs; ++dst) push_rec(mine, &peer_rec[rank], &stats_bar, dst);
-        }
-        mbar_wait(&stats_bar, stats_phase);
-        const PeerRec pr = lane < cs ? peer_rec[lane] : PeerRec{empty, 0.f, 0, {0, 0}};
-        const WarpStats c = warp_combine_ws(pr.st);
-        const unsigned owner = __ballot_sync(0xffffffffu, pr.has_y != 0);  // exactly one block
-        const float xy = __shfl_sync(0xffffffffu, pr.x_y, __ffs(owner) - 1);
-        if (lane == 0) {
-          row_stats = c;
-          row_xy = xy;
-        }
-      } else if (lane == 0) {
-        row_stats = b;
-        row_xy = block_xy;
-      }
-    }
-    __syncthreads();  // row_stats is visible in the block; peer_rec has been read
-    if (cs > 1) {
-      // Re-arm for the next exchanged row before arriving (no peer can push
-      // that row before this block's arrival).
-      if (t == 0) mbar_expect_tx(&stats_bar, rec_bytes);
-      stats_phase ^= 1;
-      cluster_arrive_relaxed();
-    }
-    const WarpStats rs = row_stats;
-    const float x_y = row_xy;
-    const Stats all{rs.m, rs.s, rs.arg == INT32_MAX ? INT64_MAX : static_cast<int64_t>(rs.arg), rs.wx,
-                    rs.m != rs.m};
-    const RowGrad g = finish_row(a, row, y, all, x_y, rank == 0 && t == 0);
-    if (a.dlogits)
-      store_slice_grad<T, PLAIN, K>(buf, nvec, base,
-                                    static_cast<T*>(a.dlogits) + row * a.dlogits_row_stride + base, g, o,
-                                    owns_y, yl, x_y);
-  }
-  if (cs > 1) cluster_wait();  // matches the last arrive: no block leaves while a peer may push to it
-#endif
-}
-
-// ---------------------------------------------------------------------------
 // d[r, :] *= g[r * g_stride], skipping rows whose factor is exactly 1.
 
 template <typename T, int VE>
@@ -809,74 +638,49 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
       is_aligned(a.logits, 16) && (a.logits_row_stride * sizeof(T)) % 16 == 0 &&
       (!a.dlogits || (is_aligned(a.dlogits, 16) && (a.dlogits_row_stride * sizeof(T)) % 16 == 0)) &&
       V % VE16 == 0;
-  // Cluster path: rows of at least 2048 elements that fit in 8 blocks. Blocks of 512 threads,
-  // or of 256 (4 resident per SM instead of 2) where a row needs more than two 512-thread blocks
-  // and 8 of the smaller ones still cover it: at V = 128256 bf16 the op ran at 80.9 % of C with
-  // 256 against 77.8 % with 512, while at V = 32000 splitting one block into a cluster of two
-  // lost (55.9 against 70.9 %) (benchmarks/results/2026-11-30-h200-cross_entropy-quick-*746c96a*).
-  // LIGER_CPP_CE_BLOCK=256|512 forces one size (A/B measurements).
+  // Cluster path (sm_90, rows of at least 2048 elements): cs blocks of `threads` threads per row,
+  // K vectors a thread. Blocks of 512 threads (2 resident per SM), or of 256 (4 per SM, so more
+  // rows in flight) where a row needs more than two 512-thread blocks: at V = 128256 bf16 the op
+  // ran at 80.9 % of C with 256 against 77.8 % with 512, while at V = 32000 splitting one block
+  // into a cluster of two lost (55.9 against 70.9 %) (benchmarks/results/
+  // 2026-11-30-h200-cross_entropy-quick-*746c96a*). 256-thread rows may take up to 16 blocks
+  // (V = 151936: 10, V = 262144: 16): sizes above 8 are non-portable, so the kernel opts in and
+  // the occupancy query must confirm that such a cluster fits; otherwise 512-thread blocks (at
+  // most 8). LIGER_CPP_CE_BLOCK=256|512 forces one size (A/B measurements).
   static const int64_t forced_threads = [] {
     const int i = env_choice("LIGER_CPP_CE_BLOCK", {"256", "512"});
     return i < 0 ? int64_t{0} : (i == 0 ? int64_t{256} : int64_t{kClusterThreads});
   }();
-  const int64_t per_thread = static_cast<int64_t>(kClusterK) * VE16;
-  int64_t cs = ceil_div(V, kClusterThreads * per_thread);
-  const int64_t cs256 = ceil_div(V, 256 * per_thread);
-  if (forced_threads == 256 ? cs256 <= kMaxCluster : (forced_threads == 0 && cs > 2 && cs256 <= kMaxCluster))
-    cs = cs256;
   static const int cc_major = device_cc_major();
   // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
   static const bool force_two_pass = env_choice("LIGER_CPP_CE_TWO_PASS", {"0", "1"}) == 1;
-  // LIGER_CPP_CE_KERNEL=stream selects ce_stream_kernel (persistent, the next rows' slices copied
-  // by TMA) instead of ce_cluster_kernel; LIGER_CPP_CE_STAGES=1..4 its rows in flight per block
-  // (default 3, fewer where they do not fit). A/B not measured yet.
-  static const bool want_stream = env_choice("LIGER_CPP_CE_KERNEL", {"cluster", "stream"}) == 1;
-  static const int want_stages = [] {
-    const int i = env_choice("LIGER_CPP_CE_STAGES", {"1", "2", "3", "4"});
-    return i < 0 ? 3 : i + 1;
-  }();
-  const int64_t stream_per_thread = static_cast<int64_t>(kStreamK) * VE16;
-  const int64_t stream_cs = ceil_div(V, kStreamThreads * stream_per_thread);
-  if (want_stream && !force_two_pass && aligned && cc_major >= 9 && V >= 2048 && stream_cs <= kMaxCluster) {
-    const int threads = static_cast<int>(ceil_div(ceil_div(V, stream_cs * stream_per_thread), 32) * 32);
-    const int slice = static_cast<int>(threads * stream_per_thread);
-    const size_t slice_bytes = static_cast<size_t>(slice) * sizeof(T);
-    constexpr size_t kSmemBudget = 200 * 1024;  // dynamic, under the 227 KiB per block
-    const int stages =
-        static_cast<int>(std::max<size_t>(1, std::min<size_t>(want_stages, kSmemBudget / slice_bytes)));
-    const size_t smem = stages * slice_bytes;
+  if (!force_two_pass && aligned && cc_major >= 9 && V >= 2048) {
+    const int64_t per_thread = static_cast<int64_t>(kClusterK) * VE16;
     const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
     const bool am = a.argmax != nullptr;
-    auto* kern = plain ? (am ? ce_stream_kernel<T, true, true> : ce_stream_kernel<T, true, false>)
-                       : (am ? ce_stream_kernel<T, false, true> : ce_stream_kernel<T, false, false>);
-    // Persistent: as many clusters as can be resident at once, at most one per row. Where the
-    // shared memory or the cluster does not fit, the cluster kernel below runs.
-    const int active = raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), smem)
-                           ? active_clusters(kern, threads, static_cast<int>(stream_cs), smem)
-                           : 0;
-    if (active >= 1) {
+    auto* kern = plain ? (am ? ce_cluster_kernel<T, true, true> : ce_cluster_kernel<T, true, false>)
+                       : (am ? ce_cluster_kernel<T, false, true> : ce_cluster_kernel<T, false, false>);
+    auto threads_for = [&](int64_t cs) {
+      return static_cast<int>(ceil_div(ceil_div(V, cs * per_thread), 32) * 32);
+    };
+    auto fits = [&](int64_t cs) {
+      if (cs > kMaxCluster || a.rows * cs > INT32_MAX) return false;
+      if (cs <= kMaxPortableCluster) return true;
+      const void* f = reinterpret_cast<const void*>(kern);
+      return allow_nonportable_clusters(f) &&
+             active_clusters(kern, threads_for(cs), static_cast<int>(cs)) >= 1;
+    };
+    const int64_t cs512 = ceil_div(V, kClusterThreads * per_thread);
+    const int64_t cs256 = ceil_div(V, 256 * per_thread);
+    const bool want256 = forced_threads == 256 || (forced_threads == 0 && cs512 > 2);
+    const int64_t cs = want256 && fits(cs256) ? cs256 : (cs512 <= kMaxPortableCluster ? cs512 : 0);
+    if (cs > 0 && a.rows * cs <= INT32_MAX) {
+      const int threads = threads_for(cs);
       cudaLaunchAttribute attr[1];
-      cudaLaunchConfig_t cfg =
-          cluster_launch_config(threads, static_cast<int>(stream_cs), smem, stream, attr);
-      cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(a.rows, active) * stream_cs));
-      return cudaLaunchKernelEx(&cfg, kern, a, slice, stages);
+      cudaLaunchConfig_t cfg = cluster_launch_config(threads, static_cast<int>(cs), 0, stream, attr);
+      cfg.gridDim = dim3(static_cast<unsigned>(a.rows * cs));
+      return cudaLaunchKernelEx(&cfg, kern, a, static_cast<int>(threads * per_thread));
     }
-  }
-  if (!force_two_pass && aligned && cc_major >= 9 && V >= 2048 && cs <= kMaxCluster &&
-      a.rows * cs <= INT32_MAX) {
-    const int threads = static_cast<int>(ceil_div(ceil_div(V, cs * per_thread), 32) * 32);
-    const int slice = static_cast<int>(threads * per_thread);
-    const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
-    const bool am = a.argmax != nullptr;
-    cudaLaunchAttribute attr[1];
-    cudaLaunchConfig_t cfg = cluster_launch_config(threads, static_cast<int>(cs), 0, stream, attr);
-    cfg.gridDim = dim3(static_cast<unsigned>(a.rows * cs));
-    if (plain) {
-      return am ? cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, true, true>, a, slice)
-                : cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, true, false>, a, slice);
-    }
-    return am ? cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, false, true>, a, slice)
-              : cudaLaunchKernelEx(&cfg, ce_cluster_kernel<T, false, false>, a, slice);
   }
   if (a.rows > INT32_MAX) return cudaErrorInvalidValue;
   const int threads = V >= 8192 ? 1024 : (V >= 1024 ? 256 : 128);

@@ -155,6 +155,23 @@ int cached_blocks_per_sm(const void* kern, int threads, size_t smem) {
   return n;
 }
 
+// Lets `kern` launch with clusters above the portable 8 blocks on the current
+// device (cudaFuncAttributeNonPortableClusterSizeAllowed; once per device and
+// kernel while cached); false, with no sticky error, when that fails.
+bool allow_nonportable_clusters(const void* kern) {
+  const int dev = current_device();
+  if (dev < 0) return false;
+  const QueryKey key{dev, kern, 0, 0};
+  thread_local QueryCache<bool, 16> cache;
+  if (cache.find(key)) return true;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  cache.put(key, true);
+  return true;
+}
+
 // How many clusters of `cl` blocks of `threads` threads with `smem` bytes of
 // dynamic shared memory can be resident at once (0 where the kernel has no
 // sm_90 code for this device, or none fit). Cached per (device, kernel, shape);
