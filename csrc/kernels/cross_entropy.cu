@@ -639,17 +639,17 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
       (!a.dlogits || (is_aligned(a.dlogits, 16) && (a.dlogits_row_stride * sizeof(T)) % 16 == 0)) &&
       V % VE16 == 0;
   // Cluster path (sm_90, rows of at least 2048 elements): cs blocks of `threads` threads per row,
-  // K vectors a thread. Blocks of 512 threads (2 resident per SM), or of 256 (4 per SM, so more
-  // rows in flight) where a row needs more than two 512-thread blocks: at V = 128256 bf16 the op
-  // ran at 80.9 % of C with 256 against 77.8 % with 512, while at V = 32000 splitting one block
-  // into a cluster of two lost (55.9 against 70.9 %) (benchmarks/results/
-  // 2026-11-30-h200-cross_entropy-quick-*746c96a*). 256-thread rows may take up to 16 blocks
-  // (V = 151936: 10, V = 262144: 16): sizes above 8 are non-portable, so the kernel opts in and
+  // K vectors a thread. Smaller blocks put more rows in flight per SM (the kernel is latency-
+  // bound: load, reduce, exchange, store per block), so 256-thread blocks (4 resident per SM) are
+  // preferred to 512 (2 per SM), even where that splits a row: bf16 op fwd+bwd at V = 32000 84.9 %
+  // of C with 2 x 256 against 80.3 % with 1 x 512, at V = 128256 84.2 against 81.2 % (8 x 256
+  // against 3 x 512) (benchmarks/results/2026-11-30-h200-cross_entropy-ab-32a871f.json).
+  // Clusters may take up to 16 blocks: sizes above 8 are non-portable, so the kernel opts in and
   // the occupancy query must confirm that such a cluster fits; otherwise 512-thread blocks (at
-  // most 8). LIGER_CPP_CE_BLOCK=256|512 forces one size (A/B measurements).
+  // most 8). LIGER_CPP_CE_BLOCK=128|256|512 forces one size where it fits (A/B measurements).
   static const int64_t forced_threads = [] {
-    const int i = env_choice("LIGER_CPP_CE_BLOCK", {"256", "512"});
-    return i < 0 ? int64_t{0} : (i == 0 ? int64_t{256} : int64_t{kClusterThreads});
+    const int i = env_choice("LIGER_CPP_CE_BLOCK", {"128", "256", "512"});
+    return i < 0 ? int64_t{0} : (int64_t{128} << i);
   }();
   static const int cc_major = device_cc_major();
   // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
@@ -670,11 +670,13 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
       return allow_nonportable_clusters(f) &&
              active_clusters(kern, threads_for(cs), static_cast<int>(cs)) >= 1;
     };
-    const int64_t cs512 = ceil_div(V, kClusterThreads * per_thread);
-    const int64_t cs256 = ceil_div(V, 256 * per_thread);
-    const bool want256 = forced_threads == 256 || (forced_threads == 0 && cs512 > 2);
-    const int64_t cs = want256 && fits(cs256) ? cs256 : (cs512 <= kMaxPortableCluster ? cs512 : 0);
-    if (cs > 0 && a.rows * cs <= INT32_MAX) {
+    int64_t cs = 0;
+    for (const int64_t block : {forced_threads ? forced_threads : int64_t{256}, int64_t{256}, int64_t{512}}) {
+      cs = ceil_div(V, block * per_thread);
+      if (fits(cs)) break;
+      cs = 0;
+    }
+    if (cs > 0) {
       const int threads = threads_for(cs);
       cudaLaunchAttribute attr[1];
       cudaLaunchConfig_t cfg = cluster_launch_config(threads, static_cast<int>(cs), 0, stream, attr);
