@@ -8,7 +8,7 @@ M*V*2. Peak memory is measured over one forward + backward from a state with onl
 targets allocated, so it includes the returned gradient (a logits-sized buffer, except for the
 in-place variants, which write it into the logits). Liger and liger_cpp inplace=True overwrite the
 logits with the gradient, so after the first iteration they run on gradient values (not zeros).
-Usage: python benchmarks/bench_cross_entropy.py [--out FILE.json] [--quick] [--ours-only]
+Usage: python benchmarks/bench_cross_entropy.py [--out FILE.json] [--quick | --vocab V,V] [--ours-only]
 --ours-only times liger_cpp alone, its rows named after the LIGER_CPP_CE_* kernel knobs set in the
 environment (e.g. `liger_cpp[kernel=stream]`): an A/B of kernel variants is one such run per setting,
 each against its own copy bandwidth C measured in the same process.
@@ -110,11 +110,14 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="V in 32000, 128256 only")
     ap.add_argument("--ours-only", action="store_true", help="liger_cpp alone (kernel-knob A/B runs)")
+    ap.add_argument("--vocab", default=None, help="comma-separated V list (overrides --quick)")
     args = ap.parse_args()
     have_liger = not args.ours_only and try_import_liger()
     C = copy_bandwidth_gbs()
     m = 8192
     vocab = [32000, 128256] if args.quick else [32000, 128256, 151936, 262144]
+    if args.vocab:
+        vocab = [int(v) for v in args.vocab.split(",")]
     fns = variants(have_liger, args.ours_only)
     rows = []
     for V in vocab:

@@ -651,6 +651,12 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
     const int i = env_choice("LIGER_CPP_CE_BLOCK", {"128", "256", "512"});
     return i < 0 ? int64_t{0} : (int64_t{128} << i);
   }();
+  // LIGER_CPP_CE_CLUSTER=1..16 forces the blocks per row instead (threads follow; A/B only).
+  static const int64_t forced_cs = [] {
+    const int i = env_choice("LIGER_CPP_CE_CLUSTER", {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11",
+                                                      "12", "13", "14", "15", "16"});
+    return int64_t{i + 1};  // 0: not set
+  }();
   static const int cc_major = device_cc_major();
   // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
   static const bool force_two_pass = env_choice("LIGER_CPP_CE_TWO_PASS", {"0", "1"}) == 1;
@@ -670,11 +676,12 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
       return allow_nonportable_clusters(f) &&
              active_clusters(kern, threads_for(cs), static_cast<int>(cs)) >= 1;
     };
-    int64_t cs = 0;
+    int64_t cs =
+        forced_cs > 0 && threads_for(forced_cs) <= kClusterThreads && fits(forced_cs) ? forced_cs : 0;
     for (const int64_t block : {forced_threads ? forced_threads : int64_t{256}, int64_t{256}, int64_t{512}}) {
+      if (cs > 0) break;
       cs = ceil_div(V, block * per_thread);
-      if (fits(cs)) break;
-      cs = 0;
+      if (!fits(cs)) cs = 0;
     }
     if (cs > 0) {
       const int threads = threads_for(cs);
