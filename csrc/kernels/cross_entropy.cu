@@ -639,19 +639,22 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
       (!a.dlogits || (is_aligned(a.dlogits, 16) && (a.dlogits_row_stride * sizeof(T)) % 16 == 0)) &&
       V % VE16 == 0;
   // Cluster path (sm_90, rows of at least 2048 elements): cs blocks of `threads` threads per row,
-  // K vectors a thread. Smaller blocks put more rows in flight per SM (the kernel is latency-
-  // bound: load, reduce, exchange, store per block), so 256-thread blocks (4 resident per SM) are
-  // preferred to 512 (2 per SM), even where that splits a row: bf16 op fwd+bwd at V = 32000 84.9 %
-  // of C with 2 x 256 against 80.3 % with 1 x 512, at V = 128256 84.2 against 81.2 % (8 x 256
-  // against 3 x 512) (benchmarks/results/2026-11-30-h200-cross_entropy-ab-32a871f.json).
-  // Clusters may take up to 16 blocks: sizes above 8 are non-portable, so the kernel opts in and
-  // the occupancy query must confirm that such a cluster fits; otherwise 512-thread blocks (at
-  // most 8). LIGER_CPP_CE_BLOCK=128|256|512 forces one size where it fits (A/B measurements).
+  // K vectors a thread. The kernel is latency-bound (load, reduce, exchange, store per block), and
+  // the plan that measured best is a power-of-two number of blocks per row, the fewest that keep
+  // a block at most 320 threads: bf16 op fwd+bwd, % of C (benchmarks/results/
+  // 2026-11-30-h200-cross_entropy-ab-*-{b055154,65a82a6}.json):
+  //   V = 32000:  2 x 256 85.2 | 1 x 512 80.7 | 4 x 128 82.6 | 3 x 192 76.2
+  //   V = 128256: 8 x 256 83.9 | 4 x 512 80.9 | 16 x 128 80.6 | 6 x 352 65.5 | 12 x 192 70.9
+  //   V = 151936: 8 x 320 78.2 | 5 x 480 76.6 | 10 x 256 76.3 | 16 x 160 76.4 | 12 x 224 71.0
+  //   V = 262144: 16 x 256 80.0 | 8 x 512 79.9 | 12 x 352 55.4
+  // Clusters above 8 blocks are non-portable: the kernel opts in and the occupancy query must
+  // confirm that such a cluster fits; otherwise 512-thread blocks (at most 8).
+  // LIGER_CPP_CE_BLOCK=128|256|512 forces a block size, LIGER_CPP_CE_CLUSTER=1..16 the blocks per
+  // row, where they fit (A/B measurements).
   static const int64_t forced_threads = [] {
     const int i = env_choice("LIGER_CPP_CE_BLOCK", {"128", "256", "512"});
     return i < 0 ? int64_t{0} : (int64_t{128} << i);
   }();
-  // LIGER_CPP_CE_CLUSTER=1..16 forces the blocks per row instead (threads follow; A/B only).
   static const int64_t forced_cs = [] {
     const int i = env_choice("LIGER_CPP_CE_CLUSTER", {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11",
                                                       "12", "13", "14", "15", "16"});
@@ -676,13 +679,18 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
       return allow_nonportable_clusters(f) &&
              active_clusters(kern, threads_for(cs), static_cast<int>(cs)) >= 1;
     };
-    int64_t cs =
-        forced_cs > 0 && threads_for(forced_cs) <= kClusterThreads && fits(forced_cs) ? forced_cs : 0;
-    for (const int64_t block : {forced_threads ? forced_threads : int64_t{256}, int64_t{256}, int64_t{512}}) {
-      if (cs > 0) break;
-      cs = ceil_div(V, block * per_thread);
-      if (!fits(cs)) cs = 0;
+    auto usable = [&](int64_t cs, int64_t max_threads) {
+      return cs > 0 && threads_for(cs) <= max_threads && fits(cs);
+    };
+    int64_t cs = 0;
+    if (forced_cs > 0 || forced_threads > 0) {
+      const int64_t want = forced_cs > 0 ? forced_cs : ceil_div(V, forced_threads * per_thread);
+      if (usable(want, kClusterThreads)) cs = want;
     }
+    for (int64_t c = 1; cs == 0 && c <= kMaxCluster; c *= 2)
+      if (usable(c, 320)) cs = c;
+    if (cs == 0 && usable(ceil_div(V, kClusterThreads * per_thread), kClusterThreads))
+      cs = ceil_div(V, kClusterThreads * per_thread);
     if (cs > 0) {
       const int threads = threads_for(cs);
       cudaLaunchAttribute attr[1];
