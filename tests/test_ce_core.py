@@ -1,7 +1,8 @@
 """The cross-entropy row step (csrc/host/cross_entropy_core.h) through liger::_ce_rows, against a
 float64 PyTorch formula that is itself checked against F.cross_entropy. On CUDA this covers both
-kernels: the cluster kernel (sm_90, aligned rows of >= 2048 classes up to 8 blocks of the row) and
-the two-pass kernel (everything else: V 123, 5125-odd rows, fp32 V 262144)."""
+kernels: the cluster kernel (sm_90, aligned rows of >= 2048 classes in up to 16 blocks; V 151936 takes
+8 blocks, bf16 V 262144 16 of 256 threads and fp32 V 262144 16 of 512, the non-portable cluster sizes)
+and the two-pass kernel (everything else: V 123, 5125-odd rows)."""
 
 import pytest
 import torch

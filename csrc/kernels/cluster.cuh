@@ -1,5 +1,5 @@
 // sm_90 thread-block-cluster and mbarrier helpers shared by the cluster
-// kernels (cross_entropy.cu's ce_cluster_kernel and TMA pipeline,
+// kernels (cross_entropy.cu's ce_cluster_kernel,
 // rms_norm.cu's rms_bwd_cluster). PTX only valid on sm_90+: call them only
 // from code compiled for it (the kernels guard their bodies with __CUDA_ARCH__).
 // In an unnamed namespace, as norm_common.cuh: each .cu gets its own copy.
