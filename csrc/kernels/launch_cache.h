@@ -13,12 +13,14 @@
 namespace liger_cpp::kernels {
 namespace {
 
-// The launchers plan on every call (the RMSNorm backward twice: workspace size,
-// then launch), and each occupancy query or cudaFuncSetAttribute is a driver
-// call, so their results are kept per thread in small fixed tables: no allocation and no locks (each thread
-// fills its own; a miss only repeats the query). Keys include the device: function attributes and occupancy
-// belong to the device's context. Only successes are stored: a failed call is cleared (cudaGetLastError, so
-// no error is left for the launcher's cudaGetLastError to report) and tried again on the next call.
+// The launchers plan on every call (the RMSNorm backward twice: workspace
+// size, then launch), and each occupancy query or cudaFuncSetAttribute is a
+// driver call, so their results are kept per thread in small fixed tables: no
+// allocation and no locks (each thread fills its own; a miss only repeats the
+// query). Keys include the device: function attributes and occupancy belong to
+// the device's context. Only successes are stored: a failed call is cleared
+// (cudaGetLastError, so no error is left for the launcher's cudaGetLastError to
+// report) and tried again on the next call.
 struct QueryKey {
   int dev;
   const void* kern;
@@ -89,8 +91,8 @@ bool allow_nonportable_clusters(const void* kern) {
 // How many clusters of `cl` blocks of `threads` threads with `smem` bytes of
 // dynamic shared memory can be resident at once (0 where the kernel has no
 // sm_90 code for this device, or none fit). Cached per (device, kernel, shape);
-// a failed query returns 0 and is not cached. Callers raise the shared-memory
-// limit first (raise_max_dynamic_smem).
+// a failed query returns 0 and is not cached. A caller asking for more than
+// 48 KiB of dynamic shared memory raises the kernel's limit first.
 template <typename K>
 int active_clusters(K* kern, int threads, int cl, size_t smem = 0) {
   const int dev = current_device();
