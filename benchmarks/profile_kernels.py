@@ -2,8 +2,10 @@
 Not a benchmark: no timing here. Usage (on the GPU machine):
   ncu --clock-control none --launch-skip 5 --launch-count 1 -k regex:NAME \
       --section SpeedOfLight ... python benchmarks/profile_kernels.py OP
-OP: ce_rows (8192 x 128256 bf16), rms_norm (16384 x 4096 bf16 fwd+bwd), rms_norm_fwd,
-    layer_norm, fused_add_rms_norm, rope (B4 T4096 32/8 d128 fwd+bwd).
+OP: ce_rows (8192 x 128256 bf16; ce_rows_V for another vocabulary, e.g. ce_rows_151936),
+    rms_norm (16384 x 4096 bf16 fwd+bwd), rms_norm_fwd, rms_fwd_wide (4096 x 32768 forward) and
+    rms_fwd_wide_compile (torch.compile of the Hugging Face formula at that shape: its Triton
+    kernel, for comparison), layer_norm, fused_add_rms_norm, rope (B4 T4096 32/8 d128 fwd+bwd).
 """
 
 import sys
@@ -18,8 +20,8 @@ def main():
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 8
     dev = "cuda"
     bf = torch.bfloat16
-    if op == "ce_rows":
-        M, V = 8192, 128256
+    if op == "ce_rows" or op.startswith("ce_rows_"):
+        M, V = 8192, int(op[len("ce_rows_") :]) if op.startswith("ce_rows_") else 128256
         x = torch.randn(M, V, device=dev, dtype=bf)
         y = torch.randint(0, V, (M,), device=dev)
         s = torch.full((1,), 1.0 / M, device=dev)
@@ -57,6 +59,23 @@ def main():
 
             def fn():
                 mod(x).backward(dy)
+
+    elif op in ("rms_fwd_wide", "rms_fwd_wide_compile"):
+        from liger_cpp.transformers import LigerRMSNorm
+
+        M, N = 4096, 32768
+        x = torch.randn(M, N, device=dev, dtype=bf)
+        mod = LigerRMSNorm(N).to(dev, bf)
+
+        def hf(h):  # LlamaRMSNorm's forward
+            v = h.float().pow(2).mean(-1, keepdim=True)
+            return mod.weight * (h.float() * torch.rsqrt(v + 1e-6)).to(h.dtype)
+
+        f = torch.compile(hf) if op == "rms_fwd_wide_compile" else mod
+
+        def fn():
+            with torch.no_grad():
+                f(x)
 
     elif op == "rope":
         from liger_cpp.transformers import liger_rotary_pos_emb

@@ -7,7 +7,8 @@
 # Usage: bash scripts/gpu_check.sh [pytest -k expression]
 #   BENCHES="rms_norm ce_core" runs only those benchmarks (names without bench_); "none" runs none.
 #   BENCH_ARGS="--quick" is passed to every benchmark.
-#   PROFILE="ce_rows rms_norm" also runs Nsight Compute on those ops (benchmarks/profile_kernels.py).
+#   PROFILE="ce_rows rms_norm" also runs Nsight Compute on those ops (benchmarks/profile_kernels.py;
+#   e.g. ce_rows_151936, rms_fwd_wide, rms_fwd_wide_compile).
 #   DEMO="--steps 10" also runs the training demo (python -m liger_cpp.demo) with those arguments.
 # Export LIGER_CPP_COMMIT=<sha of the tree> for the results' commit field: on the device machine
 # `git rev-parse HEAD` named a stale commit (2026-11-30).
@@ -40,7 +41,7 @@ python3 -m liger_cpp.env | tee "$OUT/env.txt"
 pack
 
 for op in ${PROFILE:-}; do
-  timeout 240 ncu --clock-control none -k regex:"rms_|ln_|ce_|rope|glu|reduce" --launch-skip 6 --launch-count 4 \
+  timeout 240 ncu --clock-control none -k regex:"rms_|ln_|ce_|rope|glu|reduce|triton" --launch-skip 6 --launch-count 4 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
     --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
     python3 benchmarks/profile_kernels.py "$op" 10 >"$OUT/ncu-$op.txt" 2>&1 || echo "ncu $op failed"
