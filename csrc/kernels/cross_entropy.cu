@@ -392,20 +392,21 @@ __device__ __forceinline__ void push_rec(const PeerRec& v, PeerRec* slot, unsign
       : "memory");
 }
 
-// A thread's K register vectors of a row slice (vector k at slice index
-// k * blockDim.x + threadIdx.x; missing vectors padded with -inf).
-template <typename T, int K>
-using RowVecs = Vec<T, 16 / sizeof(T)>[K];
+// A thread's kClusterK register vectors of a row slice (vector k at slice
+// index k * blockDim.x + threadIdx.x; missing vectors padded with -inf).
+template <typename T>
+using RowVecs = Vec<T, 16 / sizeof(T)>[kClusterK];
 
 // The statistics of one warp's share of a row slice, valid in every lane:
 // m = the warp max (packed per thread, then shuffled), s = sum 2^((x - m)
 // log2 e) relative to it (one FFMA + one MUFU per element; no rescaling inside
 // the warp), the first index of m in the row only with ARGMAX (else
 // INT32_MAX), and sum w_j x_j only when label smoothing wants it.
-template <typename T, bool PLAIN, bool ARGMAX, int K>
-__device__ __forceinline__ WarpStats warp_slice_stats(RowVecs<T, K>& buf, int nvec, int64_t base,
+template <typename T, bool PLAIN, bool ARGMAX>
+__device__ __forceinline__ WarpStats warp_slice_stats(RowVecs<T>& buf, int nvec, int64_t base,
                                                       const RowOpts& o) {
   constexpr int VE = 16 / sizeof(T);
+  constexpr int K = kClusterK;
   constexpr bool FAST = sizeof(T) == 2;
   const int t = threadIdx.x, T_ = blockDim.x;
   // Max over the warp (NaN if any element is NaN). Padding is -inf; softcap
@@ -462,11 +463,12 @@ __device__ __forceinline__ WarpStats warp_slice_stats(RowVecs<T, K>& buf, int nv
 // Stores the gradient of a thread's K vectors of the slice at d (the slice's
 // start in dlogits); the thread that owns the target (yl: its index in the
 // slice) then overwrites that one element with its exact gradient.
-template <typename T, bool PLAIN, int K>
-__device__ __forceinline__ void store_slice_grad(RowVecs<T, K>& buf, int nvec, int64_t base, T* d,
+template <typename T, bool PLAIN>
+__device__ __forceinline__ void store_slice_grad(RowVecs<T>& buf, int nvec, int64_t base, T* d,
                                                  const RowGrad& g, const RowOpts& o, bool owns_y, int64_t yl,
                                                  float x_y) {
   constexpr int VE = 16 / sizeof(T);
+  constexpr int K = kClusterK;
   constexpr bool FAST = sizeof(T) == 2;
   const int t = threadIdx.x, T_ = blockDim.x;
   // An empty asm "modifies" the raw words, so the compiler cannot keep floats
@@ -542,7 +544,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
 
   // All loads first, so K vectors per thread are in flight: volatile asm keeps
   // the compiler from sinking them next to their uses.
-  RowVecs<T, K> buf;
+  RowVecs<T> buf;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     if (k * T_ + t < nvec)
@@ -558,7 +560,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   const bool owns_y = block_has_y && (yl / VE) % T_ == t;
   if (owns_y) block_xy = cap(to_float<T>(x[yl]), o);
 
-  const WarpStats ws = warp_slice_stats<T, PLAIN, ARGMAX, K>(buf, nvec, base, o);
+  const WarpStats ws = warp_slice_stats<T, PLAIN, ARGMAX>(buf, nvec, base, o);
 
   // Block: warp 0 combines the warps' statistics and pushes them to every
   // block of the cluster; each block's warp 0 then combines the cs pushes in
@@ -591,8 +593,8 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
                   rs.m != rs.m};
   const RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && t == 0);
   if (a.dlogits)
-    store_slice_grad<T, PLAIN, K>(
-        buf, nvec, base, static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base, g, o, owns_y, yl, x_y);
+    store_slice_grad<T, PLAIN>(buf, nvec, base, static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base,
+                               g, o, owns_y, yl, x_y);
 #endif
 }
 

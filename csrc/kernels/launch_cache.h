@@ -24,10 +24,8 @@ namespace {
 struct QueryKey {
   int dev;
   const void* kern;
-  int64_t a, b, c;  // the query's shape (e.g. threads, dynamic shared memory bytes, cluster size)
-  bool operator==(const QueryKey& o) const {
-    return dev == o.dev && kern == o.kern && a == o.a && b == o.b && c == o.c;
-  }
+  int64_t a, b;  // the query's shape (e.g. threads and cluster size)
+  bool operator==(const QueryKey& o) const { return dev == o.dev && kern == o.kern && a == o.a && b == o.b; }
 };
 
 // N entries searched linearly (a few distinct kernels and shapes per process
@@ -88,16 +86,15 @@ bool allow_nonportable_clusters(const void* kern) {
   return true;
 }
 
-// How many clusters of `cl` blocks of `threads` threads with `smem` bytes of
-// dynamic shared memory can be resident at once (0 where the kernel has no
-// sm_90 code for this device, or none fit). Cached per (device, kernel, shape);
-// a failed query returns 0 and is not cached. A caller asking for more than
-// 48 KiB of dynamic shared memory raises the kernel's limit first.
+// How many clusters of `cl` blocks of `threads` threads (no dynamic shared
+// memory) can be resident at once (0 where the kernel has no sm_90 code for
+// this device, or none fit). Cached per (device, kernel, shape); a failed query
+// returns 0 and is not cached.
 template <typename K>
-int active_clusters(K* kern, int threads, int cl, size_t smem = 0) {
+int active_clusters(K* kern, int threads, int cl) {
   const int dev = current_device();
   if (dev < 0) return 0;
-  const QueryKey key{dev, reinterpret_cast<const void*>(kern), threads, static_cast<int64_t>(smem), cl};
+  const QueryKey key{dev, reinterpret_cast<const void*>(kern), threads, cl};
   thread_local QueryCache<int, 16> cache;
   if (const int* hit = cache.find(key)) return *hit;
   int n = 0;
@@ -110,7 +107,7 @@ int active_clusters(K* kern, int threads, int cl, size_t smem = 0) {
   // below 90 the kernel body is empty (built without sm_90, or an older GPU).
   if (fa.binaryVersion >= 90) {
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, smem, nullptr, attr);
+    const cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, 0, nullptr, attr);
     if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
       cudaGetLastError();  // no sticky error behind
       return 0;
