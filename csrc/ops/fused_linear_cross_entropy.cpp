@@ -163,7 +163,7 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
   f.w = (weight.stride(1) == 1 || weight.stride(0) == 1) ? weight : weight.contiguous();
   f.target = target.reshape({f.M}).to(at::kLong).contiguous();
   f.chunk = pick_chunk_rows(f.M, f.V, input.element_size(), chunk_rows);
-  check_ce_target_values(f.target, f.V, f.ignore_index);
+  // The target values are checked by ce_prologue, which every caller runs first.
   return f;
 }
 
@@ -204,10 +204,12 @@ struct Grads {
 };
 
 // The chunk loop. ce_scale / z_scale: float32 with 1 or M elements (already
-// including logit_scale). Writes loss_rows (and z_rows, argmax when defined)
-// and, for each defined member of g, that gradient.
-void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_scale, at::Tensor& loss_rows,
-                const at::Tensor& z_rows, const at::Tensor& argmax, Grads& g) {
+// including logit_scale); weight_sum: ce_prologue's sum of the class weights
+// (one [1] tensor for every chunk), or undefined without class weights. Writes loss_rows (and z_rows, argmax
+// when defined) and, for each defined member of g, that gradient.
+void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_scale,
+                const at::Tensor& weight_sum, at::Tensor& loss_rows, const at::Tensor& z_rows,
+                const at::Tensor& argmax, Grads& g) {
   const bool want_grad = g.dx_rows.defined() || g.dw.defined() || g.db.defined();
   if (f.M == 0) return;
   at::Tensor buf = at::empty({f.chunk, f.V}, f.x.options());
@@ -231,6 +233,7 @@ void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_s
     r.logits = lc;
     r.target = f.target.narrow(0, s, n);
     r.weight = f.ce_weight;
+    r.weight_sum = weight_sum;
     if (want_grad) r.dlogits = lc;
     r.loss = loss_rows.narrow(0, s, n);
     if (z_rows.defined()) r.z_loss = z_rows.narrow(0, s, n);
@@ -315,13 +318,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const bool want_argmax = return_token_accuracy || return_predicted_tokens;
   const bool want_z = return_z_loss || f.lse_square_scale != 0.0;
 
-  auto [ce_scale, z_scale] = ce_reduction_scales(f.target, f.ce_weight, f.ignore_index, f.reduction);
+  // Target check, gradient scales and the class weights' sum: one launch on CUDA.
+  const at::Tensor scales = ce_prologue(f.target, f.ce_weight, f.V, f.ignore_index, f.reduction);
+  const at::Tensor ce_scale = scales.narrow(0, 0, 1), z_scale = scales.narrow(0, 1, 1);
+  const at::Tensor weight_sum = f.ce_weight.defined() ? scales.narrow(0, 2, 1) : at::Tensor();
   at::Tensor loss_rows = at::empty({f.M}, f32);
   at::Tensor z_rows = want_z ? at::empty({f.M}, f32) : at::Tensor();
   at::Tensor argmax = want_argmax ? at::empty({f.M}, input.options().dtype(at::kLong)) : at::Tensor();
   Grads g = alloc_grads(f, compute_dx, compute_dw, compute_db);
   chunk_loop(f, times_logit_scale(ce_scale, f.logit_scale), times_logit_scale(z_scale, f.logit_scale),
-             loss_rows, z_rows, argmax, g);
+             weight_sum, loss_rows, z_rows, argmax, g);
 
   const at::IntArrayRef tshape = target.sizes();
   at::Tensor loss, z_loss = at::empty({0}, f32), accuracy = at::empty({0}, f32);
@@ -329,11 +335,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   if (f.reduction == Reduction::kNone) {
     loss = (want_z ? loss_rows + z_rows : loss_rows).view(tshape);
     if (return_z_loss) z_loss = z_rows.view(tshape);
-  } else {
-    const bool mean = f.reduction == Reduction::kMean;
-    loss = mean ? loss_rows.sum() * ce_scale.squeeze(0) : loss_rows.sum();
-    at::Tensor z = want_z ? (mean ? z_rows.sum() * z_scale.squeeze(0) : z_rows.sum()) : at::Tensor();
-    if (want_z) loss = loss + z;
+  } else {  // mean or sum (ce_prologue's scales are 1 for a sum)
+    at::Tensor z;
+    std::tie(loss, z) = ce_reduce_rows(loss_rows, want_z ? z_rows : at::Tensor(), scales);
     if (return_z_loss) z_loss = z;
   }
   if (return_token_accuracy) {
@@ -373,16 +377,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flce_bwd(
                   ", got shape ", shape_str(grad_loss));
   // Per-row gradient scales: the reduction's normaliser times grad_output,
   // folded into dlogits before any GEMM sums over rows (Liger #488/#968).
-  auto [cs, zs] = ce_reduction_scales(f.target, f.ce_weight, f.ignore_index, f.reduction);
+  const at::Tensor scales = ce_prologue(f.target, f.ce_weight, f.V, f.ignore_index, f.reduction);
   const at::Tensor g = grad_loss.reshape({want}).to(at::kFloat);
-  const at::Tensor ce_scale = (cs * g * f.logit_scale).contiguous();
-  const at::Tensor z_scale = (zs * g * f.logit_scale).contiguous();
+  const at::Tensor ce_scale = (scales.narrow(0, 0, 1) * g * f.logit_scale).contiguous();
+  const at::Tensor z_scale = (scales.narrow(0, 1, 1) * g * f.logit_scale).contiguous();
+  const at::Tensor weight_sum = f.ce_weight.defined() ? scales.narrow(0, 2, 1) : at::Tensor();
   const auto f32 = input.options().dtype(at::kFloat);
   at::Tensor loss_rows = at::empty({f.M}, f32);  // written by the row step, not returned
   at::Tensor z_rows = f.lse_square_scale != 0.0 ? at::empty({f.M}, f32) : at::Tensor();
   Grads gr = alloc_grads(f, compute_dx, compute_dw, compute_db);
   if (gr.dx_rows.defined() || gr.dw.defined() || gr.db.defined())
-    chunk_loop(f, ce_scale, z_scale, loss_rows, z_rows, at::Tensor(), gr);
+    chunk_loop(f, ce_scale, z_scale, weight_sum, loss_rows, z_rows, at::Tensor(), gr);
   return finish_grads(f, input, weight, gr);
 }
 
