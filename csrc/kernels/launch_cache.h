@@ -1,7 +1,7 @@
-// Host-side caches of the driver calls made while planning a cluster launch
-// (occupancy, the non-portable cluster opt-in), shared by the RMSNorm and
-// cross-entropy launchers. In an unnamed namespace, as norm_common.cuh: each
-// .cu gets its own tables.
+// Host-side caches of the driver queries made while planning a launch
+// (occupancy, function attributes), shared by the norm and cross-entropy
+// launchers. In an unnamed namespace, as norm_common.cuh: each .cu gets its
+// own tables.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,14 +13,15 @@
 namespace liger_cpp::kernels {
 namespace {
 
-// The launchers plan on every call (the RMSNorm backward twice: workspace
-// size, then launch), and each occupancy query or cudaFuncSetAttribute is a
-// driver call, so their results are kept per thread in small fixed tables: no
-// allocation and no locks (each thread fills its own; a miss only repeats the
-// query). Keys include the device: function attributes and occupancy belong to
-// the device's context. Only successes are stored: a failed call is cleared
-// (cudaGetLastError, so no error is left for the launcher's cudaGetLastError to
-// report) and tried again on the next call.
+// Host-side caches of the driver calls made while planning a launch. The
+// norm backwards plan on every call (twice: workspace size, then launch; the
+// LayerNorm workspace plans every variant), and each occupancy query or
+// cudaFuncSetAttribute is a driver call, so their results are kept per thread
+// in small fixed tables: no allocation and no locks (each thread fills its own;
+// a miss only repeats the query). Keys include the device: function attributes
+// and occupancy belong to the device's context. Only successes are stored: a
+// failed call is cleared (cudaGetLastError, so no error is left for the
+// launcher's cudaGetLastError to report) and tried again on the next call.
 struct QueryKey {
   int dev;
   const void* kern;
@@ -67,6 +68,89 @@ int current_device() {
     return -1;
   }
   return dev;
+}
+
+// Per (device, kernel): the largest cudaFuncAttributeMaxDynamicSharedMemorySize
+// known to be set, and whether the max-shared carveout preference is set.
+struct FuncAttrs {
+  int max_dyn_smem;
+  bool carveout_max_shared;
+};
+QueryCache<FuncAttrs, 32>& func_attr_cache() {
+  thread_local QueryCache<FuncAttrs, 32> cache;
+  return cache;
+}
+
+// Opts `kern` in to `smem` bytes of dynamic shared memory on the current
+// device when above the 48 KiB default; false when that fails. Never lowers
+// the attribute (another thread's cached occupancy or plan for a larger size
+// stays valid): when the cached value is too small or unknown, the current
+// value is read (cudaFuncGetAttributes) and only raised. Called before every
+// occupancy query and launch that needs more than 48 KiB; a hit is a table
+// lookup.
+bool raise_max_dynamic_smem(const void* kern, size_t smem) {
+  if (smem <= 48 * 1024) return true;
+  const int dev = current_device();
+  if (dev < 0) return false;
+  const QueryKey key{dev, kern, 0, 0};
+  auto& cache = func_attr_cache();
+  const FuncAttrs* e = cache.find(key);
+  if (e && static_cast<size_t>(e->max_dyn_smem) >= smem) return true;
+  FuncAttrs now{0, e && e->carveout_max_shared};
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  now.max_dyn_smem = fa.maxDynamicSharedSizeBytes;
+  if (static_cast<size_t>(now.max_dyn_smem) < smem) {
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    now.max_dyn_smem = static_cast<int>(smem);
+  }
+  cache.put(key, now);
+  return true;
+}
+
+// Asks for the largest shared-memory carveout for `kern` on the current device
+// (once per device and kernel while cached); a failure is ignored (a hint).
+void prefer_max_shared_carveout(const void* kern) {
+  const int dev = current_device();
+  if (dev < 0) return;
+  const QueryKey key{dev, kern, 0, 0};
+  auto& cache = func_attr_cache();
+  FuncAttrs* e = cache.find(key);
+  if (e && e->carveout_max_shared) return;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  // A new entry's maximum is unknown (0): the next raise_max_dynamic_smem reads it.
+  cache.put(key, FuncAttrs{e ? e->max_dyn_smem : 0, true});
+}
+
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor for (current device, kernel,
+// threads, dynamic shared memory bytes), cached; 0 when the query fails (not
+// cached) or no block fits. Callers raise the shared-memory limit first
+// (raise_max_dynamic_smem); since it is never lowered, a cached count stays
+// valid.
+int cached_blocks_per_sm(const void* kern, int threads, size_t smem) {
+  const int dev = current_device();
+  if (dev < 0) return 0;
+  const QueryKey key{dev, kern, threads, static_cast<int64_t>(smem)};
+  thread_local QueryCache<int, 64> cache;
+  if (const int* n = cache.find(key)) return *n;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, threads, smem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cache.put(key, n);
+  return n;
 }
 
 // Lets `kern` launch with clusters above the portable 8 blocks on the current

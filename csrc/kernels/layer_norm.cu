@@ -1002,8 +1002,6 @@ BwdPlan plan_ln_bwd(const LayerNormBwdArgs& a, int sm_count, BwdVariant variant)
     p.ty = std::max(1, kMaxBwdTx / p.tx);
     const size_t smem = want ? static_cast<size_t>(a.cols) * sizeof(float) : 0;
     auto* kern = &ln_bwd_cached<T, WT, 16 / sizeof(T), kMaxV>;
-    if (smem > 48 * 1024)
-      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     const int per_sm = sm_blocks(reinterpret_cast<const void*>(kern), p.tx * p.ty, smem);
     p.grid = std::min<int64_t>(ceil_div(a.rows, p.ty), static_cast<int64_t>(sm_count) * per_sm);
     p.grid = std::max<int64_t>(p.grid, 1);
@@ -1088,8 +1086,8 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
       LIGER_DISPATCH_VEC(vec, full, {
         if (stash) {
           auto* kern = &ln_fwd_generic<T, WT, VEC, true>;
-          if (smem > 48 * 1024)
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+          // A failed raise shows up as the launch's error.
+          raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), smem);
           kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.cols, a.eps);
         } else {
           ln_fwd_generic<T, WT, VEC, false>

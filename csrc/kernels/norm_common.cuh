@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common.cuh"
+#include "launch_cache.h"
 
 namespace liger_cpp::kernels {
 namespace {
@@ -222,10 +223,12 @@ bool all_aligned(int vec, int64_t cols, std::initializer_list<int64_t> strides,
     __VA_ARGS__                                \
   }
 
+// Blocks per SM for sizing a persistent grid of a kernel that is launched
+// whatever the count (no fallback): at least 1, with the shared-memory limit
+// raised first. Should the raise or the query fail, the launch reports it.
 int sm_blocks(const void* kernel, int threads, size_t smem) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) n = 1;
-  return std::max(n, 1);
+  if (!raise_max_dynamic_smem(kernel, smem)) return 1;
+  return std::max(cached_blocks_per_sm(kernel, threads, smem), 1);
 }
 
 // How many blocks of `threads` threads with `smem` bytes of dynamic shared
@@ -233,23 +236,13 @@ int sm_blocks(const void* kernel, int threads, size_t smem) {
 // caller then takes another kernel), with no sticky CUDA error left behind.
 // Opts the kernel in to more than 48 KiB of dynamic shared memory and, with
 // prefer_smem, asks for the largest shared-memory carveout (a kernel that
-// reads nothing twice has no use for L1).
+// reads nothing twice has no use for L1). All three calls are cached.
 template <typename K>
 int pipe_blocks_per_sm(K* kern, int threads, size_t smem, bool prefer_smem) {
-  if (smem > 48 * 1024 && cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem)) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (prefer_smem)
-    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         cudaSharedmemCarveoutMaxShared);
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return per_sm;
+  const void* f = reinterpret_cast<const void*>(kern);
+  if (!raise_max_dynamic_smem(f, smem)) return 0;
+  if (prefer_smem) prefer_max_shared_carveout(f);
+  return cached_blocks_per_sm(f, threads, smem);
 }
 
 }  // namespace

@@ -26,7 +26,6 @@
 
 #include "cluster.cuh"
 #include "env_knob.h"
-#include "launch_cache.h"
 #include "norm_common.cuh"
 #include "rms_norm.h"
 
@@ -1291,10 +1290,8 @@ BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
     const size_t smem = bwd_smem_bytes(p, want_dw);
     p.smem = smem;
     auto* kern = bwd_kernel<T, WT, OT>(p, a.ds_out != nullptr);
-    // Above 48 KiB a kernel must opt in to dynamic shared memory; occupancy
-    // below is computed against that limit.
-    if (smem > 48 * 1024)
-      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    // Above 48 KiB a kernel must opt in to dynamic shared memory (sm_blocks
+    // raises the limit before its occupancy query).
     const int per_sm = sm_blocks(reinterpret_cast<const void*>(kern), p.tx * p.ty, smem);
     p.grid = std::min<int64_t>(ceil_div(a.rows, p.ty), static_cast<int64_t>(sm_count) * per_sm);
     p.grid = std::max<int64_t>(p.grid, 1);
@@ -1377,8 +1374,8 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
         LIGER_DISPATCH_VEC(vec, full, {
           if (stash) {
             auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true, ADD>;
-            if (smem > 48 * 1024)
-              cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+            // A failed raise shows up as the launch's error.
+            raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), smem);
             kern<<<a.rows, 1024, smem, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
                                                  a.cols, a.eps, a.offset, llama);
           } else {
