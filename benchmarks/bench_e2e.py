@@ -19,9 +19,16 @@ Presets: 1b-b8t2048, 1b-b4t8192 (Llama 3.2 1B shape: hidden 2048, 16 layers, 32/
 vocab 128256, tied), 8b-gc (Llama-3-8B, untied, gradient checkpointing, B1 T16384) and tiny (CPU
 check: hidden 64, 2 layers, vocab 1000, B2 T64, fp32).
 
+--breakdown (CUDA only) profiles one more step per variant after the timed ones and sums its GPU
+kernel time by category (GEMM, attention, the stack's own kernels, optimizer, other), plus the GPU
+idle time inside the step. The GEMMs and attention are the same cuBLAS / SDPA kernels in every
+stack, so a stack's best possible step is that time: this bounds the speed-up any kernel library
+can give at the shape (what the 1.25-1.3 x Liger targets need is checked against it).
+
 Usage:
     python benchmarks/bench_e2e.py --preset 1b-b8t2048 [--variants hf,liger_cpp,liger,compile]
-        [--steps 10] [--warmup 3] [--quick] [--batch B] [--seq T] [--timeout 600] [--out FILE.json]
+        [--steps 10] [--warmup 3] [--quick] [--breakdown] [--batch B] [--seq T] [--timeout 600]
+        [--out FILE.json]
     python benchmarks/bench_e2e.py --preset tiny --device cpu --variants hf,liger_cpp --steps 3
 The subprocesses inherit the environment (PYTHONPATH), so liger_cpp / liger_kernel resolve the same
 as in the driver. A variant that fails (out of memory, import error, crash, timeout) is a row with
@@ -98,6 +105,66 @@ def _patch(variant: str) -> None:
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 
         apply_liger_kernel_to_llama(rope=True, swiglu=True, rms_norm=True, fused_linear_cross_entropy=True)
+
+
+# Kernel-name patterns per category, tried in order (the first that matches wins; attention first:
+# the memory-efficient kernel is named cutlass_fmha). Attention: SDPA's flash / memory-efficient /
+# cuDNN kernels; GEMMs: cuBLAS's Hopper kernels (nvjet, sm90_xmma, cutlass), its split-K reductions; own: liger_cpp's kernels (namespace liger_cpp::kernels) and Liger's
+# Triton kernels; optimizer: fused AdamW's multi-tensor kernels.
+KERNEL_CATEGORIES = (
+    ("attention", ("flash", "fmha", "attention", "cudnn", "sdpa")),
+    ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "splitkreduce", "cublas")),
+    ("optimizer", ("multi_tensor", "adam")),
+    ("own", ("liger_cpp", "triton")),
+)
+
+
+def kernel_category(name: str) -> str:
+    n = name.lower()
+    for cat, keys in KERNEL_CATEGORIES:
+        if any(k in n for k in keys):
+            return cat
+    return "other"
+
+
+def profiled_step(step, device) -> dict:
+    """GPU kernel time of one training step by category (ms), the step's wall time and the top
+    kernels of the 'other' and 'own' categories (what a stack could still fuse)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize(device)
+        wall = time.perf_counter() - t0
+    cats, names, spans = {}, {}, []
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = e.time_range.end - e.time_range.start
+        c = kernel_category(e.name)
+        cats[c] = cats.get(c, 0.0) + us / 1e3
+        if c in ("other", "own"):
+            key = (c, e.name[:90])
+            names[key] = names.get(key, 0.0) + us / 1e3
+        spans.append((e.time_range.start, e.time_range.end))
+    busy, end = 0.0, None  # union of the kernels' intervals: concurrent streams count once
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:12]
+    return dict(
+        wall_ms=wall * 1e3,
+        gpu_busy_ms=busy / 1e3,
+        by_category_ms={k: round(v, 3) for k, v in sorted(cats.items())},
+        top_kernels=[dict(category=c, name=n, ms=round(ms, 3)) for (c, n), ms in top],
+    )
 
 
 def worker(args) -> dict:
@@ -181,9 +248,21 @@ def _train(args, state: dict) -> dict:
         )
         sys.stderr.flush()
     sys.stderr.write("\n")
+    breakdown = None
+    if getattr(args, "breakdown", False) and cuda:
+        peak_before = torch.cuda.max_memory_allocated(device)
+        ids = batches[-1]
+
+        def one_step():
+            loss = step_fn(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        breakdown = profiled_step(one_step, device)
     timed = times[args.warmup :] or times
     if cuda:
-        peak = torch.cuda.max_memory_allocated(device)
+        peak = peak_before if breakdown is not None else torch.cuda.max_memory_allocated(device)
     else:
         import resource
 
@@ -200,6 +279,7 @@ def _train(args, state: dict) -> dict:
             mlp=type(model.model.layers[0].mlp).__name__,
             logits_returned=state["logits_returned"],
         ),
+        breakdown=breakdown,
     )
 
 
@@ -220,6 +300,7 @@ def run_variant(variant: str, args, tmp: str) -> dict:
         for k in ("model", "batch", "seq", "dtype", "device", "steps", "warmup", "lr")
     ]
     cmd += ["--grad-checkpointing"] if args.grad_checkpointing else []
+    cmd += ["--breakdown"] if args.breakdown else []
     t0 = time.perf_counter()
     try:
         proc = _spawn(cmd, env=os.environ.copy(), timeout=args.timeout)  # inherits PYTHONPATH
@@ -256,6 +337,31 @@ def make_rows(results: dict) -> list:
     return rows
 
 
+def breakdown_rows(results: dict) -> list:
+    """One row per profiled variant: its median step, the profiled step's wall and GPU-busy time, the
+    kernel time per category and 'floor' = GEMM + attention time (kernels every stack shares); 'liger
+    / floor' is the most tok/s any stack could gain on Liger at this shape if it removed everything
+    else (the model's GEMMs and attention at the same cuBLAS / SDPA speed)."""
+    ref = results.get("liger", {})
+    ref_ms = statistics.median(ref["step_ms"][-5:]) if ref.get("step_ms") and "error" not in ref else None
+    rows = []
+    for v, r in results.items():
+        b = r.get("breakdown")
+        if not b or "error" in r:
+            continue
+        c = b["by_category_ms"]
+        floor = c.get("gemm", 0.0) + c.get("attention", 0.0)
+        row = dict(variant=v, step=f"{statistics.median(r['step_ms'][-5:]):.1f}")
+        row["profiled"] = f"{b['wall_ms']:.1f}"
+        row["gpu busy"] = f"{b['gpu_busy_ms']:.1f}"
+        for k in ("gemm", "attention", "own", "optimizer", "other"):
+            row[k] = f"{c.get(k, 0.0):.1f}"
+        row["floor"] = f"{floor:.1f}"
+        row["liger / floor"] = f"{ref_ms / floor:.3f}" if ref_ms and floor else "-"
+        rows.append(row)
+    return rows
+
+
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", choices=list(PRESETS), default="1b-b8t2048")
@@ -274,6 +380,9 @@ def parse(argv=None):
     p.add_argument("--timeout", type=float, default=600, help="seconds per variant subprocess")
     p.add_argument("--out", default="", help="write rows + meta as JSON")
     p.add_argument("--quick", action="store_true", help="warm-up 2 + timed 5 steps (unless given)")
+    p.add_argument(
+        "--breakdown", action="store_true", help="profile one more step: GPU time by kernel category (CUDA)"
+    )
     # worker mode (internal)
     p.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -375,6 +484,14 @@ def main(argv=None) -> int:
     print()
     for n in notes:
         print(n)
+    brows = breakdown_rows(results)
+    if brows:
+        print(f"GPU time of one profiled step by kernel category, ms ({title})")
+        print(harness.fmt_table(brows, list(brows[0])))
+        for r in brows:
+            print(f"  {r['variant']} top kernels outside GEMM/attention/optimizer:")
+            for k in results[r["variant"]]["breakdown"]["top_kernels"][:8]:
+                print(f"    {k['ms']:8.3f} ms  {k['category']:<5} {k['name']}")
     print(title)
     print(harness.fmt_table(rows, cols))
     return 0 if all("error" not in r or r.get("skipped") for r in results.values()) else 1
