@@ -41,6 +41,7 @@ it must not). Expected time per variant on an H200 (estimates): ~20-40 s for the
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -109,8 +110,10 @@ def _patch(variant: str) -> None:
 
 # Kernel-name patterns per category, tried in order (the first that matches wins; attention first:
 # the memory-efficient kernel is named cutlass_fmha). Attention: SDPA's flash / memory-efficient /
-# cuDNN kernels; GEMMs: cuBLAS's Hopper kernels (nvjet, sm90_xmma, cutlass), its split-K reductions; own: liger_cpp's kernels (namespace liger_cpp::kernels) and Liger's
-# Triton kernels; optimizer: fused AdamW's multi-tensor kernels.
+# cuDNN kernels; GEMMs: cuBLAS's Hopper kernels (nvjet, sm90_xmma, cutlass) and its split-K
+# reductions; optimizer: fused AdamW's multi-tensor kernels; own: liger_cpp's kernels (namespace
+# liger_cpp::kernels) and Triton's (Liger's, torch.compile's), whose names are bare identifiers
+# (_swiglu_forward_kernel, triton_red_fused_...) where CUDA C++ kernels carry a signature.
 KERNEL_CATEGORIES = (
     ("attention", ("flash", "fmha", "attention", "cudnn", "sdpa")),
     ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "splitkreduce", "cublas")),
@@ -124,7 +127,7 @@ def kernel_category(name: str) -> str:
     for cat, keys in KERNEL_CATEGORIES:
         if any(k in n for k in keys):
             return cat
-    return "other"
+    return "own" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else "other"
 
 
 def profiled_step(step, device) -> dict:

@@ -43,7 +43,8 @@ def eager(x, w):
 # Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
 # backward that the sm_90 cluster backward (default) replaces; LIGER_CPP_RMS_FWD_WIDE picks the
 # forward: old (default: register-cached / generic), cluster (sm_90 cluster per row), l2 / l2x512
-# (a 256- / 512-thread block per row that reads the row twice, the second time from L2);
+# (a 256- / 512-thread block per row that reads the row twice, the second time from L2), l2hint
+# (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
 # LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
 # with more threads resident).
 VARIANT_ENV = {
@@ -51,6 +52,7 @@ VARIANT_ENV = {
     "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
     "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
+    "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
@@ -64,6 +66,7 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_wide=cluster]",
     "liger_cpp[fwd_wide=l2]",
     "liger_cpp[fwd_wide=l2x512]",
+    "liger_cpp[fwd_wide=l2hint]",
     "liger_cpp[fwd=new]",
 }
 
@@ -171,7 +174,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--wide", action="store_true", help="only liger_cpp's wide-row variants, hidden 16K-64K")
+    ap.add_argument("--wide", action="store_true", help="wide-row variants and compile only, hidden 16K-64K")
     args = ap.parse_args()
     have_liger = try_import_liger()
     C = copy_bandwidth_gbs()
@@ -179,7 +182,9 @@ def main():
     rows = []
     if args.wide:
         fns = {
-            k: v for k, v in fns.items() if k.startswith("liger_cpp") and "bwd=" not in k and "fwd=" not in k
+            k: v
+            for k, v in fns.items()
+            if (k.startswith("liger_cpp") and "bwd=" not in k and "fwd=" not in k) or k == "compile"
         }
         for n in (16384, 32768, 65536):
             rows += run_shape((128 << 20) // n, n, fns, C, ["fwd+bwd", "fwd"])

@@ -36,8 +36,14 @@ def eager_geglu(a, b):
     return F.gelu(a, approximate="tanh") * b
 
 
-# the SiLU with an IEEE division (the default has none; csrc/kernels/swiglu.cu)
-VARIANT_ENV = {"liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"}}
+# the SiLU with an IEEE division (the default has none; csrc/kernels/swiglu.cu); the tiles spread
+# over blocks another way (LIGER_CPP_GLU_GRID, see swiglu.cu's grid_for)
+VARIANT_ENV = {
+    "liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"},
+    "liger_cpp[grid=stride]": {"LIGER_CPP_GLU_GRID": "stride"},
+    "liger_cpp[grid=balanced]": {"LIGER_CPP_GLU_GRID": "balanced"},
+    "liger_cpp[grid=tiles]": {"LIGER_CPP_GLU_GRID": "tiles"},
+}
 
 
 def variants(op, have_liger):
@@ -134,13 +140,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="a smaller shape (4096 x 14336)")
+    ap.add_argument(
+        "--shapes", default="", help="comma-separated MxF shapes (16384x8192: Llama 3.2 1B at B8 T2048)"
+    )
+    ap.add_argument("--ops", default="swiglu,geglu", help="comma-separated subset of swiglu,geglu")
     args = ap.parse_args()
     have_liger = try_import_liger()
     C = copy_bandwidth_gbs()
-    m, n = (4096 if args.quick else 16384), 14336
+    shapes = [(4096 if args.quick else 16384, 14336)]
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
     rows = []
-    for op in ("swiglu", "geglu"):
-        rows += run_op(op, m, n, variants(op, have_liger), C, ["fwd+bwd", "fwd"])
+    for m, n in shapes:
+        for op in args.ops.split(","):
+            rows += run_op(op, m, n, variants(op, have_liger), C, ["fwd+bwd", "fwd"])
     payload = {
         "op": "swiglu_geglu",
         "dtype": "bfloat16",

@@ -54,6 +54,7 @@ RMS_WIDE_VARIANTS = {
     "fwd_cluster": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
     "fwd_l2": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "fwd_l2x512": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
+    "fwd_l2hint": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
 }
 RMS_WIDE_WEIGHTS = [
     ("same", "llama", 0.0),

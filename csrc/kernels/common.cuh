@@ -78,6 +78,30 @@ __device__ __forceinline__ void load_16B_volatile(V& dst, const void* src) {
                : "l"(src));
 }
 
+// L2 eviction policies (sm_80+) for loads with a cache hint: evict_last for
+// data that is read again soon (kept in L2 over streaming traffic),
+// evict_first for the last read of data.
+__device__ __forceinline__ uint64_t l2_evict_last_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+// load_16B_volatile with an L2 eviction policy (l2_evict_*_policy).
+template <typename V>
+__device__ __forceinline__ void load_16B_hint(V& dst, const void* src, uint64_t policy) {
+  static_assert(sizeof(V) == 16, "16-byte vectors only");
+  uint32_t* d = reinterpret_cast<uint32_t*>(&dst);
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "l"(src), "l"(policy));
+}
+
 // An empty asm that "modifies" a 16-byte register vector: values converted from
 // it earlier cannot be kept alive past this point, so the compiler keeps the
 // packed words (e.g. 4 registers for 8 bf16) instead of 8 floats, which spilled.

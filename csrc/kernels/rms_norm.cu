@@ -230,6 +230,66 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// Forward for wide rows, torch.compile's design (its Triton kernel reads 95 %
+// of C at 4096 x 32768 bf16 on the H200; ncu: 1024-thread blocks, 32
+// registers, two blocks per SM): one 1024-thread block per row and two blocks
+// per SM, the row read twice. The first read, for the sum of squares, carries
+// an L2 evict_last policy so the row stays in L2 over the streaming traffic;
+// the second, for y, hits L2 and marks the lines evict_first (their last use).
+// Two 16-byte vectors a thread are loaded before they are used.
+template <typename T, typename WT, typename OT, int VEC>
+__global__ void __launch_bounds__(1024, 2)
+    rms_fwd_l2hint(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
+                   float* __restrict__ rstd, int64_t cols, float eps, float offset, bool llama) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int nvec = static_cast<int>(cols / VEC);
+  const int tx = threadIdx.x, TX = blockDim.x;
+  const T* xr = x + row * x_stride;
+  const uint64_t keep = l2_evict_last_policy();
+  float ss0 = 0.f, ss1 = 0.f;
+  for (int v = tx; v < nvec; v += 2 * TX) {
+    Vec<T, VEC> a, b;
+    load_16B_hint(a, xr + static_cast<int64_t>(v) * VEC, keep);
+    const bool two = v + TX < nvec;
+    if (two) load_16B_hint(b, xr + static_cast<int64_t>(v + TX) * VEC, keep);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float f = to_float<T>(a.v[j]);
+      ss0 += f * f;
+    }
+    if (two) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float f = to_float<T>(b.v[j]);
+        ss1 += f * f;
+      }
+    }
+  }
+  const float ss = group_sum(ss0 + ss1, scratch);
+  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  if (tx == 0) rstd[row] = r;
+  const uint64_t drop = l2_evict_first_policy();
+  OT* yr = y + row * cols;
+  for (int v = tx; v < nvec; v += 2 * TX) {
+    Vec<T, VEC> xv[2];
+    const bool two = v + TX < nvec;
+    load_16B_hint(xv[0], xr + static_cast<int64_t>(v) * VEC, drop);
+    if (two) load_16B_hint(xv[1], xr + static_cast<int64_t>(v + TX) * VEC, drop);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (i == 1 && !two) break;
+      const int64_t c = static_cast<int64_t>(v + i * TX) * VEC;
+      float wf[VEC];
+      load_weight<WT, VEC>(w, c, offset, wf);
+      Vec<OT, VEC> out;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) out.v[j] = from_float<OT>(normed<T>(to_float<T>(xv[i].v[j]), r, llama) * wf[j]);
+      store_vec<OT, VEC>(yr + c, out);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Backward, persistent, row cached in registers.
 // dy and dx may alias (in place): each element is read before it is written,
@@ -1259,16 +1319,17 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
 //   l2, l2x512: rms_fwd_generic without the shared-memory stash, in blocks of
 //     256 (l2) or 512 threads: each block reduces a row, then reads it again
 //     (from L2, where it just went through) for y. Many small blocks per SM
-//     keep many rows' loads in flight, the design of torch.compile's forward
-//     (95 % of C at 4096 x 32768 bf16 on the H200).
+//     keep many rows' loads in flight.
+//   l2hint: rms_fwd_l2hint (torch.compile's design, with L2 eviction hints;
+//     FusedAddRMSNorm's forward and unaligned rows take old).
 // The default is old: the cluster forward as written keeps one row ahead in
 // registers (16 KB of loads in flight per SM) and measured slower than old:
 // 65.1 / 57.1 / 49.5 % of C against 90.2 / 76.5 / 62.6 % at 8192 x 16384 /
 // 4096 x 32768 / 2048 x 65536 bf16 (benchmarks/results/
 // 2026-11-30-h200-rms_norm-quick-9247f64.log).
-enum FwdWide { kFwdWideCluster = 0, kFwdWideOld = 1, kFwdWideL2 = 2, kFwdWideL2x512 = 3 };
+enum FwdWide { kFwdWideCluster = 0, kFwdWideOld = 1, kFwdWideL2 = 2, kFwdWideL2x512 = 3, kFwdWideL2Hint = 4 };
 FwdWide fwd_wide_mode() {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512"});
+  const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint"});
   return i < 0 ? kFwdWideOld : static_cast<FwdWide>(i);
 }
 
@@ -1332,6 +1393,13 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       ClusterShape c;
       auto* ckern = &rms_fwd_cluster<T, WT, OT, full, ADD>;
       const FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
+      if constexpr (!ADD) {
+        if (wide == kFwdWideL2Hint && aligned) {
+          rms_fwd_l2hint<T, WT, OT, full><<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols,
+                                                                       a.eps, a.offset, llama);
+          return cudaGetLastError();
+        }
+      }
       if (wide == kFwdWideL2 || wide == kFwdWideL2x512) {
         const unsigned tx = wide == kFwdWideL2 ? 256 : 512;
         LIGER_DISPATCH_VEC(aligned ? full : 1, full, {

@@ -211,9 +211,33 @@ inline bool vec_ok(int vec, int64_t rows, std::initializer_list<const void*> ptr
   return true;
 }
 
+// How the tiles are spread over blocks (LIGER_CPP_GLU_GRID, read on every
+// call so the benchmark can A/B the modes in one process):
+//   stride: as many blocks as fit at once (8 per SM), walking the tiles
+//     grid-stride; when tiles / blocks is not whole, the last round runs only
+//     part of the blocks (e.g. 32768 tiles over 1056 blocks: 31 rounds, then
+//     32 blocks take a 32nd, ~3 % of the kernel with the GPU mostly idle);
+//   balanced: the same rounds, with the fewest blocks that need them (every
+//     block takes the same number of tiles: 1024 blocks of 32 there);
+//   tiles: one block per tile, the hardware scheduler filling SMs as blocks
+//     finish (the tail is one tile's time).
+enum GluGrid { kGluStride = 0, kGluBalanced = 1, kGluTiles = 2 };
+GluGrid glu_grid_mode() {
+  const int i = env_choice("LIGER_CPP_GLU_GRID", {"stride", "balanced", "tiles"});
+  return i < 0 ? kGluStride : static_cast<GluGrid>(i);
+}
+
 inline int64_t grid_for(int64_t tiles, int sm_count) {
   const int64_t resident = static_cast<int64_t>(sm_count > 0 ? sm_count : 132) * (2048 / kThreads);
-  return tiles < resident ? tiles : resident;
+  if (tiles <= resident) return tiles;
+  switch (glu_grid_mode()) {
+    case kGluBalanced:
+      return ceil_div(tiles, ceil_div(tiles, resident));
+    case kGluTiles:
+      return tiles < INT32_MAX ? tiles : resident;
+    default:
+      return resident;
+  }
 }
 
 // Which SiLU runs: LIGER_CPP_GLU_SILU=div (IEEE division, the A/B
