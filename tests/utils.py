@@ -55,6 +55,7 @@ RMS_WIDE_VARIANTS = {
     "fwd_l2": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "fwd_l2x512": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
     "fwd_l2hint": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
+    "fwd_old": {"LIGER_CPP_RMS_FWD_WIDE": "old"},
 }
 RMS_WIDE_WEIGHTS = [
     ("same", "llama", 0.0),

@@ -1322,15 +1322,26 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
 //     keep many rows' loads in flight.
 //   l2hint: rms_fwd_l2hint (torch.compile's design, with L2 eviction hints;
 //     FusedAddRMSNorm's forward and unaligned rows take old).
-// The default is old: the cluster forward as written keeps one row ahead in
+// The default (unset) is l2hint above 2048 vectors (bf16 hidden > 16K) and
+// old up to there: fwd 89.7 / 75.5 % of C against 76.1 / 62.7 % for old at
+// 4096 x 32768 / 2048 x 65536, but 82.2 against 89.7 % at 8192 x 16384 (bf16,
+// benchmarks/results/2026-11-30-h200-rms_norm-wide-c27c711.log).
+// The cluster forward as written keeps one row ahead in
 // registers (16 KB of loads in flight per SM) and measured slower than old:
 // 65.1 / 57.1 / 49.5 % of C against 90.2 / 76.5 / 62.6 % at 8192 x 16384 /
 // 4096 x 32768 / 2048 x 65536 bf16 (benchmarks/results/
 // 2026-11-30-h200-rms_norm-quick-9247f64.log).
-enum FwdWide { kFwdWideCluster = 0, kFwdWideOld = 1, kFwdWideL2 = 2, kFwdWideL2x512 = 3, kFwdWideL2Hint = 4 };
+enum FwdWide {
+  kFwdWideAuto = -1,
+  kFwdWideCluster = 0,
+  kFwdWideOld = 1,
+  kFwdWideL2 = 2,
+  kFwdWideL2x512 = 3,
+  kFwdWideL2Hint = 4
+};
 FwdWide fwd_wide_mode() {
   const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint"});
-  return i < 0 ? kFwdWideOld : static_cast<FwdWide>(i);
+  return static_cast<FwdWide>(i);  // -1 (unset): kFwdWideAuto
 }
 
 template <typename T, typename WT, typename OT>
@@ -1392,7 +1403,8 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       constexpr bool ADD = decltype(add_c)::value;
       ClusterShape c;
       auto* ckern = &rms_fwd_cluster<T, WT, OT, full, ADD>;
-      const FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
+      FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
+      if (wide == kFwdWideAuto) wide = a.cols / full > 2048 ? kFwdWideL2Hint : kFwdWideOld;
       if constexpr (!ADD) {
         if (wide == kFwdWideL2Hint && aligned) {
           rms_fwd_l2hint<T, WT, OT, full><<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols,
