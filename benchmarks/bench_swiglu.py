@@ -36,16 +36,8 @@ def eager_geglu(a, b):
     return F.gelu(a, approximate="tanh") * b
 
 
-# the SiLU with an IEEE division (the default has none) or with exp as one MUFU.EX2 (2-byte types),
-# and the kernels' other shapes (LIGER_CPP_GLU_SHAPE: vectors per thread and blocks per SM); see
-# csrc/kernels/swiglu.cu
-VARIANT_ENV = {
-    "liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"},
-    "liger_cpp[silu=ex2]": {"LIGER_CPP_GLU_SILU": "ex2"},
-    "liger_cpp[shape=mid]": {"LIGER_CPP_GLU_SHAPE": "mid"},
-    "liger_cpp[shape=narrow]": {"LIGER_CPP_GLU_SHAPE": "narrow"},
-    "liger_cpp[shape=mid,silu=ex2]": {"LIGER_CPP_GLU_SHAPE": "mid", "LIGER_CPP_GLU_SILU": "ex2"},
-}
+# the SiLU with an IEEE division (the default has none; csrc/kernels/swiglu.cu)
+VARIANT_ENV = {"liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"}}
 
 
 def variants(op, have_liger):
@@ -63,7 +55,6 @@ def variants(op, have_liger):
     else:
         out = {
             "liger_cpp": lambda a, b: geglu(a, b, "tanh"),
-            **{n: (lambda a, b: geglu(a, b, "tanh")) for n in VARIANT_ENV if "silu" not in n},
             "eager": eager_geglu,
             "compile": torch.compile(eager_geglu, dynamic=False),
         }

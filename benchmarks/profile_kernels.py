@@ -5,7 +5,8 @@ Not a benchmark: no timing here. Usage (on the GPU machine):
 OP: ce_rows (8192 x 128256 bf16; ce_rows_V for another vocabulary, e.g. ce_rows_151936),
     rms_norm (16384 x 4096 bf16 fwd+bwd), rms_norm_fwd, rms_fwd_wide (4096 x 32768 forward) and
     rms_fwd_wide_compile (torch.compile of the Hugging Face formula at that shape: its Triton
-    kernel, for comparison), layer_norm, fused_add_rms_norm, rope (B4 T4096 32/8 d128 fwd+bwd).
+    kernel, for comparison), layer_norm, fused_add_rms_norm, rope (B4 T4096 32/8 d128 fwd+bwd),
+    glu_fwd / glu_fwd_compile (SwiGLU forward 8192 x 14336 bf16: ours, torch.compile's Triton kernel).
 """
 
 import sys
@@ -76,6 +77,19 @@ def main():
         def fn():
             with torch.no_grad():
                 f(x)
+
+    elif op in ("glu_fwd", "glu_fwd_compile"):
+        import torch.nn.functional as F
+
+        from liger_cpp.ops.swiglu import swiglu
+
+        a = torch.randn(8192, 14336, device=dev, dtype=bf)
+        b = torch.randn_like(a)
+        f = torch.compile(lambda a, b: F.silu(a) * b) if op == "glu_fwd_compile" else swiglu
+
+        def fn():
+            with torch.no_grad():
+                f(a, b)
 
     elif op == "rope":
         from liger_cpp.transformers import liger_rotary_pos_emb

@@ -284,7 +284,8 @@ __global__ void __launch_bounds__(1024, 2)
       load_weight<WT, VEC>(w, c, offset, wf);
       Vec<OT, VEC> out;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) out.v[j] = from_float<OT>(normed<T>(to_float<T>(xv[i].v[j]), r, llama) * wf[j]);
+      for (int j = 0; j < VEC; ++j)
+        out.v[j] = from_float<OT>(normed<T>(to_float<T>(xv[i].v[j]), r, llama) * wf[j]);
       store_vec<OT, VEC>(yr + c, out);
     }
   }
@@ -1407,8 +1408,8 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       if (wide == kFwdWideAuto) wide = a.cols / full > 2048 ? kFwdWideL2Hint : kFwdWideOld;
       if constexpr (!ADD) {
         if (wide == kFwdWideL2Hint && aligned) {
-          rms_fwd_l2hint<T, WT, OT, full><<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols,
-                                                                       a.eps, a.offset, llama);
+          rms_fwd_l2hint<T, WT, OT, full>
+              <<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
           return cudaGetLastError();
         }
       }

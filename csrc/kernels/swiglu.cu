@@ -20,28 +20,19 @@ namespace liger_cpp::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-// Vectors per thread and operand (UNROLL) and the register cap through the
-// minimum of resident blocks per SM (MINB), per kernel shape
-// (LIGER_CPP_GLU_SHAPE, read on every call so the benchmark can A/B them):
-//   wide: forward 4 x 2 loads of 16 B per thread, 2+ blocks/SM (<= 128
-//     registers; 108-123 used, so 2 blocks = 16 warps per SM); backward 2 x 3
-//     loads, 2+ blocks/SM (more spill the GELUs). Loads, math and stores run
-//     in phases, and with two blocks per SM they hardly overlap: 93-94 % of C
-//     against 100-102 % for torch.compile's and Liger's kernels (16384 x
-//     14336 and 16384 x 8192 bf16, benchmarks/results/
-//     2026-11-30-h200-swiglu-shapes-c27c711.log).
-//   mid: 2 vectors per operand, 4+ blocks/SM (<= 64 registers).
-//   narrow: 1 vector per operand, 8 blocks/SM (<= 32 registers): the shape of
-//     the Triton kernels, many warps with a little in flight each.
-template <int U, int B>
-struct GluShape {
-  static constexpr int kUnroll = U, kMinBlocks = B;
-};
-enum GluShapeKind { kGluWide = 0, kGluMid = 1, kGluNarrow = 2 };
-GluShapeKind glu_shape_kind() {
-  const int i = env_choice("LIGER_CPP_GLU_SHAPE", {"wide", "mid", "narrow"});
-  return i < 0 ? kGluWide : static_cast<GluShapeKind>(i);
-}
+// Vectors per thread and operand, and the register cap through the minimum of
+// resident blocks per SM, chosen with -Xptxas -v so that nothing spills:
+// forward 4 x 2 loads of 16 B per thread, 2+ blocks/SM (<= 128 registers;
+// 108-123 used); backward 2 x 3 loads, 2+ blocks/SM (more spill the GELUs).
+// Measured alternatives (92e0066, LIGER_CPP_GLU_SHAPE, since removed; bf16
+// 16384 x 14336 / 16384 x 8192, % of C fwd+bwd, this shape 93.1 / 92.8):
+// 2 vectors per operand in 4+ blocks/SM 92.9 / 92.5; one vector in 8 blocks/SM
+// (32 registers, the Triton kernels' shape) spills: 48.8 / 48.6. Nor did exp
+// as one MUFU.EX2 for 2-byte types change anything (93.1 / 92.5): whatever
+// keeps these kernels at 93 % against 100-102 % for torch.compile's and
+// Liger's is neither occupancy, the grid's tail nor the arithmetic.
+constexpr int kFwdUnroll = 4, kFwdMinBlocks = 2;
+constexpr int kBwdUnroll = 2, kBwdMinBlocks = 2;
 
 template <GluAct ACT>
 struct Act;
@@ -84,26 +75,6 @@ struct Act<GluAct::kSiluRcp> {
   }
 };
 
-// LIGER_CPP_GLU_SILU=ex2 (A/B): as kSiluRcp with exp(-x) as one MUFU.EX2 of
-// -x log2 e (expf adds a range reduction: two FFMAs and a scale). Error: the
-// product's rounding (<= 2^-24 |x log2 e|, at most ~5e-6 relative in e for
-// |x| < 88) and EX2's 2^-22, far below a bf16 / fp16 output's rounding
-// (2^-9 / 2^-12); float32 keeps expf (see kSiluEx2Pick).
-constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float exp_neg_ex2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * -kLog2e));
-  return r;
-}
-struct SiluEx2 {
-  static __device__ __forceinline__ float f(float x) { return x * sigmoid_of_exp_neg(exp_neg_ex2(x)); }
-  static __device__ __forceinline__ void fd(float x, float& y, float& d) {
-    const float s = sigmoid_of_exp_neg(exp_neg_ex2(x));
-    y = x * s;
-    d = s * (1.f + x * (1.f - s));
-  }
-};
-
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoef = 0.044715f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
@@ -133,19 +104,8 @@ struct Act<GluAct::kGeluErf> {
   }
 };
 
-// The activation a kernel runs: kSiluEx2 is SiluEx2 for 2-byte types and
-// kSiluRcp for float32.
-template <typename T, GluAct ACT>
-struct ActOf {
-  using type = Act<ACT>;
-};
-template <typename T>
-struct ActOf<T, GluAct::kSiluEx2> {
-  using type = std::conditional_t<sizeof(T) == 2, SiluEx2, Act<GluAct::kSiluRcp>>;
-};
-
-template <typename T, int VEC, GluAct ACT, int kFwdUnroll, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <typename T, int VEC, GluAct ACT>
+__global__ void __launch_bounds__(kThreads, kFwdMinBlocks)
     glu_fwd_kernel(const T* __restrict__ a, int64_t as, const T* __restrict__ b, int64_t bs,
                    T* __restrict__ c, int64_t cs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
   constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kFwdUnroll * VEC;
@@ -171,11 +131,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         Vec<T, VEC> cv;
 #pragma unroll
         for (int j = 0; j < VEC; ++j)
-          cv.v[j] = from_float<T>(ActOf<T, ACT>::type::f(to_float<T>(av[u].v[j])) * to_float<T>(bv[u].v[j]));
+          cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av[u].v[j])) * to_float<T>(bv[u].v[j]));
         store_vec<T, VEC>(cr + col, cv);
       } else if (VEC > 1 && col < cols) {  // ragged end of a row (vector path only)
         for (int64_t k = col; k < cols; ++k)
-          cr[k] = from_float<T>(ActOf<T, ACT>::type::f(to_float<T>(ar[k])) * to_float<T>(br[k]));
+          cr[k] = from_float<T>(Act<ACT>::f(to_float<T>(ar[k])) * to_float<T>(br[k]));
       }
     }
   }
@@ -183,8 +143,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 // No __restrict__: da/db may be a/b. All loads of a tile precede its stores, and
 // an element is only ever written by the thread that read it.
-template <typename T, int VEC, GluAct ACT, int kBwdUnroll, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <typename T, int VEC, GluAct ACT>
+__global__ void __launch_bounds__(kThreads, kBwdMinBlocks)
     glu_bwd_kernel(const T* dc, int64_t gs, const T* a, int64_t as, const T* b, int64_t bs, T* da,
                    int64_t das, T* db, int64_t dbs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
   constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kBwdUnroll * VEC;
@@ -215,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         for (int j = 0; j < VEC; ++j) {
           const float g = to_float<T>(gv[u].v[j]);
           float y, d;
-          ActOf<T, ACT>::type::fd(to_float<T>(av[u].v[j]), y, d);
+          Act<ACT>::fd(to_float<T>(av[u].v[j]), y, d);
           dav.v[j] = from_float<T>(g * to_float<T>(bv[u].v[j]) * d);
           dbv.v[j] = from_float<T>(g * y);
         }
@@ -226,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           const float g = to_float<T>(gr[k]);
           const float bk = to_float<T>(br[k]);
           float y, d;
-          ActOf<T, ACT>::type::fd(to_float<T>(ar[k]), y, d);
+          Act<ACT>::fd(to_float<T>(ar[k]), y, d);
           dar[k] = from_float<T>(g * bk * d);
           dbr[k] = from_float<T>(g * y);
         }
@@ -267,32 +227,23 @@ inline bool vec_ok(int vec, int64_t rows, std::initializer_list<const void*> ptr
 inline int64_t grid_for(int64_t tiles, int64_t resident) { return tiles < resident ? tiles : resident; }
 
 // Which SiLU runs: LIGER_CPP_GLU_SILU=div (IEEE division, the A/B
-// reference), ex2 (SiluEx2 for 2-byte types) or rcp / unset (Act<kSiluRcp>,
-// the default). Read on every call
+// reference) or rcp / unset (Act<kSiluRcp>, the default). Read on every call
 // (one getenv per launch) so that the benchmark can A/B both in one process and
 // the tests can run each.
-int silu_form() { return env_choice("LIGER_CPP_GLU_SILU", {"rcp", "div", "ex2"}); }
+bool silu_rcp() { return env_choice("LIGER_CPP_GLU_SILU", {"rcp", "div"}) != 1; }
 
 template <typename F>
 cudaError_t dispatch_act(GluAct act, F&& f) {
   switch (act) {
     case GluAct::kSilu:
-      switch (silu_form()) {
-        case 1:
-          return f(std::integral_constant<GluAct, GluAct::kSilu>{});
-        case 2:
-          return f(std::integral_constant<GluAct, GluAct::kSiluEx2>{});
-        default:
-          return f(std::integral_constant<GluAct, GluAct::kSiluRcp>{});
-      }
+      if (silu_rcp()) return f(std::integral_constant<GluAct, GluAct::kSiluRcp>{});
+      return f(std::integral_constant<GluAct, GluAct::kSilu>{});
     case GluAct::kGeluTanh:
       return f(std::integral_constant<GluAct, GluAct::kGeluTanh>{});
     case GluAct::kGeluErf:
       return f(std::integral_constant<GluAct, GluAct::kGeluErf>{});
     case GluAct::kSiluRcp:
       return f(std::integral_constant<GluAct, GluAct::kSiluRcp>{});
-    case GluAct::kSiluEx2:
-      return f(std::integral_constant<GluAct, GluAct::kSiluEx2>{});
   }
   return cudaErrorInvalidValue;
 }
@@ -302,18 +253,6 @@ template <typename K>
 int64_t resident_blocks(K* kern, int sm_count) {
   const int per_sm = cached_blocks_per_sm(reinterpret_cast<const void*>(kern), kThreads, 0);
   return static_cast<int64_t>(sm_count > 0 ? sm_count : 132) * (per_sm > 0 ? per_sm : 2048 / kThreads);
-}
-
-template <typename F>
-cudaError_t dispatch_shape(F&& f) {
-  switch (glu_shape_kind()) {
-    case kGluMid:
-      return f(GluShape<2, 4>{}, GluShape<1, 4>{});
-    case kGluNarrow:
-      return f(GluShape<1, 8>{}, GluShape<1, 6>{});
-    default:
-      return f(GluShape<4, 2>{}, GluShape<2, 2>{});
-  }
 }
 
 }  // namespace
@@ -326,22 +265,21 @@ cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
     constexpr int kVec = 16 / sizeof(T);
     return dispatch_act(p.act, [&](auto act) {
       constexpr GluAct A = decltype(act)::value;
-      return dispatch_shape([&](auto fwd, auto) {
-        constexpr int U = decltype(fwd)::kUnroll, B = decltype(fwd)::kMinBlocks;
-        const T* a = static_cast<const T*>(p.a);
-        const T* b = static_cast<const T*>(p.b);
-        T* c = static_cast<T*>(p.c);
-        const bool vec = vec_ok(kVec, s.rows, {p.a, p.b, p.c}, {p.a_row_stride, p.b_row_stride, p.c_row_stride});
-        auto run = [&](auto* kern, int ve) {
-          const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * U * ve);
-          const int64_t tiles = tpr * s.rows;
-          kern<<<grid_for(tiles, resident_blocks(kern, sm_count)), kThreads, 0, stream>>>(
-              a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
-          return cudaGetLastError();
-        };
-        if (vec) return run(&glu_fwd_kernel<T, kVec, A, U, B>, kVec);
-        return run(&glu_fwd_kernel<T, 1, A, U, B>, 1);
-      });
+      constexpr int U = kFwdUnroll;
+      const T* a = static_cast<const T*>(p.a);
+      const T* b = static_cast<const T*>(p.b);
+      T* c = static_cast<T*>(p.c);
+      const bool vec =
+          vec_ok(kVec, s.rows, {p.a, p.b, p.c}, {p.a_row_stride, p.b_row_stride, p.c_row_stride});
+      auto run = [&](auto* kern, int ve) {
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * U * ve);
+        const int64_t tiles = tpr * s.rows;
+        kern<<<grid_for(tiles, resident_blocks(kern, sm_count)), kThreads, 0, stream>>>(
+            a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
+        return cudaGetLastError();
+      };
+      if (vec) return run(&glu_fwd_kernel<T, kVec, A>, kVec);
+      return run(&glu_fwd_kernel<T, 1, A>, 1);
     });
   });
 }
@@ -355,27 +293,25 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
     constexpr int kVec = 16 / sizeof(T);
     return dispatch_act(p.act, [&](auto act) {
       constexpr GluAct A = decltype(act)::value;
-      return dispatch_shape([&](auto, auto bwd) {
-        constexpr int U = decltype(bwd)::kUnroll, B = decltype(bwd)::kMinBlocks;
-        const T* dc = static_cast<const T*>(p.dc);
-        const T* a = static_cast<const T*>(p.a);
-        const T* b = static_cast<const T*>(p.b);
-        T* da = static_cast<T*>(p.da);
-        T* db = static_cast<T*>(p.db);
-        const bool vec =
-            vec_ok(kVec, s.rows, {p.dc, p.a, p.b, p.da, p.db},
-                   {p.dc_row_stride, p.a_row_stride, p.b_row_stride, p.da_row_stride, p.db_row_stride});
-        auto run = [&](auto* kern, int ve) {
-          const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * U * ve);
-          const int64_t tiles = tpr * s.rows;
-          kern<<<grid_for(tiles, resident_blocks(kern, sm_count)), kThreads, 0, stream>>>(
-              dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride, da, p.da_row_stride, db,
-              p.db_row_stride, s.cols, tpr, tiles);
-          return cudaGetLastError();
-        };
-        if (vec) return run(&glu_bwd_kernel<T, kVec, A, U, B>, kVec);
-        return run(&glu_bwd_kernel<T, 1, A, U, B>, 1);
-      });
+      constexpr int U = kBwdUnroll;
+      const T* dc = static_cast<const T*>(p.dc);
+      const T* a = static_cast<const T*>(p.a);
+      const T* b = static_cast<const T*>(p.b);
+      T* da = static_cast<T*>(p.da);
+      T* db = static_cast<T*>(p.db);
+      const bool vec =
+          vec_ok(kVec, s.rows, {p.dc, p.a, p.b, p.da, p.db},
+                 {p.dc_row_stride, p.a_row_stride, p.b_row_stride, p.da_row_stride, p.db_row_stride});
+      auto run = [&](auto* kern, int ve) {
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * U * ve);
+        const int64_t tiles = tpr * s.rows;
+        kern<<<grid_for(tiles, resident_blocks(kern, sm_count)), kThreads, 0, stream>>>(
+            dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride, da, p.da_row_stride, db,
+            p.db_row_stride, s.cols, tpr, tiles);
+        return cudaGetLastError();
+      };
+      if (vec) return run(&glu_bwd_kernel<T, kVec, A>, kVec);
+      return run(&glu_bwd_kernel<T, 1, A>, 1);
     });
   });
 }

@@ -22,8 +22,7 @@ namespace liger_cpp::kernels {
 // kSiluRcp is kernel-internal: SiLU with the sigmoid's reciprocal taken without
 // an IEEE division, which glu_fwd/glu_bwd run for kSilu unless
 // LIGER_CPP_GLU_SILU=div (see swiglu.cu); callers pass kSilu.
-// kSiluEx2: chosen inside the launcher only (LIGER_CPP_GLU_SILU=ex2), never passed in.
-enum class GluAct : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2, kSiluRcp = 3, kSiluEx2 = 4 };
+enum class GluAct : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2, kSiluRcp = 3 };
 
 struct GluFwdArgs {
   const void* a;
