@@ -78,21 +78,20 @@ __device__ __forceinline__ void load_16B_volatile(V& dst, const void* src) {
                : "l"(src));
 }
 
-// L2 eviction policies (sm_80+) for loads with a cache hint: evict_last for
-// data that is read again soon (kept in L2 over streaming traffic),
-// evict_first for the last read of data.
-__device__ __forceinline__ uint64_t l2_evict_last_policy() {
+// An L2 eviction policy (sm_80+) for loads with a cache hint: LAST =
+// evict_last, for data read again soon (kept in L2 over streaming traffic);
+// else evict_first, for the last read of data.
+template <bool LAST>
+__device__ __forceinline__ uint64_t l2_evict_policy() {
   uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  if constexpr (LAST)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
   return p;
 }
 
-// load_16B_volatile with an L2 eviction policy (l2_evict_*_policy).
+// load_16B_volatile with an L2 eviction policy (l2_evict_policy).
 template <typename V>
 __device__ __forceinline__ void load_16B_hint(V& dst, const void* src, uint64_t policy) {
   static_assert(sizeof(V) == 16, "16-byte vectors only");

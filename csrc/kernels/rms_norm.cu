@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(1024, 2)
   const int nvec = static_cast<int>(cols / VEC);
   const int tx = threadIdx.x, TX = blockDim.x;
   const T* xr = x + row * x_stride;
-  const uint64_t keep = l2_evict_last_policy();
+  const uint64_t keep = l2_evict_policy<true>();
   float ss0 = 0.f, ss1 = 0.f;
   for (int v = tx; v < nvec; v += 2 * TX) {
     Vec<T, VEC> a, b;
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(1024, 2)
   const float ss = group_sum(ss0 + ss1, scratch);
   const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   if (tx == 0) rstd[row] = r;
-  const uint64_t drop = l2_evict_first_policy();
+  const uint64_t drop = l2_evict_policy<false>();
   OT* yr = y + row * cols;
   for (int v = tx; v < nvec; v += 2 * TX) {
     Vec<T, VEC> xv[2];
