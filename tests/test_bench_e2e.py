@@ -144,3 +144,39 @@ def test_max_seq_main_table_and_json(tmp_path, monkeypatch, capsys):
     text = capsys.readouterr().out.rstrip().splitlines()
     assert text[-5].startswith("Longest sequence at batch 8 (Llama 1b, bf16")
     assert [ln.split()[:2] for ln in text[-2:]] == [["hf", "30208"], ["liger_cpp", "30208"]]
+
+
+def test_breakdown_kernel_categories():
+    """--breakdown's categories for kernel names as the profiler reports them on the H200."""
+    cat = bench_e2e.kernel_category
+    assert cat("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_TNT") == "gemm"
+    assert cat("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == "gemm"
+    assert cat("void at::native::(anonymous namespace)::cutlass_fmha_kernel<...>") == "attention"
+    assert cat("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<...>") == "attention"
+    assert cat("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor<...>>") == "optimizer"
+    assert cat("void liger_cpp::kernels::(anonymous namespace)::glu_bwd_kernel<...>(...)") == "own"
+    assert cat("_swiglu_backward_kernel") == "own"  # Triton kernels: bare identifiers
+    assert cat("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0") == "own"
+    assert cat("void at::native::vectorized_elementwise_kernel<8, CUDAFunctor_add<...>>") == "other"
+    assert cat("Memset (Device)") == "other"
+
+
+def test_breakdown_rows_bound_liger_by_the_floor():
+    """'liger / floor' = Liger's median step over a variant's GEMM + attention time."""
+    bd = dict(
+        wall_ms=101.0,
+        gpu_busy_ms=99.0,
+        by_category_ms=dict(gemm=60.0, attention=20.0, own=10.0, optimizer=5.0, other=4.0),
+        top_kernels=[],
+    )
+    results = {
+        "liger_cpp": dict(step_ms=[500.0, 90.0, 92.0, 91.0, 93.0, 95.0], breakdown=bd),
+        "liger": dict(step_ms=[600.0, 100.0, 100.0, 100.0, 100.0, 100.0], breakdown=bd),
+        "hf": dict(step_ms=[1.0], error="out of memory", breakdown=bd),  # failed: no row
+        "compile": dict(step_ms=[1.0]),  # not profiled: no row
+    }
+    rows = bench_e2e.breakdown_rows(results)
+    assert [r["variant"] for r in rows] == ["liger_cpp", "liger"]
+    assert rows[0]["floor"] == "80.0" and rows[0]["liger / floor"] == "1.250"
+    assert rows[0]["step"] == "92.0"  # median of the last five steps
+    assert rows[0]["own"] == "10.0" and rows[0]["gpu busy"] == "99.0"
