@@ -34,7 +34,7 @@ namespace {
 // Chunk budget when chunk_rows is 0: the chunk's logits take about this many
 // MiB. Every chunk after the first re-reads and re-writes dW in its GEMM's
 // epilogue, so fewer, larger chunks are faster: 240 MiB (M 8192, V 128256,
-// bf16: 8 chunks of 1024 rows) measured 43.2 ms against 45.5 ms for 128 MiB on
+// bf16: 9 chunks of 912 rows, see pick_chunk_rows) measured 43.2 ms against 45.5 ms for 128 MiB on
 // the H200 and kept the peak within dX + dW + 256 MiB at every benchmarked
 // shape (benchmarks/results/2026-11-30-h200-fused_linear_cross_entropy-3170160);
 // LIGER_CPP_FLCE_CHUNK_MB overrides it.
