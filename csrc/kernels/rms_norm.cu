@@ -1407,7 +1407,7 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
       if (wide == kFwdWideAuto) wide = a.cols / full > 2048 ? kFwdWideL2Hint : kFwdWideOld;
       if constexpr (!ADD) {
-        if (wide == kFwdWideL2Hint && aligned) {
+        if (wide == kFwdWideL2Hint && aligned && a.cols / full <= INT32_MAX) {  // int vector indices
           rms_fwd_l2hint<T, WT, OT, full>
               <<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
           return cudaGetLastError();
