@@ -28,9 +28,10 @@ constexpr int kThreads = 256;
 // 16384 x 14336 / 16384 x 8192, % of C fwd+bwd, this shape 93.1 / 92.8):
 // 2 vectors per operand in 4+ blocks/SM 92.9 / 92.5; one vector in 8 blocks/SM
 // (32 registers, the Triton kernels' shape) spills: 48.8 / 48.6. Nor did exp
-// as one MUFU.EX2 for 2-byte types change anything (93.1 / 92.5): whatever
-// keeps these kernels at 93 % against 100-102 % for torch.compile's and
-// Liger's is neither occupancy, the grid's tail nor the arithmetic.
+// as one MUFU.EX2 for 2-byte types change anything (93.1 / 92.5). ncu against
+// torch.compile's kernel (100-102 % of C; benchmarks/NOTES.md, Session 8):
+// the same DRAM bytes, but its 128-thread blocks, one tile each, keep loads
+// coming where these persistent blocks load, wait, compute and store in turn.
 constexpr int kFwdUnroll = 4, kFwdMinBlocks = 2;
 constexpr int kBwdUnroll = 2, kBwdMinBlocks = 2;
 
