@@ -340,13 +340,17 @@ def make_rows(results: dict) -> list:
     return rows
 
 
-def breakdown_rows(results: dict) -> list:
+def breakdown_rows(results: dict, warmup: int) -> list:
     """One row per profiled variant: its median step, the profiled step's wall and GPU-busy time, the
     kernel time per category and 'floor' = GEMM + attention time (kernels every stack shares); 'liger
     / floor' is the most tok/s any stack could gain on Liger at this shape if it removed everything
     else (the model's GEMMs and attention at the same cuBLAS / SDPA speed)."""
     ref = results.get("liger", {})
-    ref_ms = statistics.median(ref["step_ms"][-5:]) if ref.get("step_ms") and "error" not in ref else None
+
+    def median_step(r):  # the timed steps', as tokens_per_s
+        return statistics.median(r["step_ms"][warmup:] or r["step_ms"])
+
+    ref_ms = median_step(ref) if ref.get("step_ms") and "error" not in ref else None
     rows = []
     for v, r in results.items():
         b = r.get("breakdown")
@@ -354,7 +358,7 @@ def breakdown_rows(results: dict) -> list:
             continue
         c = b["by_category_ms"]
         floor = c.get("gemm", 0.0) + c.get("attention", 0.0)
-        row = dict(variant=v, step=f"{statistics.median(r['step_ms'][-5:]):.1f}")
+        row = dict(variant=v, step=f"{median_step(r):.1f}")
         row["profiled"] = f"{b['wall_ms']:.1f}"
         row["gpu busy"] = f"{b['gpu_busy_ms']:.1f}"
         for k in ("gemm", "attention", "own", "optimizer", "other"):
@@ -487,7 +491,7 @@ def main(argv=None) -> int:
     print()
     for n in notes:
         print(n)
-    brows = breakdown_rows(results)
+    brows = breakdown_rows(results, args.warmup)
     if brows:
         print(f"GPU time of one profiled step by kernel category, ms ({title})")
         print(harness.fmt_table(brows, list(brows[0])))

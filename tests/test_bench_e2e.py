@@ -175,8 +175,8 @@ def test_breakdown_rows_bound_liger_by_the_floor():
         "hf": dict(step_ms=[1.0], error="out of memory", breakdown=bd),  # failed: no row
         "compile": dict(step_ms=[1.0]),  # not profiled: no row
     }
-    rows = bench_e2e.breakdown_rows(results)
+    rows = bench_e2e.breakdown_rows(results, warmup=1)
     assert [r["variant"] for r in rows] == ["liger_cpp", "liger"]
     assert rows[0]["floor"] == "80.0" and rows[0]["liger / floor"] == "1.250"
-    assert rows[0]["step"] == "92.0"  # median of the last five steps
+    assert rows[0]["step"] == "92.0"  # median of the steps after the warm-up one
     assert rows[0]["own"] == "10.0" and rows[0]["gpu busy"] == "99.0"
