@@ -10,7 +10,7 @@ in-place variants, which write it into the logits). Liger and liger_cpp inplace=
 logits with the gradient, so after the first iteration they run on gradient values (not zeros).
 Usage: python benchmarks/bench_cross_entropy.py [--out FILE.json] [--quick | --vocab V,V] [--ours-only]
 --ours-only times liger_cpp alone, its rows named after the LIGER_CPP_CE_* kernel knobs set in the
-environment (e.g. `liger_cpp[kernel=stream]`): an A/B of kernel variants is one such run per setting,
+environment (e.g. `liger_cpp[cluster=8]`): an A/B of kernel variants is one such run per setting,
 each against its own copy bandwidth C measured in the same process.
 """
 

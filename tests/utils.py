@@ -37,8 +37,10 @@ RMS_VARIANT_WEIGHTS = [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "l
 
 # Rows above 1024 16-byte vectors (bf16/fp16 hidden > 8192, fp32 > 4096): on sm_90 the backward
 # splits each row over a thread-block cluster (LIGER_CPP_RMS_BWD_WIDE, default cluster; old: the
-# 4-vectors-a-thread kernel); the forward (LIGER_CPP_RMS_FWD_WIDE) is the register-cached or generic
-# kernel (old, default), the cluster kernel (cluster) or a block per row reading it twice (l2, l2x512).
+# 4-vectors-a-thread kernel); the forward (LIGER_CPP_RMS_FWD_WIDE) is by default l2hint above 2048
+# vectors (a 1024-thread block per row reading it twice with L2 eviction hints) and old (the
+# register-cached or generic kernel) up to there; or the cluster kernel (cluster), or a block per row
+# reading it twice without hints (l2, l2x512).
 # Shapes: cluster of 2 (fp32: 4), a width that is not a
 # multiple of the cluster's blocks (16392 bf16 = 2049 vectors, 3 blocks of 704 threads), clusters of
 # 4 and 8, 3073 vectors, and more rows than resident clusters (each cluster walks several rows).
@@ -46,7 +48,7 @@ RMS_VARIANT_WEIGHTS = [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "l
 RMS_WIDE_SHAPES = [(3, 16384), (40, 16392), (5, 32768), (2, 65536), (7, 24584), (300, 16384)]
 # Each variant as its environment: the defaults (cluster backward with the block size chosen), the
 # cluster kernels forced to 512-thread blocks (LIGER_CPP_RMS_WIDE_TX) with the cluster forward, the
-# old backward, and the three other forwards.
+# old backward, and the five other forwards.
 RMS_WIDE_VARIANTS = {
     "cluster": {},
     "cluster512": {"LIGER_CPP_RMS_WIDE_TX": "512", "LIGER_CPP_RMS_FWD_WIDE": "cluster"},

@@ -69,6 +69,15 @@ std::pair<at::Tensor, at::Tensor> ce_reduction_scales(const at::Tensor& target, 
 at::Tensor ce_prologue(const at::Tensor& target, const at::Tensor& weight, int64_t V, int64_t ignore_index,
                        Reduction reduction);
 
+// ce_prologue's result as [1] views: the CE and z-loss scales and, with class
+// weights (weighted), their sum; weight_sum is undefined without weights.
+struct CeScales {
+  at::Tensor ce, z, weight_sum;
+};
+inline CeScales split_ce_scales(const at::Tensor& scales, bool weighted) {
+  return {scales.narrow(0, 0, 1), scales.narrow(0, 1, 1), weighted ? scales.narrow(0, 2, 1) : at::Tensor()};
+}
+
 // The reduced loss of a mean or sum from the row step's outputs and
 // ce_prologue's scales: (loss, z) as 0-d float32 tensors,
 //   z = sum_r z_rows[r] * scales[1] (0 when z_rows is undefined),

@@ -266,14 +266,13 @@ cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
     constexpr int kVec = 16 / sizeof(T);
     return dispatch_act(p.act, [&](auto act) {
       constexpr GluAct A = decltype(act)::value;
-      constexpr int U = kFwdUnroll;
       const T* a = static_cast<const T*>(p.a);
       const T* b = static_cast<const T*>(p.b);
       T* c = static_cast<T*>(p.c);
       const bool vec =
           vec_ok(kVec, s.rows, {p.a, p.b, p.c}, {p.a_row_stride, p.b_row_stride, p.c_row_stride});
       auto run = [&](auto* kern, int ve) {
-        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * U * ve);
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kFwdUnroll * ve);
         const int64_t tiles = tpr * s.rows;
         kern<<<grid_for(tiles, resident_blocks(kern, sm_count)), kThreads, 0, stream>>>(
             a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
@@ -294,7 +293,6 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
     constexpr int kVec = 16 / sizeof(T);
     return dispatch_act(p.act, [&](auto act) {
       constexpr GluAct A = decltype(act)::value;
-      constexpr int U = kBwdUnroll;
       const T* dc = static_cast<const T*>(p.dc);
       const T* a = static_cast<const T*>(p.a);
       const T* b = static_cast<const T*>(p.b);
@@ -304,7 +302,7 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
           vec_ok(kVec, s.rows, {p.dc, p.a, p.b, p.da, p.db},
                  {p.dc_row_stride, p.a_row_stride, p.b_row_stride, p.da_row_stride, p.db_row_stride});
       auto run = [&](auto* kern, int ve) {
-        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * U * ve);
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kBwdUnroll * ve);
         const int64_t tiles = tpr * s.rows;
         kern<<<grid_for(tiles, resident_blocks(kern, sm_count)), kThreads, 0, stream>>>(
             dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride, da, p.da_row_stride, db,

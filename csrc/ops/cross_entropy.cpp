@@ -90,19 +90,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run(const CeInputs& in, const at:
   const auto f32 = in.rows.options().dtype(at::kFloat);
   // Target check, gradient scales and the weights' sum: one launch on CUDA.
   const at::Tensor scales = ce_prologue(in.target, in.weight, V, ignore_index, in.reduction);
-  const at::Tensor ce_scale = scales.narrow(0, 0, 1), z_scale = scales.narrow(0, 1, 1);
+  const CeScales sc = split_ce_scales(scales, in.weight.defined());
 
   CeRows a;
   a.logits = in.rows;
   a.target = in.target;
   a.weight = in.weight;
-  if (in.weight.defined()) a.weight_sum = scales.narrow(0, 2, 1);
+  a.weight_sum = sc.weight_sum;
   a.dlogits = dl;
   a.loss = at::empty({rows}, f32);
   if (lse_square_scale > 0) a.z_loss = at::empty({rows}, f32);
   if (return_argmax) a.argmax = at::empty({rows}, in.target.options());
-  a.ce_scale = ce_scale;
-  a.z_scale = z_scale;
+  a.ce_scale = sc.ce;
+  a.z_scale = sc.z;
   a.ignore_index = ignore_index;
   a.label_smoothing = label_smoothing;
   a.lse_square_scale = lse_square_scale;

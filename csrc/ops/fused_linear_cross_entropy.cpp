@@ -320,14 +320,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 
   // Target check, gradient scales and the class weights' sum: one launch on CUDA.
   const at::Tensor scales = ce_prologue(f.target, f.ce_weight, f.V, f.ignore_index, f.reduction);
-  const at::Tensor ce_scale = scales.narrow(0, 0, 1), z_scale = scales.narrow(0, 1, 1);
-  const at::Tensor weight_sum = f.ce_weight.defined() ? scales.narrow(0, 2, 1) : at::Tensor();
+  const CeScales sc = split_ce_scales(scales, f.ce_weight.defined());
   at::Tensor loss_rows = at::empty({f.M}, f32);
   at::Tensor z_rows = want_z ? at::empty({f.M}, f32) : at::Tensor();
   at::Tensor argmax = want_argmax ? at::empty({f.M}, input.options().dtype(at::kLong)) : at::Tensor();
   Grads g = alloc_grads(f, compute_dx, compute_dw, compute_db);
-  chunk_loop(f, times_logit_scale(ce_scale, f.logit_scale), times_logit_scale(z_scale, f.logit_scale),
-             weight_sum, loss_rows, z_rows, argmax, g);
+  chunk_loop(f, times_logit_scale(sc.ce, f.logit_scale), times_logit_scale(sc.z, f.logit_scale),
+             sc.weight_sum, loss_rows, z_rows, argmax, g);
 
   const at::IntArrayRef tshape = target.sizes();
   at::Tensor loss, z_loss = at::empty({0}, f32), accuracy = at::empty({0}, f32);
@@ -377,17 +376,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flce_bwd(
                   ", got shape ", shape_str(grad_loss));
   // Per-row gradient scales: the reduction's normaliser times grad_output,
   // folded into dlogits before any GEMM sums over rows (Liger #488/#968).
-  const at::Tensor scales = ce_prologue(f.target, f.ce_weight, f.V, f.ignore_index, f.reduction);
+  const CeScales sc = split_ce_scales(ce_prologue(f.target, f.ce_weight, f.V, f.ignore_index, f.reduction),
+                                      f.ce_weight.defined());
   const at::Tensor g = grad_loss.reshape({want}).to(at::kFloat);
-  const at::Tensor ce_scale = (scales.narrow(0, 0, 1) * g * f.logit_scale).contiguous();
-  const at::Tensor z_scale = (scales.narrow(0, 1, 1) * g * f.logit_scale).contiguous();
-  const at::Tensor weight_sum = f.ce_weight.defined() ? scales.narrow(0, 2, 1) : at::Tensor();
+  const at::Tensor ce_scale = (sc.ce * g * f.logit_scale).contiguous();
+  const at::Tensor z_scale = (sc.z * g * f.logit_scale).contiguous();
   const auto f32 = input.options().dtype(at::kFloat);
   at::Tensor loss_rows = at::empty({f.M}, f32);  // written by the row step, not returned
   at::Tensor z_rows = f.lse_square_scale != 0.0 ? at::empty({f.M}, f32) : at::Tensor();
   Grads gr = alloc_grads(f, compute_dx, compute_dw, compute_db);
   if (gr.dx_rows.defined() || gr.dw.defined() || gr.db.defined())
-    chunk_loop(f, ce_scale, z_scale, weight_sum, loss_rows, z_rows, at::Tensor(), gr);
+    chunk_loop(f, ce_scale, z_scale, sc.weight_sum, loss_rows, z_rows, at::Tensor(), gr);
   return finish_grads(f, input, weight, gr);
 }
 
