@@ -25,6 +25,7 @@ from harness import (
     fmt_table,
     meta,
     peak_extra_bytes,
+    set_variant_env,
     try_import_liger,
     write_json,
 )
@@ -43,12 +44,19 @@ def knob_tag():
     return "[" + ",".join(f"{k[len('LIGER_CPP_CE_') :].lower()}={v}" for k, v in knobs) + "]" if knobs else ""
 
 
-def variants(have_liger, ours_only=False):
+# Rows of the shared-memory cluster kernel (LIGER_CPP_CE_SMEM, read on every call), filled by --smem.
+VARIANT_ENV = {}
+
+
+def variants(have_liger, ours_only=False, smem=()):
     tag = knob_tag()
     out = {
         "liger_cpp" + tag: lambda x, t: cross_entropy(x, t),
         "liger_cpp inplace" + tag: lambda x, t: cross_entropy(x, t, inplace=True),
     }
+    for v in smem:
+        VARIANT_ENV[f"liger_cpp[smem={v}]"] = {"LIGER_CPP_CE_SMEM": v}
+        out[f"liger_cpp[smem={v}]"] = lambda x, t: cross_entropy(x, t)
     if ours_only:
         return out
     out["eager"] = eager_ce
@@ -79,6 +87,7 @@ def run_shape(m, V, fns, C):
     x = torch.randn(m, V, device="cuda", dtype=torch.bfloat16).requires_grad_(True)
     t = torch.randint(0, V, (m,), device="cuda")
     for name, f in fns.items():
+        set_variant_env(VARIANT_ENV, name)
         try:
             with torch.no_grad():
                 x.copy_(torch.randn_like(x))
@@ -98,8 +107,10 @@ def run_shape(m, V, fns, C):
         for name in [n for n in fns if n.startswith("liger_cpp") and "inplace" not in n] + [
             n for n in ("eager", "compile") if n in fns
         ]:
+            set_variant_env(VARIANT_ENV, name)
             ms = bench_ms(lambda f=fns[name], x=x, t=t: f(x, t))
             rows.append(_row(V, m, "fwd (no grad)", name, ms, m * V * 2, C))
+    set_variant_env(VARIANT_ENV, None)
     del x, t
     torch.cuda.empty_cache()
     return rows
@@ -111,6 +122,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="V in 32000, 128256 only")
     ap.add_argument("--ours-only", action="store_true", help="liger_cpp alone (kernel-knob A/B runs)")
     ap.add_argument("--vocab", default=None, help="comma-separated V list (overrides --quick)")
+    ap.add_argument(
+        "--smem", default="", help="comma-separated LIGER_CPP_CE_SMEM values to add as rows (auto,1,2,4,8)"
+    )
     args = ap.parse_args()
     have_liger = not args.ours_only and try_import_liger()
     C = copy_bandwidth_gbs()
@@ -118,7 +132,7 @@ def main():
     vocab = [32000, 128256] if args.quick else [32000, 128256, 151936, 262144]
     if args.vocab:
         vocab = [int(v) for v in args.vocab.split(",")]
-    fns = variants(have_liger, args.ours_only)
+    fns = variants(have_liger, args.ours_only, [v for v in args.smem.split(",") if v])
     rows = []
     for V in vocab:
         rows += run_shape(m, V, fns, C)

@@ -599,6 +599,181 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
 }
 
 // ---------------------------------------------------------------------------
+// Shared-memory cluster kernel (sm_90; LIGER_CPP_CE_SMEM, A/B): the cluster
+// kernel's split of a row over CS blocks and its exchange of statistics, but
+// each block's slice is copied into its shared memory by the TMA engine
+// (cp.async.bulk, a few instructions per block, completing on an mbarrier)
+// instead of into registers. The cluster kernel's registers hold at most
+// 128 KiB of a row per SM (64 registers x 2048 threads, half of them data);
+// shared memory adds up to 227 KiB, and with few registers per thread more
+// blocks share an SM, so more rows are in flight and one block's reduce and
+// exchange overlap other blocks' loads. Statistics and gradient are computed
+// exactly as the cluster kernel does (the warp max first, then the sum
+// relative to it, in the same element order per thread).
+
+constexpr int kSmemThreads = 256;      // threads per block
+constexpr int kSmemChunkBytes = 4096;  // one bulk copy per chunk, issued by the lanes of warp 0
+
+// One 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte
+// aligned) from global memory into this block's shared memory, completing
+// `bytes` of the mbarrier's transaction count.
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes,
+                                              unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+template <typename T, bool PLAIN, bool ARGMAX>
+__global__ void __launch_bounds__(kSmemThreads) ce_smem_kernel(CeRowsArgs a, int slice) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int VE = 16 / sizeof(T);
+  constexpr bool FAST = sizeof(T) == 2;
+  using V16 = Vec<T, VE>;
+  extern __shared__ __align__(128) unsigned char ce_smem_raw[];
+  const V16* sv = reinterpret_cast<const V16*>(ce_smem_raw);
+  __shared__ WarpStats warp_stats[32];
+  __shared__ PeerRec peer_rec[kMaxCluster];
+  __shared__ WarpStats row_stats;
+  __shared__ float row_xy;
+  __shared__ alignas(8) unsigned long long stats_bar, load_bar;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cs = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t r = blockIdx.x / cs;
+  const int64_t V = a.cols;
+  const int64_t base = static_cast<int64_t>(rank) * slice;
+  const int lim = static_cast<int>(V - base < slice ? (V - base > 0 ? V - base : 0) : slice);
+  const int64_t y = a.target[r];
+  const bool ignored = y == a.ignore_index;
+  if (ignored || y < 0 || y >= V) {  // the same branch in every block of the cluster
+    skip_row<T>(a, r, ignored, base + threadIdx.x, base + lim, blockDim.x, rank == 0 && threadIdx.x == 0);
+    return;
+  }
+  const T* x = static_cast<const T*>(a.logits) + r * a.logits_row_stride + base;
+  RowOpts o{a.softcap, a.softcap > 0.f ? 1.f / a.softcap : 0.f, a.weight, a.label_smoothing != 0.f};
+  if (PLAIN) o = RowOpts{0.f, 0.f, nullptr, false};
+  const int nvec = lim / VE;  // V is a multiple of VE on this path
+  const int t = threadIdx.x, T_ = blockDim.x;
+  const int lane = t & 31, warp = t >> 5, nwarps = T_ >> 5;
+  if (t == 0) {
+    mbar_init(&stats_bar);
+    mbar_init(&load_bar);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the inits, seen by the TMA engine
+    mbar_expect_tx(&stats_bar, static_cast<uint32_t>(cs * sizeof(PeerRec)));
+    mbar_expect_tx(&load_bar, static_cast<uint32_t>(nvec) * 16u);
+  }
+  __syncthreads();           // load_bar is initialised before any thread waits on it
+  cluster_arrive_relaxed();  // peers push only after the wait below: every stats_bar is ready
+  if (warp == 0) {
+    const uint32_t bytes = static_cast<uint32_t>(nvec) * 16u;
+    for (uint32_t c = static_cast<uint32_t>(lane) * kSmemChunkBytes; c < bytes; c += 32u * kSmemChunkBytes)
+      bulk_copy_g2s(ce_smem_raw + c, reinterpret_cast<const unsigned char*>(x) + c,
+                    bytes - c < kSmemChunkBytes ? bytes - c : kSmemChunkBytes, &load_bar);
+  }
+  const int64_t yl = y - base;  // the target's index in this block's slice (may be outside it)
+  const bool block_has_y = yl >= 0 && yl < lim;
+  const bool owns_y = block_has_y && (yl / VE) % T_ == t;
+  mbar_wait(&load_bar, 0);
+
+  // The warp's statistics over this thread's vectors t, t + T_, ...: the max
+  // (NaN if any), its first index with ARGMAX, then the sum relative to it.
+  float m = -INFINITY;
+#pragma unroll 4
+  for (int vi = t; vi < nvec; vi += T_) m = max_nan(m, vec_max(sv[vi]));
+  m = warp_max_nan(m);
+  int arg = INT32_MAX;
+  if (ARGMAX) {
+    for (int vi = t; vi < nvec && arg == INT32_MAX; vi += T_) {
+      const V16 v = sv[vi];
+      if (vec_max(v) == m) {
+        float f[VE];
+        vec_to_float(v, f);
+        int first = VE - 1;
+#pragma unroll
+        for (int i = VE - 1; i >= 0; --i)
+          if (f[i] == m) first = i;
+        arg = vi * VE + first;
+      }
+    }
+    arg = __reduce_min_sync(0xffffffffu, arg);
+  }
+  const float mc = cap(m, o);
+  const float off = m == -INFINITY ? 0.f : mc * kLog2e;
+  float s0 = 0.f, s1 = 0.f, wx = 0.f;
+#pragma unroll 4
+  for (int vi = t; vi < nvec; vi += T_) {
+    float f[VE];
+    vec_to_float(sv[vi], f);
+#pragma unroll
+    for (int i = 0; i < VE; ++i) {
+      const float xv = cap(f[i], o);
+      const float e = FAST ? ex2(fmaf(xv, kLog2e, -off)) : (m == -INFINITY ? 0.f : expf(xv - mc));
+      if (i & 1)
+        s1 += e;
+      else
+        s0 += e;
+      if (!PLAIN && o.need_wx) wx += (o.weight ? __ldg(o.weight + base + vi * VE + i) : 1.f) * xv;
+    }
+  }
+  WarpStats ws{mc, warp_sum(s0 + s1), arg == INT32_MAX ? INT32_MAX : static_cast<int>(base) + arg, 0.f};
+  if (!PLAIN) ws.wx = warp_sum(wx);
+
+  // Block and cluster: as the cluster kernel.
+  if (lane == 0) warp_stats[warp] = ws;
+  __syncthreads();
+  const WarpStats empty{-INFINITY, 0.f, INT32_MAX, 0.f};
+  WarpStats b = empty;
+  if (warp == 0) b = warp_combine_ws(lane < nwarps ? warp_stats[lane] : empty);
+  cluster_wait();  // every block's stats_bar is initialised
+  if (warp == 0) {
+    if (lane == 0) {
+      const float block_xy =
+          block_has_y ? cap(to_float<T>(reinterpret_cast<const T*>(ce_smem_raw)[yl]), o) : 0.f;
+      const PeerRec mine{b, block_xy, block_has_y ? 1 : 0, {0, 0}};
+      for (int dst = 0; dst < cs; ++dst) push_rec(mine, &peer_rec[rank], &stats_bar, dst);
+    }
+    mbar_wait(&stats_bar, 0);
+    const PeerRec pr = lane < cs ? peer_rec[lane] : PeerRec{empty, 0.f, 0, {0, 0}};
+    const WarpStats c = warp_combine_ws(pr.st);
+    const unsigned owner = __ballot_sync(0xffffffffu, pr.has_y != 0);  // exactly one block
+    const float xy = __shfl_sync(0xffffffffu, pr.x_y, __ffs(owner) - 1);
+    if (lane == 0) {
+      row_stats = c;
+      row_xy = xy;
+    }
+  }
+  __syncthreads();
+  const WarpStats rs = row_stats;
+  const float x_y = row_xy;
+  const Stats all{rs.m, rs.s, rs.arg == INT32_MAX ? INT64_MAX : static_cast<int64_t>(rs.arg), rs.wx,
+                  rs.m != rs.m};
+  const RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && t == 0);
+  if (!a.dlogits) return;
+  T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base;
+  const float pc = g.ca + g.zc;  // PLAIN: every element but the target is pc * p
+#pragma unroll 4
+  for (int vi = t; vi < nvec; vi += T_) {
+    float f[VE];
+    vec_to_float(sv[vi], f);
+    V16 out;
+#pragma unroll
+    for (int i = 0; i < VE; ++i) {
+      const float xv = cap(f[i], o);
+      const float p = prob<FAST>(xv, g);
+      out.v[i] = from_float<T>(PLAIN ? pc * p : grad_of<false>(xv, p, false, base + vi * VE + i, g));
+    }
+    store_vec<T, VE>(d + vi * VE, out);
+  }
+  // The target's element, as the cluster kernel (this thread stored its vector above).
+  if (owns_y) d[yl] = from_float<T>(grad_of<PLAIN>(x_y, prob<FAST>(x_y, g), true, g.y, g));
+#endif
+}
+
+// ---------------------------------------------------------------------------
 // d[r, :] *= g[r * g_stride], skipping rows whose factor is exactly 1.
 
 template <typename T, int VE>
@@ -624,6 +799,15 @@ __global__ void scale_rows_kernel(T* d, int64_t row_stride, int64_t rows, int64_
     }
   }
 }
+
+// LIGER_CPP_CE_SMEM (read on every call, for A/B runs in one process):
+// off (default): the register cluster kernel; auto: ce_smem_kernel with the
+// fewest blocks per row (a power of two, at most 8) whose slice fits in
+// kSmemAutoBytes; 1 / 2 / 4 / 8: that many blocks per row. Rows whose slice
+// does not fit kSmemMaxBytes take the default path.
+int smem_choice() { return env_choice("LIGER_CPP_CE_SMEM", {"off", "auto", "1", "2", "4", "8"}); }
+constexpr int64_t kSmemAutoBytes = 40 * 1024;
+constexpr size_t kSmemMaxBytes = 200 * 1024;
 
 int device_cc_major() {
   int dev = 0, major = 0;
@@ -666,6 +850,29 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
   // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
   static const bool force_two_pass = env_choice("LIGER_CPP_CE_TWO_PASS", {"0", "1"}) == 1;
   if (!force_two_pass && aligned && cc_major >= 9 && V >= 2048) {
+    const int sc = smem_choice();
+    if (sc >= 1) {
+      const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
+      const bool am = a.argmax != nullptr;
+      auto* kern = plain ? (am ? ce_smem_kernel<T, true, true> : ce_smem_kernel<T, true, false>)
+                         : (am ? ce_smem_kernel<T, false, true> : ce_smem_kernel<T, false, false>);
+      const void* f = reinterpret_cast<const void*>(kern);
+      auto slice_for = [&](int64_t c) { return ceil_div(ceil_div(V, c), int64_t{VE16}) * VE16; };
+      int64_t cs = sc >= 2 ? int64_t{1} << (sc - 2) : 0;
+      for (int64_t c = 1; cs == 0 && c <= kMaxPortableCluster; c *= 2)
+        if (slice_for(c) * static_cast<int64_t>(sizeof(T)) <= kSmemAutoBytes) cs = c;
+      if (cs == 0) cs = kMaxPortableCluster;
+      const int64_t slice = slice_for(cs);
+      const size_t smem = static_cast<size_t>(slice) * sizeof(T);
+      if (a.rows * cs <= INT32_MAX && smem <= kSmemMaxBytes && raise_max_dynamic_smem(f, smem)) {
+        prefer_max_shared_carveout(f);
+        cudaLaunchAttribute attr[1];
+        cudaLaunchConfig_t cfg =
+            cluster_launch_config(kSmemThreads, static_cast<int>(cs), smem, stream, attr);
+        cfg.gridDim = dim3(static_cast<unsigned>(a.rows * cs));
+        return cudaLaunchKernelEx(&cfg, kern, a, static_cast<int>(slice));
+      }
+    }
     const int64_t per_thread = static_cast<int64_t>(kClusterK) * VE16;
     const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;
     const bool am = a.argmax != nullptr;
