@@ -36,8 +36,12 @@ def eager_geglu(a, b):
     return F.gelu(a, approximate="tanh") * b
 
 
-# the SiLU with an IEEE division (the default has none; csrc/kernels/swiglu.cu)
-VARIANT_ENV = {"liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"}}
+# the SiLU with an IEEE division (the default has none) and the small-block grid (torch.compile's
+# pointwise shape); csrc/kernels/swiglu.cu
+VARIANT_ENV = {
+    "liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"},
+    "liger_cpp[grid=small]": {"LIGER_CPP_GLU_GRID": "small"},
+}
 
 
 def variants(op, have_liger):
@@ -55,6 +59,7 @@ def variants(op, have_liger):
     else:
         out = {
             "liger_cpp": lambda a, b: geglu(a, b, "tanh"),
+            "liger_cpp[grid=small]": lambda a, b: geglu(a, b, "tanh"),
             "eager": eager_geglu,
             "compile": torch.compile(eager_geglu, dynamic=False),
         }

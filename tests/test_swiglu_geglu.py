@@ -157,6 +157,21 @@ def test_cuda_silu_variants(monkeypatch, variant, shape, dtype):
     torch.testing.assert_close(swiglu(a, b), swiglu_ref(a, b), equal_nan=True)
 
 
+# Both CUDA grids (LIGER_CPP_GLU_GRID, read on every call; see swiglu.cu): persistent blocks walking
+# tiles of several vectors a thread, and small blocks of one vector a thread, one tile each.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", ["persistent", "small"])
+@pytest.mark.parametrize("shape", [(4096, 1024), (3, 14336), (1, 1000003), (1, 769), (3, 5125), (2, 5, 123)])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_cuda_grids(monkeypatch, variant, shape, dtype, kind):
+    monkeypatch.setenv("LIGER_CPP_GLU_GRID", variant)
+    _run_case(kind, shape, dtype, "cuda")
+    _run_case(kind, shape, dtype, "cuda", in_place=True)
+    if len(shape) == 2 and shape[0] > 1:
+        _run_case(kind, shape, dtype, "cuda", layout="chunked")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
 def test_in_place_writes_inputs_visibly(device, kind):
