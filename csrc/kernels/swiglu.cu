@@ -289,7 +289,7 @@ cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
             a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
         return cudaGetLastError();
       };
-      if (glu_small_grid() && s.rows * ceil_div(s.cols, kSmallThreads * kVec) < INT32_MAX) {
+      if (glu_small_grid() && s.rows * ceil_div(s.cols, kSmallThreads * (vec ? kVec : 1)) < INT32_MAX) {
         auto small = [&](auto* kern, int ve) {
           const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kSmallThreads) * ve);
           const int64_t tiles = tpr * s.rows;
@@ -331,7 +331,7 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
             p.db_row_stride, s.cols, tpr, tiles);
         return cudaGetLastError();
       };
-      if (glu_small_grid() && s.rows * ceil_div(s.cols, kSmallThreads * kVec) < INT32_MAX) {
+      if (glu_small_grid() && s.rows * ceil_div(s.cols, kSmallThreads * (vec ? kVec : 1)) < INT32_MAX) {
         auto small = [&](auto* kern, int ve) {
           const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kSmallThreads) * ve);
           const int64_t tiles = tpr * s.rows;
