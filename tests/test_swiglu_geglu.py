@@ -46,9 +46,10 @@ KIND_IDS = [k[0] for k in KINDS]
 
 def _inputs(shape, dtype, device, layout):
     """a, b of `shape`: independent contiguous tensors, the halves of one fused projection
-    (strided rows, b possibly misaligned), or padded rows."""
+    (strided rows, b possibly misaligned), or padded rows. (The "rowpad" and "offset" layouts
+    start from contiguous tensors; _run_case makes their views.)"""
     n = shape[-1]
-    if layout == "contiguous":
+    if layout in ("contiguous", "rowpad", "offset"):
         a = torch.randn(*shape, device=device, dtype=dtype) * 3
         b = torch.randn(*shape, device=device, dtype=dtype)
     elif layout == "chunked":
@@ -69,6 +70,15 @@ def _run_case(kind, shape, dtype, device, layout="contiguous", in_place=False):
     b = bl * 1 if layout == "contiguous" else torch.cat([al, bl], -1).chunk(2, -1)[1]
     if layout == "padded":
         a, b = al * 1, bl * 1
+    elif layout == "rowpad":
+        # rows padded to a multiple of 16 elements (+ 16): 16-byte aligned rows with a ragged end each
+        # (the vector kernels' scalar tails on every row)
+        n = shape[-1]
+        pad = (n + 15) // 16 * 16 + 16 - n
+        a, b = (F.pad(t, (0, pad))[..., :n] for t in (al, bl))
+    elif layout == "offset":
+        # contiguous, one element past an aligned address: the VEC = 1 kernels (in place too)
+        a, b = (F.pad(t.flatten(), (1, 0))[1:].view(t.shape) for t in (al, bl))
     c = op(a, b, in_place)
     assert c.shape == a.shape and c.dtype == dtype
     dc = torch.randn_like(c)
@@ -155,6 +165,46 @@ def test_cuda_silu_variants(monkeypatch, variant, shape, dtype):
     )
     b = torch.ones_like(a)
     torch.testing.assert_close(swiglu(a, b), swiglu_ref(a, b), equal_nan=True)
+
+
+# The CUDA grids (LIGER_CPP_GLU_GRID) and cache hints (LIGER_CPP_GLU_HINT), both read on every call
+# (see swiglu.cu): persistent blocks walking tiles of several vectors a thread; small blocks of one
+# vector a thread, one tile each; the persistent grid with the next tile's loads in flight
+# (prefetch); each with the loads and / or stores hinted as single-use (the vector path only).
+# Shapes with more tiles than resident blocks (several tiles a block, so the prefetch pipeline
+# runs), ragged ends, rows with ragged ends on the vector path (rowpad), misaligned inputs (offset
+# and odd chunked halves: the VEC = 1 kernels), in place (da, db into a, b) and strided rows.
+GRID_HINTS = [
+    ("persistent", "none"),
+    ("persistent", "stream"),
+    ("persistent", "load"),
+    ("persistent", "store"),
+    ("small", "none"),
+    ("small", "stream"),
+    ("prefetch", "none"),
+    ("prefetch", "stream"),
+    ("prefetch", "load"),
+    ("prefetch", "store"),
+]
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("grid,hint", GRID_HINTS, ids=[f"{g}-{h}" for g, h in GRID_HINTS])
+@pytest.mark.parametrize(
+    "shape",
+    [(4096, 1024), (3, 14336), (1, 1000003), (1, 4000037), (1, 769), (3, 5125), (2, 5, 123), (1000, 1001)],
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_cuda_grids(monkeypatch, grid, hint, shape, dtype, kind):
+    monkeypatch.setenv("LIGER_CPP_GLU_GRID", grid)
+    monkeypatch.setenv("LIGER_CPP_GLU_HINT", hint)
+    for layout in ("contiguous", "rowpad", "offset"):
+        _run_case(kind, shape, dtype, "cuda", layout=layout)
+    _run_case(kind, shape, dtype, "cuda", in_place=True)
+    _run_case(kind, shape, dtype, "cuda", layout="offset", in_place=True)
+    if len(shape) == 2 and shape[0] > 1:
+        _run_case(kind, shape, dtype, "cuda", layout="chunked")
 
 
 @pytest.mark.parametrize("device", DEVICES)
