@@ -158,12 +158,12 @@ def test_cuda_llm_shapes(dtype, shape, V, opts):
         _check(x0, t, w, reduction=reduction, **opts)
 
 
-# LIGER_CPP_CE_SMEM (read on every call) runs the shared-memory cluster kernel (TMA bulk copies of
-# each block's slice) with the automatic or a forced number of blocks per row; rows too long for its
-# shared memory (e.g. float32 V = 151936 in one block) take the register kernel, so those cases
-# check the fallback.
+# LIGER_CPP_CE_SMEM (read on every call) picks the sm_90 row kernel: the shared-memory cluster kernel
+# (the default; TMA bulk copies of each block's slice) with the automatic or a forced number of
+# blocks per row, or the register cluster kernel (off). Rows too long for the shared memory (e.g.
+# float32 V = 151936 in one block) take the register kernel, so those cases check the fallback.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("smem", ["auto", "1", "2", "4", "8"])
+@pytest.mark.parametrize("smem", ["off", "auto", "1", "2", "4", "8"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,V", [((3, 41), 2048), ((37,), 32000), ((5, 9), 151936), ((1,), 4104)])
 @pytest.mark.parametrize("opts", [{}, {"label_smoothing": 0.1, "lse_square_scale": 1e-4, "softcap": 30.0}])

@@ -101,60 +101,6 @@ __device__ __forceinline__ void load_16B_hint(V& dst, const void* src, uint64_t 
                : "l"(src), "l"(policy));
 }
 
-// 16 bytes from global memory for streaming kernels (swiglu.cu), issued where
-// written (asm volatile) and, through the "memory" clobber, ordered against
-// every other load and store: a store to memory this load may alias (an
-// in-place backward writing its inputs) is never moved above it, which an asm
-// without the clobber would allow. NC: through the read-only (non-coherent)
-// path, only for memory no thread writes during the kernel (what nvcc emits
-// for const __restrict__ loads). STREAM: data read once: not allocated in L1
-// (L1::no_allocate) and loaded with L2 policy `policy` (l2_evict_policy<false>()
-// for evict_first).
-template <bool NC, bool STREAM, typename V>
-__device__ __forceinline__ void load_16B_ordered(V& dst, const void* src, uint64_t policy = 0) {
-  static_assert(sizeof(V) == 16, "16-byte vectors only");
-  uint32_t* d = reinterpret_cast<uint32_t*>(&dst);
-  if constexpr (NC && STREAM)
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "l"(src), "l"(policy)
-                 : "memory");
-  else if constexpr (NC)
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "l"(src)
-                 : "memory");
-  else if constexpr (STREAM)
-    asm volatile("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "l"(src), "l"(policy)
-                 : "memory");
-  else
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "l"(src)
-                 : "memory");
-}
-
-// 16 bytes to global memory as one st.global.v4 (a plain struct store may be
-// split by nvcc into 16-bit stores; see store_16B_words in norm_common.cuh),
-// ordered against the other loads and stores ("memory" clobber). CS: with the
-// streaming hint (st.global.cs: evict first from L1 and L2, for data this
-// kernel writes once and does not read again).
-template <bool CS, typename V>
-__device__ __forceinline__ void store_16B_ordered(void* dst, const V& v) {
-  static_assert(sizeof(V) == 16, "16-byte vectors only");
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
-  if constexpr (CS)
-    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]),
-                 "r"(w[3])
-                 : "memory");
-  else
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]),
-                 "r"(w[3])
-                 : "memory");
-}
-
 // An empty asm that "modifies" a 16-byte register vector: values converted from
 // it earlier cannot be kept alive past this point, so the compiler keeps the
 // packed words (e.g. 4 registers for 8 bf16) instead of 8 floats, which spilled.

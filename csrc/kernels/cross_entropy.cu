@@ -7,6 +7,9 @@
 // the row, each thread keeps its K 16-byte vectors in registers, the blocks
 // exchange their partial statistics through distributed shared memory, and the
 // gradient is computed from the registers: one read and one write per element.
+// The default variant (ce_smem_kernel) keeps each block's slice in shared
+// memory instead, copied there by the TMA engine; the register variant
+// (ce_cluster_kernel) remains for rows too long for it and for A/B runs.
 // Other architectures, rows that are not 16-byte aligned, tiny rows, and rows
 // too long for a cluster take the two-pass kernel.
 //
@@ -599,7 +602,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
 }
 
 // ---------------------------------------------------------------------------
-// Shared-memory cluster kernel (sm_90; LIGER_CPP_CE_SMEM, A/B): the cluster
+// Shared-memory cluster kernel (sm_90; the default, see smem_choice()): the cluster
 // kernel's split of a row over CS blocks and its exchange of statistics, but
 // each block's slice is copied into its shared memory by the TMA engine
 // (cp.async.bulk, a few instructions per block, completing on an mbarrier)
@@ -800,12 +803,21 @@ __global__ void scale_rows_kernel(T* d, int64_t row_stride, int64_t rows, int64_
   }
 }
 
-// LIGER_CPP_CE_SMEM (read on every call, for A/B runs in one process):
-// off (default): the register cluster kernel; auto: ce_smem_kernel with the
+// Which sm_90 row kernel runs: LIGER_CPP_CE_SMEM (read on every call, for A/B
+// runs in one process). Unset or auto (the default): ce_smem_kernel with the
 // fewest blocks per row (a power of two, at most 8) whose slice fits in
-// kSmemAutoBytes; 1 / 2 / 4 / 8: that many blocks per row. Rows whose slice
-// does not fit kSmemMaxBytes take the default path.
-int smem_choice() { return env_choice("LIGER_CPP_CE_SMEM", {"off", "auto", "1", "2", "4", "8"}); }
+// kSmemAutoBytes, else 8; 1 / 2 / 4 / 8: that many blocks per row; off: the
+// register cluster kernel. Rows whose slice does not fit kSmemMaxBytes take
+// the register kernel. bf16 op fwd+bwd at 8192 x V, % of C (benchmarks/
+// results/2026-11-30-h200-cross_entropy-smem-1b5a435):
+//   V = 32000:  auto (2 blocks) 90.2 | 1: 88.1 | 4: 70.2 | register kernel 84.7
+//   V = 128256: auto (8) 88.9 | 4: 88.4 | 2: 65.0 | register kernel 83.7
+//   V = 151936: auto (8) 88.5 | 4: 78.2 | register kernel 78.1
+//   V = 262144: auto (8) 87.9 | 2: 79.7 | register kernel 79.6
+int smem_choice() {
+  const int i = env_choice("LIGER_CPP_CE_SMEM", {"off", "auto", "1", "2", "4", "8"});
+  return i < 0 ? 1 : i;
+}
 constexpr int64_t kSmemAutoBytes = 40 * 1024;
 constexpr size_t kSmemMaxBytes = 200 * 1024;
 

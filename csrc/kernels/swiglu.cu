@@ -7,9 +7,6 @@
 // vectors per thread are in flight. Dense inputs are collapsed to a single row,
 // so only the very last tile is partial. When a pointer or a row stride is not
 // 16-byte aligned the same kernels run with VEC = 1. Offsets are int64.
-// A/B variants, environment knobs read on every call: LIGER_CPP_GLU_GRID
-// (small blocks, or the prefetch kernels glu_fwd_pipe / glu_bwd_pipe),
-// LIGER_CPP_GLU_HINT (cache hints) and LIGER_CPP_GLU_SILU (the SiLU's division).
 #include <cmath>
 #include <initializer_list>
 #include <type_traits>
@@ -37,15 +34,9 @@ constexpr int kThreads = 256;
 // coming where these persistent blocks load, wait, compute and store in turn.
 constexpr int kFwdUnroll = 4, kFwdMinBlocks = 2;
 constexpr int kBwdUnroll = 2, kBwdMinBlocks = 2;
-// The prefetch kernels (glu_fwd_pipe, glu_bwd_pipe): vectors per thread and
-// operand in each of the two register sets, and the minimum of resident
-// blocks, without spills for every dtype, activation and hint (-Xptxas -v,
-// sm_90a): forward 2 x 2 x 2 loads of 16 B, 3+ blocks/SM (<= 80 registers;
-// 62-80 used; 4 blocks/SM spill); backward 2 x 3 x 1, 3+ blocks/SM (54-80
-// used; 2 vectors fit only 2 blocks/SM, 80-125 registers). More resident
-// threads than the default kernels, each with the next tile in flight.
-constexpr int kPipeFwdUnroll = 2, kPipeFwdMinBlocks = 3;
-constexpr int kPipeBwdUnroll = 1, kPipeBwdMinBlocks = 3;
+// The dense small-block kernels' block size and resident blocks per SM (their
+// register caps: 32 each; no spills with nvcc 13.0); see glu_grid().
+constexpr int kSmallThreadsDense = 128, kDenseFwdBlocksK = 16, kDenseBwdBlocksK = 16;
 
 template <GluAct ACT>
 struct Act;
@@ -117,63 +108,12 @@ struct Act<GluAct::kGeluErf> {
   }
 };
 
-// Cache hints for the single-use streams (LIGER_CPP_GLU_HINT, A/B), a bit mask
-// and a template argument of the kernels, so that the default (kHintNone)
-// instantiations compile to the same code as without it. Every byte of a, b,
-// dc is read once and of c, da, db written once, and one operand (470 MB at
-// 16384 x 14336 bf16) is ten times the L2: nothing is reused from a cache.
-// kHintLoad: loads not allocated in L1 and evict_first in L2; kHintStore:
-// st.global.cs (evict first). Only the 16-byte vector path takes them (the
-// VEC = 1 kernels and the scalar ragged ends run unhinted). The hinted
-// accesses are asm (load_16B_ordered / store_16B_ordered), so they also keep
-// program order, which the plain ones of the default kernels already follow
-// in their SASS (all loads of a tile, then arithmetic and stores).
-constexpr int kHintNone = 0, kHintLoad = 1, kHintStore = 2, kHintStream = kHintLoad | kHintStore;
-
-// One vector of an operand: an asm load (load_16B_ordered) for a 16-byte vector
-// with the load hint or when ORDERED (issued where written: the prefetch
-// kernels' next tile must not be sunk next to its use); else the plain load of
-// the default kernels. NC: the operand is not written during the kernel (the
-// forward's inputs; the backward's may be its outputs).
-template <typename T, int VEC, bool NC, bool ORDERED, int HINT>
-__device__ __forceinline__ Vec<T, VEC> glu_load(const T* p, uint64_t policy) {
-  if constexpr (sizeof(Vec<T, VEC>) == 16 && (ORDERED || (HINT & kHintLoad) != 0)) {
-    Vec<T, VEC> v;
-    load_16B_ordered<NC, (HINT & kHintLoad) != 0>(v, p, policy);
-    return v;
-  } else {
-    return load_vec<T, VEC>(p);
-  }
-}
-
-// One vector of a result: an asm store (store_16B_ordered) for a 16-byte vector
-// with the store hint or when ORDERED (the prefetch kernels, whose plain
-// struct stores nvcc split into 16-bit stores); else the plain store of the
-// default kernels.
-template <typename T, int VEC, bool ORDERED, int HINT>
-__device__ __forceinline__ void glu_store(T* p, const Vec<T, VEC>& v) {
-  if constexpr (sizeof(Vec<T, VEC>) == 16 && (ORDERED || (HINT & kHintStore) != 0))
-    store_16B_ordered<(HINT & kHintStore) != 0>(p, v);
-  else
-    store_vec<T, VEC>(p, v);
-}
-
-// The loads' L2 policy (evict_first) under kHintLoad; nothing is emitted otherwise.
-template <int HINT>
-__device__ __forceinline__ uint64_t glu_policy() {
-  if constexpr ((HINT & kHintLoad) != 0)
-    return l2_evict_policy<false>();
-  else
-    return 0;
-}
-
 template <typename T, int VEC, GluAct ACT, int kThreads = kThreads, int kFwdUnroll = kFwdUnroll,
-          int kMinBlocks = kFwdMinBlocks, int HINT = kHintNone>
+          int kMinBlocks = kFwdMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     glu_fwd_kernel(const T* __restrict__ a, int64_t as, const T* __restrict__ b, int64_t bs,
                    T* __restrict__ c, int64_t cs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
   constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kFwdUnroll * VEC;
-  const uint64_t pol = glu_policy<HINT>();
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t row = t / tiles_per_row;
     const int64_t c0 = (t - row * tiles_per_row) * kTile;
@@ -185,8 +125,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int u = 0; u < kFwdUnroll; ++u) {
       const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
       if (col + VEC <= cols) {
-        av[u] = glu_load<T, VEC, true, false, HINT>(ar + col, pol);
-        bv[u] = glu_load<T, VEC, true, false, HINT>(br + col, pol);
+        av[u] = load_vec<T, VEC>(ar + col);
+        bv[u] = load_vec<T, VEC>(br + col);
       }
     }
 #pragma unroll
@@ -197,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
         for (int j = 0; j < VEC; ++j)
           cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av[u].v[j])) * to_float<T>(bv[u].v[j]));
-        glu_store<T, VEC, false, HINT>(cr + col, cv);
+        store_vec<T, VEC>(cr + col, cv);
       } else if (VEC > 1 && col < cols) {  // ragged end of a row (vector path only)
         for (int64_t k = col; k < cols; ++k)
           cr[k] = from_float<T>(Act<ACT>::f(to_float<T>(ar[k])) * to_float<T>(br[k]));
@@ -209,12 +149,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // No __restrict__: da/db may be a/b. All loads of a tile precede its stores, and
 // an element is only ever written by the thread that read it.
 template <typename T, int VEC, GluAct ACT, int kThreads = kThreads, int kBwdUnroll = kBwdUnroll,
-          int kMinBlocks = kBwdMinBlocks, int HINT = kHintNone>
+          int kMinBlocks = kBwdMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     glu_bwd_kernel(const T* dc, int64_t gs, const T* a, int64_t as, const T* b, int64_t bs, T* da,
                    int64_t das, T* db, int64_t dbs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
   constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kBwdUnroll * VEC;
-  const uint64_t pol = glu_policy<HINT>();
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t row = t / tiles_per_row;
     const int64_t c0 = (t - row * tiles_per_row) * kTile;
@@ -228,9 +167,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int u = 0; u < kBwdUnroll; ++u) {
       const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
       if (col + VEC <= cols) {
-        gv[u] = glu_load<T, VEC, false, false, HINT>(gr + col, pol);
-        av[u] = glu_load<T, VEC, false, false, HINT>(ar + col, pol);
-        bv[u] = glu_load<T, VEC, false, false, HINT>(br + col, pol);
+        gv[u] = load_vec<T, VEC>(gr + col);
+        av[u] = load_vec<T, VEC>(ar + col);
+        bv[u] = load_vec<T, VEC>(br + col);
       }
     }
 #pragma unroll
@@ -246,8 +185,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           dav.v[j] = from_float<T>(g * to_float<T>(bv[u].v[j]) * d);
           dbv.v[j] = from_float<T>(g * y);
         }
-        glu_store<T, VEC, false, HINT>(dar + col, dav);
-        glu_store<T, VEC, false, HINT>(dbr + col, dbv);
+        store_vec<T, VEC>(dar + col, dav);
+        store_vec<T, VEC>(dbr + col, dbv);
       } else if (VEC > 1 && col < cols) {
         for (int64_t k = col; k < cols; ++k) {
           const float g = to_float<T>(gr[k]);
@@ -262,153 +201,56 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-// Prefetch kernels (LIGER_CPP_GLU_GRID=prefetch): the persistent grid of
-// glu_fwd_kernel / glu_bwd_kernel, software-pipelined over a block's tiles
-// (as rms_bwd_pipe is over rows). Each thread issues the loads of its next
-// tile (t + gridDim.x) into a second set of registers before it computes and
-// stores tile t, then the sets swap: the loads of one tile are in flight while
-// the previous one is computed and stored, where the default kernels load,
-// wait, compute and store in turn (ncu: DRAM 82.5 % busy against 89.9 % for
-// torch.compile's one-tile blocks). Two sets of U vectors per operand, so U is
-// half of the default's unroll or less (kPipe* below, no spills). Each tile is
-// fetched once; the next tile's elements are other elements than the current
-// one's, so an element is still loaded (all operands) before it is stored, by
-// the one thread that stores it, and da/db may alias a/b. The per-element math
-// is glu_fwd_kernel's / glu_bwd_kernel's.
-template <typename T, int VEC, GluAct ACT, int HINT = kHintNone, int U = kPipeFwdUnroll,
-          int kMinBlocks = kPipeFwdMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
-    glu_fwd_pipe(const T* __restrict__ a, int64_t as, const T* __restrict__ b, int64_t bs, T* __restrict__ c,
-                 int64_t cs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
-  using V = Vec<T, VEC>;
-  constexpr int64_t kTile = static_cast<int64_t>(kThreads) * U * VEC;
-  const uint64_t pol = glu_policy<HINT>();
-  // Loads every whole vector of the tile at (row, c0) into av, bv.
-  auto fetch = [&](int64_t row, int64_t c0, V(&av)[U], V(&bv)[U]) {
+// Dense small-block kernels (Grid::kDense): one 16-byte vector of each
+// operand per thread, 32-bit indices (n < 2^31 - 2^16), no row structure. The
+// thread at the end covers the ragged tail element by element. As in
+// glu_bwd_kernel, da / db may be a / b (each element is read before the thread
+// that read it writes it).
+template <typename T, GluAct ACT>
+__global__ void __launch_bounds__(kSmallThreadsDense, kDenseFwdBlocksK)
+    glu_fwd_dense(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c, int n) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int i = (static_cast<int>(blockIdx.x) * kSmallThreadsDense + static_cast<int>(threadIdx.x)) * VEC;
+  if (i + VEC <= n) {
+    const Vec<T, VEC> av = load_vec<T, VEC>(a + i), bv = load_vec<T, VEC>(b + i);
+    Vec<T, VEC> cv;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
-      if (col + VEC <= cols) {
-        av[u] = glu_load<T, VEC, true, true, HINT>(a + row * as + col, pol);
-        bv[u] = glu_load<T, VEC, true, true, HINT>(b + row * bs + col, pol);
-      }
-    }
-  };
-  int64_t t = blockIdx.x;
-  if (t >= tiles) return;
-  int64_t row = t / tiles_per_row;
-  int64_t c0 = (t - row * tiles_per_row) * kTile;
-  V av[U], bv[U];
-  fetch(row, c0, av, bv);
-  for (; t < tiles; t += gridDim.x) {
-    // The next tile's loads first (none past the last tile).
-    V an[U], bn[U];
-    int64_t nrow = 0, nc0 = 0;
-    if (t + gridDim.x < tiles) {
-      nrow = (t + gridDim.x) / tiles_per_row;
-      nc0 = (t + gridDim.x - nrow * tiles_per_row) * kTile;
-      fetch(nrow, nc0, an, bn);
-    }
-    const T* ar = a + row * as;
-    const T* br = b + row * bs;
-    T* cr = c + row * cs;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
-      if (col + VEC <= cols) {
-        V cv;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av[u].v[j])) * to_float<T>(bv[u].v[j]));
-        glu_store<T, VEC, true, HINT>(cr + col, cv);
-      } else if (VEC > 1 && col < cols) {  // ragged end of a row (vector path only)
-        for (int64_t k = col; k < cols; ++k)
-          cr[k] = from_float<T>(Act<ACT>::f(to_float<T>(ar[k])) * to_float<T>(br[k]));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      av[u] = an[u];
-      bv[u] = bn[u];
-    }
-    row = nrow;
-    c0 = nc0;
+    for (int j = 0; j < VEC; ++j)
+      cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av.v[j])) * to_float<T>(bv.v[j]));
+    store_vec<T, VEC>(c + i, cv);
+  } else {
+    for (int k = i; k < n; ++k) c[k] = from_float<T>(Act<ACT>::f(to_float<T>(a[k])) * to_float<T>(b[k]));
   }
 }
 
-// No __restrict__: da/db may be a/b (see above).
-template <typename T, int VEC, GluAct ACT, int HINT = kHintNone, int U = kPipeBwdUnroll,
-          int kMinBlocks = kPipeBwdMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
-    glu_bwd_pipe(const T* dc, int64_t gs, const T* a, int64_t as, const T* b, int64_t bs, T* da, int64_t das,
-                 T* db, int64_t dbs, int64_t cols, int64_t tiles_per_row, int64_t tiles) {
-  using V = Vec<T, VEC>;
-  constexpr int64_t kTile = static_cast<int64_t>(kThreads) * U * VEC;
-  const uint64_t pol = glu_policy<HINT>();
-  auto fetch = [&](int64_t row, int64_t c0, V(&gv)[U], V(&av)[U], V(&bv)[U]) {
+template <typename T, GluAct ACT>
+__global__ void __launch_bounds__(kSmallThreadsDense, kDenseBwdBlocksK)
+    glu_bwd_dense(const T* dc, const T* a, const T* b, T* da, T* db, int n) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int i = (static_cast<int>(blockIdx.x) * kSmallThreadsDense + static_cast<int>(threadIdx.x)) * VEC;
+  if (i + VEC <= n) {
+    const Vec<T, VEC> gv = load_vec<T, VEC>(dc + i), av = load_vec<T, VEC>(a + i),
+                      bv = load_vec<T, VEC>(b + i);
+    Vec<T, VEC> dav, dbv;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
-      if (col + VEC <= cols) {
-        gv[u] = glu_load<T, VEC, false, true, HINT>(dc + row * gs + col, pol);
-        av[u] = glu_load<T, VEC, false, true, HINT>(a + row * as + col, pol);
-        bv[u] = glu_load<T, VEC, false, true, HINT>(b + row * bs + col, pol);
-      }
+    for (int j = 0; j < VEC; ++j) {
+      const float g = to_float<T>(gv.v[j]);
+      float y, d;
+      Act<ACT>::fd(to_float<T>(av.v[j]), y, d);
+      dav.v[j] = from_float<T>(g * to_float<T>(bv.v[j]) * d);
+      dbv.v[j] = from_float<T>(g * y);
     }
-  };
-  int64_t t = blockIdx.x;
-  if (t >= tiles) return;
-  int64_t row = t / tiles_per_row;
-  int64_t c0 = (t - row * tiles_per_row) * kTile;
-  V gv[U], av[U], bv[U];
-  fetch(row, c0, gv, av, bv);
-  for (; t < tiles; t += gridDim.x) {
-    V gn[U], an[U], bn[U];
-    int64_t nrow = 0, nc0 = 0;
-    if (t + gridDim.x < tiles) {
-      nrow = (t + gridDim.x) / tiles_per_row;
-      nc0 = (t + gridDim.x - nrow * tiles_per_row) * kTile;
-      fetch(nrow, nc0, gn, an, bn);
+    store_vec<T, VEC>(da + i, dav);
+    store_vec<T, VEC>(db + i, dbv);
+  } else {
+    for (int k = i; k < n; ++k) {
+      const float g = to_float<T>(dc[k]);
+      const float bk = to_float<T>(b[k]);
+      float y, d;
+      Act<ACT>::fd(to_float<T>(a[k]), y, d);
+      da[k] = from_float<T>(g * bk * d);
+      db[k] = from_float<T>(g * y);
     }
-    const T* gr = dc + row * gs;
-    const T* ar = a + row * as;
-    const T* br = b + row * bs;
-    T* dar = da + row * das;
-    T* dbr = db + row * dbs;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t col = c0 + static_cast<int64_t>(u * kThreads + threadIdx.x) * VEC;
-      if (col + VEC <= cols) {
-        V dav, dbv;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float g = to_float<T>(gv[u].v[j]);
-          float y, d;
-          Act<ACT>::fd(to_float<T>(av[u].v[j]), y, d);
-          dav.v[j] = from_float<T>(g * to_float<T>(bv[u].v[j]) * d);
-          dbv.v[j] = from_float<T>(g * y);
-        }
-        glu_store<T, VEC, true, HINT>(dar + col, dav);
-        glu_store<T, VEC, true, HINT>(dbr + col, dbv);
-      } else if (VEC > 1 && col < cols) {
-        for (int64_t k = col; k < cols; ++k) {
-          const float g = to_float<T>(gr[k]);
-          const float bk = to_float<T>(br[k]);
-          float y, d;
-          Act<ACT>::fd(to_float<T>(ar[k]), y, d);
-          dar[k] = from_float<T>(g * bk * d);
-          dbr[k] = from_float<T>(g * y);
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      gv[u] = gn[u];
-      av[u] = an[u];
-      bv[u] = bn[u];
-    }
-    row = nrow;
-    c0 = nc0;
   }
 }
 
@@ -443,58 +285,33 @@ inline bool vec_ok(int vec, int64_t rows, std::initializer_list<const void*> ptr
 // x 8192 / 14336 bf16, LIGER_CPP_GLU_GRID at c27c711, since removed).
 inline int64_t grid_for(int64_t tiles, int64_t resident) { return tiles < resident ? tiles : resident; }
 
-// LIGER_CPP_GLU_GRID (A/B, read on every call): persistent (the default above)
-// or small: torch.compile's pointwise shape (ncu, 8192 x 14336 bf16 forward:
-// 128-thread blocks, one 16-byte vector of each operand a thread, one block
-// per tile, 32 registers, 85 % occupancy, DRAM 89.9 % against our 82.5 %):
-// blocks of kSmallThreads, one vector per operand, one tile per block; the
-// register cap from kSmallFwdBlocks / kSmallBwdBlocks resident per SM: 10 / 8
-// (48 / 64 registers); 12 / 9 (40 / 56) spilled on sm_90a with nvcc 13.0 (bf16
-// forward GELU-erf and SiLU-div, and with the cache hints bf16 backward too).
-// prefetch: the persistent grid of glu_fwd_pipe / glu_bwd_pipe (the next
-// tile's loads in flight while a tile is computed and stored).
+// The grids (LIGER_CPP_GLU_GRID, read on every call for A/B runs; unset: the
+// default per direction below):
+//  * persistent: the grid above (kThreads-thread blocks walking tiles of
+//    several vectors a thread);
+//  * small: torch.compile's pointwise shape (ncu, 8192 x 14336 bf16 forward:
+//    128-thread blocks, one 16-byte vector of each operand a thread, one block
+//    per tile, 32 registers, 85 % occupancy, DRAM 89.9 % against the persistent
+//    grid's 82.5 %): glu_fwd_kernel / glu_bwd_kernel with kSmallThreads
+//    threads, one vector per operand, one tile per block, the register cap
+//    from kSmallFwdBlocks / kSmallBwdBlocks resident per SM (10 / 8: 48 / 64
+//    registers; 12 / 9 spilled with nvcc 13.0);
+//  * dense: the small shape for dense operands (one row after collapse, 16-byte
+//    aligned, fewer than 2^31 elements) without the tile-to-row division and
+//    with 32-bit indices (glu_fwd_dense / glu_bwd_dense), so fewer registers
+//    and more resident blocks; other calls run as small.
+// Measured (bf16, H200, fwd+bwd % of C at 16384 x 14336, benchmarks/results/
+// 2026-11-30-h200-swiglu-ab-1b5a435): persistent 92.9, small 94.9 (its
+// forward 88.6 against 92.9, so its backward is the faster one); a prefetching
+// persistent grid (83.5) and L2/L1 cache hints on loads (82.2) or stores (92.1)
+// lost and were removed.
 constexpr int kSmallThreads = 128, kSmallFwdBlocks = 10, kSmallBwdBlocks = 8;
-enum class GluGrid { kPersistent, kSmall, kPrefetch };
-GluGrid glu_grid() {
-  switch (env_choice("LIGER_CPP_GLU_GRID", {"persistent", "small", "prefetch"})) {
-    case 1:
-      return GluGrid::kSmall;
-    case 2:
-      return GluGrid::kPrefetch;
-    default:
-      return GluGrid::kPersistent;
-  }
-}
-
-// LIGER_CPP_GLU_HINT (A/B, read on every call): the cache hints of the
-// 16-byte vector path of every grid (kHint* above): none (the default),
-// stream (loads and stores), load or store (one side only).
-int glu_hint() {
-  switch (env_choice("LIGER_CPP_GLU_HINT", {"none", "stream", "load", "store"})) {
-    case 1:
-      return kHintStream;
-    case 2:
-      return kHintLoad;
-    case 3:
-      return kHintStore;
-    default:
-      return kHintNone;
-  }
-}
-
-// Calls f(std::integral_constant<int, HINT>{}).
-template <typename F>
-cudaError_t dispatch_hint(int hint, F&& f) {
-  switch (hint) {
-    case kHintStream:
-      return f(std::integral_constant<int, kHintStream>{});
-    case kHintLoad:
-      return f(std::integral_constant<int, kHintLoad>{});
-    case kHintStore:
-      return f(std::integral_constant<int, kHintStore>{});
-    default:
-      return f(std::integral_constant<int, kHintNone>{});
-  }
+enum class Grid { kPersistent = 0, kSmall = 1, kDense = 2 };
+constexpr int64_t kDenseMaxElems = INT32_MAX - 65536;  // 32-bit indices with room
+constexpr Grid kDefaultFwdGrid = Grid::kPersistent, kDefaultBwdGrid = Grid::kSmall;
+Grid glu_grid(bool bwd) {
+  const int i = env_choice("LIGER_CPP_GLU_GRID", {"persistent", "small", "dense"});
+  return i < 0 ? (bwd ? kDefaultBwdGrid : kDefaultFwdGrid) : static_cast<Grid>(i);
 }
 
 // Which SiLU runs: LIGER_CPP_GLU_SILU=div (IEEE division, the A/B
@@ -531,8 +348,6 @@ int64_t resident_blocks(K* kern, int sm_count) {
 cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
   if (p.rows == 0 || p.cols == 0) return cudaSuccess;
   const Shape s = collapse(p.rows, p.cols, {p.a_row_stride, p.b_row_stride, p.c_row_stride});
-  const GluGrid grid = glu_grid();
-  const int hint = glu_hint();
   return dispatch_dtype(p.dtype, [&](auto tv) {
     using T = decltype(tv);
     constexpr int kVec = 16 / sizeof(T);
@@ -543,37 +358,34 @@ cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
       T* c = static_cast<T*>(p.c);
       const bool vec =
           vec_ok(kVec, s.rows, {p.a, p.b, p.c}, {p.a_row_stride, p.b_row_stride, p.c_row_stride});
-      // Persistent grids (default, prefetch): `unroll` vectors a thread and operand per tile.
-      auto run = [&](auto* kern, int ve, int unroll) {
-        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * unroll * ve);
+      auto run = [&](auto* kern, int ve) {
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kFwdUnroll * ve);
         const int64_t tiles = tpr * s.rows;
         kern<<<grid_for(tiles, resident_blocks(kern, sm_count)), kThreads, 0, stream>>>(
             a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
         return cudaGetLastError();
       };
-      auto small = [&](auto* kern, int ve) {
-        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kSmallThreads) * ve);
-        const int64_t tiles = tpr * s.rows;
-        kern<<<tiles, kSmallThreads, 0, stream>>>(a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride,
-                                                  s.cols, tpr, tiles);
+      const Grid grid = glu_grid(false);
+      if (grid == Grid::kDense && vec && s.rows == 1 && s.cols < kDenseMaxElems) {
+        const int n = static_cast<int>(s.cols);
+        const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kSmallThreadsDense} * kVec));
+        glu_fwd_dense<T, A><<<blocks, kSmallThreadsDense, 0, stream>>>(a, b, c, n);
         return cudaGetLastError();
-      };
-      // The hint only on the vector path: the VEC = 1 kernels are the unhinted ones.
-      return dispatch_hint(vec ? hint : kHintNone, [&](auto h) {
-        constexpr int H = decltype(h)::value;
-        if (grid == GluGrid::kSmall &&
-            s.rows * ceil_div(s.cols, kSmallThreads * (vec ? kVec : 1)) < INT32_MAX) {
-          if (vec) return small(&glu_fwd_kernel<T, kVec, A, kSmallThreads, 1, kSmallFwdBlocks, H>, kVec);
-          return small(&glu_fwd_kernel<T, 1, A, kSmallThreads, 1, kSmallFwdBlocks>, 1);
-        }
-        if (grid == GluGrid::kPrefetch) {
-          if (vec) return run(&glu_fwd_pipe<T, kVec, A, H>, kVec, kPipeFwdUnroll);
-          return run(&glu_fwd_pipe<T, 1, A>, 1, kPipeFwdUnroll);
-        }
-        if (vec)
-          return run(&glu_fwd_kernel<T, kVec, A, kThreads, kFwdUnroll, kFwdMinBlocks, H>, kVec, kFwdUnroll);
-        return run(&glu_fwd_kernel<T, 1, A>, 1, kFwdUnroll);
-      });
+      }
+      if (grid != Grid::kPersistent &&
+          s.rows * ceil_div(s.cols, kSmallThreads * (vec ? kVec : 1)) < INT32_MAX) {
+        auto small = [&](auto* kern, int ve) {
+          const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kSmallThreads) * ve);
+          const int64_t tiles = tpr * s.rows;
+          kern<<<tiles, kSmallThreads, 0, stream>>>(a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride,
+                                                    s.cols, tpr, tiles);
+          return cudaGetLastError();
+        };
+        if (vec) return small(&glu_fwd_kernel<T, kVec, A, kSmallThreads, 1, kSmallFwdBlocks>, kVec);
+        return small(&glu_fwd_kernel<T, 1, A, kSmallThreads, 1, kSmallFwdBlocks>, 1);
+      }
+      if (vec) return run(&glu_fwd_kernel<T, kVec, A>, kVec);
+      return run(&glu_fwd_kernel<T, 1, A>, 1);
     });
   });
 }
@@ -582,8 +394,6 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
   if (p.rows == 0 || p.cols == 0) return cudaSuccess;
   const Shape s = collapse(
       p.rows, p.cols, {p.dc_row_stride, p.a_row_stride, p.b_row_stride, p.da_row_stride, p.db_row_stride});
-  const GluGrid grid = glu_grid();
-  const int hint = glu_hint();
   return dispatch_dtype(p.dtype, [&](auto tv) {
     using T = decltype(tv);
     constexpr int kVec = 16 / sizeof(T);
@@ -597,37 +407,36 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
       const bool vec =
           vec_ok(kVec, s.rows, {p.dc, p.a, p.b, p.da, p.db},
                  {p.dc_row_stride, p.a_row_stride, p.b_row_stride, p.da_row_stride, p.db_row_stride});
-      auto run = [&](auto* kern, int ve, int unroll) {
-        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * unroll * ve);
+      auto run = [&](auto* kern, int ve) {
+        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kThreads) * kBwdUnroll * ve);
         const int64_t tiles = tpr * s.rows;
         kern<<<grid_for(tiles, resident_blocks(kern, sm_count)), kThreads, 0, stream>>>(
             dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride, da, p.da_row_stride, db,
             p.db_row_stride, s.cols, tpr, tiles);
         return cudaGetLastError();
       };
-      auto small = [&](auto* kern, int ve) {
-        const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kSmallThreads) * ve);
-        const int64_t tiles = tpr * s.rows;
-        kern<<<tiles, kSmallThreads, 0, stream>>>(dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride,
-                                                  da, p.da_row_stride, db, p.db_row_stride, s.cols, tpr,
-                                                  tiles);
+      const Grid grid = glu_grid(true);
+      if (grid == Grid::kDense && vec && s.rows == 1 && s.cols < kDenseMaxElems) {
+        const int n = static_cast<int>(s.cols);
+        const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kSmallThreadsDense} * kVec));
+        glu_bwd_dense<T, A><<<blocks, kSmallThreadsDense, 0, stream>>>(dc, a, b, da, db, n);
         return cudaGetLastError();
-      };
-      return dispatch_hint(vec ? hint : kHintNone, [&](auto h) {
-        constexpr int H = decltype(h)::value;
-        if (grid == GluGrid::kSmall &&
-            s.rows * ceil_div(s.cols, kSmallThreads * (vec ? kVec : 1)) < INT32_MAX) {
-          if (vec) return small(&glu_bwd_kernel<T, kVec, A, kSmallThreads, 1, kSmallBwdBlocks, H>, kVec);
-          return small(&glu_bwd_kernel<T, 1, A, kSmallThreads, 1, kSmallBwdBlocks>, 1);
-        }
-        if (grid == GluGrid::kPrefetch) {
-          if (vec) return run(&glu_bwd_pipe<T, kVec, A, H>, kVec, kPipeBwdUnroll);
-          return run(&glu_bwd_pipe<T, 1, A>, 1, kPipeBwdUnroll);
-        }
-        if (vec)
-          return run(&glu_bwd_kernel<T, kVec, A, kThreads, kBwdUnroll, kBwdMinBlocks, H>, kVec, kBwdUnroll);
-        return run(&glu_bwd_kernel<T, 1, A>, 1, kBwdUnroll);
-      });
+      }
+      if (grid != Grid::kPersistent &&
+          s.rows * ceil_div(s.cols, kSmallThreads * (vec ? kVec : 1)) < INT32_MAX) {
+        auto small = [&](auto* kern, int ve) {
+          const int64_t tpr = ceil_div(s.cols, static_cast<int64_t>(kSmallThreads) * ve);
+          const int64_t tiles = tpr * s.rows;
+          kern<<<tiles, kSmallThreads, 0, stream>>>(dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride,
+                                                    da, p.da_row_stride, db, p.db_row_stride, s.cols, tpr,
+                                                    tiles);
+          return cudaGetLastError();
+        };
+        if (vec) return small(&glu_bwd_kernel<T, kVec, A, kSmallThreads, 1, kSmallBwdBlocks>, kVec);
+        return small(&glu_bwd_kernel<T, 1, A, kSmallThreads, 1, kSmallBwdBlocks>, 1);
+      }
+      if (vec) return run(&glu_bwd_kernel<T, kVec, A>, kVec);
+      return run(&glu_bwd_kernel<T, 1, A>, 1);
     });
   });
 }

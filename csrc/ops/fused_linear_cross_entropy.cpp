@@ -33,12 +33,16 @@ namespace {
 
 // Chunk budget when chunk_rows is 0: the chunk's logits take about this many
 // MiB. Every chunk after the first re-reads and re-writes dW in its GEMM's
-// epilogue, so fewer, larger chunks are faster: 240 MiB (M 8192, V 128256,
-// bf16: 9 chunks of 912 rows, see pick_chunk_rows) measured 43.2 ms against 45.5 ms for 128 MiB on
-// the H200 and kept the peak within dX + dW + 256 MiB at every benchmarked
-// shape (benchmarks/results/2026-11-30-h200-fused_linear_cross_entropy-3170160);
-// LIGER_CPP_FLCE_CHUNK_MB overrides it.
-constexpr double kDefaultChunkMiB = 240.0;
+// epilogue, so fewer, larger chunks are faster, and rows in multiples of the
+// GEMMs' 128-row tiles waste none: 251 MiB gives 1024-row chunks at V = 128256
+// bf16 (Llama 3's vocabulary). On the H200, fwd+bwd over the three GEMMs at
+// M8192 H4096 / M32768 H2048 / M32768 H4096: 1.062 / 1.111 / 1.050 x against
+// 1.106 / 1.144 / 1.071 x for 240 MiB (912- / 968-row chunks), with the peak
+// within dX + dW + 256 MiB (1317 of 1322 MiB at M8192; benchmarks/results/
+// 2026-11-30-h200-fused_linear_cross_entropy-chunk-1b5a435). 128 MiB was
+// slower still (45.5 against 43.2 ms at 3170160). LIGER_CPP_FLCE_CHUNK_MB
+// overrides it.
+constexpr double kDefaultChunkMiB = 251.0;
 
 double chunk_budget_mib() {
   const char* s = std::getenv("LIGER_CPP_FLCE_CHUNK_MB");
