@@ -1,12 +1,16 @@
 // SwiGLU / GeGLU forward and backward kernels (see swiglu.h for the math).
 //
-// Purely element-wise and memory-bound. The [rows, cols] problem is cut into
-// tiles of one row segment of kThreads * UNROLL * VEC elements; blocks walk the
-// tiles grid-stride. Each thread issues all UNROLL loads of every operand (16
-// bytes each when VEC = 16 / sizeof(T)) before any arithmetic, so several
-// vectors per thread are in flight. Dense inputs are collapsed to a single row,
-// so only the very last tile is partial. When a pointer or a row stride is not
-// 16-byte aligned the same kernels run with VEC = 1. Offsets are int64.
+// Purely element-wise and memory-bound. Dense inputs are collapsed to a single
+// row; those with 16-byte aligned operands (the usual case) run the dense
+// kernels: one 16-byte vector of each operand per thread of a 128-thread block,
+// 32-bit indices, 32 registers (glu_fwd_dense / glu_bwd_dense; see glu_grid()
+// for the measurements). Other layouts run the tiled kernels: the [rows, cols]
+// problem is cut into tiles of one row segment of kThreads * UNROLL * VEC
+// elements; blocks walk the tiles grid-stride (the persistent forward) or take
+// one tile each (the small backward). Each thread issues all UNROLL loads of
+// every operand (16 bytes each when VEC = 16 / sizeof(T)) before any
+// arithmetic. When a pointer or a row stride is not 16-byte aligned the tiled
+// kernels run with VEC = 1. Their offsets are int64.
 #include <cmath>
 #include <initializer_list>
 #include <type_traits>
@@ -285,8 +289,8 @@ inline bool vec_ok(int vec, int64_t rows, std::initializer_list<const void*> ptr
 // x 8192 / 14336 bf16, LIGER_CPP_GLU_GRID at c27c711, since removed).
 inline int64_t grid_for(int64_t tiles, int64_t resident) { return tiles < resident ? tiles : resident; }
 
-// The grids (LIGER_CPP_GLU_GRID, read on every call for A/B runs; unset: the
-// default per direction below):
+// The grids (LIGER_CPP_GLU_GRID, read on every call for A/B runs; unset:
+// dense):
 //  * persistent: the grid above (kThreads-thread blocks walking tiles of
 //    several vectors a thread);
 //  * small: torch.compile's pointwise shape (ncu, 8192 x 14336 bf16 forward:
@@ -296,22 +300,31 @@ inline int64_t grid_for(int64_t tiles, int64_t resident) { return tiles < reside
 //    threads, one vector per operand, one tile per block, the register cap
 //    from kSmallFwdBlocks / kSmallBwdBlocks resident per SM (10 / 8: 48 / 64
 //    registers; 12 / 9 spilled with nvcc 13.0);
-//  * dense: the small shape for dense operands (one row after collapse, 16-byte
-//    aligned, fewer than 2^31 elements) without the tile-to-row division and
-//    with 32-bit indices (glu_fwd_dense / glu_bwd_dense), so fewer registers
-//    and more resident blocks; other calls run as small.
-// Measured (bf16, H200, fwd+bwd % of C at 16384 x 14336, benchmarks/results/
-// 2026-11-30-h200-swiglu-ab-1b5a435): persistent 92.9, small 94.9 (its
-// forward 88.6 against 92.9, so its backward is the faster one); a prefetching
-// persistent grid (83.5) and L2/L1 cache hints on loads (82.2) or stores (92.1)
-// lost and were removed.
+//  * dense (the default): the small shape for dense operands (one row after
+//    collapse, 16-byte aligned, fewer than kDenseMaxElems elements) without
+//    the tile-to-row int64 division and with 32-bit indices (glu_fwd_dense /
+//    glu_bwd_dense: 32 registers, 16 blocks of 128 threads per SM). Other
+//    calls (strided rows such as a fused gate_up projection's halves, or
+//    misaligned operands) run the persistent forward and the small backward,
+//    the faster of those two grids in each direction.
+// Measured (bf16, H200, % of C, fwd+bwd / fwd; benchmarks/results/
+// 2026-11-30-h200-swiglu-grids-ba51f13): SwiGLU 16384 x 14336: dense 101.4 /
+// 100.9, persistent 93.0 / 93.0, small 94.8 / 88.4 (torch.compile 101.7 /
+// 101.7); GeGLU 16384 x 8192: dense 100.8 / 99.2, persistent 92.2 / 90.4. The
+// small grid's int64 row arithmetic cost it the registers that the dense
+// kernels spend on occupancy. A persistent grid that prefetched the next tile
+// (83.5) and L2/L1 cache hints on loads (82.2) or stores (92.1) lost
+// (swiglu-ab-1b5a435) and were removed.
 constexpr int kSmallThreads = 128, kSmallFwdBlocks = 10, kSmallBwdBlocks = 8;
 enum class Grid { kPersistent = 0, kSmall = 1, kDense = 2 };
 constexpr int64_t kDenseMaxElems = INT32_MAX - 65536;  // 32-bit indices with room
-constexpr Grid kDefaultFwdGrid = Grid::kPersistent, kDefaultBwdGrid = Grid::kSmall;
-Grid glu_grid(bool bwd) {
+// The grid a call runs: the knob's, dense by default; dense falls back to the
+// persistent forward and the small backward where its operands do not qualify.
+Grid glu_grid(bool bwd, bool dense_ok) {
   const int i = env_choice("LIGER_CPP_GLU_GRID", {"persistent", "small", "dense"});
-  return i < 0 ? (bwd ? kDefaultBwdGrid : kDefaultFwdGrid) : static_cast<Grid>(i);
+  const Grid g = i < 0 ? Grid::kDense : static_cast<Grid>(i);
+  if (g == Grid::kDense && !dense_ok) return bwd ? Grid::kSmall : Grid::kPersistent;
+  return g;
 }
 
 // Which SiLU runs: LIGER_CPP_GLU_SILU=div (IEEE division, the A/B
@@ -365,8 +378,8 @@ cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
             a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
         return cudaGetLastError();
       };
-      const Grid grid = glu_grid(false);
-      if (grid == Grid::kDense && vec && s.rows == 1 && s.cols < kDenseMaxElems) {
+      const Grid grid = glu_grid(false, vec && s.rows == 1 && s.cols < kDenseMaxElems);
+      if (grid == Grid::kDense) {
         const int n = static_cast<int>(s.cols);
         const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kSmallThreadsDense} * kVec));
         glu_fwd_dense<T, A><<<blocks, kSmallThreadsDense, 0, stream>>>(a, b, c, n);
@@ -415,8 +428,8 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
             p.db_row_stride, s.cols, tpr, tiles);
         return cudaGetLastError();
       };
-      const Grid grid = glu_grid(true);
-      if (grid == Grid::kDense && vec && s.rows == 1 && s.cols < kDenseMaxElems) {
+      const Grid grid = glu_grid(true, vec && s.rows == 1 && s.cols < kDenseMaxElems);
+      if (grid == Grid::kDense) {
         const int n = static_cast<int>(s.cols);
         const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kSmallThreadsDense} * kVec));
         glu_bwd_dense<T, A><<<blocks, kSmallThreadsDense, 0, stream>>>(dc, a, b, da, db, n);
