@@ -39,7 +39,7 @@ namespace {
 // M8192 H4096 / M32768 H2048 / M32768 H4096: 1.062 / 1.111 / 1.050 x against
 // 1.106 / 1.144 / 1.071 x for 240 MiB (912- / 968-row chunks), with the peak
 // within dX + dW + 256 MiB (1317 of 1322 MiB at M8192; benchmarks/results/
-// 2026-11-30-h200-fused_linear_cross_entropy-chunk-1b5a435). 128 MiB was
+// 2026-11-30-h200-fused_linear_cross_entropy-chunk-1b5a435-{240,251}). 128 MiB was
 // slower still (45.5 against 43.2 ms at 3170160). LIGER_CPP_FLCE_CHUNK_MB
 // overrides it.
 constexpr double kDefaultChunkMiB = 251.0;
