@@ -633,7 +633,7 @@ def test_out_of_range_targets_fail_loudly_on_cuda():
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_no_host_synchronisation(reduction):
+def test_cuda_no_host_synchronisation(reduction):
     x0, t = _inputs((8, 33), 1000, torch.bfloat16, "cuda")
     w = torch.rand(1000, device="cuda")
     go = _grad_output(t, reduction)
@@ -686,7 +686,7 @@ def test_cuda_graph_capture():
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-def test_large_shape_over_2_31_elements():
+def test_cuda_large_shape_over_2_31_elements():
     V = 128256
     rows = (1 << 31) // V + 64  # tokens x vocab > 2^31: int32 offsets would overflow in the last rows
     assert rows * V > (1 << 31)

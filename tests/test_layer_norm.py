@@ -281,7 +281,7 @@ def test_bad_inputs_name_the_argument(device):
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-def test_mismatched_devices():
+def test_cuda_mismatched_devices():
     x = torch.randn(4, 64, device="cuda")
     with pytest.raises(RuntimeError, match="'B'.*device"):
         layer_norm(x, None, torch.ones(64), 1e-6)
