@@ -40,7 +40,7 @@ constexpr int kFwdUnroll = 4, kFwdMinBlocks = 2;
 constexpr int kBwdUnroll = 2, kBwdMinBlocks = 2;
 // The dense small-block kernels' block size and resident blocks per SM (their
 // register caps: 32 each; no spills with nvcc 13.0); see glu_grid().
-constexpr int kSmallThreadsDense = 128, kDenseFwdBlocksK = 16, kDenseBwdBlocksK = 16;
+constexpr int kDenseThreads = 128, kDenseFwdBlocks = 16, kDenseBwdBlocks = 16;
 
 template <GluAct ACT>
 struct Act;
@@ -211,10 +211,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // glu_bwd_kernel, da / db may be a / b (each element is read before the thread
 // that read it writes it).
 template <typename T, GluAct ACT>
-__global__ void __launch_bounds__(kSmallThreadsDense, kDenseFwdBlocksK)
+__global__ void __launch_bounds__(kDenseThreads, kDenseFwdBlocks)
     glu_fwd_dense(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c, int n) {
   constexpr int VEC = 16 / sizeof(T);
-  const int i = (static_cast<int>(blockIdx.x) * kSmallThreadsDense + static_cast<int>(threadIdx.x)) * VEC;
+  const int i = (static_cast<int>(blockIdx.x) * kDenseThreads + static_cast<int>(threadIdx.x)) * VEC;
   if (i + VEC <= n) {
     const Vec<T, VEC> av = load_vec<T, VEC>(a + i), bv = load_vec<T, VEC>(b + i);
     Vec<T, VEC> cv;
@@ -228,10 +228,10 @@ __global__ void __launch_bounds__(kSmallThreadsDense, kDenseFwdBlocksK)
 }
 
 template <typename T, GluAct ACT>
-__global__ void __launch_bounds__(kSmallThreadsDense, kDenseBwdBlocksK)
+__global__ void __launch_bounds__(kDenseThreads, kDenseBwdBlocks)
     glu_bwd_dense(const T* dc, const T* a, const T* b, T* da, T* db, int n) {
   constexpr int VEC = 16 / sizeof(T);
-  const int i = (static_cast<int>(blockIdx.x) * kSmallThreadsDense + static_cast<int>(threadIdx.x)) * VEC;
+  const int i = (static_cast<int>(blockIdx.x) * kDenseThreads + static_cast<int>(threadIdx.x)) * VEC;
   if (i + VEC <= n) {
     const Vec<T, VEC> gv = load_vec<T, VEC>(dc + i), av = load_vec<T, VEC>(a + i),
                       bv = load_vec<T, VEC>(b + i);
@@ -381,8 +381,8 @@ cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
       const Grid grid = glu_grid(false, vec && s.rows == 1 && s.cols < kDenseMaxElems);
       if (grid == Grid::kDense) {
         const int n = static_cast<int>(s.cols);
-        const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kSmallThreadsDense} * kVec));
-        glu_fwd_dense<T, A><<<blocks, kSmallThreadsDense, 0, stream>>>(a, b, c, n);
+        const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kDenseThreads} * kVec));
+        glu_fwd_dense<T, A><<<blocks, kDenseThreads, 0, stream>>>(a, b, c, n);
         return cudaGetLastError();
       }
       if (grid != Grid::kPersistent &&
@@ -431,8 +431,8 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
       const Grid grid = glu_grid(true, vec && s.rows == 1 && s.cols < kDenseMaxElems);
       if (grid == Grid::kDense) {
         const int n = static_cast<int>(s.cols);
-        const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kSmallThreadsDense} * kVec));
-        glu_bwd_dense<T, A><<<blocks, kSmallThreadsDense, 0, stream>>>(dc, a, b, da, db, n);
+        const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kDenseThreads} * kVec));
+        glu_bwd_dense<T, A><<<blocks, kDenseThreads, 0, stream>>>(dc, a, b, da, db, n);
         return cudaGetLastError();
       }
       if (grid != Grid::kPersistent &&
