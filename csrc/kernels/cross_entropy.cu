@@ -840,7 +840,7 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
   // the register cluster kernel: cs blocks of `threads` threads per row, K vectors a thread. The kernel is
   // latency-bound (load, reduce, exchange, store per block), and the plan that measured best is a
   // power-of-two number of blocks per row, the fewest that keep a block at most 320 threads: bf16 op fwd+bwd,
-  // % of C (benchmarks/results/ 2026-11-30-h200-cross_entropy-ab-*-{b055154,65a82a6}.json):
+  // % of C (benchmarks/results/2026-11-30-h200-cross_entropy-ab-*-{b055154,65a82a6}.json):
   //   V = 32000:  2 x 256 85.2 | 1 x 512 80.7 | 4 x 128 82.6 | 3 x 192 76.2
   //   V = 128256: 8 x 256 83.9 | 4 x 512 80.9 | 16 x 128 80.6 | 6 x 352 65.5 | 12 x 192 70.9
   //   V = 151936: 8 x 320 78.2 | 5 x 480 76.6 | 10 x 256 76.3 | 16 x 160 76.4 | 12 x 224 71.0
