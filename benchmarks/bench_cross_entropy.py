@@ -123,7 +123,7 @@ def main():
     ap.add_argument("--ours-only", action="store_true", help="liger_cpp alone (kernel-knob A/B runs)")
     ap.add_argument("--vocab", default=None, help="comma-separated V list (overrides --quick)")
     ap.add_argument(
-        "--smem", default="", help="comma-separated LIGER_CPP_CE_SMEM values to add as rows (auto,1,2,4,8)"
+        "--smem", default="", help="comma-separated LIGER_CPP_CE_SMEM values as extra rows (off,auto,1,2,4,8)"
     )
     args = ap.parse_args()
     have_liger = not args.ours_only and try_import_liger()
