@@ -1,6 +1,7 @@
-// sm_90 thread-block-cluster and mbarrier helpers shared by the cluster
-// kernels (cross_entropy.cu's ce_cluster_kernel,
-// rms_norm.cu's rms_bwd_cluster). PTX only valid on sm_90+: call them only
+// sm_90 thread-block-cluster, mbarrier and TMA bulk-copy helpers shared by
+// the cluster and shared-memory kernels (cross_entropy.cu's ce_cluster_kernel
+// and ce_smem_kernel, rms_norm.cu's rms_bwd_cluster, layer_norm.cu's
+// ln_bwd_tma). PTX only valid on sm_90+: call them only
 // from code compiled for it (the kernels guard their bodies with __CUDA_ARCH__).
 // In an unnamed namespace, as norm_common.cuh: each .cu gets its own copy.
 #pragma once
@@ -59,6 +60,18 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, uint32_t pari
       "@!p bra WAIT_%=;\n"
       "}\n" ::"r"(smem_addr(bar)),
       "r"(parity)
+      : "memory");
+}
+
+// One 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte
+// aligned) from global memory into this block's shared memory, completing
+// `bytes` of the mbarrier's transaction count.
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes,
+                                              unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
 

@@ -617,18 +617,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
 constexpr int kSmemThreads = 256;      // threads per block
 constexpr int kSmemChunkBytes = 4096;  // one bulk copy per chunk, issued by the lanes of warp 0
 
-// One 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte
-// aligned) from global memory into this block's shared memory, completing
-// `bytes` of the mbarrier's transaction count.
-__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes,
-                                              unsigned long long* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-
 template <typename T, bool PLAIN, bool ARGMAX>
 __global__ void __launch_bounds__(kSmemThreads) ce_smem_kernel(CeRowsArgs a, int slice) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
