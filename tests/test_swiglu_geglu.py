@@ -169,8 +169,9 @@ def test_cuda_silu_variants(monkeypatch, variant, shape, dtype):
 
 # The CUDA grids (LIGER_CPP_GLU_GRID, read on every call; see swiglu.cu) for both directions:
 # persistent blocks walking tiles of several vectors a thread; small blocks of one vector a thread,
-# one tile each; the dense small-block kernels (the default; 32-bit indices, dense aligned operands
-# only: other layouts fall back to the persistent forward and the small backward). Shapes with
+# one tile each; the dense small-block kernels (the default; 32-bit indices; strided aligned rows
+# through their row variant; misaligned operands fall back to the persistent forward and the
+# small backward). Shapes with
 # more tiles than resident blocks, ragged ends, rows with ragged ends on the vector path (rowpad),
 # misaligned inputs (offset and odd chunked halves: the VEC = 1 kernels), in place (da, db into
 # a, b) and strided rows.

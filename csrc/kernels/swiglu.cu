@@ -258,6 +258,76 @@ __global__ void __launch_bounds__(kDenseThreads, kDenseBwdBlocks)
   }
 }
 
+// The dense kernels for rows with a stride (e.g. the two halves of a fused
+// gate_up projection): the same one vector per operand and thread, blocks
+// numbered row-major over (row, tile of kDenseThreads * VEC columns) with
+// 32-bit tile arithmetic; only the row offsets are int64. Rows and strides
+// are 16-byte aligned (vec_ok); a row's ragged end (cols % VEC) is covered
+// element by element by the thread at its end.
+template <typename T, GluAct ACT>
+__global__ void __launch_bounds__(kDenseThreads, kDenseFwdBlocks)
+    glu_fwd_rows(const T* __restrict__ a, int64_t as, const T* __restrict__ b, int64_t bs, T* __restrict__ c,
+                 int64_t cs, int cols, int tiles_per_row) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int tile = static_cast<int>(blockIdx.x);
+  const int row = tile / tiles_per_row;
+  const int i = ((tile - row * tiles_per_row) * kDenseThreads + static_cast<int>(threadIdx.x)) * VEC;
+  a += static_cast<int64_t>(row) * as;
+  b += static_cast<int64_t>(row) * bs;
+  c += static_cast<int64_t>(row) * cs;
+  if (i + VEC <= cols) {
+    const Vec<T, VEC> av = load_vec<T, VEC>(a + i), bv = load_vec<T, VEC>(b + i);
+    Vec<T, VEC> cv;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av.v[j])) * to_float<T>(bv.v[j]));
+    store_vec<T, VEC>(c + i, cv);
+  } else {
+    for (int k = i; k < cols; ++k) c[k] = from_float<T>(Act<ACT>::f(to_float<T>(a[k])) * to_float<T>(b[k]));
+  }
+}
+
+// 10 blocks a SM (48 registers): at 32 the five row offsets spilled (up to
+// 24 B), at 40 the IEEE-division SiLU (up to 80 B).
+template <typename T, GluAct ACT>
+__global__ void __launch_bounds__(kDenseThreads, 10)
+    glu_bwd_rows(const T* dc, int64_t gs, const T* a, int64_t as, const T* b, int64_t bs, T* da, int64_t das,
+                 T* db, int64_t dbs, int cols, int tiles_per_row) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int tile = static_cast<int>(blockIdx.x);
+  const int row = tile / tiles_per_row;
+  const int i = ((tile - row * tiles_per_row) * kDenseThreads + static_cast<int>(threadIdx.x)) * VEC;
+  dc += static_cast<int64_t>(row) * gs;
+  a += static_cast<int64_t>(row) * as;
+  b += static_cast<int64_t>(row) * bs;
+  da += static_cast<int64_t>(row) * das;
+  db += static_cast<int64_t>(row) * dbs;
+  if (i + VEC <= cols) {
+    const Vec<T, VEC> gv = load_vec<T, VEC>(dc + i), av = load_vec<T, VEC>(a + i),
+                      bv = load_vec<T, VEC>(b + i);
+    Vec<T, VEC> dav, dbv;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float g = to_float<T>(gv.v[j]);
+      float y, d;
+      Act<ACT>::fd(to_float<T>(av.v[j]), y, d);
+      dav.v[j] = from_float<T>(g * to_float<T>(bv.v[j]) * d);
+      dbv.v[j] = from_float<T>(g * y);
+    }
+    store_vec<T, VEC>(da + i, dav);
+    store_vec<T, VEC>(db + i, dbv);
+  } else {
+    for (int k = i; k < cols; ++k) {
+      const float g = to_float<T>(dc[k]);
+      const float bk = to_float<T>(b[k]);
+      float y, d;
+      Act<ACT>::fd(to_float<T>(a[k]), y, d);
+      da[k] = from_float<T>(g * bk * d);
+      db[k] = from_float<T>(g * y);
+    }
+  }
+}
+
 // Rows of a dense (rows, cols) layout collapse into one row of rows * cols.
 struct Shape {
   int64_t rows, cols;
@@ -303,10 +373,11 @@ inline int64_t grid_for(int64_t tiles, int64_t resident) { return tiles < reside
 //  * dense (the default): the small shape for dense operands (one row after
 //    collapse, 16-byte aligned, fewer than kDenseMaxElems elements) without
 //    the tile-to-row int64 division and with 32-bit indices (glu_fwd_dense /
-//    glu_bwd_dense: 32 registers, 16 blocks of 128 threads per SM). Other
-//    calls (strided rows such as a fused gate_up projection's halves, or
-//    misaligned operands) run the persistent forward and the small backward,
-//    the faster of those two grids in each direction.
+//    glu_bwd_dense: 32 registers, 16 blocks of 128 threads per SM); rows
+//    with strides (a fused gate_up projection's halves) run glu_fwd_rows /
+//    glu_bwd_rows, the same with a 32-bit row index (branch glu-dense-rows:
+//    NOT YET MEASURED). Misaligned operands run the persistent forward and
+//    the small backward, the faster of those two grids in each direction.
 // Measured (bf16, H200, % of C, fwd+bwd / fwd; benchmarks/results/
 // 2026-11-30-h200-swiglu-grids-ba51f13): SwiGLU 16384 x 14336: dense 101.4 /
 // 100.9, persistent 93.0 / 93.0, small 94.8 / 88.4 (torch.compile 101.7 /
@@ -378,11 +449,18 @@ cudaError_t glu_fwd(const GluFwdArgs& p, int sm_count, cudaStream_t stream) {
             a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, s.cols, tpr, tiles);
         return cudaGetLastError();
       };
-      const Grid grid = glu_grid(false, vec && s.rows == 1 && s.cols < kDenseMaxElems);
+      const int64_t dense_tpr = ceil_div(s.cols, int64_t{kDenseThreads} * kVec);
+      const bool one_row = vec && s.rows == 1 && s.cols < kDenseMaxElems;
+      const bool rows_ok = vec && s.cols < kDenseMaxElems && s.rows * dense_tpr <= INT32_MAX;
+      const Grid grid = glu_grid(false, one_row || rows_ok);
       if (grid == Grid::kDense) {
-        const int n = static_cast<int>(s.cols);
-        const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kDenseThreads} * kVec));
-        glu_fwd_dense<T, A><<<blocks, kDenseThreads, 0, stream>>>(a, b, c, n);
+        if (one_row)
+          glu_fwd_dense<T, A><<<static_cast<unsigned>(dense_tpr), kDenseThreads, 0, stream>>>(
+              a, b, c, static_cast<int>(s.cols));
+        else
+          glu_fwd_rows<T, A><<<static_cast<unsigned>(s.rows * dense_tpr), kDenseThreads, 0, stream>>>(
+              a, p.a_row_stride, b, p.b_row_stride, c, p.c_row_stride, static_cast<int>(s.cols),
+              static_cast<int>(dense_tpr));
         return cudaGetLastError();
       }
       if (grid != Grid::kPersistent &&
@@ -428,11 +506,18 @@ cudaError_t glu_bwd(const GluBwdArgs& p, int sm_count, cudaStream_t stream) {
             p.db_row_stride, s.cols, tpr, tiles);
         return cudaGetLastError();
       };
-      const Grid grid = glu_grid(true, vec && s.rows == 1 && s.cols < kDenseMaxElems);
+      const int64_t dense_tpr = ceil_div(s.cols, int64_t{kDenseThreads} * kVec);
+      const bool one_row = vec && s.rows == 1 && s.cols < kDenseMaxElems;
+      const bool rows_ok = vec && s.cols < kDenseMaxElems && s.rows * dense_tpr <= INT32_MAX;
+      const Grid grid = glu_grid(true, one_row || rows_ok);
       if (grid == Grid::kDense) {
-        const int n = static_cast<int>(s.cols);
-        const unsigned blocks = static_cast<unsigned>(ceil_div(s.cols, int64_t{kDenseThreads} * kVec));
-        glu_bwd_dense<T, A><<<blocks, kDenseThreads, 0, stream>>>(dc, a, b, da, db, n);
+        if (one_row)
+          glu_bwd_dense<T, A><<<static_cast<unsigned>(dense_tpr), kDenseThreads, 0, stream>>>(
+              dc, a, b, da, db, static_cast<int>(s.cols));
+        else
+          glu_bwd_rows<T, A><<<static_cast<unsigned>(s.rows * dense_tpr), kDenseThreads, 0, stream>>>(
+              dc, p.dc_row_stride, a, p.a_row_stride, b, p.b_row_stride, da, p.da_row_stride, db,
+              p.db_row_stride, static_cast<int>(s.cols), static_cast<int>(dense_tpr));
         return cudaGetLastError();
       }
       if (grid != Grid::kPersistent &&
