@@ -498,6 +498,47 @@ __device__ __forceinline__ void store_slice_grad(RowVecs<T>& buf, int nvec, int6
   if (owns_y) d[yl] = from_float<T>(grad_of<PLAIN>(x_y, prob<FAST>(x_y, g), true, g.y, g));
 }
 
+// The row's statistics, from each warp's (ws), in the cluster kernels: warp 0
+// combines the block's warps and pushes the result, with the target's capped
+// logit where this block's slice holds it (xy_of(), called by one thread), to
+// every block of the cluster; each block's warp 0 then combines the cs pushes
+// in rank order (deterministic, the same in every block). Every thread gets
+// the row's Stats and the target's capped logit (x_y). The caller has
+// initialised stats_bar and arrived on the cluster barrier (this waits on it).
+template <typename XY>
+__device__ __forceinline__ Stats cluster_row_stats(const WarpStats& ws, bool block_has_y, XY xy_of, int cs,
+                                                   int rank, WarpStats* warp_stats, PeerRec* peer_rec,
+                                                   unsigned long long* stats_bar, WarpStats& row_stats,
+                                                   float& row_xy, float& x_y) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if (lane == 0) warp_stats[warp] = ws;
+  __syncthreads();
+  const WarpStats empty{-INFINITY, 0.f, INT32_MAX, 0.f};
+  WarpStats b = empty;
+  if (warp == 0) b = warp_combine_ws(lane < nwarps ? warp_stats[lane] : empty);
+  cluster_wait();  // every block's stats_bar is initialised (long since, by now)
+  if (warp == 0) {
+    if (lane == 0) {
+      const PeerRec mine{b, block_has_y ? xy_of() : 0.f, block_has_y ? 1 : 0, {0, 0}};
+      for (int dst = 0; dst < cs; ++dst) push_rec(mine, &peer_rec[rank], stats_bar, dst);
+    }
+    mbar_wait(stats_bar, 0);
+    const PeerRec pr = lane < cs ? peer_rec[lane] : PeerRec{empty, 0.f, 0, {0, 0}};
+    const WarpStats c = warp_combine_ws(pr.st);
+    const unsigned owner = __ballot_sync(0xffffffffu, pr.has_y != 0);  // exactly one block
+    const float xy = __shfl_sync(0xffffffffu, pr.x_y, __ffs(owner) - 1);
+    if (lane == 0) {
+      row_stats = c;
+      row_xy = xy;
+    }
+  }
+  __syncthreads();  // row_stats is visible in the block
+  const WarpStats rs = row_stats;
+  x_y = row_xy;
+  return Stats{rs.m, rs.s, rs.arg == INT32_MAX ? INT64_MAX : static_cast<int64_t>(rs.arg), rs.wx,
+               rs.m != rs.m};
+}
+
 // PLAIN: no softcap, no label smoothing, no class weights (the common case,
 // compiled without those paths). ARGMAX: the argmax is wanted.
 //
@@ -565,35 +606,10 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
 
   const WarpStats ws = warp_slice_stats<T, PLAIN, ARGMAX>(buf, nvec, base, o);
 
-  // Block: warp 0 combines the warps' statistics and pushes them to every
-  // block of the cluster; each block's warp 0 then combines the cs pushes in
-  // rank order (deterministic, the same in every block).
-  if (lane == 0) warp_stats[warp] = ws;
-  __syncthreads();
-  const WarpStats empty{-INFINITY, 0.f, INT32_MAX, 0.f};
-  WarpStats b = empty;
-  if (warp == 0) b = warp_combine_ws(lane < nwarps ? warp_stats[lane] : empty);
-  cluster_wait();  // every block's stats_bar is initialised (long since, by now)
-  if (warp == 0) {
-    if (lane == 0) {
-      const PeerRec mine{b, block_has_y ? block_xy : 0.f, block_has_y ? 1 : 0, {0, 0}};
-      for (int dst = 0; dst < cs; ++dst) push_rec(mine, &peer_rec[rank], &stats_bar, dst);
-    }
-    mbar_wait(&stats_bar, 0);
-    const PeerRec pr = lane < cs ? peer_rec[lane] : PeerRec{empty, 0.f, 0, {0, 0}};
-    const WarpStats c = warp_combine_ws(pr.st);
-    const unsigned owner = __ballot_sync(0xffffffffu, pr.has_y != 0);  // exactly one block
-    const float xy = __shfl_sync(0xffffffffu, pr.x_y, __ffs(owner) - 1);
-    if (lane == 0) {
-      row_stats = c;
-      row_xy = xy;
-    }
-  }
-  __syncthreads();  // row_stats is visible in the block
-  const WarpStats rs = row_stats;
-  const float x_y = row_xy;
-  const Stats all{rs.m, rs.s, rs.arg == INT32_MAX ? INT64_MAX : static_cast<int64_t>(rs.arg), rs.wx,
-                  rs.m != rs.m};
+  float x_y;
+  const Stats all = cluster_row_stats(
+      ws, block_has_y, [&] { return block_xy; }, cs, rank, warp_stats, peer_rec, &stats_bar, row_stats,
+      row_xy, x_y);
   const RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && t == 0);
   if (a.dlogits)
     store_slice_grad<T, PLAIN>(buf, nvec, base, static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base,
@@ -713,35 +729,11 @@ __global__ void __launch_bounds__(kSmemThreads) ce_smem_kernel(CeRowsArgs a, int
   WarpStats ws{mc, warp_sum(s0 + s1), arg == INT32_MAX ? INT32_MAX : static_cast<int>(base) + arg, 0.f};
   if (!PLAIN) ws.wx = warp_sum(wx);
 
-  // Block and cluster: as the cluster kernel.
-  if (lane == 0) warp_stats[warp] = ws;
-  __syncthreads();
-  const WarpStats empty{-INFINITY, 0.f, INT32_MAX, 0.f};
-  WarpStats b = empty;
-  if (warp == 0) b = warp_combine_ws(lane < nwarps ? warp_stats[lane] : empty);
-  cluster_wait();  // every block's stats_bar is initialised
-  if (warp == 0) {
-    if (lane == 0) {
-      const float block_xy =
-          block_has_y ? cap(to_float<T>(reinterpret_cast<const T*>(ce_smem_raw)[yl]), o) : 0.f;
-      const PeerRec mine{b, block_xy, block_has_y ? 1 : 0, {0, 0}};
-      for (int dst = 0; dst < cs; ++dst) push_rec(mine, &peer_rec[rank], &stats_bar, dst);
-    }
-    mbar_wait(&stats_bar, 0);
-    const PeerRec pr = lane < cs ? peer_rec[lane] : PeerRec{empty, 0.f, 0, {0, 0}};
-    const WarpStats c = warp_combine_ws(pr.st);
-    const unsigned owner = __ballot_sync(0xffffffffu, pr.has_y != 0);  // exactly one block
-    const float xy = __shfl_sync(0xffffffffu, pr.x_y, __ffs(owner) - 1);
-    if (lane == 0) {
-      row_stats = c;
-      row_xy = xy;
-    }
-  }
-  __syncthreads();
-  const WarpStats rs = row_stats;
-  const float x_y = row_xy;
-  const Stats all{rs.m, rs.s, rs.arg == INT32_MAX ? INT64_MAX : static_cast<int64_t>(rs.arg), rs.wx,
-                  rs.m != rs.m};
+  // Block and cluster: the target's logit comes from this block's shared slice.
+  float x_y;
+  const Stats all = cluster_row_stats(
+      ws, block_has_y, [&] { return cap(to_float<T>(reinterpret_cast<const T*>(ce_smem_raw)[yl]), o); }, cs,
+      rank, warp_stats, peer_rec, &stats_bar, row_stats, row_xy, x_y);
   const RowGrad g = finish_row(a, r, y, all, x_y, rank == 0 && t == 0);
   if (!a.dlogits) return;
   T* d = static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base;
