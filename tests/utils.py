@@ -15,9 +15,11 @@ ULP = {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7
 def assert_close_to_ref(out, ref64, ref_lo, name="output", factor=2.0, extra_ulps=1.0):
     assert out.shape == ref64.shape, f"{name}: shape {tuple(out.shape)} != {tuple(ref64.shape)}"
     assert not torch.isnan(out).any(), f"{name}: NaN in output"
-    out64 = out.detach().double().cpu()
-    ref64 = ref64.detach().double().cpu()
-    ref_lo = ref_lo.detach().double().cpu()
+    # Compared on the output's device (float64 there too): copying multi-million-element tensors
+    # to the host made the CUDA suites CPU-bound under pytest -n 16.
+    out64 = out.detach().double()
+    ref64 = ref64.detach().double().to(out64.device)
+    ref_lo = ref_lo.detach().double().to(out64.device)
     err = (out64 - ref64).abs().max().item() if out.numel() else 0.0
     base = (ref_lo - ref64).abs().max().item() if out.numel() else 0.0
     scale = ref64.abs().max().item() if out.numel() else 0.0
@@ -79,7 +81,7 @@ def assert_rstd_close(x, eps, rstd):
     """The forward's saved rstd = 1 / sqrt(mean(x^2) + eps) per row of x (for FusedAddRMSNorm, of
     s = x + r), float32, against float64; the low-precision baseline is the formula in float32."""
     assert rstd.dtype == torch.float32 and rstd.shape == x.shape[:-1]
-    x64 = x.detach().double().cpu()
+    x64 = x.detach().double()
     r64 = torch.rsqrt(x64.pow(2).mean(-1) + eps)
     rlo = torch.rsqrt(x.detach().float().pow(2).mean(-1) + eps)
     # a few float32 units: the kernels sum the squares in another (fixed) order than PyTorch
