@@ -9,6 +9,7 @@
 // ln_reduce_parts: deterministic, no atomics.
 #include <type_traits>
 
+#include "cluster.cuh"
 #include "env_knob.h"
 #include "layer_norm.h"
 #include "norm_common.cuh"
@@ -749,6 +750,199 @@ __global__ void __launch_bounds__(BLOCK, MINB)
   }
 }
 
+// Backward with rows brought into shared memory by the TMA engine (sm_90;
+// LIGER_CPP_LN_BWD=tma). ln_bwd_pipe16's math, vector ownership and partials,
+// but each row's x and dy arrive by cp.async.bulk (a few instructions per
+// block, issued by warp 0) into one of STAGES shared-memory stages completing
+// on that stage's mbarrier, instead of by four cp.async per thread. The bytes
+// in flight then cost neither registers nor per-thread instructions, so the
+// kernel needs fewer registers and MINB blocks of up to kTmaBlock threads
+// share an SM with STAGES rows each: a block has STAGES rows in flight while
+// it works on one. One block per row (blockDim.x = TX, TY = 1); the block's
+// k-th row, blockIdx.x + k * gridDim.x, lives in stage k % STAGES, whose
+// mbarrier completes its (k / STAGES)-th phase for it. After the row's one
+// barrier (the two sums) every thread has read the stage, so warp 0 refills
+// it with row k + STAGES. mean and rstd come in chunks of TX rows (one float
+// pair a thread, plain loads, once per TX rows) into shared memory.
+constexpr int kTmaBlock = 512;   // threads at most (rows of at most 512 16-byte vectors)
+constexpr int kTmaStages = 4;    // rows in flight per block
+constexpr int kTmaChunk = 4096;  // bytes per bulk copy (issued by the lanes of warp 0)
+
+template <typename T, typename WT, int STAGES, int MINB>
+__global__ void __launch_bounds__(kTmaBlock, MINB)
+    ln_bwd_tma(const T* __restrict__ dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
+               const WT* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd,
+               T* __restrict__ dx, float* __restrict__ pw, float* __restrict__ pb, int64_t rows,
+               int64_t cols) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int VEC = 16 / static_cast<int>(sizeof(T));
+  constexpr int WW = VEC * static_cast<int>(sizeof(WT)) / 4;  // 32-bit words of VEC weights
+  constexpr bool WS = sizeof(WT) > sizeof(T);                 // weights in shared memory (see pipe16)
+  // [STAGES][2 (x, dy)][rb bytes] rows, then [TX][2 (mean, rstd)] floats, then
+  // (WS) [2][TX] 16-byte weight slots.
+  extern __shared__ __align__(128) unsigned char tma_smem[];
+  __shared__ alignas(8) unsigned long long bars[STAGES];
+  __shared__ float2 scratch[2][32];
+  const int tx = threadIdx.x, TX = blockDim.x, lane = tx & 31, warp = tx >> 5;
+  const int64_t nvec = cols / VEC;
+  const bool has = tx < nvec;
+  const uint32_t rb = static_cast<uint32_t>(cols * static_cast<int64_t>(sizeof(T)));  // <= 8 KiB
+  const int64_t grid = gridDim.x;
+  const int64_t nk = rows > blockIdx.x ? (rows - 1 - blockIdx.x) / grid + 1 : 0;  // this block's rows
+  const float inv_n = 1.f / static_cast<float>(cols);
+  const int c0 = tx * VEC;
+  float* const mr = reinterpret_cast<float*>(tma_smem + static_cast<size_t>(STAGES) * 2 * rb);
+  uint4* const w_smem = reinterpret_cast<uint4*>(mr + 2 * TX) + tx;
+
+  // Warp 0 puts the block's k-th row (x then dy) in flight into stage k % STAGES.
+  auto issue = [&](int64_t k) {
+    if (k >= nk) return;
+    const int st = static_cast<int>(k % STAGES);
+    const int64_t row = blockIdx.x + k * grid;
+    unsigned char* dst = tma_smem + static_cast<size_t>(st) * 2 * rb;
+    if (lane == 0) mbar_expect_tx(&bars[st], 2 * rb);
+    const int nch = static_cast<int>((rb + kTmaChunk - 1) / kTmaChunk);  // chunks per operand
+    for (int c = lane; c < 2 * nch; c += 32) {
+      const int op = c / nch;
+      const uint32_t off = static_cast<uint32_t>(c - op * nch) * kTmaChunk;
+      const unsigned char* src = op == 0 ? reinterpret_cast<const unsigned char*>(x + row * x_stride)
+                                         : reinterpret_cast<const unsigned char*>(dy + row * dy_stride);
+      bulk_copy_g2s(dst + op * rb + off, src + off, rb - off < kTmaChunk ? rb - off : kTmaChunk, &bars[st]);
+    }
+  };
+
+  if (tx == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbar_init(&bars[s]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();  // the mbarriers are initialised before anyone issues or waits
+  if (warp == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) issue(s);
+  }
+
+  // Loaded once: the thread's columns are the same in every row.
+  uint32_t wv[WS ? 1 : WW];
+  if (has && w != nullptr) {
+    if constexpr (WS) {
+      static_assert(WW == 8, "fp32 weights with 16-bit x");
+      uint32_t t[8];
+      load_words_volatile(t, w + c0);
+      w_smem[0] = make_uint4(t[0], t[1], t[2], t[3]);
+      w_smem[TX] = make_uint4(t[4], t[5], t[6], t[7]);
+    } else if constexpr (WW == 2) {  // fp32 x, 16-bit weights: 8 bytes
+      load_words<2>(wv, w + c0);
+    } else {
+      load_words_volatile(wv, w + c0);
+    }
+  }
+  auto weights = [&](float(&wl)[VEC]) {
+    if (w == nullptr) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) wl[j] = 1.f;
+    } else if constexpr (WS) {
+      const uint4 a = w_smem[0], b = w_smem[TX];
+      const uint32_t t[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) wl[j] = __uint_as_float(t[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) wl[j] = word_elem<WT>(wv, j);
+    }
+  };
+  float dw_acc[VEC], db_acc[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) dw_acc[j] = db_acc[j] = 0.f;
+
+  int parity = 0, st = 0, kc = 0;  // scratch buffer; stage (k % STAGES); k % TX
+  uint32_t phase = 0;              // (k / STAGES) & 1
+  for (int64_t k = 0; k < nk; ++k) {
+    if (kc == 0) {
+      // The next TX rows' mean and rstd. Every thread read the previous
+      // chunk's last pair before that row's barrier, so it can be overwritten.
+      const int64_t kk = k + tx;
+      if (kk < nk) {
+        const int64_t row = blockIdx.x + kk * grid;
+        mr[2 * tx] = mean[row];
+        mr[2 * tx + 1] = rstd[row];
+      }
+      __syncthreads();
+    }
+    const int64_t row = blockIdx.x + k * grid;
+    const float m = mr[2 * kc], r = mr[2 * kc + 1];
+    uint32_t xv[4], gv[4];
+    mbar_wait(&bars[st], phase);
+    float sg = 0.f, sgx = 0.f;
+    if (has) {
+      const unsigned char* base = tma_smem + static_cast<size_t>(st) * 2 * rb + static_cast<size_t>(tx) * 16;
+      const uint4 a = *reinterpret_cast<const uint4*>(base);
+      const uint4 b = *reinterpret_cast<const uint4*>(base + rb);
+      xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+      gv[0] = b.x, gv[1] = b.y, gv[2] = b.z, gv[3] = b.w;
+      float wl[VEC];
+      weights(wl);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float g = word_elem<T>(gv, j) * wl[j];
+        sg += g;
+        sgx += g * ((word_elem<T>(xv, j) - m) * r);
+      }
+    }
+    // Converted again below rather than kept as floats across the barrier (see pipe16).
+    opaque_words<4>(xv);
+    opaque_words<4>(gv);
+    if constexpr (!WS) opaque_words<WW>(wv);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      sg += __shfl_xor_sync(0xffffffffu, sg, o);
+      sgx += __shfl_xor_sync(0xffffffffu, sgx, o);
+    }
+    if (lane == 0) scratch[parity][warp] = make_float2(sg, sgx);
+    __syncthreads();  // also: every thread is done reading stage st
+    if (warp == 0) issue(k + STAGES);
+    float2 sums = lane < (TX >> 5) ? scratch[parity][lane] : make_float2(0.f, 0.f);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      sums.x += __shfl_xor_sync(0xffffffffu, sums.x, o);
+      sums.y += __shfl_xor_sync(0xffffffffu, sums.y, o);
+    }
+    parity ^= 1;
+    if (has) {
+      const float a = sums.x * inv_n, bq = sums.y * inv_n;
+      float wl[VEC], o[VEC];
+      weights(wl);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float xh = (word_elem<T>(xv, j) - m) * r;
+        const float d = word_elem<T>(gv, j);
+        o[j] = r * (d * wl[j] - a - xh * bq);
+        dw_acc[j] += d * xh;
+        db_acc[j] += d;
+      }
+      store_16B_words(dx + row * cols + c0, pack_vec<T, VEC>(o));
+    }
+    if (++st == STAGES) st = 0, phase ^= 1;
+    if (++kc == TX) kc = 0;
+  }
+
+  // One partial row of dW and of dB per block, straight from registers.
+  if (!has) return;
+  if (pw != nullptr) {
+    Vec<float, VEC> v;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v.v[j] = dw_acc[j];
+    store_vec<float, VEC>(pw + static_cast<int64_t>(blockIdx.x) * cols + c0, v);
+  }
+  if (pb != nullptr) {
+    Vec<float, VEC> v;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v.v[j] = db_acc[j];
+    store_vec<float, VEC>(pb + static_cast<int64_t>(blockIdx.x) * cols + c0, v);
+  }
+#endif
+}
+
 // dW and dB from the pipelined backward's partials ([groups, cols] each): 32
 // columns per block, 32 row slices each summed in a fixed stride order, then
 // transposed through shared memory so that warp k finishes column k with a
@@ -885,7 +1079,10 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 //        blocks, 2 per SM (64 registers), next row prefetched into registers;
 //   v5:  ln_bwd_pipe16, next kPipe16Stages - 1 rows fetched with cp.async into
 //        shared memory (64 KiB per block at 16384 x 4096 bf16, 2 blocks per SM).
-//   v4 and v5 take rows up to 512 16-byte vectors (4096 16-bit or 2048 fp32
+//   tma, tma2: ln_bwd_tma (sm_90), rows brought into kTmaStages shared-memory
+//        stages by cp.async.bulk; registers bounded for 3 (tma) or 2 (tma2)
+//        blocks of 512 threads per SM; run as v5 on older GPUs.
+//   v4, v5 and tma take rows up to 512 16-byte vectors (4096 16-bit or 2048 fp32
 //   columns) with every operand 16-byte aligned; other calls run as v3.
 // ln_bwd_pipe takes 4 elements per vector (8 bytes for 16-bit types: 16-byte
 // vectors spilled at 64 registers) and one vector per thread, or two without
@@ -908,14 +1105,14 @@ FwdMode fwd_mode() {
   }
 }
 
-enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5 };
+enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5, kTma = 6, kTma2 = 7 };
 // v5 measured fastest (bwd 55.1 % of C at 16384 x 4096 bf16 on the H200 against
 // 53.4 % for v4, 47.4 % for v3 and 33.0 % for old; same log as above).
 constexpr BwdVariant kDefaultBwd = BwdVariant::kV5;
 
 BwdVariant bwd_variant() {
   // The indices are the enum's values.
-  const int i = env_choice("LIGER_CPP_LN_BWD", {"old", "v1", "v2", "v3", "v4", "v5"});
+  const int i = env_choice("LIGER_CPP_LN_BWD", {"old", "v1", "v2", "v3", "v4", "v5", "tma", "tma2"});
   return i < 0 ? kDefaultBwd : static_cast<BwdVariant>(i);
 }
 
@@ -923,6 +1120,7 @@ struct BwdPlan : Plan {
   bool pipe = false;  // ln_bwd_pipe with nv vectors per thread
   int nv = 1;
   bool pipe16 = false;  // ln_bwd_pipe16 (v4, v5) with smem bytes of dynamic shared memory
+  bool tma = false;     // ln_bwd_tma, smem bytes of dynamic shared memory
   size_t smem = 0;
   BwdVariant variant = BwdVariant::kOld;
 };
@@ -960,6 +1158,41 @@ bool plan_pipe16(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
   return true;
 }
 
+int device_cc_major() {
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  return major;
+}
+
+// ln_bwd_tma's instantiations: bounded for 3 blocks of 512 threads per SM
+// (tma: 40 registers, 32-96 bytes of spills) or 2 (tma2: no spills).
+template <typename T, typename WT>
+auto tma_kernel(BwdVariant v) {
+  return v == BwdVariant::kTma2 ? &ln_bwd_tma<T, WT, kTmaStages, 2> : &ln_bwd_tma<T, WT, kTmaStages, 3>;
+}
+
+// Plans ln_bwd_tma (p.tx threads a row, one row a block, persistent grid) for
+// a 16-byte aligned call of at most kTmaBlock vectors a row on sm_90; false
+// when the GPU is older or its shared memory does not fit (then v5).
+template <typename T, typename WT>
+bool plan_tma(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
+  static const int cc_major = device_cc_major();
+  if (cc_major < 9) return false;
+  const int64_t nvec = a.cols / p.vec;
+  p.tx = next_pow2(nvec);
+  p.ty = 1;
+  const size_t rb = static_cast<size_t>(a.cols) * sizeof(T);
+  p.smem = kTmaStages * 2 * rb + static_cast<size_t>(p.tx) * 2 * sizeof(float) +
+           (sizeof(WT) > sizeof(T) ? static_cast<size_t>(p.tx) * 32 : 0);
+  const int per_sm = pipe_blocks_per_sm(tma_kernel<T, WT>(p.variant), p.tx, p.smem, true);
+  if (per_sm < 1) return false;
+  p.cached = true;
+  p.tma = true;
+  p.grid = std::max<int64_t>(1, std::min<int64_t>(a.rows, static_cast<int64_t>(sm_count) * per_sm));
+  return true;
+}
+
 int pipe_block(BwdVariant v) { return v == BwdVariant::kV2 ? 512 : 1024; }
 int pipe_min_blocks(BwdVariant v) { return v == BwdVariant::kV2 ? 2 : 1; }
 
@@ -977,6 +1210,13 @@ BwdPlan plan_ln_bwd(const LayerNormBwdArgs& a, int sm_count, BwdVariant variant)
   const int64_t nvec = a.cols / p.vec;
   const int64_t nvec4 = a.cols / 4;
   const int64_t max_nv = sizeof(T) == 2 ? 2 : 1;
+  if (variant == BwdVariant::kTma || variant == BwdVariant::kTma2) {
+    if (aligned && nvec <= kTmaBlock && plan_tma<T, WT>(a, sm_count, p)) {
+      p.ws_floats = nparts * p.grid * a.cols;
+      return p;
+    }
+    variant = p.variant = BwdVariant::kV5;
+  }
   if (variant == BwdVariant::kV4 || variant == BwdVariant::kV5) {
     if (aligned && nvec <= kPipe16Block && plan_pipe16<T, WT>(a, sm_count, p)) {
       p.ws_floats = nparts * p.grid * a.cols;
@@ -1105,7 +1345,7 @@ int64_t layer_norm_bwd_workspace_floats(const LayerNormBwdArgs& a, int sm_count)
   // change of LIGER_CPP_LN_BWD in between must not leave the workspace short.
   dispatch_ln_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, [&](auto xt, auto wt) {
     for (BwdVariant v : {BwdVariant::kOld, BwdVariant::kV1, BwdVariant::kV2, BwdVariant::kV3, BwdVariant::kV4,
-                         BwdVariant::kV5})
+                         BwdVariant::kV5, BwdVariant::kTma, BwdVariant::kTma2})
       n = std::max(n, plan_ln_bwd<decltype(xt), decltype(wt)>(a, sm_count, v).ws_floats);
     return cudaSuccess;
   });
@@ -1133,8 +1373,11 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
     float* pw = a.dw ? a.workspace : nullptr;
     float* pb = a.db ? a.workspace + (a.dw ? p.grid * a.cols : 0) : nullptr;
     constexpr int full = 16 / sizeof(T);
-    if (p.pipe || p.pipe16) {
-      if (p.pipe16) {
+    if (p.pipe || p.pipe16 || p.tma) {
+      if (p.tma) {
+        tma_kernel<T, WT>(p.variant)<<<p.grid, p.tx, p.smem, stream>>>(
+            dy, a.dy_row_stride, x, a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
+      } else if (p.pipe16) {
         pipe16_kernel<T, WT>(p.variant)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
             dy, a.dy_row_stride, x, a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
       } else {
