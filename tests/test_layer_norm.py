@@ -24,10 +24,13 @@ def _param(kind, n, dtype, device, base):
 
 
 def _run_case(shape, dtype, wkind, bkind, device, strided=False):
+    """strided: rows of a wider tensor, starting 3 elements in (misaligned), or with
+    strided="aligned" 8 elements in (16-byte aligned rows for the vector and TMA kernels)."""
     n = shape[-1]
     if strided:
+        off = 8 if strided == "aligned" else 3
         big = torch.randn(*shape[:-1], n + 24, device=device, dtype=dtype)
-        x = big[..., 3 : 3 + n]
+        x = big[..., off : off + n]
         assert not x.is_contiguous()
     else:
         x = torch.randn(*shape, device=device, dtype=dtype)
@@ -94,7 +97,7 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, bkind):
 # fallbacks (odd width, fp32 8192; v4/v5/tma: above 512 16-byte vectors, i.e. fp32 4096 and 16-bit
 # 8192), fewer rows than blocks, many rows per block, a row that leaves threads idle (2000), more
 # rows per block than threads (140000 x 64: tma reloads its mean/rstd chunk every 32 rows).
-BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma", "tma2"]
+BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma", "tma6"]
 BWD_SHAPES = [
     (300, 1024),
     (4096, 64),
@@ -127,13 +130,28 @@ def test_cuda_bwd_variants_strided_and_deterministic(monkeypatch, variant):
     for dtype in DTYPES:
         _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
+        _run_case((9, 1000), dtype, "same", "same", "cuda", strided="aligned")
+        _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided="aligned")
     _assert_bwd_deterministic(5000, 4096, "cuda")
 
 
 # LIGER_CPP_LN_FWD picks the cached forward's variant per call (old: struct stores; pack: packed
-# 16-byte stores; new: pack with the weights loaded before the variance reduction).
-FWD_VARIANTS = ["old", "pack", "new"]
-FWD_SHAPES = [(300, 1024), (4096, 64), (33, 8), (7, 4096), (1000, 4096), (50, 2000), (4, 16384)]
+# 16-byte stores; new: pack with the weights loaded before the variance reduction; tma, tma2: rows
+# brought into shared-memory stages by TMA bulk copies, sm_90 and rows of at most 512 vectors, else
+# pack).
+FWD_VARIANTS = ["old", "pack", "new", "tma", "tma2"]
+# Shapes as BWD_SHAPES, plus many rows per persistent block (20000 x 1024, 140000 x 64) for tma.
+FWD_SHAPES = [
+    (300, 1024),
+    (4096, 64),
+    (33, 8),
+    (7, 4096),
+    (1000, 4096),
+    (50, 2000),
+    (4, 16384),
+    (20000, 1024),
+    (140000, 64),
+]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
@@ -155,6 +173,8 @@ def test_cuda_fwd_variants_strided(monkeypatch, variant):
     for dtype in DTYPES:
         _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
+        _run_case((9, 1000), dtype, "same", "same", "cuda", strided="aligned")
+        _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided="aligned")
 
 
 def _assert_bwd_deterministic(rows, cols, device):
