@@ -82,14 +82,17 @@ QueryCache<FuncAttrs, 32>& func_attr_cache() {
 }
 
 // Opts `kern` in to `smem` bytes of dynamic shared memory on the current
-// device when above the 48 KiB default; false when that fails. Never lowers
+// device when above its default maximum (48 KiB less the kernel's static
+// shared memory: 48 KiB of stages plus a few static barriers need the opt-in
+// too, which an early return at 48 KiB missed: ln_fwd_tma then never ran);
+// false when that fails. Never lowers
 // the attribute (another thread's cached occupancy or plan for a larger size
 // stays valid): when the cached value is too small or unknown, the current
 // value is read (cudaFuncGetAttributes) and only raised. Called before every
-// occupancy query and launch that needs more than 48 KiB; a hit is a table
+// occupancy query and launch with dynamic shared memory; a hit is a table
 // lookup.
 bool raise_max_dynamic_smem(const void* kern, size_t smem) {
-  if (smem <= 48 * 1024) return true;
+  if (smem == 0) return true;
   const int dev = current_device();
   if (dev < 0) return false;
   const QueryKey key{dev, kern, 0, 0};

@@ -1263,11 +1263,12 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 //        blocks, 2 per SM (64 registers), next row prefetched into registers;
 //   v5:  ln_bwd_pipe16, next kPipe16Stages - 1 rows fetched with cp.async into
 //        shared memory (64 KiB per block at 16384 x 4096 bf16, 2 blocks per SM).
-//   tma, tma6: ln_bwd_tma (sm_90), rows brought into 4 (tma) or 6 (tma6)
+//   tma, tma3: ln_bwd_tma (sm_90), rows brought into 4 (tma) or 3 (tma3)
 //        shared-memory stages by cp.async.bulk, registers bounded for 2 blocks
-//        of 512 threads per SM (bounded for 3, 40 registers, it spilled its
-//        dW/dB partials and ran at 45.5 % of C against 76.2 %: 2026-11-30
-//        layer_norm-quick-272ac70); run as v5 on older GPUs.
+//        of 512 threads per SM. Bounded for 3 (40 registers) it spilled its
+//        dW/dB partials: 45.5 % of C against 76.2 % (layer_norm-quick-272ac70);
+//        6 stages ran at 69.5 % against 75.9 % for 4 (-d4c0776). Run as v5 on
+//        older GPUs.
 //   v4, v5 and tma take rows up to 512 16-byte vectors (4096 16-bit or 2048 fp32
 //   columns) with every operand 16-byte aligned; other calls run as v3.
 // ln_bwd_pipe takes 4 elements per vector (8 bytes for 16-bit types: 16-byte
@@ -1299,14 +1300,14 @@ FwdMode fwd_mode() {
   }
 }
 
-enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5, kTma = 6, kTma6 = 7 };
+enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5, kTma = 6, kTma3 = 7 };
 // v5 measured fastest (bwd 55.1 % of C at 16384 x 4096 bf16 on the H200 against
 // 53.4 % for v4, 47.4 % for v3 and 33.0 % for old; same log as above).
 constexpr BwdVariant kDefaultBwd = BwdVariant::kV5;
 
 BwdVariant bwd_variant() {
   // The indices are the enum's values.
-  const int i = env_choice("LIGER_CPP_LN_BWD", {"old", "v1", "v2", "v3", "v4", "v5", "tma", "tma6"});
+  const int i = env_choice("LIGER_CPP_LN_BWD", {"old", "v1", "v2", "v3", "v4", "v5", "tma", "tma3"});
   return i < 0 ? kDefaultBwd : static_cast<BwdVariant>(i);
 }
 
@@ -1353,10 +1354,10 @@ bool plan_pipe16(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
 }
 
 // ln_bwd_tma's instantiations (2 blocks of 512 threads per SM: 64 registers, no spills).
-int tma_stages(BwdVariant v) { return v == BwdVariant::kTma6 ? 6 : kTmaStages; }
+int tma_stages(BwdVariant v) { return v == BwdVariant::kTma3 ? 3 : kTmaStages; }
 template <typename T, typename WT>
 auto tma_kernel(BwdVariant v) {
-  return v == BwdVariant::kTma6 ? &ln_bwd_tma<T, WT, 6, 2> : &ln_bwd_tma<T, WT, kTmaStages, 2>;
+  return v == BwdVariant::kTma3 ? &ln_bwd_tma<T, WT, 3, 2> : &ln_bwd_tma<T, WT, kTmaStages, 2>;
 }
 
 // Plans ln_bwd_tma (p.tx threads a row, one row a block, persistent grid) for
@@ -1397,7 +1398,7 @@ BwdPlan plan_ln_bwd(const LayerNormBwdArgs& a, int sm_count, BwdVariant variant)
   const int64_t nvec = a.cols / p.vec;
   const int64_t nvec4 = a.cols / 4;
   const int64_t max_nv = sizeof(T) == 2 ? 2 : 1;
-  if (variant == BwdVariant::kTma || variant == BwdVariant::kTma6) {
+  if (variant == BwdVariant::kTma || variant == BwdVariant::kTma3) {
     if (aligned && nvec <= kTmaBlock && plan_tma<T, WT>(a, sm_count, p)) {
       p.ws_floats = nparts * p.grid * a.cols;
       return p;
@@ -1534,7 +1535,7 @@ int64_t layer_norm_bwd_workspace_floats(const LayerNormBwdArgs& a, int sm_count)
   // change of LIGER_CPP_LN_BWD in between must not leave the workspace short.
   dispatch_ln_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, [&](auto xt, auto wt) {
     for (BwdVariant v : {BwdVariant::kOld, BwdVariant::kV1, BwdVariant::kV2, BwdVariant::kV3, BwdVariant::kV4,
-                         BwdVariant::kV5, BwdVariant::kTma, BwdVariant::kTma6})
+                         BwdVariant::kV5, BwdVariant::kTma, BwdVariant::kTma3})
       n = std::max(n, plan_ln_bwd<decltype(xt), decltype(wt)>(a, sm_count, v).ws_floats);
     return cudaSuccess;
   });
