@@ -355,3 +355,25 @@ def test_cuda_mismatched_devices():
     x = torch.randn(4, 64, device="cuda")
     with pytest.raises(RuntimeError, match="'R'.*device"):
         fused_add_rms_norm(x, torch.randn(4, 64), None, 1e-6)
+
+
+@pytest.mark.parametrize("use_s", [True, False])
+def test_backward_materializes_no_zero_gradients(use_s):
+    """RSTD's gradient, and s's when s is not used downstream, stay None: no fill kernel, and no
+    [rows, cols] zeros for dS_out (the kernel takes dS_out=None)."""
+    from utils import backward_aten_ops
+
+    x = torch.randn(7, 64, requires_grad=True)
+    r = torch.randn(7, 64, requires_grad=True)
+    w = torch.ones(64, requires_grad=True)
+    y, s = fused_add_rms_norm(x, r, w)
+    outs, grads = ([y, s], [torch.ones_like(y), torch.ones_like(s)]) if use_s else ([y], [torch.ones_like(y)])
+    ops = backward_aten_ops(outs, grads)
+    assert "liger.fused_add_rms_norm_bwd.default" in ops
+    assert not [o for o in ops if "zeros" in o or "fill" in o], ops
+    # Same gradients as with an explicit zero gradient for s.
+    x2, r2, w2 = (t.detach().clone().requires_grad_(True) for t in (x, r, w))
+    y2, s2 = fused_add_rms_norm(x2, r2, w2)
+    torch.autograd.backward([y2, s2], [torch.ones_like(y2), grads[1] if use_s else torch.zeros_like(s2)])
+    for a, b in ((x, x2), (r, r2), (w, w2)):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import CUDA_OK, DEVICES
 from reference import layer_norm_ref
-from utils import assert_close_to_ref
+from utils import assert_close_to_ref, backward_aten_ops
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.layer_norm import layer_norm
@@ -190,6 +190,18 @@ def _assert_bwd_deterministic(rows, cols, device):
         grads.append((x.grad.clone(), w.grad.clone(), b.grad.clone()))
     for g in grads[1:]:
         assert all(torch.equal(a, c) for a, c in zip(g, grads[0]))
+
+
+def test_backward_materializes_no_zero_gradients():
+    """MEAN and RSTD are outputs no one differentiates: autograd must not build zero gradients for
+    them (two fill kernels per backward on the GPU before set_materialize_grads(False))."""
+    x = torch.randn(7, 64, requires_grad=True)
+    w = torch.ones(64, requires_grad=True)
+    b = torch.zeros(64, requires_grad=True)
+    y = layer_norm(x, w, b)
+    ops = backward_aten_ops([y], [torch.ones_like(y)])
+    assert "liger.layer_norm_bwd.default" in ops
+    assert not [o for o in ops if "zeros" in o or "fill" in o], ops
 
 
 @pytest.mark.parametrize("device", DEVICES)

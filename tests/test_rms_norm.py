@@ -403,3 +403,16 @@ def test_cuda_unknown_kernel_knob_is_an_error(monkeypatch, var, op):
             layer_norm(x, w, None, 1e-6).sum().backward()
         else:
             swiglu(x, x.detach().clone()).sum().backward()
+
+
+def test_backward_materializes_no_zero_gradients():
+    """RSTD is an output no one differentiates: autograd must not build a zero gradient for it (a
+    fill kernel per backward on the GPU before set_materialize_grads(False))."""
+    from utils import backward_aten_ops
+
+    x = torch.randn(7, 64, requires_grad=True)
+    w = torch.ones(64, requires_grad=True)
+    y = rms_norm(x, w)
+    ops = backward_aten_ops([y], [torch.ones_like(y)])
+    assert "liger.rms_norm_bwd.default" in ops
+    assert not [o for o in ops if "zeros" in o or "fill" in o], ops

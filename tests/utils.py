@@ -86,3 +86,21 @@ def assert_rstd_close(x, eps, rstd):
     rlo = torch.rsqrt(x.detach().float().pow(2).mean(-1) + eps)
     # a few float32 units: the kernels sum the squares in another (fixed) order than PyTorch
     assert_close_to_ref(rstd, r64, rlo, "RSTD", extra_ulps=8.0)
+
+
+def backward_aten_ops(outputs, grads):
+    """The ATen/liger ops that torch.autograd.backward(outputs, grads) dispatches, as strings."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with _Record() as rec:
+        torch.autograd.backward(outputs, grads)
+    return rec.ops

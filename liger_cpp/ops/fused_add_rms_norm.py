@@ -37,13 +37,16 @@ def _setup_context(ctx, inputs, output):
     ctx.offset = offset
     ctx.casting_mode = casting_mode
     ctx.mark_non_differentiable(RSTD)
+    # Unused outputs' gradients stay None: no fill kernel for RSTD's, and no [rows, cols] zeros
+    # for dS_out when s is not used downstream (the kernel takes dS_out=None).
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dY, dS_out, _dRSTD):
     S, W, RSTD = ctx.saved_tensors
     compute_dw = W is not None and ctx.needs_input_grad[2]
     want_x = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-    if not want_x and not compute_dw:
+    if (dY is None and dS_out is None) or (not want_x and not compute_dw):
         return None, None, None, None, None, None, None
     if dY is None:
         dY = torch.zeros(S.shape, dtype=_out_dtype(S, W, ctx.casting_mode), device=S.device)

@@ -38,13 +38,15 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(X, W, MEAN, RSTD)
     ctx.b_dtype = B.dtype if B is not None else None
     ctx.mark_non_differentiable(MEAN, RSTD)
+    # No zero tensors for the gradients of MEAN and RSTD (two fill kernels per backward otherwise).
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dY, _dMEAN, _dRSTD):
     X, W, MEAN, RSTD = ctx.saved_tensors
     compute_dw = W is not None and ctx.needs_input_grad[1]
     compute_db = ctx.b_dtype is not None and ctx.needs_input_grad[2]
-    if not ctx.needs_input_grad[0] and not compute_dw and not compute_db:
+    if dY is None or (not ctx.needs_input_grad[0] and not compute_dw and not compute_db):
         return None, None, None, None
     dX, dW, dB = torch.ops.liger.layer_norm_bwd(dY, X, W, MEAN, RSTD, compute_dw, compute_db)
     return (

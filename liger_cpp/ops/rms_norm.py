@@ -49,12 +49,14 @@ def _setup_context(ctx, inputs, output):
     ctx.casting_mode = casting_mode
     ctx.in_place = in_place
     ctx.mark_non_differentiable(RSTD)
+    # No zero tensor for RSTD's gradient (a fill kernel per backward otherwise).
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dY, _dRSTD):
     X, W, RSTD = ctx.saved_tensors
     compute_dw = W is not None and ctx.needs_input_grad[1]
-    if not ctx.needs_input_grad[0] and not compute_dw:
+    if dY is None or (not ctx.needs_input_grad[0] and not compute_dw):
         return None, None, None, None, None, None
     if ctx.in_place and may_write_into(dY, X):
         # dX overwrites dY through a mutating op: the version counter records it.
