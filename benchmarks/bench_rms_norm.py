@@ -40,6 +40,9 @@ def eager(x, w):
 # old kernel's dW partials in shared memory.
 # LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
+# LIGER_CPP_RMS_FWD=tma / LIGER_CPP_RMS_BWD=tma: the sm_90 TMA row kernels (rows brought into shared
+# memory by bulk copies, LIGER_CPP_RMS_TMA_STAGES rows in flight per block, default 4) for rows of
+# 64..1024 16-byte vectors (bf16 hidden 512-8192); other widths take the default kernels.
 # Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
 # backward that the sm_90 cluster backward (default) replaces; LIGER_CPP_RMS_FWD_WIDE picks the
 # forward: old (default: register-cached / generic), cluster (sm_90 cluster per row), l2 / l2x512
@@ -55,6 +58,11 @@ VARIANT_ENV = {
     "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
+    "liger_cpp[fwd=tma]": {"LIGER_CPP_RMS_FWD": "tma"},
+    "liger_cpp[fwd=tma,stages=2]": {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "2"},
+    "liger_cpp[fwd=tma,stages=6]": {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
+    "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
+    "liger_cpp[fwd=tma,bwd=tma]": {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
@@ -68,6 +76,10 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_wide=l2x512]",
     "liger_cpp[fwd_wide=l2hint]",
     "liger_cpp[fwd=new]",
+    "liger_cpp[fwd=tma]",
+    "liger_cpp[fwd=tma,stages=2]",
+    "liger_cpp[fwd=tma,stages=6]",
+    "liger_cpp[fwd=tma,bwd=tma]",
 }
 
 
