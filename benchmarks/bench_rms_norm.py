@@ -2,7 +2,7 @@
 F.rms_norm and Liger-Kernel (when importable), in one run, as % of the copy bandwidth C.
 
 Bytes (minimum, ../shared/targets.md): fwd 2*M*N*2, fwd+bwd 5*M*N*2 (+ weight, negligible).
-Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick]
+Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick | --wide | --tma]
 """
 
 import argparse
@@ -62,6 +62,7 @@ VARIANT_ENV = {
     "liger_cpp[fwd=tma,stages=2]": {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "2"},
     "liger_cpp[fwd=tma,stages=6]": {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
     "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
+    "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
     "liger_cpp[fwd=tma,bwd=tma]": {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
@@ -187,23 +188,32 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--wide", action="store_true", help="wide-row variants and compile only, hidden 16K-64K")
+    ap.add_argument(
+        "--tma", action="store_true", help="the TMA row kernels against the default only, hidden 1K-8K"
+    )
     args = ap.parse_args()
     have_liger = try_import_liger()
     C = copy_bandwidth_gbs()
     fns = variants(have_liger)
     rows = []
-    if args.wide:
-        fns = {
-            k: v
-            for k, v in fns.items()
-            if (k.startswith("liger_cpp") and "bwd=" not in k and "fwd=" not in k) or k == "compile"
-        }
-        for n in (16384, 32768, 65536):
-            rows += run_shape((128 << 20) // n, n, fns, C, ["fwd+bwd", "fwd"])
+    if args.wide or args.tma:
+        if args.wide:
+            fns = {
+                k: v
+                for k, v in fns.items()
+                if (k.startswith("liger_cpp") and "bwd=" not in k and "fwd=" not in k) or k == "compile"
+            }
+            shapes, what = [((128 << 20) // n, n) for n in (16384, 32768, 65536)], "wide rows"
+        else:
+            fns = {k: v for k, v in fns.items() if k == "liger_cpp" or "tma" in k}
+            shapes = [(16384, 4096)] + [((128 << 20) // n, n) for n in (1024, 2048, 4096, 8192)]
+            what = "TMA row kernels"
+        for m, n in shapes:
+            rows += run_shape(m, n, fns, C, ["fwd+bwd", "fwd"])
         meta_rows = {"op": "rms_norm", "dtype": "bfloat16", "copy_GBps": round(C), **meta(), "rows": rows}
         if args.out:
             write_json(args.out, meta_rows)
-        print(f"RMSNorm bf16 wide rows on {meta_rows['gpu']}, C = {C:.0f} GB/s, commit {meta_rows['commit']}")
+        print(f"RMSNorm bf16 {what} on {meta_rows['gpu']}, C = {C:.0f} GB/s, commit {meta_rows['commit']}")
         print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
         return
     rows += run_shape(16384, 4096, fns, C, ["fwd+bwd", "fwd"])
