@@ -2,7 +2,7 @@
 F.rms_norm and Liger-Kernel (when importable), in one run, as % of the copy bandwidth C.
 
 Bytes (minimum, ../shared/targets.md): fwd 2*M*N*2, fwd+bwd 5*M*N*2 (+ weight, negligible).
-Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick]
+Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick | --wide | --tma]
 """
 
 import argparse
@@ -40,6 +40,9 @@ def eager(x, w):
 # old kernel's dW partials in shared memory.
 # LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
+# LIGER_CPP_RMS_FWD=tma / LIGER_CPP_RMS_BWD=tma: the sm_90 TMA row kernels (rows brought into shared
+# memory by bulk copies, LIGER_CPP_RMS_TMA_STAGES rows in flight per block, default 4) for rows of
+# 64..1024 16-byte vectors (bf16 hidden 512-8192); other widths take the default kernels.
 # Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
 # backward that the sm_90 cluster backward (default) replaces; LIGER_CPP_RMS_FWD_WIDE picks the
 # forward: old (default: register-cached / generic), cluster (sm_90 cluster per row), l2 / l2x512
@@ -55,6 +58,12 @@ VARIANT_ENV = {
     "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
+    "liger_cpp[fwd=tma]": {"LIGER_CPP_RMS_FWD": "tma"},
+    "liger_cpp[fwd=tma,stages=2]": {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "2"},
+    "liger_cpp[fwd=tma,stages=6]": {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
+    "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
+    "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
+    "liger_cpp[fwd=tma,bwd=tma]": {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
@@ -68,6 +77,10 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_wide=l2x512]",
     "liger_cpp[fwd_wide=l2hint]",
     "liger_cpp[fwd=new]",
+    "liger_cpp[fwd=tma]",
+    "liger_cpp[fwd=tma,stages=2]",
+    "liger_cpp[fwd=tma,stages=6]",
+    "liger_cpp[fwd=tma,bwd=tma]",
 }
 
 
@@ -175,23 +188,32 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--wide", action="store_true", help="wide-row variants and compile only, hidden 16K-64K")
+    ap.add_argument(
+        "--tma", action="store_true", help="the TMA row kernels against the default only, hidden 1K-8K"
+    )
     args = ap.parse_args()
     have_liger = try_import_liger()
     C = copy_bandwidth_gbs()
     fns = variants(have_liger)
     rows = []
-    if args.wide:
-        fns = {
-            k: v
-            for k, v in fns.items()
-            if (k.startswith("liger_cpp") and "bwd=" not in k and "fwd=" not in k) or k == "compile"
-        }
-        for n in (16384, 32768, 65536):
-            rows += run_shape((128 << 20) // n, n, fns, C, ["fwd+bwd", "fwd"])
+    if args.wide or args.tma:
+        if args.wide:
+            fns = {
+                k: v
+                for k, v in fns.items()
+                if (k.startswith("liger_cpp") and "bwd=" not in k and "fwd=" not in k) or k == "compile"
+            }
+            shapes, what = [((128 << 20) // n, n) for n in (16384, 32768, 65536)], "wide rows"
+        else:
+            fns = {k: v for k, v in fns.items() if k == "liger_cpp" or "tma" in k}
+            shapes = [(16384, 4096)] + [((128 << 20) // n, n) for n in (1024, 2048, 4096, 8192)]
+            what = "TMA row kernels"
+        for m, n in shapes:
+            rows += run_shape(m, n, fns, C, ["fwd+bwd", "fwd"])
         meta_rows = {"op": "rms_norm", "dtype": "bfloat16", "copy_GBps": round(C), **meta(), "rows": rows}
         if args.out:
             write_json(args.out, meta_rows)
-        print(f"RMSNorm bf16 wide rows on {meta_rows['gpu']}, C = {C:.0f} GB/s, commit {meta_rows['commit']}")
+        print(f"RMSNorm bf16 {what} on {meta_rows['gpu']}, C = {C:.0f} GB/s, commit {meta_rows['commit']}")
         print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
         return
     rows += run_shape(16384, 4096, fns, C, ["fwd+bwd", "fwd"])

@@ -121,8 +121,9 @@ def _assert_bwd_deterministic(rows, n, dtype):
 
 # The CUDA backward has several kernels for rows of up to 1024 vectors, chosen by
 # LIGER_CPP_RMS_BWD (read on every call): each must match the reference, on the shapes of
-# utils.RMS_VARIANT_SHAPES.
-BWD_VARIANTS = ["old", "reg", "async"]
+# utils.RMS_VARIANT_SHAPES. tma runs on sm_90 only (rows of 64..1024 16-byte vectors), elsewhere
+# the default.
+BWD_VARIANTS = ["old", "reg", "async", "tma"]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
@@ -142,6 +143,8 @@ def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, 
     monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
     _run_case((600, 2048), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
     _run_case((3, 700, 512), dtype, "fp32", "none" if dtype == torch.float32 else "gemma", 1.0, True, "cuda")
+    # 16-byte aligned rows with a stride that is not the width (the TMA kernels copy each row)
+    _run_case((600, 2048), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True, start=8)
     _assert_bwd_deterministic(5000, 4096, dtype)
 
 
@@ -176,8 +179,10 @@ def test_cuda_wide_strided_in_place_deterministic(monkeypatch, variant, dtype):
 
 
 # The CUDA register-cached forward's variants (LIGER_CPP_RMS_FWD, read on every call; default
-# old for plain RMSNorm, see rms_norm.cu's fwd_mode) must match the reference and each other.
-FWD_VARIANTS = ["old", "pack", "new"]
+# old for plain RMSNorm, see rms_norm.cu's fwd_mode) must match the reference and each other; tma
+# (another kernel, sm_90 only) sums the squares in another order, so its rstd, hence y, may differ
+# from old's in the last bit: it must match the reference and itself on a second call.
+FWD_VARIANTS = ["old", "pack", "new", "tma"]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
@@ -192,8 +197,44 @@ def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offs
     w = _weight(wkind, shape[-1], dtype, "cuda", mode == "gemma")
     w = w.detach() if w is not None else None
     mine = rms_norm(x, w, 1e-6, offset=offset, casting_mode=mode)
+    if variant == "tma":
+        assert torch.equal(mine, rms_norm(x, w, 1e-6, offset=offset, casting_mode=mode))
+        return
     monkeypatch.setenv("LIGER_CPP_RMS_FWD", "old")
     assert torch.equal(mine, rms_norm(x, w, 1e-6, offset=offset, casting_mode=mode))
+
+
+# The TMA row kernels (LIGER_CPP_RMS_FWD=tma and LIGER_CPP_RMS_BWD=tma: persistent blocks, a row
+# at a time, LIGER_CPP_RMS_TMA_STAGES rows in flight per block; sm_90, rows of 64..1024 16-byte
+# vectors, elsewhere the default kernels): one row; rows not a multiple of the grid; more rows than
+# blocks x stages (each stage's mbarrier goes through many phases); a width that is not a multiple
+# of 32 vectors (1000 bf16: 125 vectors, the last warp partly idle) nor of 128 bytes (520: the
+# stages' regions padded); the widest row (8192 bf16; fp32 takes the wide kernels); rows below 64
+# vectors (256 bf16) and a width that is not a multiple of 16 bytes (1001), which fall back.
+TMA_SHAPES = [(1, 4096), (2000, 4096), (20000, 1024), (7, 1000), (5, 520), (70, 8192), (300, 256), (3, 1001)]
+TMA_ENV = {"LIGER_CPP_RMS_FWD": "tma", "LIGER_CPP_RMS_BWD": "tma"}
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("shape", TMA_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS + [("same", "none", 0.0)])
+def test_cuda_tma(monkeypatch, shape, dtype, wkind, mode, offset):
+    for key, value in TMA_ENV.items():
+        monkeypatch.setenv(key, value)
+    _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda", check_rstd=True)
+
+
+# Every stage count (LIGER_CPP_RMS_TMA_STAGES), in place, with bit-identical repeated backwards.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("stages", ["2", "3", "4", "6", "8"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_tma_stages(monkeypatch, stages, dtype):
+    for key, value in {**TMA_ENV, "LIGER_CPP_RMS_TMA_STAGES": stages}.items():
+        monkeypatch.setenv(key, value)
+    for shape in [(20000, 1024), (1, 4096), (70, 8192), (5, 520)]:
+        _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
+    _assert_bwd_deterministic(3000, 2048, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -384,6 +425,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_FWD_WIDE", "rms_fwd_wide"),
         ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
         ("LIGER_CPP_RMS_FWD", "rms_fwd"),
+        ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],
@@ -396,6 +438,8 @@ def test_cuda_unknown_kernel_knob_is_an_error(monkeypatch, var, op):
     x = torch.randn(8, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.ones(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     monkeypatch.setenv(var, "no-such-kernel")
+    if op == "rms_tma":  # the stage count is read where the tma forward is asked for
+        monkeypatch.setenv("LIGER_CPP_RMS_FWD", "tma")
     with pytest.raises((RuntimeError, ValueError), match=f"{var}: expected one of .*got .no-such-kernel."):
         if op.startswith("rms"):
             rms_norm(x, w, 1e-6).sum().backward()

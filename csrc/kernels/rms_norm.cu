@@ -13,6 +13,9 @@
 //    rows above 1024 vectors, one vector a thread, each row split over a
 //    thread-block cluster whose blocks exchange their partial sums through
 //    distributed shared memory.
+//  * rms_fwd_tma / rms_bwd_tma (sm_90, A/B knobs, not the defaults): rows of
+//    64..1024 vectors brought into shared memory by TMA bulk copies, several
+//    rows in flight per persistent block, one vector a thread.
 // dW partials are finished by a fixed-order reduction kernel: deterministic,
 // no atomics.
 // FusedAddRMSNorm runs through the same kernels: a compile-time ADD flag adds
@@ -78,7 +81,9 @@ __device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
 //    16-bit x would take twice the registers), so
 //    their latency hides behind the barrier instead of following it once per
 //    vector.
-enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
+// kFwdTma selects another kernel (rms_fwd_tma, plain RMSNorm on sm_90), not a
+// variant of this one.
+enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2, kFwdTma = 3 };
 
 template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE>
 __global__ void __launch_bounds__(1024)
@@ -996,6 +1001,280 @@ __global__ void __launch_bounds__(1024, 1)
 #endif
 }
 
+// ---------------------------------------------------------------------------
+// TMA row pipeline (sm_90): rms_fwd_tma and rms_bwd_tma, for rows of
+// kTmaMinVec..1024 16-byte vectors (bf16 hidden 512-8192). ncu showed
+// rms_fwd_cached latency-bound, with ~19 KB of loads in flight per SM where
+// ~30-40 KB are needed at 4.8 TB/s: its loads land in registers, and the
+// registers that hold them limit the warps per SM. Here the rows come into
+// shared memory by TMA bulk copies (cp.async.bulk, completing on an mbarrier),
+// so bytes in flight cost no registers (cross_entropy.cu's ce_smem_kernel went
+// from 84 to 89 % of C that way).
+//
+// Persistent grid, one row at a time per block of blockDim.x threads (nvec
+// rounded up to a warp), one 16-byte vector a thread: block b takes rows b,
+// b + gridDim.x, ... Each thread owns VEC fixed columns, so its weights are
+// loaded once (and, in the backward, its dW partial sums stay in fp32
+// registers). `stages` rows (kTmaMaxStages at most) sit in dynamic shared
+// memory, one mbarrier each; the block's k-th row goes to stage k % stages,
+// and the n-th use of a stage waits for mbarrier phase parity n & 1. Before
+// the loop warp 0 puts the first `stages` rows in flight. Per row:
+//   1. wait for the stage's mbarrier; each thread copies its vector(s) from
+//      the stage into registers and forms its part of the row sum;
+//   2. warp sums (shuffles) into part[k & 1][warp], ONE __syncthreads, then
+//      every warp adds the per-warp partials in one fixed order (lane l takes
+//      partial l, then an xor butterfly: bitwise the same in every lane), so
+//      the result is deterministic;
+//   3. past that barrier every thread has read the stage, so warp 0 refills
+//      it with the row `stages` ahead;
+//   4. the outputs from the registers, with packed 16-byte stores.
+// part is double-buffered by row parity: a thread writes part[k & 1] for row
+// k only after row k - 1's barrier, which every thread reaches only after
+// reading row k - 2's partials (the same buffer).
+// Per element the formulas are rms_fwd_cached's and rms_bwd_pipe's, in the
+// same order; the row sums add the same terms in another (fixed) order.
+constexpr int kTmaMaxStages = 8;
+constexpr int64_t kTmaMinVec = 64;  // narrower rows: the register-cached kernels (many rows a block)
+
+// Bytes of one operand's row in a stage: rounded up to 128 so that every
+// operand of every stage starts 128-byte aligned (the backward's fp32 dy
+// vectors are 32 bytes; its x rows may be an odd number of 16-byte vectors).
+__host__ __device__ constexpr uint32_t tma_row_region(int64_t row_bytes) {
+  return static_cast<uint32_t>((row_bytes + 127) / 128 * 128);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr int kTmaChunkBytes = 4096;  // one bulk copy per chunk, issued by the lanes of warp 0
+
+// Called by all of warp 0: copies `bytes` (a multiple of 16) from src into
+// the stage at dst, in kTmaChunkBytes pieces spread over the lanes, each
+// completing its bytes of *bar's transaction count. The caller arms *bar.
+__device__ __forceinline__ void tma_copy_row(unsigned char* dst, const void* src, uint32_t bytes,
+                                             unsigned long long* bar, int lane) {
+  const unsigned char* s = static_cast<const unsigned char*>(src);
+  for (uint32_t c = static_cast<uint32_t>(lane) * kTmaChunkBytes; c < bytes; c += 32u * kTmaChunkBytes)
+    bulk_copy_g2s(dst + c, s + c, bytes - c < kTmaChunkBytes ? bytes - c : kTmaChunkBytes, bar);
+}
+
+// Before the first row: thread 0 initialises the stages' mbarriers (made
+// visible to the TMA engine by the fences, and to the other threads by the
+// caller's __syncthreads).
+__device__ __forceinline__ void tma_init_bars(unsigned long long* bars, int stages) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) mbar_init(&bars[s]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+}
+
+// Called by all of warp 0 before it refills a stage that the block's threads
+// have read (ordered before this by a __syncthreads): a proxy fence between
+// those generic-proxy reads and the async-proxy writes of the bulk copies,
+// as the PTX proxy model asks for. In practice no read can still be pending:
+// every value read from the stage is used in the row sum before the barrier
+// (CUTLASS's TMA pipelines release a stage without this fence). Its cost is
+// one MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S per row, in warp 0 only.
+__device__ __forceinline__ void tma_fence_reads() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// The row sum of the block (one row), from each warp's sum v: ONE
+// __syncthreads, then every warp adds the partials in the same fixed order.
+// part[pb] must not be read by any thread any more (see the comment above).
+// The barrier is also the caller's "every thread has read the stage".
+__device__ __forceinline__ float tma_block_sum(float v, float (*part)[32], int pb) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) part[pb][warp] = v;
+  __syncthreads();
+  const float s = lane < static_cast<int>(blockDim.x >> 5) ? part[pb][lane] : 0.f;
+  return warp_sum(s);
+}
+#endif
+
+// Forward: y = normed(x, rstd) * (w + offset) (ones without a weight),
+// rounded to OT, rstd = 1 / sqrtf(sum(x^2) / cols + eps), as rms_fwd_cached.
+// __launch_bounds__(1024, 2): 32 registers, so 2048 threads per SM, the
+// rows in flight held in shared memory only.
+template <typename T, typename WT, typename OT, int VEC>
+__global__ void __launch_bounds__(1024, 2)
+    rms_fwd_tma(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
+                float* __restrict__ rstd, int64_t rows, int64_t cols, float eps, float offset, bool llama,
+                int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using XV = Vec<T, VEC>;
+  static_assert(sizeof(XV) == 16, "one 16-byte vector a thread");
+  extern __shared__ __align__(128) unsigned char tma_rows[];  // [stages][region]
+  __shared__ alignas(8) unsigned long long bars[kTmaMaxStages];
+  __shared__ float part[2][32];
+  const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5;
+  const bool has = tx < cols / VEC;
+  const int64_t col = static_cast<int64_t>(tx) * VEC;
+  const uint32_t row_bytes = static_cast<uint32_t>(cols * sizeof(T));
+  const uint32_t region = tma_row_region(row_bytes);
+  const int64_t first = blockIdx.x, step = gridDim.x;
+  tma_init_bars(bars, stages);
+  __syncthreads();                        // the mbarriers are initialised before any thread waits on them
+  auto fetch = [&](int64_t row, int s) {  // all of warp 0
+    if (lane == 0) mbar_expect_tx(&bars[s], row_bytes);
+    tma_copy_row(tma_rows + s * region, x + row * x_stride, row_bytes, &bars[s], lane);
+  };
+  if (warp == 0)
+    for (int s = 0; s < stages && first + s * step < rows; ++s) fetch(first + s * step, s);
+
+  Vec<WT, VEC> wv;
+  if (w != nullptr && has) wv = load_vec<WT, VEC>(w + col);
+  auto weight = [&](int j) { return w != nullptr ? to_float<WT>(wv.v[j]) + offset : 1.f; };
+  int s = 0, pb = 0;
+  uint32_t phase = 0;
+  for (int64_t row = first; row < rows; row += step) {
+    mbar_wait(&bars[s], phase);
+    XV xv;
+    float ss = 0.f;
+    if (has) {
+      xv = reinterpret_cast<const XV*>(tma_rows + s * region)[tx];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float f = to_float<T>(xv.v[j]);
+        ss += f * f;
+      }
+    }
+    // Keep x and w packed through the barrier, not as floats.
+    opaque_words(xv);
+    opaque_words(wv);
+    ss = tma_block_sum(ss, part, pb);
+    const int64_t ahead = row + stages * step;
+    if (warp == 0 && ahead < rows) {
+      tma_fence_reads();
+      fetch(ahead, s);
+    }
+    const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+    if (tx == 0) rstd[row] = r;
+    if (has) {
+      float o[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o[j] = normed<T>(to_float<T>(xv.v[j]), r, llama) * weight(j);
+      store_16B_words(y + row * cols + col, pack_vec<OT, VEC>(o));
+    }
+    pb ^= 1;
+    if (++s == stages) {
+      s = 0;
+      phase ^= 1;
+    }
+  }
+#else
+  __trap();  // the host launches this kernel only where its sm_90 code runs
+#endif
+}
+
+// Backward, x and dy rows of each stage in one mbarrier phase (dy's region
+// after x's). dx = r * dy * (w + offset) - r^3 * x * dot / cols and the dW
+// partials dy * normed(x, r) as rms_bwd_pipe; each block writes its partial
+// row (partial[blockIdx.x][:]) at the end, finished by reduce_partials. rstd
+// is loaded one row ahead into a register, as rms_bwd_pipe: its latency is
+// not on the row's critical path. dy and dx may alias (in place): the rows
+// fetched ahead are never the row being written, and each row belongs to
+// one block.
+// __launch_bounds__(1024, 1): 64 registers (VEC fp32 dW sums, the weights,
+// x and dy a thread).
+template <typename T, typename WT, typename OT, int VEC>
+__global__ void __launch_bounds__(1024, 1)
+    rms_bwd_tma(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
+                const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
+                float* __restrict__ partial, int64_t rows, int64_t cols, float offset, bool llama,
+                int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using XV = Vec<T, VEC>;
+  using GV = Vec<OT, VEC>;
+  static_assert(sizeof(XV) == 16 && sizeof(GV) % 16 == 0, "whole 16-byte vectors only");
+  constexpr int CG = sizeof(GV) / 16;
+  extern __shared__ __align__(128) unsigned char tma_rows[];  // [stages][x region, dy region]
+  __shared__ alignas(8) unsigned long long bars[kTmaMaxStages];
+  __shared__ float part[2][32];
+  const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5;
+  const bool has = tx < cols / VEC;
+  const int64_t col = static_cast<int64_t>(tx) * VEC;
+  const uint32_t x_bytes = static_cast<uint32_t>(cols * sizeof(T));
+  const uint32_t g_bytes = static_cast<uint32_t>(cols * sizeof(OT));
+  const uint32_t x_region = tma_row_region(x_bytes);
+  const uint32_t region = x_region + tma_row_region(g_bytes);
+  const int64_t first = blockIdx.x, step = gridDim.x;
+  tma_init_bars(bars, stages);
+  __syncthreads();                        // the mbarriers are initialised before any thread waits on them
+  auto fetch = [&](int64_t row, int s) {  // all of warp 0
+    if (lane == 0) mbar_expect_tx(&bars[s], x_bytes + g_bytes);
+    unsigned char* dst = tma_rows + s * region;
+    tma_copy_row(dst, x + row * x_stride, x_bytes, &bars[s], lane);
+    tma_copy_row(dst + x_region, dy + row * dy_stride, g_bytes, &bars[s], lane);
+  };
+  if (warp == 0)
+    for (int s = 0; s < stages && first + s * step < rows; ++s) fetch(first + s * step, s);
+
+  Vec<WT, VEC> wv;
+  if (w != nullptr && has) wv = load_vec<WT, VEC>(w + col);
+  auto weight = [&](int j) { return w != nullptr ? to_float<WT>(wv.v[j]) + offset : 1.f; };
+  float dw_acc[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) dw_acc[j] = 0.f;
+  float r_next = rstd[first];  // first < rows: the grid has at most `rows` blocks
+  int s = 0, pb = 0;
+  uint32_t phase = 0;
+  for (int64_t row = first; row < rows; row += step) {
+    const float r = r_next;
+    r_next = row + step < rows ? rstd[row + step] : 0.f;
+    mbar_wait(&bars[s], phase);
+    XV xv;
+    GV gv;
+    float dot = 0.f;
+    if (has) {
+      const unsigned char* st = tma_rows + s * region;
+      xv = reinterpret_cast<const XV*>(st)[tx];
+#pragma unroll
+      for (int c = 0; c < CG; ++c)
+        reinterpret_cast<uint4*>(&gv)[c] = reinterpret_cast<const uint4*>(st + x_region)[tx * CG + c];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv.v[j]) * weight(j) * to_float<T>(xv.v[j]);
+    }
+    // Keep x, dy and w packed through the barrier (the converted floats
+    // spilled in rms_bwd_pipe).
+    opaque_words(xv);
+    opaque_words(gv);
+    opaque_words(wv);
+    dot = tma_block_sum(dot, part, pb);
+    const int64_t ahead = row + stages * step;
+    if (warp == 0 && ahead < rows) {
+      tma_fence_reads();
+      fetch(ahead, s);
+    }
+    if (has) {
+      const float c = r * r * r * dot / static_cast<float>(cols);
+      float o[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float xf = to_float<T>(xv.v[j]);
+        const float g = to_float<OT>(gv.v[j]);
+        o[j] = r * g * weight(j) - c * xf;
+        dw_acc[j] += g * normed<T>(xf, r, llama);
+      }
+      store_16B_words(dx + row * dx_stride + col, pack_vec<T, VEC>(o));
+    }
+    pb ^= 1;
+    if (++s == stages) {
+      s = 0;
+      phase ^= 1;
+    }
+  }
+  if (partial != nullptr && has) {
+    Vec<float, VEC> out;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out.v[j] = dw_acc[j];
+    store_vec<float, VEC>(partial + static_cast<int64_t>(blockIdx.x) * cols + col, out);
+  }
+#else
+  __trap();  // the host launches this kernel only where its sm_90 code runs
+#endif
+}
+
 // Backward dx for any width: one block per row, the row is read twice.
 template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(512)
@@ -1071,22 +1350,107 @@ __global__ void __launch_bounds__(256)
 //     bf16 ADD forward ran at 60.6 % of C at 16384 x 4096 on the H200 against
 //     88.8 % for plain RMSNorm (benchmarks/results/2026-11-30-h200-*-9f9f3e6.log),
 //     with half of its s and y vectors stored as 8 x 2-byte stores each.
-//   LIGER_CPP_RMS_FWD=old|pack|new, plain RMSNorm (default old: its split y
+//   LIGER_CPP_RMS_FWD=old|pack|new|tma, plain RMSNorm (default old: its split y
 //     stores are 4 x 32-bit, a smaller loss, and new measured no better:
 //     87.5 / 89.9 / 94.1 / 75.8 % of C against 88.0 / 91.3 / 93.6 / 76.2 % at
 //     16384x4096 / 8192x16384 / 131072x1024 / 4096x32768,
 //     benchmarks/results/2026-11-30-h200-rms_norm-quick-c1a3bfe.log).
+//     tma (not measured yet): rms_fwd_tma, rows brought into shared memory
+//     by TMA bulk copies, where it runs (sm_90 code, 16-byte aligned rows of
+//     kTmaMinVec..1024 vectors, a block fits); elsewhere old.
+//     FusedAddRMSNorm has no tma.
 FwdMode fwd_mode(bool add) {
-  switch (env_choice(add ? "LIGER_CPP_RMS_ADD_FWD" : "LIGER_CPP_RMS_FWD", {"old", "pack", "new"})) {
+  const int i = add ? env_choice("LIGER_CPP_RMS_ADD_FWD", {"old", "pack", "new"})
+                    : env_choice("LIGER_CPP_RMS_FWD", {"old", "pack", "new", "tma"});
+  switch (i) {
     case 0:
       return kFwdOld;
     case 1:
       return kFwdPack;
     case 2:
       return kFwdNew;
+    case 3:
+      return kFwdTma;
     default:
       return add ? kFwdNew : kFwdOld;
   }
+}
+
+// Rows in flight per block in rms_fwd_tma / rms_bwd_tma:
+// LIGER_CPP_RMS_TMA_STAGES=2|3|4|6|8 (read on every call, for A/B
+// measurements), default 4: with the forward's 2048 threads per SM, 4 x 32 KiB
+// of rows per SM, up to 3 x 32 KiB of them in flight while each block works
+// on one.
+int tma_stages() {
+  static constexpr int kChoices[] = {2, 3, 4, 6, 8};
+  static_assert(kChoices[4] <= kTmaMaxStages, "an mbarrier per stage");
+  const int i = env_choice("LIGER_CPP_RMS_TMA_STAGES", {"2", "3", "4", "6", "8"});
+  return i < 0 ? 4 : kChoices[i];
+}
+
+// The architecture of `kern`'s code that runs on the current device
+// (cudaFuncAttributes::binaryVersion, e.g. 90; 0 when the query fails), cached
+// per (device, kernel). At least 90 means an sm_90+ device running the sm_90
+// body of the TMA kernels: a build without sm_90 code would run their sm_80
+// stub even on an H100.
+int binary_version(const void* kern) {
+  const int dev = current_device();
+  if (dev < 0) return 0;
+  const QueryKey key{dev, kern, 0, 0};
+  thread_local QueryCache<int, 32> cache;
+  if (const int* hit = cache.find(key)) return *hit;
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cache.put(key, fa.binaryVersion);
+  return fa.binaryVersion;
+}
+
+// The current device's SM count (cached per device; 0 when the query fails),
+// for the forward, whose interface has no sm_count (the backward's has).
+int device_sm_count() {
+  const int dev = current_device();
+  if (dev < 0) return 0;
+  const QueryKey key{dev, nullptr, 0, 0};
+  thread_local QueryCache<int, 8> cache;
+  if (const int* hit = cache.find(key)) return *hit;
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cache.put(key, n);
+  return n;
+}
+
+// A launch of rms_fwd_tma or rms_bwd_tma: threads a block (the row's vectors
+// rounded up to a warp), rows in flight a block, dynamic shared memory, and
+// persistent blocks (at most one per row).
+struct TmaShape {
+  int threads = 0, stages = 0;
+  size_t smem = 0;
+  int64_t grid = 0;
+};
+
+// Plans a TMA row kernel for rows of nvec vectors whose operands take
+// `region` bytes of a stage; false when it does not apply: rows outside
+// kTmaMinVec..1024 vectors, no sm_90 code for this device, or no block fits.
+// The caller has checked that every row of every operand is 16-byte aligned.
+template <typename K>
+bool plan_tma(K* kern, int64_t nvec, int64_t rows, size_t region, int sm_count, TmaShape& t) {
+  t.stages = tma_stages();  // first: a bad value is an error on any device
+  if (nvec < kTmaMinVec || nvec > 1024 || sm_count < 1) return false;
+  const void* f = reinterpret_cast<const void*>(kern);
+  if (binary_version(f) < 90) return false;
+  t.threads = static_cast<int>(ceil_div(nvec, 32) * 32);
+  t.smem = region * t.stages;
+  // Nothing but the weights goes through L1: the largest shared-memory carveout.
+  const int per_sm = pipe_blocks_per_sm(kern, t.threads, t.smem, true);
+  if (per_sm < 1) return false;
+  t.grid = std::min<int64_t>(rows, static_cast<int64_t>(sm_count) * per_sm);
+  return true;
 }
 
 template <typename F>
@@ -1153,19 +1517,25 @@ auto bwd_kernel(const Plan& p, bool ds) {
 //     for FusedAddRMSNorm with a residual gradient; not measured yet).
 //   old: rms_bwd_cached, 4 vectors per thread, 128 registers, 16 warps per SM
 //     (measured latency-bound at 49 % of DRAM bandwidth on the H200).
+//   tma (not measured yet): rms_bwd_tma, x and dy rows brought into shared
+//     memory by TMA bulk copies, where it runs (sm_90 code, 16-byte aligned
+//     rows of kTmaMinVec..1024 vectors, a block fits, no residual gradient);
+//     elsewhere the default (the tma choice does not change rows above 1024
+//     vectors either: they take the cluster kernel, as with reg).
 // rms_bwd_pipe keeps one vector per thread (MAXV = 1: more spills at 64
 // registers), so rows above 1024 vectors (8192 bf16 or 4096 fp32 columns)
 // take rms_bwd_cluster on sm_90 (see bwd_wide_cluster) and rms_bwd_cached
 // elsewhere.
-enum class BwdKind { kOld, kReg, kAsync, kRegDs, kCluster };
+enum class BwdKind { kOld, kReg, kAsync, kRegDs, kCluster, kTma };
 constexpr int kPipeStages = 4;
 
 // FusedAddRMSNorm with a residual gradient (ds) defaults to async instead:
 // 90.0 % of C fwd+bwd against 87.0 % for reg and 82.0 % for regds at 16384 x
 // 4096 bf16 (benchmarks/results/2026-11-30-h200-fused_add_rms_norm-5d1f57d.log):
 // a third operand per row leaves reg's one row ahead too few bytes in flight.
+BwdKind bwd_default(bool ds) { return ds ? BwdKind::kAsync : BwdKind::kReg; }
 BwdKind bwd_kind(bool ds) {
-  switch (env_choice("LIGER_CPP_RMS_BWD", {"old", "async", "regds", "reg"})) {
+  switch (env_choice("LIGER_CPP_RMS_BWD", {"old", "async", "regds", "reg", "tma"})) {
     case 0:
       return BwdKind::kOld;
     case 1:
@@ -1174,16 +1544,41 @@ BwdKind bwd_kind(bool ds) {
       return BwdKind::kRegDs;
     case 3:
       return BwdKind::kReg;
+    case 4:
+      return BwdKind::kTma;
     default:
-      return ds ? BwdKind::kAsync : BwdKind::kReg;
+      return bwd_default(ds);
   }
 }
 
 struct BwdPlan : Plan {
   BwdKind kind = BwdKind::kOld;
   size_t smem = 0;
-  int cl = 0;  // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
+  int cl = 0;      // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
+  int stages = 0;  // kTma: rows in flight a block
 };
+
+// Plans rms_bwd_tma (see plan_tma; one dW partial row per block); false when
+// it does not apply (then the default backward runs). Plain RMSNorm only: no
+// residual gradient.
+template <typename T, typename WT, typename OT>
+bool plan_bwd_tma(const RmsNormBwdArgs& a, int sm_count, BwdPlan& p) {
+  if (a.ds_out != nullptr) return false;
+  const size_t region = tma_row_region(a.cols * static_cast<int64_t>(sizeof(T))) +
+                        tma_row_region(a.cols * static_cast<int64_t>(sizeof(OT)));
+  TmaShape t;
+  if (!plan_tma(&rms_bwd_tma<T, WT, OT, 16 / sizeof(T)>, a.cols / p.vec, a.rows, region, sm_count, t))
+    return false;
+  p.kind = BwdKind::kTma;
+  p.cached = true;
+  p.tx = t.threads;
+  p.ty = 1;
+  p.stages = t.stages;
+  p.smem = t.smem;
+  p.grid = t.grid;
+  p.ws_floats = a.dw != nullptr ? p.grid * a.cols : 0;
+  return true;
+}
 
 template <typename T, typename WT, typename OT, int STAGES, bool DSA = false>
 auto pipe_kernel(bool ds) {
@@ -1354,7 +1749,11 @@ BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
       {{a.x, sizeof(T)}, {a.dy, sizeof(OT)}, {a.dx, sizeof(T)}, {a.w, sizeof(WT)}, {a.ds_out, sizeof(T)}});
   p.vec = aligned ? full : 1;
   const bool want_dw = a.dw != nullptr;
-  const BwdKind kind = bwd_kind(a.ds_out != nullptr);
+  BwdKind kind = bwd_kind(a.ds_out != nullptr);
+  if (kind == BwdKind::kTma) {
+    if (aligned && plan_bwd_tma<T, WT, OT>(a, sm_count, p)) return p;
+    kind = bwd_default(a.ds_out != nullptr);
+  }
   if (aligned && kind != BwdKind::kOld && plan_pipe<T, WT, OT>(a, sm_count, kind, p)) return p;
   if (aligned && kind != BwdKind::kOld && bwd_wide_cluster() && plan_cluster<T, WT, OT>(a, p)) return p;
   p.kind = BwdKind::kOld;
@@ -1430,6 +1829,18 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       }
       Plan p;
       if (aligned && pick_cached(a.cols / full, p)) {
+        const FwdMode mode = fwd_mode(ADD);
+        if constexpr (!ADD) {
+          TmaShape t;
+          auto* tkern = &rms_fwd_tma<T, WT, OT, full>;
+          if (mode == kFwdTma &&
+              plan_tma(tkern, a.cols / full, a.rows, tma_row_region(a.cols * static_cast<int64_t>(sizeof(T))),
+                       device_sm_count(), t)) {
+            tkern<<<t.grid, t.threads, t.smem, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.rows, a.cols,
+                                                         a.eps, a.offset, llama, t.stages);
+            return cudaGetLastError();
+          }
+        }
         const dim3 block(p.tx, p.ty);
         const int64_t grid = ceil_div(a.rows, p.ty);
         auto launch_mode = [&](auto mode_c) {
@@ -1437,8 +1848,9 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
               <<<grid, block, 0, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
                                            a.rows, a.cols, a.eps, a.offset, llama);
         };
-        switch (fwd_mode(ADD)) {
+        switch (mode) {
           case kFwdOld:
+          case kFwdTma:  // where rms_fwd_tma does not run
             launch_mode(std::integral_constant<int, kFwdOld>{});
             break;
           case kFwdPack:
@@ -1501,7 +1913,11 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     const T* ds_out = static_cast<const T*>(a.ds_out);
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
-    if (p.kind == BwdKind::kCluster) {
+    if (p.kind == BwdKind::kTma) {
+      rms_bwd_tma<T, WT, OT, full><<<p.grid, p.tx, p.smem, stream>>>(
+          dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial, a.rows, a.cols,
+          a.offset, llama, p.stages);
+    } else if (p.kind == BwdKind::kCluster) {
       cudaLaunchAttribute attr[1];
       auto* kern = cluster_kernel<T, WT, OT>(ds_out != nullptr);
       cudaLaunchConfig_t cfg = cluster_launch_config(p.tx, p.cl, 0, stream, attr);
