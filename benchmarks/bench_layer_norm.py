@@ -36,22 +36,16 @@ def eager(x, w, b):
 
 # liger_cpp kernel variants, selected by environment variables read on every call (see
 # csrc/kernels/layer_norm.cu): LIGER_CPP_LN_BWD picks the backward (old: register-cached; v3:
-# pipelined, 8-byte vectors; v4: 16-byte vectors, named barriers, next row in registers; v5, the
-# default: v4 with 3 rows fetched ahead by cp.async; tma, tma3: rows brought into 4 or 3
+# pipelined, 8-byte vectors; v4: 16-byte vectors, named barriers, next row in registers; v5: v4
+# with 3 rows fetched ahead by cp.async; tma, the default on sm_90: rows brought into 4
 # shared-memory stages by TMA bulk copies), LIGER_CPP_LN_FWD the cached forward (old; pack, the
-# default: packed 16-byte stores; new: pack with early weight loads; tma, tma2: TMA stages with 3 or
-# 2 blocks per SM).
+# default: packed 16-byte stores; new: pack with early weight loads).
 VARIANT_ENV = {
     "liger_cpp[bwd=old]": {"LIGER_CPP_LN_BWD": "old"},
     "liger_cpp[bwd=v3]": {"LIGER_CPP_LN_BWD": "v3"},
     "liger_cpp[bwd=v4]": {"LIGER_CPP_LN_BWD": "v4"},
     "liger_cpp[bwd=v5]": {"LIGER_CPP_LN_BWD": "v5"},
     "liger_cpp[bwd=tma]": {"LIGER_CPP_LN_BWD": "tma"},
-    "liger_cpp[bwd=tma3]": {"LIGER_CPP_LN_BWD": "tma3"},
-    "liger_cpp[fwd=tma]": {"LIGER_CPP_LN_FWD": "tma"},
-    "liger_cpp[fwd=tma2]": {"LIGER_CPP_LN_FWD": "tma2"},
-    "liger_cpp[fwd=tma,bwd=tma]": {"LIGER_CPP_LN_FWD": "tma", "LIGER_CPP_LN_BWD": "tma"},
-    "liger_cpp[fwd=tma2,bwd=tma]": {"LIGER_CPP_LN_FWD": "tma2", "LIGER_CPP_LN_BWD": "tma"},
     "liger_cpp[fwd=old]": {"LIGER_CPP_LN_FWD": "old"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_LN_FWD": "new"},
     "liger_cpp[fwd=old,bwd=v3]": {"LIGER_CPP_LN_FWD": "old", "LIGER_CPP_LN_BWD": "v3"},

@@ -3,9 +3,10 @@
 // norm_common.cuh: a "cached" family that keeps each row in registers (the
 // backward persistent, with dW and dB partials in fp32 registers), and a
 // "generic" family for any width and alignment, and pipelined backwards
-// (ln_bwd_pipe, ln_bwd_pipe16; chosen by LIGER_CPP_LN_BWD, default v5) for
-// widths up to 4096 (8192 for 16-bit types). LIGER_CPP_LN_FWD picks the cached
-// forward's variant. dW/dB partials are finished by reduce_partials or
+// (ln_bwd_pipe, ln_bwd_pipe16, and on sm_90 ln_bwd_tma, whose rows arrive by
+// TMA bulk copies; chosen by LIGER_CPP_LN_BWD, default tma) for widths up to
+// 4096 (8192 for 16-bit types). LIGER_CPP_LN_FWD picks the cached forward's
+// variant. dW/dB partials are finished by reduce_partials or
 // ln_reduce_parts: deterministic, no atomics.
 #include <type_traits>
 
@@ -44,7 +45,7 @@ __device__ __forceinline__ void load_param(const WT* p, int64_t c, float dflt, f
 //    hides behind its barrier instead of following it once per vector. The
 //    bias stays after it: x, w and b packed (48 registers) spilled 16-24 bytes
 //    at the 64-register cap.
-enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2, kFwdTma = 3, kFwdTma2 = 4 };
+enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 
 template <typename T, typename WT, int VEC, int MAXV, int MODE>
 __global__ void __launch_bounds__(1024)
@@ -750,12 +751,10 @@ __global__ void __launch_bounds__(BLOCK, MINB)
   }
 }
 
-// TMA pipelines (ln_fwd_tma, ln_bwd_tma; sm_90).
-constexpr int kTmaBlock = 512;     // backward threads at most (rows of at most 512 16-byte vectors)
-constexpr int kTmaStages = 4;      // backward rows in flight per block
-constexpr int kTmaFwdBlock = 512;  // forward threads at most (rows of at most 512 16-byte vectors)
-constexpr int kTmaFwdStages = 6;   // forward rows in flight per block
-constexpr int kTmaChunk = 4096;    // bytes per bulk copy (issued by the lanes of warp 0)
+// The TMA pipeline of ln_bwd_tma (sm_90).
+constexpr int kTmaBlock = 512;   // threads at most (rows of at most 512 16-byte vectors)
+constexpr int kTmaStages = 4;    // rows in flight per block
+constexpr int kTmaChunk = 4096;  // bytes per bulk copy (issued by the lanes of warp 0)
 
 // Called by all lanes of one warp: puts one row of NOPS operands (rb bytes
 // each, 16-byte aligned) in flight into NOPS consecutive rb-byte slots at dst,
@@ -774,145 +773,6 @@ __device__ __forceinline__ void tma_issue_row(unsigned char* dst, const unsigned
     for (int q = 1; q < NOPS; ++q) from = op == q ? src[q] : from;
     bulk_copy_g2s(dst + op * rb + off, from + off, rb - off < kTmaChunk ? rb - off : kTmaChunk, bar);
   }
-}
-
-// Forward with rows brought into shared memory by the TMA engine (sm_90;
-// LIGER_CPP_LN_FWD=tma): the backward's pipeline (ln_bwd_tma) for x alone.
-// One block of TX threads per row, one 16-byte vector a thread, STAGES rows in
-// flight per block; the mean and the variance are two block sums, each with
-// one barrier: the mean's sum goes through scratch[0] and the variance's
-// through scratch[1], so a buffer is rewritten only after the other's barrier,
-// which every reader of it has passed. After the first barrier every thread
-// holds its x in registers, so warp 0 refills the stage right away. Same
-// formulas as ln_fwd_cached.
-template <typename T, typename WT, int STAGES, int MINB>
-__global__ void __launch_bounds__(kTmaFwdBlock, MINB)
-    ln_fwd_tma(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, const WT* __restrict__ b,
-               T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows,
-               int64_t cols, float eps) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int VEC = 16 / static_cast<int>(sizeof(T));
-  constexpr int WW = VEC * static_cast<int>(sizeof(WT)) / 4;  // 32-bit words of VEC weights
-  constexpr bool WS = sizeof(WT) > sizeof(T);                 // w and b in shared memory
-  // [STAGES][rb bytes] rows, then (WS) [4][TX] 16-byte slots: w halves, b halves.
-  extern __shared__ __align__(128) unsigned char tma_smem[];
-  __shared__ alignas(8) unsigned long long bars[STAGES];
-  __shared__ float scratch[2][32];
-  const int tx = threadIdx.x, TX = blockDim.x, lane = tx & 31, warp = tx >> 5;
-  const int64_t nvec = cols / VEC;
-  const bool has = tx < nvec;
-  const uint32_t rb = static_cast<uint32_t>(cols * static_cast<int64_t>(sizeof(T)));
-  const int64_t grid = gridDim.x;
-  const int64_t nk = rows > blockIdx.x ? (rows - 1 - blockIdx.x) / grid + 1 : 0;
-  const float inv_n = 1.f / static_cast<float>(cols);
-  const int c0 = tx * VEC;
-  uint4* const p_smem = reinterpret_cast<uint4*>(tma_smem + static_cast<size_t>(STAGES) * rb) + tx;
-
-  auto issue = [&](int64_t k) {
-    if (k >= nk) return;
-    const int st = static_cast<int>(k % STAGES);
-    const unsigned char* const src[1] = {
-        reinterpret_cast<const unsigned char*>(x + (blockIdx.x + k * grid) * x_stride)};
-    tma_issue_row<1>(tma_smem + static_cast<size_t>(st) * rb, src, rb, &bars[st], lane);
-  };
-  if (tx == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) mbar_init(&bars[s]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();  // the mbarriers are initialised before anyone issues or waits
-  if (warp == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) issue(s);
-  }
-
-  // This thread's weights and biases, loaded once: packed words, or shared-memory
-  // slots when wider than x (as ln_bwd_pipe16's weights).
-  uint32_t wv[WS ? 1 : WW], bv[WS ? 1 : WW];
-  if (has) {
-    if constexpr (WS) {
-      static_assert(WW == 8, "fp32 weights with 16-bit x");
-      uint32_t t[8];
-      if (w != nullptr) {
-        load_words_volatile(t, w + c0);
-        p_smem[0] = make_uint4(t[0], t[1], t[2], t[3]);
-        p_smem[TX] = make_uint4(t[4], t[5], t[6], t[7]);
-      }
-      if (b != nullptr) {
-        load_words_volatile(t, b + c0);
-        p_smem[2 * TX] = make_uint4(t[0], t[1], t[2], t[3]);
-        p_smem[3 * TX] = make_uint4(t[4], t[5], t[6], t[7]);
-      }
-    } else if constexpr (WW == 2) {  // fp32 x, 16-bit weights: 8 bytes
-      if (w != nullptr) load_words<2>(wv, w + c0);
-      if (b != nullptr) load_words<2>(bv, b + c0);
-    } else {
-      if (w != nullptr) load_words_volatile(wv, w + c0);
-      if (b != nullptr) load_words_volatile(bv, b + c0);
-    }
-  }
-  // Parameter q (0: w, 1: b) of this thread's VEC columns as floats (dflt without one).
-  auto params = [&](int q, const WT* p, const uint32_t* pv, float dflt, float(&out)[VEC]) {
-    if (p == nullptr) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) out[j] = dflt;
-    } else if constexpr (WS) {
-      const uint4 a = p_smem[2 * q * TX], c = p_smem[(2 * q + 1) * TX];
-      const uint32_t t[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) out[j] = __uint_as_float(t[j]);
-    } else {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) out[j] = word_elem<WT>(pv, j);
-    }
-  };
-
-  int st = 0;
-  uint32_t phase = 0;
-  for (int64_t k = 0; k < nk; ++k) {
-    const int64_t row = blockIdx.x + k * grid;
-    uint32_t xv[4];
-    mbar_wait(&bars[st], phase);
-    float s = 0.f;
-    if (has) {
-      const uint4 a = *reinterpret_cast<const uint4*>(tma_smem + static_cast<size_t>(st) * rb + tx * 16);
-      xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) s += word_elem<T>(xv, j);
-    }
-    s = warp_sum(s);
-    if (lane == 0) scratch[0][warp] = s;
-    __syncthreads();  // also: every thread is done reading stage st
-    if (warp == 0) issue(k + STAGES);
-    const float m = warp_sum(lane < (TX >> 5) ? scratch[0][lane] : 0.f) * inv_n;
-    float ss = 0.f;
-    if (has) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float d = word_elem<T>(xv, j) - m;
-        ss += d * d;
-      }
-    }
-    opaque_words<4>(xv);  // converted again below rather than kept as floats across the barrier
-    ss = warp_sum(ss);
-    if (lane == 0) scratch[1][warp] = ss;
-    __syncthreads();
-    const float r = 1.f / sqrtf(warp_sum(lane < (TX >> 5) ? scratch[1][lane] : 0.f) * inv_n + eps);
-    if (tx == 0) {
-      mean[row] = m;
-      rstd[row] = r;
-    }
-    if (has) {
-      float wf[VEC], bf[VEC], o[VEC];
-      params(0, w, wv, 1.f, wf);
-      params(1, b, bv, 0.f, bf);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) o[j] = (word_elem<T>(xv, j) - m) * r * wf[j] + bf[j];
-      store_16B_words(y + row * cols + c0, pack_vec<T, VEC>(o));
-    }
-    if (++st == STAGES) st = 0, phase ^= 1;
-  }
-#endif
 }
 
 // Backward with rows brought into shared memory by the TMA engine (sm_90;
@@ -1215,28 +1075,6 @@ int device_cc_major() {
   return major;
 }
 
-// Launches ln_fwd_tma for a 16-byte aligned call of at most kTmaFwdBlock
-// vectors a row on sm_90 (one block of next_pow2(vectors) threads per row,
-// persistent grid); false when it does not apply (then the cached forward).
-template <typename T, typename WT>
-bool launch_fwd_tma(const LayerNormFwdArgs& a, FwdMode mode, int sm_count, cudaStream_t stream) {
-  static const int cc_major = device_cc_major();
-  constexpr int vec = 16 / sizeof(T);
-  if (cc_major < 9 || a.cols / vec > kTmaFwdBlock) return false;
-  const int tx = next_pow2(a.cols / vec);
-  const size_t rb = static_cast<size_t>(a.cols) * sizeof(T);
-  const size_t smem = kTmaFwdStages * rb + (sizeof(WT) > sizeof(T) ? static_cast<size_t>(tx) * 64 : 0);
-  auto* kern = mode == kFwdTma2 ? &ln_fwd_tma<T, WT, kTmaFwdStages, 2> : &ln_fwd_tma<T, WT, kTmaFwdStages, 3>;
-  const int per_sm = pipe_blocks_per_sm(kern, tx, smem, true);
-  if (per_sm < 1) return false;
-  const int64_t grid =
-      std::max<int64_t>(1, std::min<int64_t>(a.rows, static_cast<int64_t>(sm_count) * per_sm));
-  kern<<<grid, tx, smem, stream>>>(static_cast<const T*>(a.x), a.x_row_stride, static_cast<const WT*>(a.w),
-                                   static_cast<const WT*>(a.b), static_cast<T*>(a.y), a.mean, a.rstd, a.rows,
-                                   a.cols, a.eps);
-  return true;
-}
-
 template <typename F>
 cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
   return dispatch_dtype(xd, [&](auto xt) {
@@ -1263,12 +1101,12 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 //        blocks, 2 per SM (64 registers), next row prefetched into registers;
 //   v5:  ln_bwd_pipe16, next kPipe16Stages - 1 rows fetched with cp.async into
 //        shared memory (64 KiB per block at 16384 x 4096 bf16, 2 blocks per SM).
-//   tma, tma3: ln_bwd_tma (sm_90), rows brought into 4 (tma) or 3 (tma3)
-//        shared-memory stages by cp.async.bulk, registers bounded for 2 blocks
-//        of 512 threads per SM. Bounded for 3 (40 registers) it spilled its
-//        dW/dB partials: 45.5 % of C against 76.2 % (layer_norm-quick-272ac70);
-//        6 stages ran at 69.5 % against 75.9 % for 4 (-d4c0776). Run as v5 on
-//        older GPUs.
+//   tma: ln_bwd_tma (sm_90; the default), rows brought into 4 shared-memory
+//        stages by cp.async.bulk, registers bounded for 2 blocks of 512
+//        threads per SM; runs as v5 on older GPUs. Bounded for 3 blocks (40
+//        registers) it spilled its dW/dB partials and ran at 45.5 % of C
+//        (layer_norm-quick-272ac70); with 6 stages 69.5 % and with 3 75.9 %
+//        against 75.9-77.7 % for 4 (-d4c0776, -0686c5e).
 //   v4, v5 and tma take rows up to 512 16-byte vectors (4096 16-bit or 2048 fp32
 //   columns) with every operand 16-byte aligned; other calls run as v3.
 // ln_bwd_pipe takes 4 elements per vector (8 bytes for 16-bit types: 16-byte
@@ -1280,34 +1118,31 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 // LIGER_CPP_LN_FWD=old|pack|new (default pack: 83.2 % of C at 16384 x 4096
 // bf16 on the H200 against 80.5 % for old and 77.1 % for new, whose early
 // weight loads cost more than they hide; benchmarks/results/
-// 2026-11-30-h200-layer_norm-quick-b4b7e3b.log); tma, tma2: ln_fwd_tma where
-// it applies (sm_90, aligned rows of at most 512 vectors), else pack, with
-// registers bounded for 3 blocks of 512 threads per SM (40: the bf16 instance
-// keeps 3 loop-invariant words in local memory) or 2 (tma2). An unknown value
-// is an error.
+// 2026-11-30-h200-layer_norm-quick-b4b7e3b.log); an unknown value is an error.
+// A forward through shared-memory stages filled by TMA bulk copies (ln_bwd_tma's
+// pipeline for x alone, two barriers a row) ran at 60.3 % of C against 83.6 %
+// for pack (2026-11-30-h200-layer_norm-quick-0686c5e.log) and was removed: with
+// 2-3 rows in flight per SM, each row's two reductions stay exposed.
 FwdMode fwd_mode() {
-  switch (env_choice("LIGER_CPP_LN_FWD", {"old", "pack", "new", "tma", "tma2"})) {
+  switch (env_choice("LIGER_CPP_LN_FWD", {"old", "pack", "new"})) {
     case 0:
       return kFwdOld;
     case 2:
       return kFwdNew;
-    case 3:
-      return kFwdTma;
-    case 4:
-      return kFwdTma2;
     default:
       return kFwdPack;
   }
 }
 
-enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5, kTma = 6, kTma3 = 7 };
-// v5 measured fastest (bwd 55.1 % of C at 16384 x 4096 bf16 on the H200 against
-// 53.4 % for v4, 47.4 % for v3 and 33.0 % for old; same log as above).
-constexpr BwdVariant kDefaultBwd = BwdVariant::kV5;
+enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5, kTma = 6 };
+// tma measured fastest: bwd 77.7 % of C at 16384 x 4096 bf16 on the H200
+// against 55.9 % for v5 (2026-11-30-h200-layer_norm-quick-0686c5e.log; v5
+// against v4 53.4 %, v3 47.4 %, old 33.0 %: -b4b7e3b.log).
+constexpr BwdVariant kDefaultBwd = BwdVariant::kTma;
 
 BwdVariant bwd_variant() {
   // The indices are the enum's values.
-  const int i = env_choice("LIGER_CPP_LN_BWD", {"old", "v1", "v2", "v3", "v4", "v5", "tma", "tma3"});
+  const int i = env_choice("LIGER_CPP_LN_BWD", {"old", "v1", "v2", "v3", "v4", "v5", "tma"});
   return i < 0 ? kDefaultBwd : static_cast<BwdVariant>(i);
 }
 
@@ -1353,11 +1188,10 @@ bool plan_pipe16(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
   return true;
 }
 
-// ln_bwd_tma's instantiations (2 blocks of 512 threads per SM: 64 registers, no spills).
-int tma_stages(BwdVariant v) { return v == BwdVariant::kTma3 ? 3 : kTmaStages; }
+// ln_bwd_tma's instantiation: 2 blocks of 512 threads per SM (64 registers, no spills).
 template <typename T, typename WT>
-auto tma_kernel(BwdVariant v) {
-  return v == BwdVariant::kTma3 ? &ln_bwd_tma<T, WT, 3, 2> : &ln_bwd_tma<T, WT, kTmaStages, 2>;
+auto tma_kernel() {
+  return &ln_bwd_tma<T, WT, kTmaStages, 2>;
 }
 
 // Plans ln_bwd_tma (p.tx threads a row, one row a block, persistent grid) for
@@ -1371,9 +1205,9 @@ bool plan_tma(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
   p.tx = next_pow2(nvec);
   p.ty = 1;
   const size_t rb = static_cast<size_t>(a.cols) * sizeof(T);
-  p.smem = tma_stages(p.variant) * 2 * rb + static_cast<size_t>(p.tx) * 2 * sizeof(float) +
+  p.smem = kTmaStages * 2 * rb + static_cast<size_t>(p.tx) * 2 * sizeof(float) +
            (sizeof(WT) > sizeof(T) ? static_cast<size_t>(p.tx) * 32 : 0);
-  const int per_sm = pipe_blocks_per_sm(tma_kernel<T, WT>(p.variant), p.tx, p.smem, true);
+  const int per_sm = pipe_blocks_per_sm(tma_kernel<T, WT>(), p.tx, p.smem, true);
   if (per_sm < 1) return false;
   p.cached = true;
   p.tma = true;
@@ -1398,7 +1232,7 @@ BwdPlan plan_ln_bwd(const LayerNormBwdArgs& a, int sm_count, BwdVariant variant)
   const int64_t nvec = a.cols / p.vec;
   const int64_t nvec4 = a.cols / 4;
   const int64_t max_nv = sizeof(T) == 2 ? 2 : 1;
-  if (variant == BwdVariant::kTma || variant == BwdVariant::kTma3) {
+  if (variant == BwdVariant::kTma) {
     if (aligned && nvec <= kTmaBlock && plan_tma<T, WT>(a, sm_count, p)) {
       p.ws_floats = nparts * p.grid * a.cols;
       return p;
@@ -1483,7 +1317,7 @@ void launch_pipe_variant(const LayerNormBwdArgs& a, const BwdPlan& p, float* pw,
 
 // ---------------------------------------------------------------------------
 
-cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, int sm_count, cudaStream_t stream) {
+cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
   const bool has_param = a.w != nullptr || a.b != nullptr;
   return dispatch_ln_types(a.x_dtype, has_param ? a.w_dtype : a.x_dtype, [&](auto xt, auto wt) {
@@ -1499,13 +1333,11 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, int sm_count, cudaStream_t
                     {{a.x, sizeof(T)}, {a.y, sizeof(T)}, {a.w, sizeof(WT)}, {a.b, sizeof(WT)}});
     Plan p;
     const FwdMode mode = fwd_mode();
-    if (aligned && (mode == kFwdTma || mode == kFwdTma2) && launch_fwd_tma<T, WT>(a, mode, sm_count, stream))
-      return cudaGetLastError();
     if (aligned && pick_cached(a.cols / full, p)) {
       const dim3 block(p.tx, p.ty);
-      auto* kern = mode == kFwdNew   ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
-                   : mode != kFwdOld ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdPack>
-                                     : &ln_fwd_cached<T, WT, full, kMaxV, kFwdOld>;
+      auto* kern = mode == kFwdNew    ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
+                   : mode == kFwdPack ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdPack>
+                                      : &ln_fwd_cached<T, WT, full, kMaxV, kFwdOld>;
       kern<<<ceil_div(a.rows, p.ty), block, 0, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.rows,
                                                          a.cols, a.eps);
     } else {
@@ -1535,7 +1367,7 @@ int64_t layer_norm_bwd_workspace_floats(const LayerNormBwdArgs& a, int sm_count)
   // change of LIGER_CPP_LN_BWD in between must not leave the workspace short.
   dispatch_ln_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, [&](auto xt, auto wt) {
     for (BwdVariant v : {BwdVariant::kOld, BwdVariant::kV1, BwdVariant::kV2, BwdVariant::kV3, BwdVariant::kV4,
-                         BwdVariant::kV5, BwdVariant::kTma, BwdVariant::kTma3})
+                         BwdVariant::kV5, BwdVariant::kTma})
       n = std::max(n, plan_ln_bwd<decltype(xt), decltype(wt)>(a, sm_count, v).ws_floats);
     return cudaSuccess;
   });
@@ -1565,8 +1397,8 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
     constexpr int full = 16 / sizeof(T);
     if (p.pipe || p.pipe16 || p.tma) {
       if (p.tma) {
-        tma_kernel<T, WT>(p.variant)<<<p.grid, p.tx, p.smem, stream>>>(
-            dy, a.dy_row_stride, x, a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
+        tma_kernel<T, WT>()<<<p.grid, p.tx, p.smem, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w,
+                                                              a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
       } else if (p.pipe16) {
         pipe16_kernel<T, WT>(p.variant)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
             dy, a.dy_row_stride, x, a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);

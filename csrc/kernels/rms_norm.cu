@@ -13,9 +13,9 @@
 //    rows above 1024 vectors, one vector a thread, each row split over a
 //    thread-block cluster whose blocks exchange their partial sums through
 //    distributed shared memory.
-//  * rms_fwd_tma / rms_bwd_tma (sm_90, A/B knobs, not the defaults): rows of
-//    64..1024 vectors brought into shared memory by TMA bulk copies, several
-//    rows in flight per persistent block, one vector a thread.
+//  * rms_bwd_tma (sm_90; the default backward for rows of 256..1024 vectors):
+//    x and dy rows brought into shared memory by TMA bulk copies, several rows
+//    in flight per persistent block, one vector a thread.
 // dW partials are finished by a fixed-order reduction kernel: deterministic,
 // no atomics.
 // FusedAddRMSNorm runs through the same kernels: a compile-time ADD flag adds
@@ -81,9 +81,7 @@ __device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
 //    16-bit x would take twice the registers), so
 //    their latency hides behind the barrier instead of following it once per
 //    vector.
-// kFwdTma selects another kernel (rms_fwd_tma, plain RMSNorm on sm_90), not a
-// variant of this one.
-enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2, kFwdTma = 3 };
+enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 
 template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE>
 __global__ void __launch_bounds__(1024)
@@ -1002,14 +1000,16 @@ __global__ void __launch_bounds__(1024, 1)
 }
 
 // ---------------------------------------------------------------------------
-// TMA row pipeline (sm_90): rms_fwd_tma and rms_bwd_tma, for rows of
-// kTmaMinVec..1024 16-byte vectors (bf16 hidden 512-8192). ncu showed
-// rms_fwd_cached latency-bound, with ~19 KB of loads in flight per SM where
-// ~30-40 KB are needed at 4.8 TB/s: its loads land in registers, and the
-// registers that hold them limit the warps per SM. Here the rows come into
-// shared memory by TMA bulk copies (cp.async.bulk, completing on an mbarrier),
-// so bytes in flight cost no registers (cross_entropy.cu's ce_smem_kernel went
-// from 84 to 89 % of C that way).
+// TMA row pipeline (sm_90): rms_bwd_tma, for rows of kTmaMinVec..1024 16-byte
+// vectors (bf16 hidden 512-8192). The rows come into shared memory by TMA
+// bulk copies (cp.async.bulk, completing on an mbarrier), so bytes in flight
+// cost no registers (cross_entropy.cu's ce_smem_kernel went from 84 to 89 % of
+// C that way, layer_norm.cu's backward from 55.9 to 77.7 %). The same pipeline
+// for the forward (rms_fwd_tma, one operand) ran at 75.0 / 75.5 / 77.9 % of C
+// against 89.3 / 93.8 / 94.0 % for rms_fwd_cached at 16384x4096 / 131072x1024
+// / 32768x4096 (2026-11-30-h200-rms_norm-tma-0686c5e.log) and was removed:
+// with a few rows in flight per SM each row's reduction stays exposed, where
+// the register-cached forward has many rows in flight.
 //
 // Persistent grid, one row at a time per block of blockDim.x threads (nvec
 // rounded up to a warp), one 16-byte vector a thread: block b takes rows b,
@@ -1091,81 +1091,6 @@ __device__ __forceinline__ float tma_block_sum(float v, float (*part)[32], int p
   return warp_sum(s);
 }
 #endif
-
-// Forward: y = normed(x, rstd) * (w + offset) (ones without a weight),
-// rounded to OT, rstd = 1 / sqrtf(sum(x^2) / cols + eps), as rms_fwd_cached.
-// __launch_bounds__(1024, 2): 32 registers, so 2048 threads per SM, the
-// rows in flight held in shared memory only.
-template <typename T, typename WT, typename OT, int VEC>
-__global__ void __launch_bounds__(1024, 2)
-    rms_fwd_tma(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
-                float* __restrict__ rstd, int64_t rows, int64_t cols, float eps, float offset, bool llama,
-                int stages) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using XV = Vec<T, VEC>;
-  static_assert(sizeof(XV) == 16, "one 16-byte vector a thread");
-  extern __shared__ __align__(128) unsigned char tma_rows[];  // [stages][region]
-  __shared__ alignas(8) unsigned long long bars[kTmaMaxStages];
-  __shared__ float part[2][32];
-  const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5;
-  const bool has = tx < cols / VEC;
-  const int64_t col = static_cast<int64_t>(tx) * VEC;
-  const uint32_t row_bytes = static_cast<uint32_t>(cols * sizeof(T));
-  const uint32_t region = tma_row_region(row_bytes);
-  const int64_t first = blockIdx.x, step = gridDim.x;
-  tma_init_bars(bars, stages);
-  __syncthreads();                        // the mbarriers are initialised before any thread waits on them
-  auto fetch = [&](int64_t row, int s) {  // all of warp 0
-    if (lane == 0) mbar_expect_tx(&bars[s], row_bytes);
-    tma_copy_row(tma_rows + s * region, x + row * x_stride, row_bytes, &bars[s], lane);
-  };
-  if (warp == 0)
-    for (int s = 0; s < stages && first + s * step < rows; ++s) fetch(first + s * step, s);
-
-  Vec<WT, VEC> wv;
-  if (w != nullptr && has) wv = load_vec<WT, VEC>(w + col);
-  auto weight = [&](int j) { return w != nullptr ? to_float<WT>(wv.v[j]) + offset : 1.f; };
-  int s = 0, pb = 0;
-  uint32_t phase = 0;
-  for (int64_t row = first; row < rows; row += step) {
-    mbar_wait(&bars[s], phase);
-    XV xv;
-    float ss = 0.f;
-    if (has) {
-      xv = reinterpret_cast<const XV*>(tma_rows + s * region)[tx];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float f = to_float<T>(xv.v[j]);
-        ss += f * f;
-      }
-    }
-    // Keep x and w packed through the barrier, not as floats.
-    opaque_words(xv);
-    opaque_words(wv);
-    ss = tma_block_sum(ss, part, pb);
-    const int64_t ahead = row + stages * step;
-    if (warp == 0 && ahead < rows) {
-      tma_fence_reads();
-      fetch(ahead, s);
-    }
-    const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
-    if (tx == 0) rstd[row] = r;
-    if (has) {
-      float o[VEC];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) o[j] = normed<T>(to_float<T>(xv.v[j]), r, llama) * weight(j);
-      store_16B_words(y + row * cols + col, pack_vec<OT, VEC>(o));
-    }
-    pb ^= 1;
-    if (++s == stages) {
-      s = 0;
-      phase ^= 1;
-    }
-  }
-#else
-  __trap();  // the host launches this kernel only where its sm_90 code runs
-#endif
-}
 
 // Backward, x and dy rows of each stage in one mbarrier phase (dy's region
 // after x's). dx = r * dy * (w + offset) - r^3 * x * dot / cols and the dW
@@ -1350,37 +1275,27 @@ __global__ void __launch_bounds__(256)
 //     bf16 ADD forward ran at 60.6 % of C at 16384 x 4096 on the H200 against
 //     88.8 % for plain RMSNorm (benchmarks/results/2026-11-30-h200-*-9f9f3e6.log),
 //     with half of its s and y vectors stored as 8 x 2-byte stores each.
-//   LIGER_CPP_RMS_FWD=old|pack|new|tma, plain RMSNorm (default old: its split y
+//   LIGER_CPP_RMS_FWD=old|pack|new, plain RMSNorm (default old: its split y
 //     stores are 4 x 32-bit, a smaller loss, and new measured no better:
 //     87.5 / 89.9 / 94.1 / 75.8 % of C against 88.0 / 91.3 / 93.6 / 76.2 % at
 //     16384x4096 / 8192x16384 / 131072x1024 / 4096x32768,
 //     benchmarks/results/2026-11-30-h200-rms_norm-quick-c1a3bfe.log).
-//     tma (not measured yet): rms_fwd_tma, rows brought into shared memory
-//     by TMA bulk copies, where it runs (sm_90 code, 16-byte aligned rows of
-//     kTmaMinVec..1024 vectors, a block fits); elsewhere old.
-//     FusedAddRMSNorm has no tma.
 FwdMode fwd_mode(bool add) {
-  const int i = add ? env_choice("LIGER_CPP_RMS_ADD_FWD", {"old", "pack", "new"})
-                    : env_choice("LIGER_CPP_RMS_FWD", {"old", "pack", "new", "tma"});
-  switch (i) {
+  switch (env_choice(add ? "LIGER_CPP_RMS_ADD_FWD" : "LIGER_CPP_RMS_FWD", {"old", "pack", "new"})) {
     case 0:
       return kFwdOld;
     case 1:
       return kFwdPack;
     case 2:
       return kFwdNew;
-    case 3:
-      return kFwdTma;
     default:
       return add ? kFwdNew : kFwdOld;
   }
 }
 
-// Rows in flight per block in rms_fwd_tma / rms_bwd_tma:
-// LIGER_CPP_RMS_TMA_STAGES=2|3|4|6|8 (read on every call, for A/B
-// measurements), default 4: with the forward's 2048 threads per SM, 4 x 32 KiB
-// of rows per SM, up to 3 x 32 KiB of them in flight while each block works
-// on one.
+// Rows in flight per block in rms_bwd_tma: LIGER_CPP_RMS_TMA_STAGES=2|3|4|6|8
+// (read on every call, for A/B measurements), default 4 (6 measured 0.3-0.7
+// points lower at bf16 hidden 1K-8K: rms_norm-tma-0686c5e).
 int tma_stages() {
   static constexpr int kChoices[] = {2, 3, 4, 6, 8};
   static_assert(kChoices[4] <= kTmaMaxStages, "an mbarrier per stage");
@@ -1408,24 +1323,7 @@ int binary_version(const void* kern) {
   return fa.binaryVersion;
 }
 
-// The current device's SM count (cached per device; 0 when the query fails),
-// for the forward, whose interface has no sm_count (the backward's has).
-int device_sm_count() {
-  const int dev = current_device();
-  if (dev < 0) return 0;
-  const QueryKey key{dev, nullptr, 0, 0};
-  thread_local QueryCache<int, 8> cache;
-  if (const int* hit = cache.find(key)) return *hit;
-  int n = 0;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  cache.put(key, n);
-  return n;
-}
-
-// A launch of rms_fwd_tma or rms_bwd_tma: threads a block (the row's vectors
+// A launch of rms_bwd_tma: threads a block (the row's vectors
 // rounded up to a warp), rows in flight a block, dynamic shared memory, and
 // persistent blocks (at most one per row).
 struct TmaShape {
@@ -1517,23 +1415,29 @@ auto bwd_kernel(const Plan& p, bool ds) {
 //     for FusedAddRMSNorm with a residual gradient; not measured yet).
 //   old: rms_bwd_cached, 4 vectors per thread, 128 registers, 16 warps per SM
 //     (measured latency-bound at 49 % of DRAM bandwidth on the H200).
-//   tma (not measured yet): rms_bwd_tma, x and dy rows brought into shared
-//     memory by TMA bulk copies, where it runs (sm_90 code, 16-byte aligned
-//     rows of kTmaMinVec..1024 vectors, a block fits, no residual gradient);
-//     elsewhere the default (the tma choice does not change rows above 1024
-//     vectors either: they take the cluster kernel, as with reg).
+//   tma: rms_bwd_tma, x and dy rows brought into shared memory by TMA bulk
+//     copies, where it runs (sm_90 code, 16-byte aligned rows of
+//     kTmaMinVec..1024 vectors, a block fits, no residual gradient);
+//     elsewhere as unset (rows above 1024 vectors take the cluster kernel).
+//   unset: tma for rows of kTmaAutoMinVec..1024 vectors without a residual
+//     gradient, else reg (async with one). fwd+bwd with tma against reg at
+//     bf16: 82.3 / 89.1 / 89.4 / 87.4 % of C against 80.5 / 87.6 / 86.6 /
+//     87.1 % at 16384x4096 / 65536x2048 / 32768x4096 / 16384x8192, but
+//     86.9 % against 88.9 % at 131072x1024 (rms_norm-tma-0686c5e): hence
+//     from 256 vectors (2048 bf16 columns) up.
 // rms_bwd_pipe keeps one vector per thread (MAXV = 1: more spills at 64
 // registers), so rows above 1024 vectors (8192 bf16 or 4096 fp32 columns)
 // take rms_bwd_cluster on sm_90 (see bwd_wide_cluster) and rms_bwd_cached
 // elsewhere.
-enum class BwdKind { kOld, kReg, kAsync, kRegDs, kCluster, kTma };
+enum class BwdKind { kOld, kReg, kAsync, kRegDs, kCluster, kTma, kAuto };
+constexpr int64_t kTmaAutoMinVec = 256;
 constexpr int kPipeStages = 4;
 
 // FusedAddRMSNorm with a residual gradient (ds) defaults to async instead:
 // 90.0 % of C fwd+bwd against 87.0 % for reg and 82.0 % for regds at 16384 x
 // 4096 bf16 (benchmarks/results/2026-11-30-h200-fused_add_rms_norm-5d1f57d.log):
 // a third operand per row leaves reg's one row ahead too few bytes in flight.
-BwdKind bwd_default(bool ds) { return ds ? BwdKind::kAsync : BwdKind::kReg; }
+BwdKind bwd_default(bool ds) { return ds ? BwdKind::kAsync : BwdKind::kAuto; }
 BwdKind bwd_kind(bool ds) {
   switch (env_choice("LIGER_CPP_RMS_BWD", {"old", "async", "regds", "reg", "tma"})) {
     case 0:
@@ -1750,9 +1654,10 @@ BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
   p.vec = aligned ? full : 1;
   const bool want_dw = a.dw != nullptr;
   BwdKind kind = bwd_kind(a.ds_out != nullptr);
-  if (kind == BwdKind::kTma) {
-    if (aligned && plan_bwd_tma<T, WT, OT>(a, sm_count, p)) return p;
-    kind = bwd_default(a.ds_out != nullptr);
+  if (kind == BwdKind::kTma || kind == BwdKind::kAuto) {
+    const int64_t min_vec = kind == BwdKind::kTma ? kTmaMinVec : kTmaAutoMinVec;
+    if (aligned && a.cols / p.vec >= min_vec && plan_bwd_tma<T, WT, OT>(a, sm_count, p)) return p;
+    kind = a.ds_out != nullptr ? BwdKind::kAsync : BwdKind::kReg;
   }
   if (aligned && kind != BwdKind::kOld && plan_pipe<T, WT, OT>(a, sm_count, kind, p)) return p;
   if (aligned && kind != BwdKind::kOld && bwd_wide_cluster() && plan_cluster<T, WT, OT>(a, p)) return p;
@@ -1830,17 +1735,6 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       Plan p;
       if (aligned && pick_cached(a.cols / full, p)) {
         const FwdMode mode = fwd_mode(ADD);
-        if constexpr (!ADD) {
-          TmaShape t;
-          auto* tkern = &rms_fwd_tma<T, WT, OT, full>;
-          if (mode == kFwdTma &&
-              plan_tma(tkern, a.cols / full, a.rows, tma_row_region(a.cols * static_cast<int64_t>(sizeof(T))),
-                       device_sm_count(), t)) {
-            tkern<<<t.grid, t.threads, t.smem, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.rows, a.cols,
-                                                         a.eps, a.offset, llama, t.stages);
-            return cudaGetLastError();
-          }
-        }
         const dim3 block(p.tx, p.ty);
         const int64_t grid = ceil_div(a.rows, p.ty);
         auto launch_mode = [&](auto mode_c) {
@@ -1850,7 +1744,6 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
         };
         switch (mode) {
           case kFwdOld:
-          case kFwdTma:  // where rms_fwd_tma does not run
             launch_mode(std::integral_constant<int, kFwdOld>{});
             break;
           case kFwdPack:
