@@ -614,6 +614,8 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   if (a.dlogits)
     store_slice_grad<T, PLAIN>(buf, nvec, base, static_cast<T*>(a.dlogits) + r * a.dlogits_row_stride + base,
                                g, o, owns_y, yl, x_y);
+#else
+  __trap();  // the host launches this kernel only where its sm_90 code runs
 #endif
 }
 
@@ -753,6 +755,8 @@ __global__ void __launch_bounds__(kSmemThreads) ce_smem_kernel(CeRowsArgs a, int
   }
   // The target's element, as the cluster kernel (this thread stored its vector above).
   if (owns_y) d[yl] = from_float<T>(grad_of<PLAIN>(x_y, prob<FAST>(x_y, g), true, g.y, g));
+#else
+  __trap();  // the host launches this kernel only where its sm_90 code runs
 #endif
 }
 
@@ -801,13 +805,6 @@ int smem_choice() {
 constexpr int64_t kSmemAutoBytes = 40 * 1024;
 constexpr size_t kSmemMaxBytes = 200 * 1024;
 
-int device_cc_major() {
-  int dev = 0, major = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  return major;
-}
-
 template <typename T>
 cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
   constexpr int VE16 = 16 / sizeof(T);
@@ -838,10 +835,13 @@ cudaError_t launch_rows(const CeRowsArgs& a, cudaStream_t stream) {
                                                       "12", "13", "14", "15", "16"});
     return int64_t{i + 1};  // 0: not set
   }();
-  static const int cc_major = device_cc_major();
   // LIGER_CPP_CE_TWO_PASS=1 forces the two-pass kernel (A/B measurements).
   static const bool force_two_pass = env_choice("LIGER_CPP_CE_TWO_PASS", {"0", "1"}) == 1;
-  if (!force_two_pass && aligned && cc_major >= 9 && V >= 2048) {
+  // The cluster kernels where their sm_90 code runs on this device (not on older GPUs, nor from a
+  // build without sm_90: their stubs trap); every instantiation is built for the same targets.
+  const bool sm90_code =
+      binary_version(reinterpret_cast<const void*>(ce_cluster_kernel<T, true, false>)) >= 90;
+  if (!force_two_pass && aligned && sm90_code && V >= 2048) {
     const int sc = smem_choice();
     if (sc >= 1) {
       const bool plain = a.softcap == 0.f && a.label_smoothing == 0.f && a.weight == nullptr;

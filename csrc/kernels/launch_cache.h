@@ -173,6 +173,27 @@ bool allow_nonportable_clusters(const void* kern) {
   return true;
 }
 
+// The architecture of `kern`'s code that runs on the current device
+// (cudaFuncAttributes::binaryVersion, e.g. 90; 0 when the query fails), cached
+// per (device, kernel). At least 90 means an sm_90+ device running the sm_90
+// body of the TMA / cluster kernels: a build without sm_90 code (e.g.
+// TORCH_CUDA_ARCH_LIST=8.0) would run their sm_80 stub even on an H100, so the
+// launchers ask this rather than the device's compute capability.
+int binary_version(const void* kern) {
+  const int dev = current_device();
+  if (dev < 0) return 0;
+  const QueryKey key{dev, kern, 0, 0};
+  thread_local QueryCache<int, 32> cache;
+  if (const int* hit = cache.find(key)) return *hit;
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cache.put(key, fa.binaryVersion);
+  return fa.binaryVersion;
+}
+
 // How many clusters of `cl` blocks of `threads` threads (no dynamic shared
 // memory) can be resident at once (0 where the kernel has no sm_90 code for
 // this device, or none fit). Cached per (device, kernel, shape); a failed query

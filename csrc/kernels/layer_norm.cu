@@ -752,9 +752,10 @@ __global__ void __launch_bounds__(BLOCK, MINB)
 }
 
 // The TMA pipeline of ln_bwd_tma (sm_90).
-constexpr int kTmaBlock = 512;   // threads at most (rows of at most 512 16-byte vectors)
-constexpr int kTmaStages = 4;    // rows in flight per block
-constexpr int kTmaChunk = 4096;  // bytes per bulk copy (issued by the lanes of warp 0)
+constexpr int kTmaBlock = 512;  // threads at most (rows of at most 512 16-byte vectors)
+constexpr int kTmaStages = 4;   // rows in flight per block
+// Unused in the sm_80 pass (its kernels are stubs): maybe_unused keeps that pass quiet.
+[[maybe_unused]] constexpr int kTmaChunk = 4096;  // bytes per bulk copy (issued by the lanes of warp 0)
 
 // Called by all lanes of one warp: puts one row of NOPS operands (rb bytes
 // each, 16-byte aligned) in flight into NOPS consecutive rb-byte slots at dst,
@@ -955,6 +956,8 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     for (int j = 0; j < VEC; ++j) v.v[j] = db_acc[j];
     store_vec<float, VEC>(pb + static_cast<int64_t>(blockIdx.x) * cols + c0, v);
   }
+#else
+  __trap();  // the host launches this kernel only where its sm_90 code runs
 #endif
 }
 
@@ -1067,13 +1070,6 @@ __global__ void __launch_bounds__(256)
 
 // ---------------------------------------------------------------------------
 // Host-side planning.
-
-int device_cc_major() {
-  int dev = 0, major = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  return major;
-}
 
 template <typename F>
 cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
@@ -1195,12 +1191,12 @@ auto tma_kernel() {
 }
 
 // Plans ln_bwd_tma (p.tx threads a row, one row a block, persistent grid) for
-// a 16-byte aligned call of at most kTmaBlock vectors a row on sm_90; false
-// when the GPU is older or its shared memory does not fit (then v5).
+// a 16-byte aligned call of at most kTmaBlock vectors a row; false when the
+// kernel's sm_90 code does not run here (an older GPU, or a build without
+// sm_90) or its shared memory does not fit (then v5).
 template <typename T, typename WT>
 bool plan_tma(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
-  static const int cc_major = device_cc_major();
-  if (cc_major < 9) return false;
+  if (binary_version(reinterpret_cast<const void*>(tma_kernel<T, WT>())) < 90) return false;
   const int64_t nvec = a.cols / p.vec;
   p.tx = next_pow2(nvec);
   p.ty = 1;

@@ -1303,26 +1303,6 @@ int tma_stages() {
   return i < 0 ? 4 : kChoices[i];
 }
 
-// The architecture of `kern`'s code that runs on the current device
-// (cudaFuncAttributes::binaryVersion, e.g. 90; 0 when the query fails), cached
-// per (device, kernel). At least 90 means an sm_90+ device running the sm_90
-// body of the TMA kernels: a build without sm_90 code would run their sm_80
-// stub even on an H100.
-int binary_version(const void* kern) {
-  const int dev = current_device();
-  if (dev < 0) return 0;
-  const QueryKey key{dev, kern, 0, 0};
-  thread_local QueryCache<int, 32> cache;
-  if (const int* hit = cache.find(key)) return *hit;
-  cudaFuncAttributes fa;
-  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  cache.put(key, fa.binaryVersion);
-  return fa.binaryVersion;
-}
-
 // A launch of rms_bwd_tma: threads a block (the row's vectors
 // rounded up to a warp), rows in flight a block, dynamic shared memory, and
 // persistent blocks (at most one per row).
