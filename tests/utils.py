@@ -88,6 +88,14 @@ def assert_rstd_close(x, eps, rstd):
     assert_close_to_ref(rstd, r64, rlo, "RSTD", extra_ulps=8.0)
 
 
+def assert_backward_builds_no_zeros(outputs, grads, bwd_op):
+    """torch.autograd.backward(outputs, grads) runs bwd_op (e.g. "liger.rms_norm_bwd.default") and
+    no zeros / fill op: the gradients of outputs no one uses stay None (set_materialize_grads)."""
+    ops = backward_aten_ops(outputs, grads)
+    assert bwd_op in ops
+    assert not [o for o in ops if "zeros" in o or "fill" in o], ops
+
+
 def backward_aten_ops(outputs, grads):
     """The ATen/liger ops that torch.autograd.backward(outputs, grads) dispatches, as strings."""
     from torch.utils._python_dispatch import TorchDispatchMode

@@ -206,14 +206,10 @@ int active_clusters(K* kern, int threads, int cl) {
   thread_local QueryCache<int, 16> cache;
   if (const int* hit = cache.find(key)) return *hit;
   int n = 0;
-  cudaFuncAttributes fa;
-  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  // binaryVersion is the architecture of the code that runs on this device:
-  // below 90 the kernel body is empty (built without sm_90, or an older GPU).
-  if (fa.binaryVersion >= 90) {
+  const int version = binary_version(reinterpret_cast<const void*>(kern));
+  if (version == 0) return 0;  // the query failed: not cached
+  // Below 90 the kernel's sm_90 body does not run here (built without sm_90, or an older GPU).
+  if (version >= 90) {
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, 0, nullptr, attr);
     if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
