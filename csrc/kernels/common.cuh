@@ -111,6 +111,24 @@ __device__ __forceinline__ void opaque_16B(V& v) {
   asm volatile("" : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]));
 }
 
+// Programmatic dependent launch (sm_90; no-ops elsewhere and in a kernel
+// launched without the attribute, see launch_pdl in launch_cache.h).
+// pdl_wait: blocks until the grids this one depends on have completed and
+// their writes are visible; a kernel launched with the attribute calls it
+// before its first global read. pdl_trigger: lets the next PDL-launched kernel
+// in the stream start its blocks (they wait in pdl_wait) once every block of
+// this grid has called it or exited.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -121,13 +139,18 @@ __device__ __forceinline__ float warp_sum(float v) {
 // multiple of 32). Every thread of the block must call it (it synchronises).
 // `scratch` holds at least blockDim.y * 32 floats. The order of the additions
 // is fixed, so the result is deterministic.
+// FIRST_USE: no thread of the block has read `scratch` before this call (its
+// only use in a one-row-per-group kernel, e.g. the forwards): the barrier that
+// keeps a previous call's readers ahead of this call's writers is skipped,
+// one __syncthreads a row less.
+template <bool FIRST_USE = false>
 __device__ __forceinline__ float group_sum(float v, float* scratch) {
   v = warp_sum(v);
   if (blockDim.x == 32) return v;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
   float* mine = scratch + threadIdx.y * 32;
-  __syncthreads();  // scratch may still be read by a previous call
+  if constexpr (!FIRST_USE) __syncthreads();  // scratch may still be read by a previous call
   if (lane == 0) mine[warp] = v;
   __syncthreads();
   float s = lane < nwarps ? mine[lane] : 0.f;

@@ -7,8 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "cluster.cuh"
+#include "env_knob.h"
 
 namespace liger_cpp::kernels {
 namespace {
@@ -192,6 +194,35 @@ int binary_version(const void* kern) {
   }
   cache.put(key, fa.binaryVersion);
   return fa.binaryVersion;
+}
+
+// Programmatic dependent launch (LIGER_CPP_PDL=on|off, read on every call;
+// default on): `kern` is launched with cudaLaunchAttributeProgrammatic-
+// StreamSerialization where its code for this device is sm_90+, so its blocks
+// may become resident while the previous kernel in the stream finishes (from
+// that kernel's pdl_trigger, or its end) and wait in pdl_wait: the launch gap
+// and block start-up of a short kernel after a long one (the norms' dW
+// reduction, 1.3 us gap + start-up at 16384 x 4096 on the H200) overlap the
+// previous kernel's tail. Every kernel launched this way calls pdl_wait before
+// its first global read, so it is correct whatever precedes it.
+inline bool pdl_enabled() { return env_choice("LIGER_CPP_PDL", {"on", "off"}) != 1; }
+
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (pdl_enabled() && binary_version(reinterpret_cast<const void*>(kern)) >= 90) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...);
 }
 
 // How many clusters of `cl` blocks of `threads` threads (no dynamic shared

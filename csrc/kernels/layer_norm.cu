@@ -54,7 +54,9 @@ __global__ void __launch_bounds__(1024)
                   float* __restrict__ rstd, int64_t rows, int64_t cols, float eps) {
   constexpr bool PACK = MODE != kFwdOld;
   constexpr bool PREW = MODE == kFwdNew && sizeof(WT) == sizeof(T);
+  pdl_trigger();  // as rms_fwd_cached: the backward's blocks may fill this grid's tail
   __shared__ float scratch[kGroupScratch];
+  __shared__ float scratch2[kGroupScratch];  // the variance's sum: see group_sum's FIRST_USE
   const int tx = threadIdx.x, TX = blockDim.x;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active = row < rows;
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(1024)
       for (int j = 0; j < VEC; ++j) s += to_float<T>(xv[i].v[j]);
     }
   }
-  const float m = group_sum(s, scratch) / static_cast<float>(cols);
+  const float m = group_sum</*FIRST_USE=*/true>(s, scratch) / static_cast<float>(cols);
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(1024)
       }
     }
   }
-  ss = group_sum(ss, scratch);
+  ss = group_sum</*FIRST_USE=*/true>(ss, scratch2);  // its own scratch: no barrier to guard scratch
   if (!active) return;
   const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   if (tx == 0) {
@@ -150,6 +152,7 @@ __global__ void __launch_bounds__(1024)
   extern __shared__ __align__(16) unsigned char stash_raw[];
   Vec<T, VEC>* stash = reinterpret_cast<Vec<T, VEC>*>(stash_raw);
   __shared__ float scratch[kGroupScratch];
+  __shared__ float scratch2[kGroupScratch];  // the variance's sum: see group_sum's FIRST_USE
   const int64_t row = blockIdx.x;
   const int64_t nvec = cols / VEC;
   const T* xr = x + row * x_stride;
@@ -167,7 +170,8 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int j = 0; j < VEC; ++j) s += to_float<T>(xv.v[j]);
   }
-  const float m = group_sum(s, scratch) / static_cast<float>(cols);  // barrier publishes the stash
+  // The barrier publishes the stash.
+  const float m = group_sum</*FIRST_USE=*/true>(s, scratch) / static_cast<float>(cols);
   float ss = 0.f;
   for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
     const Vec<T, VEC> xv = load(v);
@@ -177,7 +181,7 @@ __global__ void __launch_bounds__(1024)
       ss += d * d;
     }
   }
-  ss = group_sum(ss, scratch);
+  ss = group_sum</*FIRST_USE=*/true>(ss, scratch2);
   const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   if (threadIdx.x == 0) {
     mean[row] = m;
@@ -833,6 +837,11 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();  // the mbarriers are initialised before anyone issues or waits
+  // Launched with PDL (launch_pdl): nothing global is read before the previous
+  // kernel's writes are visible; ln_reduce_parts, launched next, may start its
+  // blocks as this persistent grid's blocks exit.
+  pdl_wait();
+  pdl_trigger();
   if (warp == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) issue(s);
@@ -969,6 +978,7 @@ template <typename WT>
 __global__ void __launch_bounds__(1024)
     ln_reduce_parts(const float* __restrict__ pw, const float* __restrict__ pb, int64_t groups, int64_t cols,
                     WT* __restrict__ dw, WT* __restrict__ db) {
+  pdl_wait();  // launched with PDL after the backward that wrote the partials
   __shared__ float s[32][33];
   const float* part = blockIdx.y == 0 ? pw : pb;
   WT* dst = blockIdx.y == 0 ? dw : db;
@@ -1393,8 +1403,10 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
     constexpr int full = 16 / sizeof(T);
     if (p.pipe || p.pipe16 || p.tma) {
       if (p.tma) {
-        tma_kernel<T, WT>()<<<p.grid, p.tx, p.smem, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, w,
-                                                              a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
+        const cudaError_t err = launch_pdl(tma_kernel<T, WT>(), dim3(static_cast<unsigned>(p.grid)),
+                                           dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy, a.dy_row_stride,
+                                           x, a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
+        if (err != cudaSuccess) return err;
       } else if (p.pipe16) {
         pipe16_kernel<T, WT>(p.variant)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
             dy, a.dy_row_stride, x, a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
@@ -1402,9 +1414,11 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
         launch_pipe_variant<T, WT>(a, p, pw, pb, stream);
       }
       const dim3 rgrid(static_cast<unsigned>(ceil_div(a.cols, 32)), 2);
-      if (pw || pb)
-        ln_reduce_parts<WT><<<rgrid, dim3(32, 32), 0, stream>>>(
-            pw, pb, p.grid, a.cols, static_cast<WT*>(a.dw), static_cast<WT*>(a.db));
+      if (pw || pb) {
+        const cudaError_t err = launch_pdl(&ln_reduce_parts<WT>, rgrid, dim3(32, 32), 0, stream, pw, pb, p.grid,
+                                           a.cols, static_cast<WT*>(a.dw), static_cast<WT*>(a.db));
+        if (err != cudaSuccess) return err;
+      }
       return cudaGetLastError();
     }
     if (p.cached) {

@@ -45,6 +45,7 @@ __device__ __forceinline__ void load_weight(const WT* w, int64_t c, float offset
 template <typename WT>
 __global__ void __launch_bounds__(512)
     reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols, WT* __restrict__ dw) {
+  pdl_wait();  // launched with PDL after the backward that wrote `partial`
   __shared__ float s[16][33];
   constexpr int kBatch = 8;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;

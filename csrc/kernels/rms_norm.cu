@@ -90,6 +90,10 @@ __global__ void __launch_bounds__(1024)
                    int64_t rows, int64_t cols, float eps, float offset, bool llama) {
   constexpr bool PACK = MODE != kFwdOld;
   constexpr bool PREW = MODE == kFwdNew && sizeof(WT) == sizeof(T);
+  // The next PDL-launched kernel (the backward, when it follows at once) may
+  // start its blocks once this grid's last wave has started: they fill SMs
+  // this grid's tail leaves idle and wait there for its end (pdl_wait).
+  pdl_trigger();
   __shared__ float scratch[kGroupScratch];
   const int tx = threadIdx.x, TX = blockDim.x;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -143,7 +147,7 @@ __global__ void __launch_bounds__(1024)
       }
     }
   }
-  ss = group_sum(ss, scratch);
+  ss = group_sum</*FIRST_USE=*/true>(ss, scratch);
   if (!active) return;
   const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   if (tx == 0) rstd[row] = r;
@@ -209,7 +213,7 @@ __global__ void __launch_bounds__(1024)
       ss += f * f;
     }
   }
-  ss = group_sum(ss, scratch);  // its barrier also publishes the stash
+  ss = group_sum</*FIRST_USE=*/true>(ss, scratch);  // its barrier also publishes the stash
   const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   if (threadIdx.x == 0) rstd[row] = r;
   OT* yr = y + row * cols;
@@ -269,7 +273,7 @@ __global__ void __launch_bounds__(1024, 2)
       }
     }
   }
-  const float ss = group_sum(ss0 + ss1, scratch);
+  const float ss = group_sum</*FIRST_USE=*/true>(ss0 + ss1, scratch);
   const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   if (tx == 0) rstd[row] = r;
   const uint64_t drop = l2_evict_policy<false>();
@@ -1125,7 +1129,12 @@ __global__ void __launch_bounds__(1024, 1)
   const uint32_t region = x_region + tma_row_region(g_bytes);
   const int64_t first = blockIdx.x, step = gridDim.x;
   tma_init_bars(bars, stages);
-  __syncthreads();                        // the mbarriers are initialised before any thread waits on them
+  __syncthreads();  // the mbarriers are initialised before any thread waits on them
+  // Launched with PDL (launch_pdl): nothing global is read before the previous
+  // kernel's writes are visible. The dW reduction, launched next, may then
+  // start its blocks as this persistent grid's blocks exit.
+  pdl_wait();
+  pdl_trigger();
   auto fetch = [&](int64_t row, int s) {  // all of warp 0
     if (lane == 0) mbar_expect_tx(&bars[s], x_bytes + g_bytes);
     unsigned char* dst = tma_rows + s * region;
@@ -1787,9 +1796,11 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
     if (p.kind == BwdKind::kTma) {
-      rms_bwd_tma<T, WT, OT, full><<<p.grid, p.tx, p.smem, stream>>>(
-          dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial, a.rows, a.cols,
-          a.offset, llama, p.stages);
+      const cudaError_t err = launch_pdl(&rms_bwd_tma<T, WT, OT, full>, dim3(static_cast<unsigned>(p.grid)),
+                                         dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy, a.dy_row_stride,
+                                         x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial, a.rows,
+                                         a.cols, a.offset, llama, p.stages);
+      if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
       cudaLaunchAttribute attr[1];
       auto* kern = cluster_kernel<T, WT, OT>(ds_out != nullptr);
@@ -1822,8 +1833,10 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
       })
     }
     if (partial) {
-      reduce_partials<WT><<<ceil_div(a.cols, 32), dim3(32, 16), 0, stream>>>(partial, p.grid, a.cols,
-                                                                             static_cast<WT*>(a.dw));
+      const cudaError_t err =
+          launch_pdl(&reduce_partials<WT>, dim3(static_cast<unsigned>(ceil_div(a.cols, 32))), dim3(32, 16), 0,
+                     stream, partial, p.grid, a.cols, static_cast<WT*>(a.dw));
+      if (err != cudaSuccess) return err;
     }
     return cudaGetLastError();
   });
