@@ -8,7 +8,8 @@ record (the profiler adds its own overhead between calls, not inside one); it sa
 gap a change should target.
 
 Usage (GPU): python benchmarks/kernel_breakdown.py OP [MxN ...] [--reps 20] [--env K=V ...]
-OP: rms_norm, rms_norm_fwd, layer_norm, fused_add_rms_norm.
+OP: rms_norm, rms_norm_fwd, rms_norm_bwd (the backward op alone, after a forward outside the
+timed call), layer_norm, layer_norm_bwd, fused_add_rms_norm.
 """
 
 import argparse
@@ -18,19 +19,34 @@ import statistics
 import tempfile
 
 import torch
-
-import liger_cpp  # noqa: F401
 from harness import _sleep_cycles_per_ms, copy_bandwidth_gbs
 
-BYTES_PER_ELEM = {"rms_norm": 10, "rms_norm_fwd": 4, "layer_norm": 10, "fused_add_rms_norm": 16}
+import liger_cpp  # noqa: F401
+
+BYTES_PER_ELEM = {
+    "rms_norm": 10,
+    "rms_norm_fwd": 4,
+    "rms_norm_bwd": 6,
+    "layer_norm": 10,
+    "layer_norm_bwd": 6,
+    "fused_add_rms_norm": 16,
+}
 
 
 def make_fn(op, m, n):
     from liger_cpp.transformers import LigerFusedAddRMSNorm, LigerLayerNorm, LigerRMSNorm
 
     dev, bf = "cuda", torch.bfloat16
-    x = torch.randn(m, n, device=dev, dtype=bf, requires_grad=op != "rms_norm_fwd")
+    grad = op in ("rms_norm", "layer_norm", "fused_add_rms_norm")
+    x = torch.randn(m, n, device=dev, dtype=bf, requires_grad=grad)
     dy = torch.randn(m, n, device=dev, dtype=bf)
+    w = torch.randn(n, device=dev, dtype=bf)
+    if op == "rms_norm_bwd":
+        _, rstd = torch.ops.liger.rms_norm_fwd(x, w, 1e-6)
+        return (lambda: torch.ops.liger.rms_norm_bwd(dy, x, w, rstd)), []
+    if op == "layer_norm_bwd":
+        _, mean, rstd = torch.ops.liger.layer_norm_fwd(x, w, w, 1e-6)
+        return (lambda: torch.ops.liger.layer_norm_bwd(dy, x, w, mean, rstd)), []
     if op == "layer_norm":
         mod = LigerLayerNorm(n, bias=True).to(dev, bf)
     elif op == "fused_add_rms_norm":
