@@ -9,7 +9,8 @@ gap a change should target.
 
 Usage (GPU): python benchmarks/kernel_breakdown.py OP [MxN ...] [--reps 20] [--env K=V ...]
 OP: rms_norm, rms_norm_fwd, rms_norm_bwd (the backward op alone, after a forward outside the
-timed call), layer_norm, layer_norm_bwd, fused_add_rms_norm.
+timed call), layer_norm, layer_norm_bwd, fused_add_rms_norm, add (torch.add of two bf16 tensors into
+a third: what two reads and one write reach, the backwards' traffic mix).
 """
 
 import argparse
@@ -30,6 +31,7 @@ BYTES_PER_ELEM = {
     "layer_norm": 10,
     "layer_norm_bwd": 6,
     "fused_add_rms_norm": 16,
+    "add": 6,  # torch.add(x, y, out=z): the two-reads-one-write ceiling of the backwards
 }
 
 
@@ -41,6 +43,9 @@ def make_fn(op, m, n):
     x = torch.randn(m, n, device=dev, dtype=bf, requires_grad=grad)
     dy = torch.randn(m, n, device=dev, dtype=bf)
     w = torch.randn(n, device=dev, dtype=bf)
+    if op == "add":
+        z = torch.empty_like(dy)
+        return (lambda: torch.add(x, dy, out=z)), []
     if op == "rms_norm_bwd":
         _, rstd = torch.ops.liger.rms_norm_fwd(x, w, 1e-6)
         return (lambda: torch.ops.liger.rms_norm_bwd(dy, x, w, rstd)), []

@@ -136,8 +136,9 @@ def test_cuda_bwd_variants_strided_and_deterministic(monkeypatch, variant):
 
 
 # LIGER_CPP_LN_FWD picks the cached forward's variant per call (old: struct stores; pack: packed
-# 16-byte stores; new: pack with the weights loaded before the variance reduction).
-FWD_VARIANTS = ["old", "pack", "new"]
+# 16-byte stores; new: pack with the weights loaded before the variance reduction; cvt1: x widened
+# to floats once, ln_fwd_cvt1).
+FWD_VARIANTS = ["old", "pack", "new", "cvt1"]
 # Shapes as BWD_SHAPES, plus many rows per block (20000 x 1024, 140000 x 64).
 FWD_SHAPES = [
     (300, 1024),
@@ -173,6 +174,21 @@ def test_cuda_fwd_variants_strided(monkeypatch, variant):
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
         _run_case((9, 1000), dtype, "same", "same", "cuda", strided="aligned")
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided="aligned")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_fwd_cvt1_same_bits_as_pack(monkeypatch, dtype):
+    """ln_fwd_cvt1 only changes where x is widened: Y, MEAN and RSTD are pack's, bit for bit."""
+    x = torch.randn(300, 4096, device="cuda", dtype=dtype) * 3 + 1
+    w = torch.randn(4096, device="cuda", dtype=dtype)
+    b = torch.randn(4096, device="cuda", dtype=dtype)
+    outs = {}
+    for variant in ("pack", "cvt1"):
+        monkeypatch.setenv("LIGER_CPP_LN_FWD", variant)
+        outs[variant] = torch.ops.liger.layer_norm_fwd(x, w, b, 1e-6)
+    for a, c in zip(outs["pack"], outs["cvt1"]):
+        assert torch.equal(a, c)
 
 
 def _assert_bwd_deterministic(rows, cols, device):

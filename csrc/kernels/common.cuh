@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dtype.h"
 
@@ -109,6 +110,25 @@ __device__ __forceinline__ void opaque_16B(V& v) {
   static_assert(sizeof(V) == 16, "16-byte vectors only");
   uint32_t* w = reinterpret_cast<uint32_t*>(&v);
   asm volatile("" : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]));
+}
+
+// The VEC elements of v as floats. For bf16 each 32-bit word's two halves
+// are widened with one integer op each (lo << 16, hi & 0xffff0000): the
+// element-wise __bfloat162float costs a PRMT and an IMAD for every odd element.
+// Bitwise the same values as to_float.
+template <typename T, int VEC>
+__device__ __forceinline__ void unpack_floats(const Vec<T, VEC>& v, float (&f)[VEC]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && VEC % 2 == 0) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) {
+      f[2 * k] = __uint_as_float(w[k] << 16);
+      f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) f[j] = to_float<T>(v.v[j]);
+  }
 }
 
 // Programmatic dependent launch (sm_90; no-ops elsewhere and in a kernel

@@ -45,7 +45,12 @@ __device__ __forceinline__ void load_param(const WT* p, int64_t c, float dflt, f
 //    hides behind its barrier instead of following it once per vector. The
 //    bias stays after it: x, w and b packed (48 registers) spilled 16-24 bytes
 //    at the 64-register cap.
-enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
+//  * kFwdCvt1 (ln_fwd_cvt1): each x vector converted to floats once and kept
+//    (the other modes convert it again in each of the three passes: about 100
+//    of a thread's ~450 instructions a row at bf16 hidden 4096, where the
+//    kernel issued 0.82 warps a cycle per scheduler against rms_fwd_cached's
+//    0.63, 2026-11-30-h200-ncu-ln_fwd_cached-*.txt); packed 16-byte stores.
+enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2, kFwdCvt1 = 3 };
 
 template <typename T, typename WT, int VEC, int MAXV, int MODE>
 __global__ void __launch_bounds__(1024)
@@ -138,6 +143,74 @@ __global__ void __launch_bounds__(1024)
         for (int j = 0; j < VEC; ++j) out.v[j] = from_float<T>(o[j]);
         store_vec<T, VEC>(yr + v * VEC, out);
       }
+    }
+  }
+}
+
+// kFwdCvt1: the values of ln_fwd_cached (same sums in the same order, same
+// output formula), with each x vector widened once (unpack_floats) into
+// MAXV * VEC floats that stay in registers through both reductions.
+template <typename T, typename WT, int VEC, int MAXV>
+__global__ void __launch_bounds__(1024)
+    ln_fwd_cvt1(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, const WT* __restrict__ b,
+                T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows,
+                int64_t cols, float eps) {
+  pdl_trigger();  // as rms_fwd_cached: the backward's blocks may fill this grid's tail
+  __shared__ float scratch[kGroupScratch];
+  __shared__ float scratch2[kGroupScratch];  // the variance's sum: see group_sum's FIRST_USE
+  const int tx = threadIdx.x, TX = blockDim.x;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const bool active = row < rows;
+  const int nvec = static_cast<int>(cols / VEC);  // <= MAXV * 1024 (pick_cached)
+  const T* xr = x + row * x_stride;
+  Vec<T, VEC> xv[MAXV];
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int v = i * TX + tx;
+    if (active && v < nvec) load_16B_volatile(xv[i], xr + static_cast<int64_t>(v) * VEC);
+  }
+  float xf[MAXV][VEC];
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    if (active && i * TX + tx < nvec) {
+      unpack_floats<T, VEC>(xv[i], xf[i]);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) s += xf[i][j];
+    }
+  }
+  const float m = group_sum</*FIRST_USE=*/true>(s, scratch) / static_cast<float>(cols);
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    if (active && i * TX + tx < nvec) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = xf[i][j] - m;
+        ss += d * d;
+      }
+    }
+  }
+  ss = group_sum</*FIRST_USE=*/true>(ss, scratch2);
+  if (!active) return;
+  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  if (tx == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+  T* yr = y + row * cols;
+#pragma unroll
+  for (int i = 0; i < MAXV; ++i) {
+    const int v = i * TX + tx;
+    if (v < nvec) {
+      const int64_t c = static_cast<int64_t>(v) * VEC;
+      float wf[VEC], bf[VEC];
+      load_param<WT, VEC>(w, c, 1.f, wf);
+      load_param<WT, VEC>(b, c, 0.f, bf);
+      float o[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o[j] = (xf[i][j] - m) * r * wf[j] + bf[j];
+      store_16B_words(yr + c, pack_vec<T, VEC>(o));
     }
   }
 }
@@ -610,7 +683,7 @@ __global__ void __launch_bounds__(BLOCK, MINB)
     }
   }
   // This thread's VEC weights as floats (all ones without a weight).
-  auto weights = [&](float(&wl)[VEC]) {
+  auto weights = [&](float (&wl)[VEC]) {
     if (w == nullptr) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) wl[j] = 1.f;
@@ -639,7 +712,7 @@ __global__ void __launch_bounds__(BLOCK, MINB)
     }
     async_commit();  // also when empty: one group per row keeps wait_group's count right
   };
-  auto fetch_regs = [&](int64_t row, uint32_t(&xd)[4], uint32_t(&gd)[4]) {
+  auto fetch_regs = [&](int64_t row, uint32_t (&xd)[4], uint32_t (&gd)[4]) {
     if (has && row < rows) {
       load_words<4>(xd, x + row * x_stride + c0);
       load_words<4>(gd, dy + row * dy_stride + c0);
@@ -862,7 +935,7 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
       load_words_volatile(wv, w + c0);
     }
   }
-  auto weights = [&](float(&wl)[VEC]) {
+  auto weights = [&](float (&wl)[VEC]) {
     if (w == nullptr) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) wl[j] = 1.f;
@@ -1121,7 +1194,7 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 // whatever the choice (e.g. bf16 with more than 8192 columns).
 // Which ln_fwd_cached variant runs (FwdMode), read on every call so that
 // benchmarks can A/B them in one process and the tests can run each:
-// LIGER_CPP_LN_FWD=old|pack|new (default pack: 83.2 % of C at 16384 x 4096
+// LIGER_CPP_LN_FWD=old|pack|new|cvt1 (default pack: 83.2 % of C at 16384 x 4096
 // bf16 on the H200 against 80.5 % for old and 77.1 % for new, whose early
 // weight loads cost more than they hide; benchmarks/results/
 // 2026-11-30-h200-layer_norm-quick-b4b7e3b.log); an unknown value is an error.
@@ -1130,11 +1203,13 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 // for pack (2026-11-30-h200-layer_norm-quick-0686c5e.log) and was removed: with
 // 2-3 rows in flight per SM, each row's two reductions stay exposed.
 FwdMode fwd_mode() {
-  switch (env_choice("LIGER_CPP_LN_FWD", {"old", "pack", "new"})) {
+  switch (env_choice("LIGER_CPP_LN_FWD", {"old", "pack", "new", "cvt1"})) {
     case 0:
       return kFwdOld;
     case 2:
       return kFwdNew;
+    case 3:
+      return kFwdCvt1;
     default:
       return kFwdPack;
   }
@@ -1341,7 +1416,8 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
     const FwdMode mode = fwd_mode();
     if (aligned && pick_cached(a.cols / full, p)) {
       const dim3 block(p.tx, p.ty);
-      auto* kern = mode == kFwdNew    ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
+      auto* kern = mode == kFwdCvt1   ? &ln_fwd_cvt1<T, WT, full, kMaxV>
+                   : mode == kFwdNew  ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
                    : mode == kFwdPack ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdPack>
                                       : &ln_fwd_cached<T, WT, full, kMaxV, kFwdOld>;
       kern<<<ceil_div(a.rows, p.ty), block, 0, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.rows,
@@ -1403,9 +1479,10 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
     constexpr int full = 16 / sizeof(T);
     if (p.pipe || p.pipe16 || p.tma) {
       if (p.tma) {
-        const cudaError_t err = launch_pdl(tma_kernel<T, WT>(), dim3(static_cast<unsigned>(p.grid)),
-                                           dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy, a.dy_row_stride,
-                                           x, a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
+        const cudaError_t err =
+            launch_pdl(tma_kernel<T, WT>(), dim3(static_cast<unsigned>(p.grid)),
+                       dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy, a.dy_row_stride, x,
+                       a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
         if (err != cudaSuccess) return err;
       } else if (p.pipe16) {
         pipe16_kernel<T, WT>(p.variant)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
@@ -1414,9 +1491,13 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
         launch_pipe_variant<T, WT>(a, p, pw, pb, stream);
       }
       const dim3 rgrid(static_cast<unsigned>(ceil_div(a.cols, 32)), 2);
-      if (pw || pb) {
-        const cudaError_t err = launch_pdl(&ln_reduce_parts<WT>, rgrid, dim3(32, 32), 0, stream, pw, pb, p.grid,
-                                           a.cols, static_cast<WT*>(a.dw), static_cast<WT*>(a.db));
+      if ((pw || pb) && a.cols % 4 == 0) {
+        const cudaError_t err = launch_reduce_partials<WT>(pw, static_cast<WT*>(a.dw), pb,
+                                                           static_cast<WT*>(a.db), p.grid, a.cols, stream);
+        if (err != cudaSuccess) return err;
+      } else if (pw || pb) {
+        const cudaError_t err = launch_pdl(&ln_reduce_parts<WT>, rgrid, dim3(32, 32), 0, stream, pw, pb,
+                                           p.grid, a.cols, static_cast<WT*>(a.dw), static_cast<WT*>(a.db));
         if (err != cudaSuccess) return err;
       }
       return cudaGetLastError();

@@ -1797,9 +1797,9 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     constexpr int full = 16 / sizeof(T);
     if (p.kind == BwdKind::kTma) {
       const cudaError_t err = launch_pdl(&rms_bwd_tma<T, WT, OT, full>, dim3(static_cast<unsigned>(p.grid)),
-                                         dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy, a.dy_row_stride,
-                                         x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial, a.rows,
-                                         a.cols, a.offset, llama, p.stages);
+                                         dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy,
+                                         a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride,
+                                         partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
       cudaLaunchAttribute attr[1];
@@ -1833,9 +1833,8 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
       })
     }
     if (partial) {
-      const cudaError_t err =
-          launch_pdl(&reduce_partials<WT>, dim3(static_cast<unsigned>(ceil_div(a.cols, 32))), dim3(32, 16), 0,
-                     stream, partial, p.grid, a.cols, static_cast<WT*>(a.dw));
+      const cudaError_t err = launch_reduce_partials<WT>(partial, static_cast<WT*>(a.dw), nullptr, nullptr,
+                                                         p.grid, a.cols, stream);
       if (err != cudaSuccess) return err;
     }
     return cudaGetLastError();
