@@ -211,13 +211,38 @@ def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offs
 TMA_SHAPES = [(1, 4096), (2000, 4096), (20000, 1024), (7, 1000), (5, 520), (70, 8192), (300, 256), (3, 1001)]
 
 
+# LIGER_CPP_RMS_TMA picks the kernel's instruction variant (v2, the default: float weights in
+# shared memory, cols' reciprocal; v1: weights re-converted every row).
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("ver", ["v1", "v2"])
 @pytest.mark.parametrize("shape", TMA_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS + [("same", "none", 0.0)])
-def test_cuda_tma(monkeypatch, shape, dtype, wkind, mode, offset):
+def test_cuda_tma(monkeypatch, ver, shape, dtype, wkind, mode, offset):
     monkeypatch.setenv("LIGER_CPP_RMS_BWD", "tma")
+    monkeypatch.setenv("LIGER_CPP_RMS_TMA", ver)
     _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda", check_rstd=True)
+
+
+# Programmatic dependent launch (LIGER_CPP_PDL, default on) changes when kernels start, never what
+# they compute: the TMA backwards and their dW reductions give the same bits with it off.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_pdl_same_bits(monkeypatch, dtype):
+    from liger_cpp.ops.layer_norm import layer_norm
+
+    x = torch.randn(3000, 4096, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(4096, device="cuda", dtype=dtype, requires_grad=True)
+    b = torch.randn(4096, device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn_like(x)
+    grads = {}
+    for pdl in ("on", "off"):
+        monkeypatch.setenv("LIGER_CPP_PDL", pdl)
+        rms = torch.autograd.grad(rms_norm(x, w, 1e-6), [x, w], dy)
+        ln = torch.autograd.grad(layer_norm(x, w, b, 1e-6), [x, w, b], dy)
+        grads[pdl] = rms + ln
+    for a, c in zip(grads["on"], grads["off"]):
+        assert torch.equal(a, c)
 
 
 # Every stage count (LIGER_CPP_RMS_TMA_STAGES), in place, with bit-identical repeated backwards.
@@ -421,6 +446,8 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
         ("LIGER_CPP_RMS_FWD", "rms_fwd"),
         ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
+        ("LIGER_CPP_RMS_TMA", "rms_tma"),
+        ("LIGER_CPP_PDL", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],

@@ -1106,7 +1106,17 @@ __device__ __forceinline__ float tma_block_sum(float v, float (*part)[32], int p
 // one block.
 // __launch_bounds__(1024, 1): 64 registers (VEC fp32 dW sums, the weights,
 // x and dy a thread).
-template <typename T, typename WT, typename OT, int VEC>
+//
+// V2 (LIGER_CPP_RMS_TMA=v1|v2): the same values with fewer instructions a row
+// (the kernel issued 0.75 warps a cycle per scheduler at 16384 x 4096 and ran
+// at 88 % of what torch.add's two reads and one write reach at that shape,
+// 2026-11-30-h200-ncu-rms_bwd_tma-31e1c76.txt, -norm-breakdown-*): the
+// thread's weights (+ offset) converted once into shared memory as floats
+// (w_smem, after the stages; every row re-converted them twice), x and dy
+// widened with unpack_floats, and cols' reciprocal taken once (a full IEEE
+// division a row before; exact for power-of-two widths, else within an ulp
+// of c).
+template <typename T, typename WT, typename OT, int VEC, bool V2>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_tma(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                 const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
@@ -1145,8 +1155,30 @@ __global__ void __launch_bounds__(1024, 1)
     for (int s = 0; s < stages && first + s * step < rows; ++s) fetch(first + s * step, s);
 
   Vec<WT, VEC> wv;
-  if (w != nullptr && has) wv = load_vec<WT, VEC>(w + col);
+  if (!V2 && w != nullptr && has) wv = load_vec<WT, VEC>(w + col);
   auto weight = [&](int j) { return w != nullptr ? to_float<WT>(wv.v[j]) + offset : 1.f; };
+  // V2: [VEC / 4][blockDim.x] float4s; each thread reads back only what it wrote.
+  static_assert(VEC % 4 == 0, "whole float4s of weights");
+  float4* const w_smem = reinterpret_cast<float4*>(tma_rows + static_cast<size_t>(stages) * region) + tx;
+  if (V2 && w != nullptr && has) {
+    const Vec<WT, VEC> t = load_vec<WT, VEC>(w + col);
+#pragma unroll
+    for (int q = 0; q < VEC / 4; ++q)
+      w_smem[q * blockDim.x] =
+          make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
+                      to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
+  }
+  auto weights = [&](float (&wf)[VEC]) {  // V2
+#pragma unroll
+    for (int q = 0; q < VEC / 4; ++q) {
+      const float4 v = w != nullptr ? w_smem[q * blockDim.x] : make_float4(1.f, 1.f, 1.f, 1.f);
+      wf[4 * q] = v.x;
+      wf[4 * q + 1] = v.y;
+      wf[4 * q + 2] = v.z;
+      wf[4 * q + 3] = v.w;
+    }
+  };
+  const float inv_cols = 1.f / static_cast<float>(cols);
   float dw_acc[VEC];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) dw_acc[j] = 0.f;
@@ -1166,14 +1198,23 @@ __global__ void __launch_bounds__(1024, 1)
 #pragma unroll
       for (int c = 0; c < CG; ++c)
         reinterpret_cast<uint4*>(&gv)[c] = reinterpret_cast<const uint4*>(st + x_region)[tx * CG + c];
+      if constexpr (V2) {
+        float xf[VEC], gf[VEC], wf[VEC];
+        unpack_floats<T, VEC>(xv, xf);
+        unpack_floats<OT, VEC>(gv, gf);
+        weights(wf);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv.v[j]) * weight(j) * to_float<T>(xv.v[j]);
+        for (int j = 0; j < VEC; ++j) dot += gf[j] * wf[j] * xf[j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv.v[j]) * weight(j) * to_float<T>(xv.v[j]);
+      }
     }
     // Keep x, dy and w packed through the barrier (the converted floats
     // spilled in rms_bwd_pipe).
     opaque_words(xv);
     opaque_words(gv);
-    opaque_words(wv);
+    if constexpr (!V2) opaque_words(wv);
     dot = tma_block_sum(dot, part, pb);
     const int64_t ahead = row + stages * step;
     if (warp == 0 && ahead < rows) {
@@ -1181,14 +1222,27 @@ __global__ void __launch_bounds__(1024, 1)
       fetch(ahead, s);
     }
     if (has) {
-      const float c = r * r * r * dot / static_cast<float>(cols);
       float o[VEC];
+      if constexpr (V2) {
+        const float c = r * r * r * dot * inv_cols;
+        float xf[VEC], gf[VEC], wf[VEC];
+        unpack_floats<T, VEC>(xv, xf);
+        unpack_floats<OT, VEC>(gv, gf);
+        weights(wf);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float xf = to_float<T>(xv.v[j]);
-        const float g = to_float<OT>(gv.v[j]);
-        o[j] = r * g * weight(j) - c * xf;
-        dw_acc[j] += g * normed<T>(xf, r, llama);
+        for (int j = 0; j < VEC; ++j) {
+          o[j] = r * gf[j] * wf[j] - c * xf[j];
+          dw_acc[j] += gf[j] * normed<T>(xf[j], r, llama);
+        }
+      } else {
+        const float c = r * r * r * dot / static_cast<float>(cols);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float xf = to_float<T>(xv.v[j]);
+          const float g = to_float<OT>(gv.v[j]);
+          o[j] = r * g * weight(j) - c * xf;
+          dw_acc[j] += g * normed<T>(xf, r, llama);
+        }
       }
       store_16B_words(dx + row * dx_stride + col, pack_vec<T, VEC>(o));
     }
@@ -1312,6 +1366,9 @@ int tma_stages() {
   return i < 0 ? 4 : kChoices[i];
 }
 
+// rms_bwd_tma's V2 (LIGER_CPP_RMS_TMA=v1|v2, read on every call; default v2).
+bool tma_v2() { return env_choice("LIGER_CPP_RMS_TMA", {"v1", "v2"}) != 0; }
+
 // A launch of rms_bwd_tma: threads a block (the row's vectors
 // rounded up to a warp), rows in flight a block, dynamic shared memory, and
 // persistent blocks (at most one per row).
@@ -1326,13 +1383,14 @@ struct TmaShape {
 // kTmaMinVec..1024 vectors, no sm_90 code for this device, or no block fits.
 // The caller has checked that every row of every operand is 16-byte aligned.
 template <typename K>
-bool plan_tma(K* kern, int64_t nvec, int64_t rows, size_t region, int sm_count, TmaShape& t) {
+bool plan_tma(K* kern, int64_t nvec, int64_t rows, size_t region, int sm_count, TmaShape& t,
+              size_t extra_per_thread = 0) {
   t.stages = tma_stages();  // first: a bad value is an error on any device
   if (nvec < kTmaMinVec || nvec > 1024 || sm_count < 1) return false;
   const void* f = reinterpret_cast<const void*>(kern);
   if (binary_version(f) < 90) return false;
   t.threads = static_cast<int>(ceil_div(nvec, 32) * 32);
-  t.smem = region * t.stages;
+  t.smem = region * t.stages + extra_per_thread * t.threads;
   // Nothing but the weights goes through L1: the largest shared-memory carveout.
   const int per_sm = pipe_blocks_per_sm(kern, t.threads, t.smem, true);
   if (per_sm < 1) return false;
@@ -1447,8 +1505,9 @@ BwdKind bwd_kind(bool ds) {
 struct BwdPlan : Plan {
   BwdKind kind = BwdKind::kOld;
   size_t smem = 0;
-  int cl = 0;      // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
-  int stages = 0;  // kTma: rows in flight a block
+  int cl = 0;           // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
+  int stages = 0;       // kTma: rows in flight a block
+  bool tma_v2 = false;  // kTma: rms_bwd_tma's V2
 };
 
 // Plans rms_bwd_tma (see plan_tma; one dW partial row per block); false when
@@ -1460,8 +1519,11 @@ bool plan_bwd_tma(const RmsNormBwdArgs& a, int sm_count, BwdPlan& p) {
   const size_t region = tma_row_region(a.cols * static_cast<int64_t>(sizeof(T))) +
                         tma_row_region(a.cols * static_cast<int64_t>(sizeof(OT)));
   TmaShape t;
-  if (!plan_tma(&rms_bwd_tma<T, WT, OT, 16 / sizeof(T)>, a.cols / p.vec, a.rows, region, sm_count, t))
-    return false;
+  constexpr int full = 16 / sizeof(T);
+  p.tma_v2 = tma_v2();
+  const size_t w_bytes = p.tma_v2 ? full * sizeof(float) : 0;  // V2's float weights, a thread's
+  auto* kern = p.tma_v2 ? &rms_bwd_tma<T, WT, OT, full, true> : &rms_bwd_tma<T, WT, OT, full, false>;
+  if (!plan_tma(kern, a.cols / p.vec, a.rows, region, sm_count, t, w_bytes)) return false;
   p.kind = BwdKind::kTma;
   p.cached = true;
   p.tx = t.threads;
@@ -1796,10 +1858,11 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
     if (p.kind == BwdKind::kTma) {
-      const cudaError_t err = launch_pdl(&rms_bwd_tma<T, WT, OT, full>, dim3(static_cast<unsigned>(p.grid)),
-                                         dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy,
-                                         a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride,
-                                         partial, a.rows, a.cols, a.offset, llama, p.stages);
+      auto* kern = p.tma_v2 ? &rms_bwd_tma<T, WT, OT, full, true> : &rms_bwd_tma<T, WT, OT, full, false>;
+      const cudaError_t err =
+          launch_pdl(kern, dim3(static_cast<unsigned>(p.grid)), dim3(static_cast<unsigned>(p.tx)), p.smem,
+                     stream, dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial,
+                     a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
       cudaLaunchAttribute attr[1];
