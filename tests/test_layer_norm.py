@@ -97,7 +97,17 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, bkind):
 # fallbacks (odd width, fp32 8192; v4/v5/tma: above 512 16-byte vectors, i.e. fp32 4096 and 16-bit
 # 8192), fewer rows than blocks, many rows per block, a row that leaves threads idle (2000), more
 # rows per block than threads (140000 x 64: tma reloads its mean/rstd chunk every 32 rows).
-BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma"]
+# "tma-v1": the TMA kernel's first instruction variant (LIGER_CPP_LN_TMA=v1; v2 is the default).
+BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma", "tma-v1"]
+
+
+def _set_bwd_variant(monkeypatch, variant):
+    kernel, _, ver = variant.partition("-")
+    monkeypatch.setenv("LIGER_CPP_LN_BWD", kernel)
+    if ver:
+        monkeypatch.setenv("LIGER_CPP_LN_TMA", ver)
+
+
 BWD_SHAPES = [
     (300, 1024),
     (4096, 64),
@@ -117,7 +127,7 @@ BWD_SHAPES = [
 @pytest.mark.parametrize("shape", BWD_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_LN_BWD", variant)
+    _set_bwd_variant(monkeypatch, variant)
     _run_case(shape, dtype, "same", "same", device="cuda")
     _run_case(shape, dtype, "fp32", None, device="cuda")
     _run_case(shape, dtype, None, "same", device="cuda")
@@ -126,7 +136,7 @@ def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype):
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", BWD_VARIANTS)
 def test_cuda_bwd_variants_strided_and_deterministic(monkeypatch, variant):
-    monkeypatch.setenv("LIGER_CPP_LN_BWD", variant)
+    _set_bwd_variant(monkeypatch, variant)
     for dtype in DTYPES:
         _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)

@@ -449,6 +449,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_TMA", "rms_tma"),
         ("LIGER_CPP_PDL", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
+        ("LIGER_CPP_LN_TMA", "ln_bwd"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],
 )
