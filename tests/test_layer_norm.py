@@ -97,15 +97,7 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, bkind):
 # fallbacks (odd width, fp32 8192; v4/v5/tma: above 512 16-byte vectors, i.e. fp32 4096 and 16-bit
 # 8192), fewer rows than blocks, many rows per block, a row that leaves threads idle (2000), more
 # rows per block than threads (140000 x 64: tma reloads its mean/rstd chunk every 32 rows).
-# "tma-v1": the TMA kernel's first instruction variant (LIGER_CPP_LN_TMA=v1; v2 is the default).
-BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma", "tma-v1"]
-
-
-def _set_bwd_variant(monkeypatch, variant):
-    kernel, _, ver = variant.partition("-")
-    monkeypatch.setenv("LIGER_CPP_LN_BWD", kernel)
-    if ver:
-        monkeypatch.setenv("LIGER_CPP_LN_TMA", ver)
+BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma"]
 
 
 BWD_SHAPES = [
@@ -127,7 +119,7 @@ BWD_SHAPES = [
 @pytest.mark.parametrize("shape", BWD_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype):
-    _set_bwd_variant(monkeypatch, variant)
+    monkeypatch.setenv("LIGER_CPP_LN_BWD", variant)
     _run_case(shape, dtype, "same", "same", device="cuda")
     _run_case(shape, dtype, "fp32", None, device="cuda")
     _run_case(shape, dtype, None, "same", device="cuda")
@@ -136,7 +128,7 @@ def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype):
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", BWD_VARIANTS)
 def test_cuda_bwd_variants_strided_and_deterministic(monkeypatch, variant):
-    _set_bwd_variant(monkeypatch, variant)
+    monkeypatch.setenv("LIGER_CPP_LN_BWD", variant)
     for dtype in DTYPES:
         _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
@@ -146,9 +138,8 @@ def test_cuda_bwd_variants_strided_and_deterministic(monkeypatch, variant):
 
 
 # LIGER_CPP_LN_FWD picks the cached forward's variant per call (old: struct stores; pack: packed
-# 16-byte stores; new: pack with the weights loaded before the variance reduction; cvt1: x widened
-# to floats once, ln_fwd_cvt1).
-FWD_VARIANTS = ["old", "pack", "new", "cvt1"]
+# 16-byte stores; new: pack with the weights loaded before the variance reduction).
+FWD_VARIANTS = ["old", "pack", "new"]
 # Shapes as BWD_SHAPES, plus many rows per block (20000 x 1024, 140000 x 64).
 FWD_SHAPES = [
     (300, 1024),
@@ -184,21 +175,6 @@ def test_cuda_fwd_variants_strided(monkeypatch, variant):
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
         _run_case((9, 1000), dtype, "same", "same", "cuda", strided="aligned")
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided="aligned")
-
-
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_cvt1_same_bits_as_pack(monkeypatch, dtype):
-    """ln_fwd_cvt1 only changes where x is widened: Y, MEAN and RSTD are pack's, bit for bit."""
-    x = torch.randn(300, 4096, device="cuda", dtype=dtype) * 3 + 1
-    w = torch.randn(4096, device="cuda", dtype=dtype)
-    b = torch.randn(4096, device="cuda", dtype=dtype)
-    outs = {}
-    for variant in ("pack", "cvt1"):
-        monkeypatch.setenv("LIGER_CPP_LN_FWD", variant)
-        outs[variant] = torch.ops.liger.layer_norm_fwd(x, w, b, 1e-6)
-    for a, c in zip(outs["pack"], outs["cvt1"]):
-        assert torch.equal(a, c)
 
 
 def _assert_bwd_deterministic(rows, cols, device):

@@ -211,16 +211,12 @@ def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offs
 TMA_SHAPES = [(1, 4096), (2000, 4096), (20000, 1024), (7, 1000), (5, 520), (70, 8192), (300, 256), (3, 1001)]
 
 
-# LIGER_CPP_RMS_TMA picks the kernel's instruction variant (v2, the default: float weights in
-# shared memory, cols' reciprocal; v1: weights re-converted every row).
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("ver", ["v1", "v2"])
 @pytest.mark.parametrize("shape", TMA_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS + [("same", "none", 0.0)])
-def test_cuda_tma(monkeypatch, ver, shape, dtype, wkind, mode, offset):
+def test_cuda_tma(monkeypatch, shape, dtype, wkind, mode, offset):
     monkeypatch.setenv("LIGER_CPP_RMS_BWD", "tma")
-    monkeypatch.setenv("LIGER_CPP_RMS_TMA", ver)
     _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda", check_rstd=True)
 
 
@@ -446,10 +442,8 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
         ("LIGER_CPP_RMS_FWD", "rms_fwd"),
         ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
-        ("LIGER_CPP_RMS_TMA", "rms_tma"),
         ("LIGER_CPP_PDL", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
-        ("LIGER_CPP_LN_TMA", "ln_bwd"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],
 )

@@ -45,12 +45,7 @@ __device__ __forceinline__ void load_param(const WT* p, int64_t c, float dflt, f
 //    hides behind its barrier instead of following it once per vector. The
 //    bias stays after it: x, w and b packed (48 registers) spilled 16-24 bytes
 //    at the 64-register cap.
-//  * kFwdCvt1 (ln_fwd_cvt1): each x vector converted to floats once and kept
-//    (the other modes convert it again in each of the three passes: about 100
-//    of a thread's ~450 instructions a row at bf16 hidden 4096, where the
-//    kernel issued 0.82 warps a cycle per scheduler against rms_fwd_cached's
-//    0.63, 2026-11-30-h200-ncu-ln_fwd_cached-*.txt); packed 16-byte stores.
-enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2, kFwdCvt1 = 3 };
+enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 
 template <typename T, typename WT, int VEC, int MAXV, int MODE>
 __global__ void __launch_bounds__(1024)
@@ -143,74 +138,6 @@ __global__ void __launch_bounds__(1024)
         for (int j = 0; j < VEC; ++j) out.v[j] = from_float<T>(o[j]);
         store_vec<T, VEC>(yr + v * VEC, out);
       }
-    }
-  }
-}
-
-// kFwdCvt1: the values of ln_fwd_cached (same sums in the same order, same
-// output formula), with each x vector widened once (unpack_floats) into
-// MAXV * VEC floats that stay in registers through both reductions.
-template <typename T, typename WT, int VEC, int MAXV>
-__global__ void __launch_bounds__(1024)
-    ln_fwd_cvt1(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, const WT* __restrict__ b,
-                T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows,
-                int64_t cols, float eps) {
-  pdl_trigger();  // as rms_fwd_cached: the backward's blocks may fill this grid's tail
-  __shared__ float scratch[kGroupScratch];
-  __shared__ float scratch2[kGroupScratch];  // the variance's sum: see group_sum's FIRST_USE
-  const int tx = threadIdx.x, TX = blockDim.x;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  const bool active = row < rows;
-  const int nvec = static_cast<int>(cols / VEC);  // <= MAXV * 1024 (pick_cached)
-  const T* xr = x + row * x_stride;
-  Vec<T, VEC> xv[MAXV];
-#pragma unroll
-  for (int i = 0; i < MAXV; ++i) {
-    const int v = i * TX + tx;
-    if (active && v < nvec) load_16B_volatile(xv[i], xr + static_cast<int64_t>(v) * VEC);
-  }
-  float xf[MAXV][VEC];
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < MAXV; ++i) {
-    if (active && i * TX + tx < nvec) {
-      unpack_floats<T, VEC>(xv[i], xf[i]);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) s += xf[i][j];
-    }
-  }
-  const float m = group_sum</*FIRST_USE=*/true>(s, scratch) / static_cast<float>(cols);
-  float ss = 0.f;
-#pragma unroll
-  for (int i = 0; i < MAXV; ++i) {
-    if (active && i * TX + tx < nvec) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float d = xf[i][j] - m;
-        ss += d * d;
-      }
-    }
-  }
-  ss = group_sum</*FIRST_USE=*/true>(ss, scratch2);
-  if (!active) return;
-  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
-  if (tx == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
-  T* yr = y + row * cols;
-#pragma unroll
-  for (int i = 0; i < MAXV; ++i) {
-    const int v = i * TX + tx;
-    if (v < nvec) {
-      const int64_t c = static_cast<int64_t>(v) * VEC;
-      float wf[VEC], bf[VEC];
-      load_param<WT, VEC>(w, c, 1.f, wf);
-      load_param<WT, VEC>(b, c, 0.f, bf);
-      float o[VEC];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) o[j] = (xf[i][j] - m) * r * wf[j] + bf[j];
-      store_16B_words(yr + c, pack_vec<T, VEC>(o));
     }
   }
 }
@@ -868,17 +795,7 @@ __device__ __forceinline__ void tma_issue_row(unsigned char* dst, const unsigned
 // it with row k + STAGES. mean and rstd come in chunks of TX rows (one float
 // pair a thread, plain loads, once per TX rows) into shared memory.
 
-//
-// V2 (LIGER_CPP_LN_TMA=v1|v2): the same formulas with fewer instructions a row
-// (rms_bwd_tma's V2 took its kernel from 116.8 to 110.3 us at 16384 x 4096
-// bf16; both kernels are issue-bound): the weights widened once into shared
-// memory as floats (for every weight type, as WS does for fp32 weights), and
-// the row's two sums reduced as a pair: in each warp one 5-step butterfly
-// whose first step sends sgx to the lanes 16-31 and sg to 0-15 (10 shuffles
-// before), and across warps the 16 partial pairs spread over the 32 lanes the
-// same way (4 steps and 2 broadcasts instead of 10 shuffles). Another fixed
-// order of the same additions: deterministic.
-template <typename T, typename WT, int STAGES, int MINB, bool V2>
+template <typename T, typename WT, int STAGES, int MINB>
 __global__ void __launch_bounds__(kTmaBlock, MINB)
     ln_bwd_tma(const T* __restrict__ dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                const WT* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -888,8 +805,6 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
   constexpr int VEC = 16 / static_cast<int>(sizeof(T));
   constexpr int WW = VEC * static_cast<int>(sizeof(WT)) / 4;  // 32-bit words of VEC weights
   constexpr bool WS = sizeof(WT) > sizeof(T);                 // weights in shared memory (see pipe16)
-  constexpr bool WF = V2 && !WS;  // V2: weights widened to floats in shared memory, [VEC / 4][TX] float4s
-  static_assert(!V2 || kTmaBlock <= 16 * 32, "V2's pair reduction: at most 16 warps a row");
   // [STAGES][2 (x, dy)][rb bytes] rows, then [TX][2 (mean, rstd)] floats, then
   // (WS) [2][TX] 16-byte weight slots.
   extern __shared__ __align__(128) unsigned char tma_smem[];
@@ -933,16 +848,9 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
   }
 
   // Loaded once: the thread's columns are the same in every row.
-  uint32_t wv[WS || WF ? 1 : WW];
+  uint32_t wv[WS ? 1 : WW];
   if (has && w != nullptr) {
-    if constexpr (WF) {
-      const Vec<WT, VEC> t = load_vec<WT, VEC>(w + c0);
-      float4* const wf4 = reinterpret_cast<float4*>(w_smem);
-#pragma unroll
-      for (int q = 0; q < VEC / 4; ++q)
-        wf4[q * TX] = make_float4(to_float<WT>(t.v[4 * q]), to_float<WT>(t.v[4 * q + 1]),
-                                  to_float<WT>(t.v[4 * q + 2]), to_float<WT>(t.v[4 * q + 3]));
-    } else if constexpr (WS) {
+    if constexpr (WS) {
       static_assert(WW == 8, "fp32 weights with 16-bit x");
       uint32_t t[8];
       load_words_volatile(t, w + c0);
@@ -958,16 +866,6 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     if (w == nullptr) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) wl[j] = 1.f;
-    } else if constexpr (WF) {
-      const float4* const wf4 = reinterpret_cast<const float4*>(w_smem);
-#pragma unroll
-      for (int q = 0; q < VEC / 4; ++q) {
-        const float4 v = wf4[q * TX];
-        wl[4 * q] = v.x;
-        wl[4 * q + 1] = v.y;
-        wl[4 * q + 2] = v.z;
-        wl[4 * q + 3] = v.w;
-      }
     } else if constexpr (WS) {
       const uint4 a = w_smem[0], b = w_smem[TX];
       const uint32_t t[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -1019,38 +917,20 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     // Converted again below rather than kept as floats across the barrier (see pipe16).
     opaque_words<4>(xv);
     opaque_words<4>(gv);
-    if constexpr (!WS && !WF) opaque_words<WW>(wv);
-    float2 sums;
-    if constexpr (V2) {
-      const bool hi = lane & 16;
-      float v = hi ? sgx : sg;
-      v += __shfl_xor_sync(0xffffffffu, hi ? sg : sgx, 16);  // lanes 0-15: sg pairs; 16-31: sgx pairs
+    if constexpr (!WS) opaque_words<WW>(wv);
 #pragma unroll
-      for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      float* const part = reinterpret_cast<float*>(scratch[parity]);  // [2 * warp + (0: sg, 1: sgx)]
-      if ((lane & 15) == 0) part[2 * warp + (hi ? 1 : 0)] = v;
-      __syncthreads();  // also: every thread is done reading stage st
-      if (warp == 0) issue(k + STAGES);
-      const int src = lane & 15;
-      float u = src < (TX >> 5) ? part[2 * src + (hi ? 1 : 0)] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) {
+      sg += __shfl_xor_sync(0xffffffffu, sg, o);
+      sgx += __shfl_xor_sync(0xffffffffu, sgx, o);
+    }
+    if (lane == 0) scratch[parity][warp] = make_float2(sg, sgx);
+    __syncthreads();  // also: every thread is done reading stage st
+    if (warp == 0) issue(k + STAGES);
+    float2 sums = lane < (TX >> 5) ? scratch[parity][lane] : make_float2(0.f, 0.f);
 #pragma unroll
-      for (int o = 8; o > 0; o >>= 1) u += __shfl_xor_sync(0xffffffffu, u, o);
-      sums = make_float2(__shfl_sync(0xffffffffu, u, 0), __shfl_sync(0xffffffffu, u, 16));
-    } else {
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        sg += __shfl_xor_sync(0xffffffffu, sg, o);
-        sgx += __shfl_xor_sync(0xffffffffu, sgx, o);
-      }
-      if (lane == 0) scratch[parity][warp] = make_float2(sg, sgx);
-      __syncthreads();  // also: every thread is done reading stage st
-      if (warp == 0) issue(k + STAGES);
-      sums = lane < (TX >> 5) ? scratch[parity][lane] : make_float2(0.f, 0.f);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        sums.x += __shfl_xor_sync(0xffffffffu, sums.x, o);
-        sums.y += __shfl_xor_sync(0xffffffffu, sums.y, o);
-      }
+    for (int o = 16; o > 0; o >>= 1) {
+      sums.x += __shfl_xor_sync(0xffffffffu, sums.x, o);
+      sums.y += __shfl_xor_sync(0xffffffffu, sums.y, o);
     }
     parity ^= 1;
     if (has) {
@@ -1232,7 +1112,11 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 //        threads per SM; runs as v5 on older GPUs. Bounded for 3 blocks (40
 //        registers) it spilled its dW/dB partials and ran at 45.5 % of C
 //        (layer_norm-quick-272ac70); with 6 stages 69.5 % and with 3 75.9 %
-//        against 75.9-77.7 % for 4 (-d4c0776, -0686c5e).
+//        against 75.9-77.7 % for 4 (-d4c0776, -0686c5e). rms_bwd_tma's
+//        instruction cuts (weights as floats in shared memory) with the row's
+//        two sums reduced as a pair made this kernel slower (116.5 -> 121.4
+//        us, fwd+bwd 80.3 -> 78.2 %; layer_norm-4945b12, norm-breakdown-ln-
+//        tma-v2-4945b12) and were removed.
 //   v4, v5 and tma take rows up to 512 16-byte vectors (4096 16-bit or 2048 fp32
 //   columns) with every operand 16-byte aligned; other calls run as v3.
 // ln_bwd_pipe takes 4 elements per vector (8 bytes for 16-bit types: 16-byte
@@ -1241,22 +1125,24 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 // whatever the choice (e.g. bf16 with more than 8192 columns).
 // Which ln_fwd_cached variant runs (FwdMode), read on every call so that
 // benchmarks can A/B them in one process and the tests can run each:
-// LIGER_CPP_LN_FWD=old|pack|new|cvt1 (default pack: 83.2 % of C at 16384 x 4096
+// LIGER_CPP_LN_FWD=old|pack|new (default pack: 83.2 % of C at 16384 x 4096
 // bf16 on the H200 against 80.5 % for old and 77.1 % for new, whose early
 // weight loads cost more than they hide; benchmarks/results/
 // 2026-11-30-h200-layer_norm-quick-b4b7e3b.log); an unknown value is an error.
+// A forward that widened x to floats once and kept them (cvt1: ~100 fewer
+// instructions a thread-row, 63 registers so 4 blocks a SM instead of 5) read
+// 81.7 against 83.2 % for pack (2026-11-30-h200-layer_norm-4945b12.log) and
+// was removed.
 // A forward through shared-memory stages filled by TMA bulk copies (ln_bwd_tma's
 // pipeline for x alone, two barriers a row) ran at 60.3 % of C against 83.6 %
 // for pack (2026-11-30-h200-layer_norm-quick-0686c5e.log) and was removed: with
 // 2-3 rows in flight per SM, each row's two reductions stay exposed.
 FwdMode fwd_mode() {
-  switch (env_choice("LIGER_CPP_LN_FWD", {"old", "pack", "new", "cvt1"})) {
+  switch (env_choice("LIGER_CPP_LN_FWD", {"old", "pack", "new"})) {
     case 0:
       return kFwdOld;
     case 2:
       return kFwdNew;
-    case 3:
-      return kFwdCvt1;
     default:
       return kFwdPack;
   }
@@ -1316,13 +1202,10 @@ bool plan_pipe16(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
   return true;
 }
 
-// ln_bwd_tma's V2 (LIGER_CPP_LN_TMA=v1|v2, read on every call; default v2).
-bool tma_v2() { return env_choice("LIGER_CPP_LN_TMA", {"v1", "v2"}) != 0; }
-
 // ln_bwd_tma's instantiation: 2 blocks of 512 threads per SM (64 registers, no spills).
 template <typename T, typename WT>
 auto tma_kernel() {
-  return tma_v2() ? &ln_bwd_tma<T, WT, kTmaStages, 2, true> : &ln_bwd_tma<T, WT, kTmaStages, 2, false>;
+  return &ln_bwd_tma<T, WT, kTmaStages, 2>;
 }
 
 // Plans ln_bwd_tma (p.tx threads a row, one row a block, persistent grid) for
@@ -1337,7 +1220,7 @@ bool plan_tma(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
   p.ty = 1;
   const size_t rb = static_cast<size_t>(a.cols) * sizeof(T);
   p.smem = kTmaStages * 2 * rb + static_cast<size_t>(p.tx) * 2 * sizeof(float) +
-           (sizeof(WT) > sizeof(T) || tma_v2() ? static_cast<size_t>(p.tx) * 32 : 0);
+           (sizeof(WT) > sizeof(T) ? static_cast<size_t>(p.tx) * 32 : 0);
   const int per_sm = pipe_blocks_per_sm(tma_kernel<T, WT>(), p.tx, p.smem, true);
   if (per_sm < 1) return false;
   p.cached = true;
@@ -1466,8 +1349,7 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
     const FwdMode mode = fwd_mode();
     if (aligned && pick_cached(a.cols / full, p)) {
       const dim3 block(p.tx, p.ty);
-      auto* kern = mode == kFwdCvt1   ? &ln_fwd_cvt1<T, WT, full, kMaxV>
-                   : mode == kFwdNew  ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
+      auto* kern = mode == kFwdNew    ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
                    : mode == kFwdPack ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdPack>
                                       : &ln_fwd_cached<T, WT, full, kMaxV, kFwdOld>;
       kern<<<ceil_div(a.rows, p.ty), block, 0, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.rows,

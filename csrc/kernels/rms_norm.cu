@@ -1107,16 +1107,17 @@ __device__ __forceinline__ float tma_block_sum(float v, float (*part)[32], int p
 // __launch_bounds__(1024, 1): 64 registers (VEC fp32 dW sums, the weights,
 // x and dy a thread).
 //
-// V2 (LIGER_CPP_RMS_TMA=v1|v2): the same values with fewer instructions a row
-// (the kernel issued 0.75 warps a cycle per scheduler at 16384 x 4096 and ran
-// at 88 % of what torch.add's two reads and one write reach at that shape,
-// 2026-11-30-h200-ncu-rms_bwd_tma-31e1c76.txt, -norm-breakdown-*): the
-// thread's weights (+ offset) converted once into shared memory as floats
-// (w_smem, after the stages; every row re-converted them twice), x and dy
-// widened with unpack_floats, and cols' reciprocal taken once (a full IEEE
-// division a row before; exact for power-of-two widths, else within an ulp
-// of c).
-template <typename T, typename WT, typename OT, int VEC, bool V2>
+// Instructions a row are what limits it: the first version issued 0.75 warps
+// a cycle per scheduler at 16384 x 4096 and ran at 88 % of what torch.add's
+// two reads and one write reach at that shape (2026-11-30-h200-ncu-rms_bwd_tma-
+// 31e1c76.txt, -norm-breakdown-bwd-alone-be01842, -reduce4-cvt1-4f6a296). So
+// the thread's weights (+ offset) are converted once into shared memory as
+// floats (w_smem, after the stages; each row re-converted them twice), x and
+// dy are widened with unpack_floats, and cols' reciprocal is taken once (a
+// full IEEE division a row before; exact for power-of-two widths, else within
+// an ulp of c): 116.8 -> 110.3 us, fwd+bwd 83.6 -> 86.0 % of C
+// (rms_norm-tma-4945b12, the bwd=tma-v1 row).
+template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_tma(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                 const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
@@ -1154,13 +1155,10 @@ __global__ void __launch_bounds__(1024, 1)
   if (warp == 0)
     for (int s = 0; s < stages && first + s * step < rows; ++s) fetch(first + s * step, s);
 
-  Vec<WT, VEC> wv;
-  if (!V2 && w != nullptr && has) wv = load_vec<WT, VEC>(w + col);
-  auto weight = [&](int j) { return w != nullptr ? to_float<WT>(wv.v[j]) + offset : 1.f; };
-  // V2: [VEC / 4][blockDim.x] float4s; each thread reads back only what it wrote.
+  // [VEC / 4][blockDim.x] float4s; each thread reads back only what it wrote.
   static_assert(VEC % 4 == 0, "whole float4s of weights");
   float4* const w_smem = reinterpret_cast<float4*>(tma_rows + static_cast<size_t>(stages) * region) + tx;
-  if (V2 && w != nullptr && has) {
+  if (w != nullptr && has) {
     const Vec<WT, VEC> t = load_vec<WT, VEC>(w + col);
 #pragma unroll
     for (int q = 0; q < VEC / 4; ++q)
@@ -1168,7 +1166,7 @@ __global__ void __launch_bounds__(1024, 1)
           make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
                       to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
   }
-  auto weights = [&](float (&wf)[VEC]) {  // V2
+  auto weights = [&](float (&wf)[VEC]) {
 #pragma unroll
     for (int q = 0; q < VEC / 4; ++q) {
       const float4 v = w != nullptr ? w_smem[q * blockDim.x] : make_float4(1.f, 1.f, 1.f, 1.f);
@@ -1198,23 +1196,17 @@ __global__ void __launch_bounds__(1024, 1)
 #pragma unroll
       for (int c = 0; c < CG; ++c)
         reinterpret_cast<uint4*>(&gv)[c] = reinterpret_cast<const uint4*>(st + x_region)[tx * CG + c];
-      if constexpr (V2) {
-        float xf[VEC], gf[VEC], wf[VEC];
-        unpack_floats<T, VEC>(xv, xf);
-        unpack_floats<OT, VEC>(gv, gf);
-        weights(wf);
+      float xf[VEC], gf[VEC], wf[VEC];
+      unpack_floats<T, VEC>(xv, xf);
+      unpack_floats<OT, VEC>(gv, gf);
+      weights(wf);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) dot += gf[j] * wf[j] * xf[j];
-      } else {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv.v[j]) * weight(j) * to_float<T>(xv.v[j]);
-      }
+      for (int j = 0; j < VEC; ++j) dot += gf[j] * wf[j] * xf[j];
     }
-    // Keep x, dy and w packed through the barrier (the converted floats
-    // spilled in rms_bwd_pipe).
+    // Keep x and dy packed through the barrier (the converted floats spilled
+    // in rms_bwd_pipe).
     opaque_words(xv);
     opaque_words(gv);
-    if constexpr (!V2) opaque_words(wv);
     dot = tma_block_sum(dot, part, pb);
     const int64_t ahead = row + stages * step;
     if (warp == 0 && ahead < rows) {
@@ -1223,26 +1215,15 @@ __global__ void __launch_bounds__(1024, 1)
     }
     if (has) {
       float o[VEC];
-      if constexpr (V2) {
-        const float c = r * r * r * dot * inv_cols;
-        float xf[VEC], gf[VEC], wf[VEC];
-        unpack_floats<T, VEC>(xv, xf);
-        unpack_floats<OT, VEC>(gv, gf);
-        weights(wf);
+      const float c = r * r * r * dot * inv_cols;
+      float xf[VEC], gf[VEC], wf[VEC];
+      unpack_floats<T, VEC>(xv, xf);
+      unpack_floats<OT, VEC>(gv, gf);
+      weights(wf);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          o[j] = r * gf[j] * wf[j] - c * xf[j];
-          dw_acc[j] += gf[j] * normed<T>(xf[j], r, llama);
-        }
-      } else {
-        const float c = r * r * r * dot / static_cast<float>(cols);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float xf = to_float<T>(xv.v[j]);
-          const float g = to_float<OT>(gv.v[j]);
-          o[j] = r * g * weight(j) - c * xf;
-          dw_acc[j] += g * normed<T>(xf, r, llama);
-        }
+      for (int j = 0; j < VEC; ++j) {
+        o[j] = r * gf[j] * wf[j] - c * xf[j];
+        dw_acc[j] += gf[j] * normed<T>(xf[j], r, llama);
       }
       store_16B_words(dx + row * dx_stride + col, pack_vec<T, VEC>(o));
     }
@@ -1365,9 +1346,6 @@ int tma_stages() {
   const int i = env_choice("LIGER_CPP_RMS_TMA_STAGES", {"2", "3", "4", "6", "8"});
   return i < 0 ? 4 : kChoices[i];
 }
-
-// rms_bwd_tma's V2 (LIGER_CPP_RMS_TMA=v1|v2, read on every call; default v2).
-bool tma_v2() { return env_choice("LIGER_CPP_RMS_TMA", {"v1", "v2"}) != 0; }
 
 // A launch of rms_bwd_tma: threads a block (the row's vectors
 // rounded up to a warp), rows in flight a block, dynamic shared memory, and
@@ -1505,9 +1483,8 @@ BwdKind bwd_kind(bool ds) {
 struct BwdPlan : Plan {
   BwdKind kind = BwdKind::kOld;
   size_t smem = 0;
-  int cl = 0;           // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
-  int stages = 0;       // kTma: rows in flight a block
-  bool tma_v2 = false;  // kTma: rms_bwd_tma's V2
+  int cl = 0;      // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
+  int stages = 0;  // kTma: rows in flight a block
 };
 
 // Plans rms_bwd_tma (see plan_tma; one dW partial row per block); false when
@@ -1520,10 +1497,10 @@ bool plan_bwd_tma(const RmsNormBwdArgs& a, int sm_count, BwdPlan& p) {
                         tma_row_region(a.cols * static_cast<int64_t>(sizeof(OT)));
   TmaShape t;
   constexpr int full = 16 / sizeof(T);
-  p.tma_v2 = tma_v2();
-  const size_t w_bytes = p.tma_v2 ? full * sizeof(float) : 0;  // V2's float weights, a thread's
-  auto* kern = p.tma_v2 ? &rms_bwd_tma<T, WT, OT, full, true> : &rms_bwd_tma<T, WT, OT, full, false>;
-  if (!plan_tma(kern, a.cols / p.vec, a.rows, region, sm_count, t, w_bytes)) return false;
+  // A thread's weights as floats after the stages.
+  if (!plan_tma(&rms_bwd_tma<T, WT, OT, full>, a.cols / p.vec, a.rows, region, sm_count, t,
+                full * sizeof(float)))
+    return false;
   p.kind = BwdKind::kTma;
   p.cached = true;
   p.tx = t.threads;
@@ -1858,11 +1835,10 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
     if (p.kind == BwdKind::kTma) {
-      auto* kern = p.tma_v2 ? &rms_bwd_tma<T, WT, OT, full, true> : &rms_bwd_tma<T, WT, OT, full, false>;
-      const cudaError_t err =
-          launch_pdl(kern, dim3(static_cast<unsigned>(p.grid)), dim3(static_cast<unsigned>(p.tx)), p.smem,
-                     stream, dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial,
-                     a.rows, a.cols, a.offset, llama, p.stages);
+      const cudaError_t err = launch_pdl(&rms_bwd_tma<T, WT, OT, full>, dim3(static_cast<unsigned>(p.grid)),
+                                         dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy,
+                                         a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride,
+                                         partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
       cudaLaunchAttribute attr[1];
