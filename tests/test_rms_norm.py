@@ -220,29 +220,6 @@ def test_cuda_tma(monkeypatch, shape, dtype, wkind, mode, offset):
     _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda", check_rstd=True)
 
 
-# LIGER_CPP_RMS_BWD_WIDE=tma: the TMA backward with two vectors a thread for rows of 1025..2048
-# 16-byte vectors (bf16 8200..16384; fp32 4100..8192), fewer stages where four do not fit; one row,
-# many rows per block, an odd vector count (1025: the last thread's second vector missing).
-TMA_WIDE_SHAPES = [(1, 16384), (700, 16384), (5, 8200), (9, 12000), (300, 8192)]
-
-
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("shape", TMA_WIDE_SHAPES)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
-def test_cuda_tma_wide(monkeypatch, shape, dtype, wkind, mode, offset):
-    monkeypatch.setenv("LIGER_CPP_RMS_BWD_WIDE", "tma")
-    _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda", check_rstd=True)
-
-
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_tma_wide_in_place_deterministic(monkeypatch, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_BWD_WIDE", "tma")
-    _run_case((40, 16384), dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
-    _assert_bwd_deterministic(600, 16384, dtype)
-
-
 # Programmatic dependent launch (LIGER_CPP_PDL, default on) changes when kernels start, never what
 # they compute: the TMA backwards and their dW reductions give the same bits with it off.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")

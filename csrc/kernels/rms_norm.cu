@@ -1117,10 +1117,7 @@ __device__ __forceinline__ float tma_block_sum(float v, float (*part)[32], int p
 // full IEEE division a row before; exact for power-of-two widths, else within
 // an ulp of c): 116.8 -> 110.3 us, fwd+bwd 83.6 -> 86.0 % of C
 // (rms_norm-tma-4945b12, the bwd=tma-v1 row).
-// NV vectors a thread (NV = 2: rows of 1025..2048 vectors, bf16 hidden up to
-// 16384, LIGER_CPP_RMS_BWD_WIDE=tma): thread tx owns vectors tx and
-// tx + blockDim.x; the row's dot adds them in that order.
-template <typename T, typename WT, typename OT, int VEC, int NV>
+template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_tma(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                 const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
@@ -1134,10 +1131,9 @@ __global__ void __launch_bounds__(1024, 1)
   extern __shared__ __align__(128) unsigned char tma_rows[];  // [stages][x region, dy region]
   __shared__ alignas(8) unsigned long long bars[kTmaMaxStages];
   __shared__ float part[2][32];
-  const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5, TXB = blockDim.x;
-  bool has[NV];
-#pragma unroll
-  for (int i = 0; i < NV; ++i) has[i] = tx + i * TXB < cols / VEC;
+  const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5;
+  const bool has = tx < cols / VEC;
+  const int64_t col = static_cast<int64_t>(tx) * VEC;
   const uint32_t x_bytes = static_cast<uint32_t>(cols * sizeof(T));
   const uint32_t g_bytes = static_cast<uint32_t>(cols * sizeof(OT));
   const uint32_t x_region = tma_row_region(x_bytes);
@@ -1159,24 +1155,21 @@ __global__ void __launch_bounds__(1024, 1)
   if (warp == 0)
     for (int s = 0; s < stages && first + s * step < rows; ++s) fetch(first + s * step, s);
 
-  // [NV][VEC / 4][blockDim.x] float4s; each thread reads back only what it wrote.
+  // [VEC / 4][blockDim.x] float4s; each thread reads back only what it wrote.
   static_assert(VEC % 4 == 0, "whole float4s of weights");
   float4* const w_smem = reinterpret_cast<float4*>(tma_rows + static_cast<size_t>(stages) * region) + tx;
+  if (w != nullptr && has) {
+    const Vec<WT, VEC> t = load_vec<WT, VEC>(w + col);
 #pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    if (w != nullptr && has[i]) {
-      const Vec<WT, VEC> t = load_vec<WT, VEC>(w + static_cast<int64_t>(tx + i * TXB) * VEC);
-#pragma unroll
-      for (int q = 0; q < VEC / 4; ++q)
-        w_smem[(i * (VEC / 4) + q) * TXB] =
-            make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
-                        to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
-    }
+    for (int q = 0; q < VEC / 4; ++q)
+      w_smem[q * blockDim.x] =
+          make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
+                      to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
   }
-  auto weights = [&](int i, float (&wf)[VEC]) {
+  auto weights = [&](float (&wf)[VEC]) {
 #pragma unroll
     for (int q = 0; q < VEC / 4; ++q) {
-      const float4 v = w != nullptr ? w_smem[(i * (VEC / 4) + q) * TXB] : make_float4(1.f, 1.f, 1.f, 1.f);
+      const float4 v = w != nullptr ? w_smem[q * blockDim.x] : make_float4(1.f, 1.f, 1.f, 1.f);
       wf[4 * q] = v.x;
       wf[4 * q + 1] = v.y;
       wf[4 * q + 2] = v.z;
@@ -1184,11 +1177,9 @@ __global__ void __launch_bounds__(1024, 1)
     }
   };
   const float inv_cols = 1.f / static_cast<float>(cols);
-  float dw_acc[NV][VEC];
+  float dw_acc[VEC];
 #pragma unroll
-  for (int i = 0; i < NV; ++i)
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) dw_acc[i][j] = 0.f;
+  for (int j = 0; j < VEC; ++j) dw_acc[j] = 0.f;
   float r_next = rstd[first];  // first < rows: the grid has at most `rows` blocks
   int s = 0, pb = 0;
   uint32_t phase = 0;
@@ -1196,55 +1187,45 @@ __global__ void __launch_bounds__(1024, 1)
     const float r = r_next;
     r_next = row + step < rows ? rstd[row + step] : 0.f;
     mbar_wait(&bars[s], phase);
-    XV xv[NV];
-    GV gv[NV];
+    XV xv;
+    GV gv;
     float dot = 0.f;
-    const unsigned char* st = tma_rows + s * region;
+    if (has) {
+      const unsigned char* st = tma_rows + s * region;
+      xv = reinterpret_cast<const XV*>(st)[tx];
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      if (has[i]) {
-        const int v = tx + i * TXB;
-        xv[i] = reinterpret_cast<const XV*>(st)[v];
+      for (int c = 0; c < CG; ++c)
+        reinterpret_cast<uint4*>(&gv)[c] = reinterpret_cast<const uint4*>(st + x_region)[tx * CG + c];
+      float xf[VEC], gf[VEC], wf[VEC];
+      unpack_floats<T, VEC>(xv, xf);
+      unpack_floats<OT, VEC>(gv, gf);
+      weights(wf);
 #pragma unroll
-        for (int c = 0; c < CG; ++c)
-          reinterpret_cast<uint4*>(&gv[i])[c] = reinterpret_cast<const uint4*>(st + x_region)[v * CG + c];
-        float xf[VEC], gf[VEC], wf[VEC];
-        unpack_floats<T, VEC>(xv[i], xf);
-        unpack_floats<OT, VEC>(gv[i], gf);
-        weights(i, wf);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) dot += gf[j] * wf[j] * xf[j];
-      }
+      for (int j = 0; j < VEC; ++j) dot += gf[j] * wf[j] * xf[j];
     }
     // Keep x and dy packed through the barrier (the converted floats spilled
     // in rms_bwd_pipe).
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      opaque_words(xv[i]);
-      opaque_words(gv[i]);
-    }
+    opaque_words(xv);
+    opaque_words(gv);
     dot = tma_block_sum(dot, part, pb);
     const int64_t ahead = row + stages * step;
     if (warp == 0 && ahead < rows) {
       tma_fence_reads();
       fetch(ahead, s);
     }
-    const float c = r * r * r * dot * inv_cols;
+    if (has) {
+      float o[VEC];
+      const float c = r * r * r * dot * inv_cols;
+      float xf[VEC], gf[VEC], wf[VEC];
+      unpack_floats<T, VEC>(xv, xf);
+      unpack_floats<OT, VEC>(gv, gf);
+      weights(wf);
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      if (has[i]) {
-        float o[VEC];
-        float xf[VEC], gf[VEC], wf[VEC];
-        unpack_floats<T, VEC>(xv[i], xf);
-        unpack_floats<OT, VEC>(gv[i], gf);
-        weights(i, wf);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          o[j] = r * gf[j] * wf[j] - c * xf[j];
-          dw_acc[i][j] += gf[j] * normed<T>(xf[j], r, llama);
-        }
-        store_16B_words(dx + row * dx_stride + static_cast<int64_t>(tx + i * TXB) * VEC, pack_vec<T, VEC>(o));
+      for (int j = 0; j < VEC; ++j) {
+        o[j] = r * gf[j] * wf[j] - c * xf[j];
+        dw_acc[j] += gf[j] * normed<T>(xf[j], r, llama);
       }
+      store_16B_words(dx + row * dx_stride + col, pack_vec<T, VEC>(o));
     }
     pb ^= 1;
     if (++s == stages) {
@@ -1252,16 +1233,11 @@ __global__ void __launch_bounds__(1024, 1)
       phase ^= 1;
     }
   }
-  if (partial != nullptr) {
+  if (partial != nullptr && has) {
+    Vec<float, VEC> out;
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      if (!has[i]) continue;
-      Vec<float, VEC> out;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) out.v[j] = dw_acc[i][j];
-      store_vec<float, VEC>(
-          partial + static_cast<int64_t>(blockIdx.x) * cols + static_cast<int64_t>(tx + i * TXB) * VEC, out);
-    }
+    for (int j = 0; j < VEC; ++j) out.v[j] = dw_acc[j];
+    store_vec<float, VEC>(partial + static_cast<int64_t>(blockIdx.x) * cols + col, out);
   }
 #else
   __trap();  // the host launches this kernel only where its sm_90 code runs
@@ -1385,22 +1361,16 @@ struct TmaShape {
 // kTmaMinVec..1024 vectors, no sm_90 code for this device, or no block fits.
 // The caller has checked that every row of every operand is 16-byte aligned.
 template <typename K>
-// nv: vectors a thread (rows of up to 1024 * nv vectors). Where `stages` rows
-// do not fit in shared memory, fewer (down to 2) are tried.
 bool plan_tma(K* kern, int64_t nvec, int64_t rows, size_t region, int sm_count, TmaShape& t,
-              size_t extra_per_thread = 0, int nv = 1) {
+              size_t extra_per_thread = 0) {
   t.stages = tma_stages();  // first: a bad value is an error on any device
-  if (nvec < kTmaMinVec || nvec > 1024 * nv || sm_count < 1) return false;
+  if (nvec < kTmaMinVec || nvec > 1024 || sm_count < 1) return false;
   const void* f = reinterpret_cast<const void*>(kern);
   if (binary_version(f) < 90) return false;
-  t.threads = static_cast<int>(ceil_div(ceil_div(nvec, nv), 32) * 32);
-  int per_sm = 0;
-  for (; t.stages >= 2; t.stages = t.stages == 6 ? 4 : t.stages - 1) {
-    t.smem = region * t.stages + extra_per_thread * t.threads;
-    // Nothing but the weights goes through L1: the largest shared-memory carveout.
-    per_sm = pipe_blocks_per_sm(kern, t.threads, t.smem, true);
-    if (per_sm >= 1) break;
-  }
+  t.threads = static_cast<int>(ceil_div(nvec, 32) * 32);
+  t.smem = region * t.stages + extra_per_thread * t.threads;
+  // Nothing but the weights goes through L1: the largest shared-memory carveout.
+  const int per_sm = pipe_blocks_per_sm(kern, t.threads, t.smem, true);
   if (per_sm < 1) return false;
   t.grid = std::min<int64_t>(rows, static_cast<int64_t>(sm_count) * per_sm);
   return true;
@@ -1515,27 +1485,11 @@ struct BwdPlan : Plan {
   size_t smem = 0;
   int cl = 0;      // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
   int stages = 0;  // kTma: rows in flight a block
-  int nv = 1;      // kTma: vectors a thread
 };
 
 // Plans rms_bwd_tma (see plan_tma; one dW partial row per block); false when
 // it does not apply (then the default backward runs). Plain RMSNorm only: no
 // residual gradient.
-// Rows above 1024 vectors (LIGER_CPP_RMS_BWD_WIDE, read on every call):
-//   cluster (default where it runs): rms_bwd_cluster, sm_90 code only.
-//   old: rms_bwd_cached (4 vectors a thread, spilled; ~50 % of C at
-//     4096 x 32768 bf16 fwd+bwd on the H200).
-// LIGER_CPP_RMS_BWD=old also selects old here (old means the previous kernel
-// at every width). An unknown value is an error.
-//   tma: rms_bwd_tma with two vectors a thread up to 2048 vectors (bf16 hidden
-//     16384), else cluster.
-enum BwdWide { kBwdWideCluster = 0, kBwdWideOld = 1, kBwdWideTma = 2 };
-BwdWide bwd_wide_mode() {
-  const int i = env_choice("LIGER_CPP_RMS_BWD_WIDE", {"cluster", "old", "tma"});
-  return i < 0 ? kBwdWideCluster : static_cast<BwdWide>(i);
-}
-bool bwd_wide_cluster() { return bwd_wide_mode() != kBwdWideOld; }
-
 template <typename T, typename WT, typename OT>
 bool plan_bwd_tma(const RmsNormBwdArgs& a, int sm_count, BwdPlan& p) {
   if (a.ds_out != nullptr) return false;
@@ -1543,14 +1497,10 @@ bool plan_bwd_tma(const RmsNormBwdArgs& a, int sm_count, BwdPlan& p) {
                         tma_row_region(a.cols * static_cast<int64_t>(sizeof(OT)));
   TmaShape t;
   constexpr int full = 16 / sizeof(T);
-  // Two vectors a thread above 1024 (where LIGER_CPP_RMS_BWD_WIDE=tma).
-  const int nv = a.cols / p.vec > 1024 ? 2 : 1;
-  if (nv == 2 && bwd_wide_mode() != kBwdWideTma) return false;
-  auto* kern = nv == 2 ? &rms_bwd_tma<T, WT, OT, full, 2> : &rms_bwd_tma<T, WT, OT, full, 1>;
   // A thread's weights as floats after the stages.
-  if (!plan_tma(kern, a.cols / p.vec, a.rows, region, sm_count, t, nv * full * sizeof(float), nv))
+  if (!plan_tma(&rms_bwd_tma<T, WT, OT, full>, a.cols / p.vec, a.rows, region, sm_count, t,
+                full * sizeof(float)))
     return false;
-  p.nv = nv;
   p.kind = BwdKind::kTma;
   p.cached = true;
   p.tx = t.threads;
@@ -1609,6 +1559,18 @@ bool plan_pipe(const RmsNormBwdArgs& a, int sm_count, BwdKind kind, BwdPlan& p) 
   p.ws_floats = want_dw ? p.grid * a.cols : 0;
   return true;
 }
+
+// Rows above 1024 vectors (LIGER_CPP_RMS_BWD_WIDE, read on every call):
+//   cluster (default where it runs): rms_bwd_cluster, sm_90 code only.
+//   old: rms_bwd_cached (4 vectors a thread, spilled; ~50 % of C at
+//     4096 x 32768 bf16 fwd+bwd on the H200).
+// LIGER_CPP_RMS_BWD=old also selects old here (old means the previous kernel
+// at every width). An unknown value is an error.
+// rms_bwd_tma with two vectors a thread (rows up to 2048 vectors; 2 stages of
+// 64 KiB fit beside the float weights, 40-200 bytes spilled) read 77.8 against
+// 81.0 % for cluster at 8192 x 16384 bf16 fwd+bwd and was removed
+// (2026-11-30-h200-rms_norm-wide-07d511f.log, the wide=tma row).
+bool bwd_wide_cluster() { return env_choice("LIGER_CPP_RMS_BWD_WIDE", {"cluster", "old"}) != 1; }
 
 // Threads per cluster block: LIGER_CPP_RMS_WIDE_TX=512|1024 forces the
 // largest block size tried (A/B measurements); 0 = choose (see plan_cluster).
@@ -1877,11 +1839,10 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
     if (p.kind == BwdKind::kTma) {
-      auto* kern = p.nv == 2 ? &rms_bwd_tma<T, WT, OT, full, 2> : &rms_bwd_tma<T, WT, OT, full, 1>;
-      const cudaError_t err =
-          launch_pdl(kern, dim3(static_cast<unsigned>(p.grid)), dim3(static_cast<unsigned>(p.tx)), p.smem,
-                     stream, dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride, partial,
-                     a.rows, a.cols, a.offset, llama, p.stages);
+      const cudaError_t err = launch_pdl(&rms_bwd_tma<T, WT, OT, full>, dim3(static_cast<unsigned>(p.grid)),
+                                         dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy,
+                                         a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride,
+                                         partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
       cudaLaunchAttribute attr[1];
