@@ -32,7 +32,16 @@ def swiglu_ref(a, b):
 
 
 def geglu_ref(a, b, approximate="tanh"):
-    """HF GemmaMLP's gelu_pytorch_tanh(gate) * up ('tanh'), or exact GELU ('none')."""
+    """HF GemmaMLP's gelu_pytorch_tanh(gate) * up ('tanh'), or exact GELU ('none').
+
+    Exact GELU is written out (PyTorch's scalar formula, in fp32 for 16-bit inputs, rounded once as
+    F.gelu rounds): F.gelu's vectorised fp32 CPU kernel returns NaN for +inf on some x86 CPUs
+    (torch 2.11, an AMD EPYC CI machine), where GELU(+inf) = +inf.
+    """
+    if approximate == "none":
+        af = a.float() if a.dtype in (torch.float16, torch.bfloat16) else a
+        g = af * 0.5 * (1.0 + torch.erf(af * 0.7071067811865476))
+        return g.to(a.dtype) * b
     return torch.nn.functional.gelu(a, approximate=approximate) * b
 
 
