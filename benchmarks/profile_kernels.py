@@ -31,35 +31,9 @@ def main():
             torch.ops.liger._ce_rows(x, y, None, s, s, -100, 0.0, 0.0, 0.0, True)
 
     elif op in ("rms_norm", "rms_norm_fwd", "layer_norm", "fused_add_rms_norm"):
-        from liger_cpp.transformers import LigerLayerNorm, LigerRMSNorm
+        from kernel_breakdown import make_fn  # the same calls as the kernel-time breakdown
 
-        M, N = 16384, 4096
-        x = torch.randn(M, N, device=dev, dtype=bf, requires_grad=op != "rms_norm_fwd")
-        dy = torch.randn(M, N, device=dev, dtype=bf)
-        if op == "layer_norm":
-            mod = LigerLayerNorm(N).to(dev, bf)
-        else:
-            mod = LigerRMSNorm(N).to(dev, bf)
-        if op == "fused_add_rms_norm":
-            from liger_cpp.transformers import LigerFusedAddRMSNorm
-
-            mod = LigerFusedAddRMSNorm(N).to(dev, bf)
-            r = torch.randn(M, N, device=dev, dtype=bf, requires_grad=True)
-
-            def fn():
-                y, res = mod(x, r)
-                torch.autograd.backward([y, res], [dy, dy])
-
-        elif op == "rms_norm_fwd":
-
-            def fn():
-                with torch.no_grad():
-                    mod(x)
-
-        else:
-
-            def fn():
-                mod(x).backward(dy)
+        fn, _ = make_fn(op, 16384, 4096)
 
     elif op in ("rms_fwd_wide", "rms_fwd_wide_compile"):
         from liger_cpp.transformers import LigerRMSNorm
