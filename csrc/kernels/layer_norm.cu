@@ -28,9 +28,7 @@ __device__ __forceinline__ void load_param(const WT* p, int64_t c, float dflt, f
     for (int j = 0; j < VEC; ++j) out[j] = dflt;
     return;
   }
-  const Vec<WT, VEC> v = load_vec<WT, VEC>(p + c);
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) out[j] = to_float<WT>(v.v[j]);
+  unpack_floats<WT, VEC>(load_vec<WT, VEC>(p + c), out);
 }
 
 // ---------------------------------------------------------------------------
@@ -74,8 +72,10 @@ __global__ void __launch_bounds__(1024)
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (active && v < nvec) {
+      float f[VEC];
+      unpack_floats<T, VEC>(xv[i], f);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) s += to_float<T>(xv[i].v[j]);
+      for (int j = 0; j < VEC; ++j) s += f[j];
     }
   }
   const float m = group_sum</*FIRST_USE=*/true>(s, scratch) / static_cast<float>(cols);
@@ -84,9 +84,11 @@ __global__ void __launch_bounds__(1024)
   for (int i = 0; i < MAXV; ++i) {
     const int64_t v = static_cast<int64_t>(i) * TX + tx;
     if (active && v < nvec) {
+      float f[VEC];
+      unpack_floats<T, VEC>(xv[i], f);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const float d = to_float<T>(xv[i].v[j]) - m;
+        const float d = f[j] - m;
         ss += d * d;
       }
     }
@@ -127,9 +129,10 @@ __global__ void __launch_bounds__(1024)
         load_param<WT, VEC>(w, v * VEC, 1.f, wf);
       }
       load_param<WT, VEC>(b, v * VEC, 0.f, bf);
-      float o[VEC];
+      float o[VEC], f[VEC];
+      unpack_floats<T, VEC>(xv[i], f);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) o[j] = (to_float<T>(xv[i].v[j]) - m) * r * wf[j] + bf[j];
+      for (int j = 0; j < VEC; ++j) o[j] = (f[j] - m) * r * wf[j] + bf[j];
       if constexpr (PACK) {
         store_16B_words(yr + v * VEC, pack_vec<T, VEC>(o));
       } else {
