@@ -98,8 +98,6 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, bkind):
 # 8192), fewer rows than blocks, many rows per block, a row that leaves threads idle (2000), more
 # rows per block than threads (140000 x 64: tma reloads its mean/rstd chunk every 32 rows).
 BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma"]
-
-
 BWD_SHAPES = [
     (300, 1024),
     (4096, 64),

@@ -6,8 +6,8 @@
 // (ln_bwd_pipe, ln_bwd_pipe16, and on sm_90 ln_bwd_tma, whose rows arrive by
 // TMA bulk copies; chosen by LIGER_CPP_LN_BWD, default tma) for widths up to
 // 4096 (8192 for 16-bit types). LIGER_CPP_LN_FWD picks the cached forward's
-// variant. dW/dB partials are finished by reduce_partials or
-// ln_reduce_parts: deterministic, no atomics.
+// variant. dW/dB partials are finished by reduce_partials4 / reduce_partials
+// (norm_common.cuh): deterministic, no atomics.
 #include <type_traits>
 
 #include "cluster.cuh"
@@ -841,8 +841,8 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
   }
   __syncthreads();  // the mbarriers are initialised before anyone issues or waits
   // Launched with PDL (launch_pdl): nothing global is read before the previous
-  // kernel's writes are visible; ln_reduce_parts, launched next, may start its
-  // blocks as this persistent grid's blocks exit.
+  // kernel's writes are visible; the dW/dB reduction, launched next, may start
+  // its blocks as this persistent grid's blocks exit.
   pdl_wait();
   pdl_trigger();
   if (warp == 0) {
@@ -971,39 +971,6 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
 #else
   __trap();  // the host launches this kernel only where its sm_90 code runs
 #endif
-}
-
-// dW and dB from the pipelined backward's partials ([groups, cols] each): 32
-// columns per block, 32 row slices each summed in a fixed stride order, then
-// transposed through shared memory so that warp k finishes column k with a
-// butterfly. blockIdx.y picks dW (0) or dB (1). Deterministic.
-template <typename WT>
-__global__ void __launch_bounds__(1024)
-    ln_reduce_parts(const float* __restrict__ pw, const float* __restrict__ pb, int64_t groups, int64_t cols,
-                    WT* __restrict__ dw, WT* __restrict__ db) {
-  pdl_wait();  // launched with PDL after the backward that wrote the partials
-  __shared__ float s[32][33];
-  const float* part = blockIdx.y == 0 ? pw : pb;
-  WT* dst = blockIdx.y == 0 ? dw : db;
-  if (part == nullptr) return;  // uniform across the block
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
-  float acc = 0.f;
-  if (c < cols) {
-    int64_t g = threadIdx.y;
-    // Four independent loads in flight per thread; the additions stay in order.
-    for (; g + 96 < groups; g += 128) {
-      const float a0 = part[g * cols + c], a1 = part[(g + 32) * cols + c];
-      const float a2 = part[(g + 64) * cols + c], a3 = part[(g + 96) * cols + c];
-      acc = (((acc + a0) + a1) + a2) + a3;
-    }
-    for (; g < groups; g += 32) acc += part[g * cols + c];
-  }
-  s[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  float v = s[threadIdx.x][threadIdx.y];  // warp y: column y, slice = lane
-  v = warp_sum(v);
-  const int64_t cy = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.y;
-  if (threadIdx.x == 0 && cy < cols) dst[cy] = from_float<WT>(v);
 }
 
 // Backward dx for any width: one block per row, the row read twice.
@@ -1425,14 +1392,11 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
       } else {
         launch_pipe_variant<T, WT>(a, p, pw, pb, stream);
       }
-      const dim3 rgrid(static_cast<unsigned>(ceil_div(a.cols, 32)), 2);
-      if ((pw || pb) && a.cols % 4 == 0) {
+      // These kernels take rows of whole 4-element vectors, so the float4
+      // reduction runs; launch_reduce_partials falls back by itself otherwise.
+      if (pw || pb) {
         const cudaError_t err = launch_reduce_partials<WT>(pw, static_cast<WT*>(a.dw), pb,
                                                            static_cast<WT*>(a.db), p.grid, a.cols, stream);
-        if (err != cudaSuccess) return err;
-      } else if (pw || pb) {
-        const cudaError_t err = launch_pdl(&ln_reduce_parts<WT>, rgrid, dim3(32, 32), 0, stream, pw, pb,
-                                           p.grid, a.cols, static_cast<WT*>(a.dw), static_cast<WT*>(a.db));
         if (err != cudaSuccess) return err;
       }
       return cudaGetLastError();
