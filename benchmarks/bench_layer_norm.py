@@ -47,6 +47,7 @@ VARIANT_ENV = {
     "liger_cpp[bwd=v4]": {"LIGER_CPP_LN_BWD": "v4"},
     "liger_cpp[bwd=v5]": {"LIGER_CPP_LN_BWD": "v5"},
     "liger_cpp[bwd=tma]": {"LIGER_CPP_LN_BWD": "tma"},
+    "liger_cpp[bwd=lean]": {"LIGER_CPP_LN_BWD": "lean"},
     "liger_cpp[fwd=old]": {"LIGER_CPP_LN_FWD": "old"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_LN_FWD": "new"},
     "liger_cpp[fwd=old,bwd=v3]": {"LIGER_CPP_LN_FWD": "old", "LIGER_CPP_LN_BWD": "v3"},

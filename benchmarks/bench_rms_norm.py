@@ -52,6 +52,7 @@ def eager(x, w):
 # with more threads resident).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
+    "liger_cpp[wide=lean]": {"LIGER_CPP_RMS_BWD_WIDE": "lean"},
     "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
     "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},

@@ -798,7 +798,14 @@ __device__ __forceinline__ float row_sum_collect(const float* red, unsigned long
 }
 #endif
 
-template <typename T, typename WT, typename OT, int VEC, bool DS>
+//
+// LEAN (LIGER_CPP_RMS_BWD_WIDE=lean, being measured against cluster):
+// rms_bwd_tma's instruction cuts, which took that kernel from 116.8 to 110.3
+// us: the weights (+ offset) converted once into static shared memory as
+// floats (each thread reads back only what it wrote: no barrier), x, dy and
+// ds_out widened with unpack_floats (word ops), and cols' reciprocal taken
+// once instead of a full division a row.
+template <typename T, typename WT, typename OT, int VEC, bool DS, bool LEAN>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_cluster(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                     const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
@@ -822,8 +829,32 @@ __global__ void __launch_bounds__(1024, 1)
   row_sum_init(&red_bar, row_bytes);
 
   Vec<WT, VEC> wv;
-  if (w != nullptr && has) wv = load_vec<WT, VEC>(w + v * VEC);
+  if (!LEAN && w != nullptr && has) wv = load_vec<WT, VEC>(w + v * VEC);
   auto weight = [&](int j) { return w != nullptr ? to_float<WT>(wv.v[j]) + offset : 1.f; };
+  // LEAN: [VEC / 4][1024] float4s (blockDim.x <= 1024), 16-32 KiB.
+  static_assert(VEC % 4 == 0, "whole float4s of weights");
+  __shared__ float4 w_smem[LEAN ? VEC / 4 * 1024 : 1];
+  if constexpr (LEAN) {
+    if (w != nullptr && has) {
+      const Vec<WT, VEC> t = load_vec<WT, VEC>(w + v * VEC);
+#pragma unroll
+      for (int q = 0; q < VEC / 4; ++q)
+        w_smem[q * 1024 + tx] =
+            make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
+                        to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
+    }
+  }
+  auto weights = [&](float (&wf)[VEC]) {
+#pragma unroll
+    for (int q = 0; q < VEC / 4; ++q) {
+      const float4 t = w != nullptr ? w_smem[q * 1024 + tx] : make_float4(1.f, 1.f, 1.f, 1.f);
+      wf[4 * q] = t.x;
+      wf[4 * q + 1] = t.y;
+      wf[4 * q + 2] = t.z;
+      wf[4 * q + 3] = t.w;
+    }
+  };
+  const float inv_cols = 1.f / static_cast<float>(cols);
   float dw_acc[VEC];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) dw_acc[j] = 0.f;
@@ -846,7 +877,14 @@ __global__ void __launch_bounds__(1024, 1)
   for (int64_t row = first; row < rows; row += step, phase ^= 1) {
     const float r = r_next;
     float dot = 0.f;
-    if (has) {
+    if (has && LEAN) {
+      float xf[VEC], gf[VEC], wf[VEC];
+      unpack_floats<T, VEC>(xv, xf);
+      unpack_floats<OT, VEC>(gv, gf);
+      weights(wf);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) dot += gf[j] * wf[j] * xf[j];
+    } else if (has) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) dot += to_float<OT>(gv.v[j]) * weight(j) * to_float<T>(xv.v[j]);
     }
@@ -856,7 +894,7 @@ __global__ void __launch_bounds__(1024, 1)
     // in rms_bwd_pipe), and put the next row's loads in flight.
     opaque_words(xv);
     opaque_words(gv);
-    opaque_words(wv);
+    if constexpr (!LEAN) opaque_words(wv);
     XV xn;
     GV gn;
     fetch(row + step, xn, gn);
@@ -866,7 +904,25 @@ __global__ void __launch_bounds__(1024, 1)
       if (has) load_words_volatile(dv, ds_out + row * ds_out_stride + v * VEC);
     }
     const float s = row_sum_collect(red, &red_bar, phase, nparts, lane, row_bytes);
-    if (has) {
+    if (has && LEAN) {
+      const float c = r * r * r * s * inv_cols;
+      float o[VEC], xf[VEC], gf[VEC], wf[VEC];
+      unpack_floats<T, VEC>(xv, xf);
+      unpack_floats<OT, VEC>(gv, gf);
+      weights(wf);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        o[j] = r * gf[j] * wf[j] - c * xf[j];
+        dw_acc[j] += gf[j] * normed<T>(xf[j], r, llama);
+      }
+      if constexpr (DS) {
+        float df[VEC];
+        unpack_floats<T, VEC>(dv, df);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) o[j] += df[j];
+      }
+      store_16B_words(dx + row * dx_stride + v * VEC, pack_vec<T, VEC>(o));
+    } else if (has) {
       const float c = r * r * r * s / static_cast<float>(cols);
       float o[VEC];
 #pragma unroll
@@ -1570,7 +1626,8 @@ bool plan_pipe(const RmsNormBwdArgs& a, int sm_count, BwdKind kind, BwdPlan& p) 
 // 64 KiB fit beside the float weights, 40-200 bytes spilled) read 77.8 against
 // 81.0 % for cluster at 8192 x 16384 bf16 fwd+bwd and was removed
 // (2026-11-30-h200-rms_norm-wide-07d511f.log, the wide=tma row).
-bool bwd_wide_cluster() { return env_choice("LIGER_CPP_RMS_BWD_WIDE", {"cluster", "old"}) != 1; }
+bool bwd_wide_cluster() { return env_choice("LIGER_CPP_RMS_BWD_WIDE", {"cluster", "old", "lean"}) != 1; }
+bool bwd_wide_lean() { return env_choice("LIGER_CPP_RMS_BWD_WIDE", {"cluster", "old", "lean"}) == 2; }
 
 // Threads per cluster block: LIGER_CPP_RMS_WIDE_TX=512|1024 forces the
 // largest block size tried (A/B measurements); 0 = choose (see plan_cluster).
@@ -1580,9 +1637,13 @@ int wide_tx_forced() {
 }
 
 template <typename T, typename WT, typename OT>
-auto cluster_kernel(bool ds) {
+auto cluster_kernel(bool ds, bool lean) {
   constexpr int full = 16 / sizeof(T);
-  return ds ? &rms_bwd_cluster<T, WT, OT, full, true> : &rms_bwd_cluster<T, WT, OT, full, false>;
+  if (lean)
+    return ds ? &rms_bwd_cluster<T, WT, OT, full, true, true>
+              : &rms_bwd_cluster<T, WT, OT, full, false, true>;
+  return ds ? &rms_bwd_cluster<T, WT, OT, full, true, false>
+            : &rms_bwd_cluster<T, WT, OT, full, false, false>;
 }
 
 // A cluster launch of rms_bwd_cluster or rms_fwd_cluster: `cl` blocks of
@@ -1627,7 +1688,8 @@ bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
 template <typename T, typename WT, typename OT>
 bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
   ClusterShape c;
-  if (!pick_cluster_shape(cluster_kernel<T, WT, OT>(a.ds_out != nullptr), a.cols / p.vec, a.rows, c))
+  if (!pick_cluster_shape(cluster_kernel<T, WT, OT>(a.ds_out != nullptr, bwd_wide_lean()), a.cols / p.vec,
+                          a.rows, c))
     return false;
   p.tx = c.tx;
   p.cl = c.cl;
@@ -1846,7 +1908,7 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
       cudaLaunchAttribute attr[1];
-      auto* kern = cluster_kernel<T, WT, OT>(ds_out != nullptr);
+      auto* kern = cluster_kernel<T, WT, OT>(ds_out != nullptr, bwd_wide_lean());
       cudaLaunchConfig_t cfg = cluster_launch_config(p.tx, p.cl, 0, stream, attr);
       cfg.gridDim = dim3(static_cast<unsigned>(p.grid * p.cl));
       const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, dy, a.dy_row_stride, x, a.x_row_stride, w,
