@@ -248,6 +248,7 @@ template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(1024, 2)
     rms_fwd_l2hint(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
                    float* __restrict__ rstd, int64_t cols, float eps, float offset, bool llama) {
+  pdl_trigger();  // as rms_fwd_cached: a PDL-launched backward may fill this grid's tail
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int nvec = static_cast<int>(cols / VEC);
@@ -826,6 +827,13 @@ __global__ void __launch_bounds__(1024, 1)
   const int64_t nvec = cols / VEC;
   const int64_t v = static_cast<int64_t>(rank) * blockDim.x + tx;
   const bool has = v < nvec;
+  if constexpr (LEAN) {
+    // Launched with PDL (LEAN only): nothing global is read before the
+    // forward's writes are visible; the dW reduction may then start its
+    // blocks as this persistent grid's blocks exit.
+    pdl_wait();
+    pdl_trigger();
+  }
   row_sum_init(&red_bar, row_bytes);
 
   Vec<WT, VEC> wv;
@@ -1907,10 +1915,16 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
                                          partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
-      cudaLaunchAttribute attr[1];
-      auto* kern = cluster_kernel<T, WT, OT>(ds_out != nullptr, bwd_wide_lean());
+      cudaLaunchAttribute attr[2];
+      const bool lean = bwd_wide_lean();
+      auto* kern = cluster_kernel<T, WT, OT>(ds_out != nullptr, lean);
       cudaLaunchConfig_t cfg = cluster_launch_config(p.tx, p.cl, 0, stream, attr);
       cfg.gridDim = dim3(static_cast<unsigned>(p.grid * p.cl));
+      if (lean && pdl_enabled()) {  // the lean kernel waits for the forward's writes (pdl_wait)
+        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs = 2;
+      }
       const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, dy, a.dy_row_stride, x, a.x_row_stride, w,
                                                  a.rstd, ds_out, a.ds_out_row_stride, dx, a.dx_row_stride,
                                                  partial, a.rows, a.cols, a.offset, llama);
