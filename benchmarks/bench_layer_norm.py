@@ -50,8 +50,8 @@ VARIANT_ENV = {
     "liger_cpp[bwd=lean]": {"LIGER_CPP_LN_BWD": "lean"},
     "liger_cpp[fwd=old]": {"LIGER_CPP_LN_FWD": "old"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_LN_FWD": "new"},
-    "liger_cpp[fwd=persist]": {"LIGER_CPP_LN_FWD": "persist"},
-    "liger_cpp[fwd=persist,bwd=lean]": {"LIGER_CPP_LN_FWD": "persist", "LIGER_CPP_LN_BWD": "lean"},
+    "liger_cpp[fwd_ty=1]": {"LIGER_CPP_LN_FWD_TY": "1"},
+    "liger_cpp[fwd_ty=1,bwd=lean]": {"LIGER_CPP_LN_FWD_TY": "1", "LIGER_CPP_LN_BWD": "lean"},
     "liger_cpp[fwd=old,bwd=v3]": {"LIGER_CPP_LN_FWD": "old", "LIGER_CPP_LN_BWD": "v3"},
     "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
 }

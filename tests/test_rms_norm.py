@@ -149,6 +149,18 @@ def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, 
     _assert_bwd_deterministic(5000, 4096, dtype)
 
 
+# LIGER_CPP_RMS_FWD_TY sets the cached forward's rows a block (1, 2, 4; above 1024 threads it keeps
+# its own): the same values whatever the block shape.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("ty", ["1", "2", "4"])
+@pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_fwd_rows_per_block(monkeypatch, ty, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_TY", ty)
+    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
+
+
 # Rows above 1024 vectors: the forward and backward kernels of LIGER_CPP_RMS_FWD_WIDE and
 # LIGER_CPP_RMS_BWD_WIDE (utils.RMS_WIDE_VARIANTS; the cluster kernels run on sm_90, elsewhere every
 # variant takes the old kernels): y, rstd, dX and dW against the reference.
@@ -444,6 +456,8 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
         ("LIGER_CPP_PDL", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
+        ("LIGER_CPP_LN_FWD_TY", "ln_bwd"),
+        ("LIGER_CPP_RMS_FWD_TY", "rms_fwd"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],
 )

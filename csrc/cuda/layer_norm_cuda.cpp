@@ -44,7 +44,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cuda(const at::Ten
   a.w_dtype = has_w   ? to_kernel_dtype(w.scalar_type(), "W")
               : has_b ? to_kernel_dtype(b.scalar_type(), "B")
                       : a.x_dtype;
-  LIGER_CUDA_CHECK(k::layer_norm_fwd(a, sm_count(), at::cuda::getCurrentCUDAStream()));
+  LIGER_CUDA_CHECK(k::layer_norm_fwd(a, at::cuda::getCurrentCUDAStream()));
   return {y, mean, rstd};
 }
 

@@ -43,7 +43,7 @@ __device__ __forceinline__ void load_param(const WT* p, int64_t c, float dflt, f
 //    hides behind its barrier instead of following it once per vector. The
 //    bias stays after it: x, w and b packed (48 registers) spilled 16-24 bytes
 //    at the 64-register cap.
-enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2, kFwdPersist = 3 };  // persist: ln_fwd_persist
+enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 
 template <typename T, typename WT, int VEC, int MAXV, int MODE>
 __global__ void __launch_bounds__(1024)
@@ -140,123 +140,6 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
         for (int j = 0; j < VEC; ++j) out.v[j] = from_float<T>(o[j]);
         store_vec<T, VEC>(yr + v * VEC, out);
-      }
-    }
-  }
-}
-
-// Persistent forward (LIGER_CPP_LN_FWD=persist, being measured against pack):
-// ln_fwd_cached's rows and arithmetic (the same values, bit for bit), but a
-// grid of as many blocks as fit at once, each looping over row groups
-// blockIdx.x, blockIdx.x + gridDim.x, ... The forward is issue-bound (ncu
-// 0.82 warps issued a cycle per scheduler) and with one row group a block
-// every thread-row paid the prologue (64-bit row and vector addresses, the
-// parameter loads) and widened its w and b vectors (two 16-byte loads and 16
-// word ops a vector) itself. Here each block widens w and b once into shared
-// memory as floats ([VEC / 4][nvec] float4s each, conflict-free LDS.128 per
-// thread), and a row reads them back in 2 x VEC / 4 loads a vector.
-// The two row sums use their own scratch (group_sum FIRST_USE): the barrier
-// of one sum keeps the other's readers of the previous row group ahead of its
-// writers, so no guard barrier is needed across iterations either.
-template <typename T, typename WT, int VEC, int MAXV>
-__global__ void __launch_bounds__(256, 5)
-    ln_fwd_persist(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w,
-                   const WT* __restrict__ b, T* __restrict__ y, float* __restrict__ mean,
-                   float* __restrict__ rstd, int64_t rows, int64_t cols, float eps) {
-  static_assert(VEC % 4 == 0, "whole float4s of parameters");
-  constexpr int Q = VEC / 4;
-  pdl_trigger();                                        // as ln_fwd_cached
-  extern __shared__ __align__(16) float4 param_smem[];  // w's [Q][nvec] floats, then b's
-  __shared__ float scratch[kGroupScratch];
-  __shared__ float scratch2[kGroupScratch];
-  const int tx = threadIdx.x, TX = blockDim.x, TY = blockDim.y;
-  const int nvec = static_cast<int>(cols / VEC);  // <= MAXV * TX
-  float4* const ws = param_smem;
-  float4* const bs = param_smem + Q * nvec;
-  // An absent weight is stored as ones and an absent bias as zeros, so the
-  // row loop has no branches on them (x * 1 + 0 is x: the same values).
-  for (int i = threadIdx.y * TX + tx; i < nvec; i += TX * TY) {
-    float f[VEC];
-    if (w != nullptr) {
-      unpack_floats<WT, VEC>(load_vec<WT, VEC>(w + static_cast<int64_t>(i) * VEC), f);
-    } else {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = 1.f;
-    }
-#pragma unroll
-    for (int q = 0; q < Q; ++q)
-      ws[q * nvec + i] = make_float4(f[4 * q], f[4 * q + 1], f[4 * q + 2], f[4 * q + 3]);
-    if (b != nullptr) {
-      unpack_floats<WT, VEC>(load_vec<WT, VEC>(b + static_cast<int64_t>(i) * VEC), f);
-    } else {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = 0.f;
-    }
-#pragma unroll
-    for (int q = 0; q < Q; ++q)
-      bs[q * nvec + i] = make_float4(f[4 * q], f[4 * q + 1], f[4 * q + 2], f[4 * q + 3]);
-  }
-  __syncthreads();  // the parameters are in shared memory
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TY; base < rows;
-       base += static_cast<int64_t>(gridDim.x) * TY) {
-    const int64_t row = base + threadIdx.y;
-    const bool active = row < rows;
-    const T* xr = x + row * x_stride;
-    Vec<T, VEC> xv[MAXV];
-#pragma unroll
-    for (int i = 0; i < MAXV; ++i) {
-      const int v = i * TX + tx;
-      if (active && v < nvec) load_16B_volatile(xv[i], xr + static_cast<int64_t>(v) * VEC);
-    }
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < MAXV; ++i) {
-      if (active && i * TX + tx < nvec) {
-        float f[VEC];
-        unpack_floats<T, VEC>(xv[i], f);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) s += f[j];
-      }
-    }
-    const float m = group_sum</*FIRST_USE=*/true>(s, scratch) / static_cast<float>(cols);
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < MAXV; ++i) {
-      if (active && i * TX + tx < nvec) {
-        float f[VEC];
-        unpack_floats<T, VEC>(xv[i], f);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float d = f[j] - m;
-          ss += d * d;
-        }
-      }
-    }
-    ss = group_sum</*FIRST_USE=*/true>(ss, scratch2);
-    if (!active) continue;  // uniform per row group; every thread still reaches the next barriers
-    const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
-    if (tx == 0) {
-      mean[row] = m;
-      rstd[row] = r;
-    }
-#pragma unroll
-    for (int i = 0; i < MAXV; ++i) opaque_16B(xv[i]);
-    T* yr = y + row * cols;
-#pragma unroll
-    for (int i = 0; i < MAXV; ++i) {
-      const int v = i * TX + tx;
-      if (v < nvec) {
-        float wf[VEC], bf[VEC], f[VEC], o[VEC];
-#pragma unroll
-        for (int q = 0; q < Q; ++q) {
-          const float4 wq = ws[q * nvec + v], bq = bs[q * nvec + v];
-          wf[4 * q] = wq.x, wf[4 * q + 1] = wq.y, wf[4 * q + 2] = wq.z, wf[4 * q + 3] = wq.w;
-          bf[4 * q] = bq.x, bf[4 * q + 1] = bq.y, bf[4 * q + 2] = bq.z, bf[4 * q + 3] = bq.w;
-        }
-        unpack_floats<T, VEC>(xv[i], f);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) o[j] = (f[j] - m) * r * wf[j] + bf[j];
-        store_16B_words(yr + static_cast<int64_t>(v) * VEC, pack_vec<T, VEC>(o));
       }
     }
   }
@@ -427,6 +310,18 @@ __device__ __forceinline__ float word_elem(const uint32_t* w, int j) {
   } else {
     return __half2float(
         __ushort_as_half(static_cast<unsigned short>((j & 1) ? (w[j >> 1] >> 16) : w[j >> 1])));
+  }
+}
+
+// A 32-bit word of WT ones (two for 16-bit types): word_elem reads 1.0f from each.
+template <typename WT>
+__host__ __device__ constexpr uint32_t ones_word() {
+  if constexpr (std::is_same_v<WT, float>) {
+    return 0x3f800000u;
+  } else if constexpr (std::is_same_v<WT, __nv_bfloat16>) {
+    return 0x3f803f80u;
+  } else {
+    return 0x3c003c00u;
   }
 }
 
@@ -1006,9 +901,19 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     } else {
       load_words_volatile(wv, w + c0);
     }
+  } else if (has && LEAN) {
+    // No weight: ones in the weight words, so that a row's weights() has no
+    // branch on w (it re-materialised VEC ones a call otherwise).
+    const uint32_t one = ones_word<WT>();
+    if constexpr (WS) {
+      w_smem[0] = w_smem[TX] = make_uint4(one, one, one, one);
+    } else {
+#pragma unroll
+      for (int k = 0; k < WW; ++k) wv[k] = one;
+    }
   }
   auto weights = [&](float (&wl)[VEC]) {
-    if (w == nullptr) {
+    if (!LEAN && w == nullptr) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) wl[j] = 1.f;
     } else if constexpr (WS) {
@@ -1279,22 +1184,21 @@ cudaError_t dispatch_ln_types(DType xd, DType wd, F&& f) {
 // pipeline for x alone, two barriers a row) ran at 60.3 % of C against 83.6 %
 // for pack (2026-11-30-h200-layer_norm-quick-0686c5e.log) and was removed: with
 // 2-3 rows in flight per SM, each row's two reductions stay exposed.
+// A persistent forward (resident blocks looping over row groups, w and b
+// widened once a block into shared memory as floats: 618 instructions a
+// row-group iteration against 1024 a thread-row, 48 registers) ran its
+// kernel in 77.7 against 71.9 us at 16384 x 4096 bf16, fwd 79.2 against
+// 86.9 % of C (2026-12-01-h200-layer_norm-0f9a038.log) and was removed.
 FwdMode fwd_mode() {
-  switch (env_choice("LIGER_CPP_LN_FWD", {"old", "pack", "new", "persist"})) {
+  switch (env_choice("LIGER_CPP_LN_FWD", {"old", "pack", "new"})) {
     case 0:
       return kFwdOld;
     case 2:
       return kFwdNew;
-    case 3:
-      return kFwdPersist;
     default:
       return kFwdPack;
   }
 }
-
-// Parameter floats of ln_fwd_persist at most (w and b of 4096 columns): five
-// 256-thread blocks a SM keep their 48 registers' occupancy.
-constexpr int64_t kPersistMaxParamBytes = 32 * 1024;
 
 enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5, kTma = 6, kTmaLean = 7 };
 // tma measured fastest: bwd 77.7 % of C at 16384 x 4096 bf16 on the H200
@@ -1480,7 +1384,7 @@ void launch_pipe_variant(const LayerNormBwdArgs& a, const BwdPlan& p, float* pw,
 
 // ---------------------------------------------------------------------------
 
-cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, int sm_count, cudaStream_t stream) {
+cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
   const bool has_param = a.w != nullptr || a.b != nullptr;
   return dispatch_ln_types(a.x_dtype, has_param ? a.w_dtype : a.x_dtype, [&](auto xt, auto wt) {
@@ -1496,22 +1400,12 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, int sm_count, cudaStream_t
                     {{a.x, sizeof(T)}, {a.y, sizeof(T)}, {a.w, sizeof(WT)}, {a.b, sizeof(WT)}});
     Plan p;
     const FwdMode mode = fwd_mode();
-    const int64_t param_bytes = 2 * a.cols * static_cast<int64_t>(sizeof(float));  // w and b floats
-    if (mode == kFwdPersist && aligned && full % 4 == 0 && pick_cached(a.cols / full, p) &&
-        p.tx * p.ty == 256 && param_bytes <= kPersistMaxParamBytes) {
-      auto* kern = &ln_fwd_persist<T, WT, full, kMaxV>;
-      const size_t smem = static_cast<size_t>(param_bytes);
-      const int64_t groups = ceil_div(a.rows, p.ty);
-      const int64_t grid = std::min<int64_t>(
-          groups, static_cast<int64_t>(sm_count) * sm_blocks(reinterpret_cast<const void*>(kern), 256, smem));
-      kern<<<static_cast<unsigned>(grid), dim3(p.tx, p.ty), smem, stream>>>(
-          x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.rows, a.cols, a.eps);
-    } else if (aligned && pick_cached(a.cols / full, p)) {
+    if (aligned && pick_cached(a.cols / full, p)) {
+      p.ty = fwd_rows_per_block("LIGER_CPP_LN_FWD_TY", p);
       const dim3 block(p.tx, p.ty);
-      // persist, where it does not apply, runs as pack.
-      auto* kern = mode == kFwdNew                           ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
-                   : mode == kFwdPack || mode == kFwdPersist ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdPack>
-                                                             : &ln_fwd_cached<T, WT, full, kMaxV, kFwdOld>;
+      auto* kern = mode == kFwdNew    ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
+                   : mode == kFwdPack ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdPack>
+                                      : &ln_fwd_cached<T, WT, full, kMaxV, kFwdOld>;
       kern<<<ceil_div(a.rows, p.ty), block, 0, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.rows,
                                                          a.cols, a.eps);
     } else {

@@ -48,7 +48,7 @@ struct LayerNormBwdArgs {
 
 int64_t layer_norm_bwd_workspace_floats(const LayerNormBwdArgs& a, int sm_count);
 
-cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, int sm_count, cudaStream_t stream);
+cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream);
 cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t stream);
 
 }  // namespace liger_cpp::kernels

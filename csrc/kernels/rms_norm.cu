@@ -850,12 +850,15 @@ __global__ void __launch_bounds__(1024, 1)
         w_smem[q * 1024 + tx] =
             make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
                         to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
+    } else if (has) {  // no weight: ones (no offset, as weight()), so weights() has no branch on w
+#pragma unroll
+      for (int q = 0; q < VEC / 4; ++q) w_smem[q * 1024 + tx] = make_float4(1.f, 1.f, 1.f, 1.f);
     }
   }
   auto weights = [&](float (&wf)[VEC]) {
 #pragma unroll
     for (int q = 0; q < VEC / 4; ++q) {
-      const float4 t = w != nullptr ? w_smem[q * 1024 + tx] : make_float4(1.f, 1.f, 1.f, 1.f);
+      const float4 t = w_smem[q * 1024 + tx];
       wf[4 * q] = t.x;
       wf[4 * q + 1] = t.y;
       wf[4 * q + 2] = t.z;
@@ -1837,6 +1840,7 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       Plan p;
       if (aligned && pick_cached(a.cols / full, p)) {
         const FwdMode mode = fwd_mode(ADD);
+        p.ty = fwd_rows_per_block(ADD ? "LIGER_CPP_RMS_ADD_FWD_TY" : "LIGER_CPP_RMS_FWD_TY", p);
         const dim3 block(p.tx, p.ty);
         const int64_t grid = ceil_div(a.rows, p.ty);
         auto launch_mode = [&](auto mode_c) {
