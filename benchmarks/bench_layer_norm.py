@@ -39,19 +39,18 @@ def eager(x, w, b):
 # pipelined, 8-byte vectors; v4: 16-byte vectors, named barriers, next row in registers; v5: v4
 # with 3 rows fetched ahead by cp.async; tma, the default on sm_90: rows brought into 4
 # shared-memory stages by TMA bulk copies), LIGER_CPP_LN_FWD the cached forward (old; pack, the
-# default: packed 16-byte stores; new: pack with early weight loads), LIGER_CPP_PDL=off launches the
-# backward and its dW/dB reduction without programmatic dependent launch.
+# default: packed 16-byte stores; new: pack with early weight loads), LIGER_CPP_LN_FWD_TY its rows a
+# block (fwd_ty=2: 256-thread blocks at 4096 columns, the default before 128), LIGER_CPP_PDL=off
+# launches the backward and its dW/dB reduction without programmatic dependent launch.
 VARIANT_ENV = {
     "liger_cpp[bwd=old]": {"LIGER_CPP_LN_BWD": "old"},
     "liger_cpp[bwd=v3]": {"LIGER_CPP_LN_BWD": "v3"},
     "liger_cpp[bwd=v4]": {"LIGER_CPP_LN_BWD": "v4"},
     "liger_cpp[bwd=v5]": {"LIGER_CPP_LN_BWD": "v5"},
     "liger_cpp[bwd=tma]": {"LIGER_CPP_LN_BWD": "tma"},
-    "liger_cpp[bwd=lean]": {"LIGER_CPP_LN_BWD": "lean"},
     "liger_cpp[fwd=old]": {"LIGER_CPP_LN_FWD": "old"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_LN_FWD": "new"},
-    "liger_cpp[fwd_ty=1]": {"LIGER_CPP_LN_FWD_TY": "1"},
-    "liger_cpp[fwd_ty=1,bwd=lean]": {"LIGER_CPP_LN_FWD_TY": "1", "LIGER_CPP_LN_BWD": "lean"},
+    "liger_cpp[fwd_ty=2]": {"LIGER_CPP_LN_FWD_TY": "2"},
     "liger_cpp[fwd=old,bwd=v3]": {"LIGER_CPP_LN_FWD": "old", "LIGER_CPP_LN_BWD": "v3"},
     "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
 }

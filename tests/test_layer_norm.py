@@ -92,13 +92,12 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, bkind):
 
 # LIGER_CPP_LN_BWD picks the CUDA backward kernel per call (old: register-cached; v1-v3: pipelined;
 # v4, v5: pipelined with 16-byte vectors, named barriers, v5 fetching with cp.async; tma: rows
-# brought into shared-memory stages by TMA bulk copies, the default on sm_90, else v5; lean: tma with
-# fewer instructions a row).
+# brought into shared-memory stages by TMA bulk copies, the default on sm_90, else v5).
 # Shapes: several rows per block (1024, 64, 8), two vectors per thread for 16-bit types (8192),
 # fallbacks (odd width, fp32 8192; v4/v5/tma: above 512 16-byte vectors, i.e. fp32 4096 and 16-bit
 # 8192), fewer rows than blocks, many rows per block, a row that leaves threads idle (2000), more
 # rows per block than threads (140000 x 64: tma reloads its mean/rstd chunk every 32 rows).
-BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma", "lean"]
+BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma"]
 BWD_SHAPES = [
     (300, 1024),
     (4096, 64),

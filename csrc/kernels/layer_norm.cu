@@ -49,7 +49,10 @@ template <typename T, typename WT, int VEC, int MAXV, int MODE>
 __global__ void __launch_bounds__(1024)
     ln_fwd_cached(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w,
                   const WT* __restrict__ b, T* __restrict__ y, float* __restrict__ mean,
-                  float* __restrict__ rstd, int64_t rows, int64_t cols, float eps) {
+                  float* __restrict__ rstd, int64_t rows, int64_t cols, float eps, float inv_cols) {
+  // inv_cols = 1 / cols from the host: the mean and variance scale by it
+  // instead of a full IEEE division each (two a thread, ~16 instructions; the
+  // same values for power-of-two widths, else within an ulp).
   constexpr bool PACK = MODE != kFwdOld;
   constexpr bool PREW = MODE == kFwdNew && sizeof(WT) == sizeof(T);
   pdl_trigger();  // as rms_fwd_cached: the backward's blocks may fill this grid's tail
@@ -78,7 +81,7 @@ __global__ void __launch_bounds__(1024)
       for (int j = 0; j < VEC; ++j) s += f[j];
     }
   }
-  const float m = group_sum</*FIRST_USE=*/true>(s, scratch) / static_cast<float>(cols);
+  const float m = group_sum</*FIRST_USE=*/true>(s, scratch) * inv_cols;
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < MAXV; ++i) {
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(1024)
   }
   ss = group_sum</*FIRST_USE=*/true>(ss, scratch2);  // its own scratch: no barrier to guard scratch
   if (!active) return;
-  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  const float r = 1.f / sqrtf(ss * inv_cols + eps);
   if (tx == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -774,26 +777,7 @@ __global__ void __launch_bounds__(BLOCK, MINB)
 constexpr int kTmaBlock = 512;  // threads at most (rows of at most 512 16-byte vectors)
 constexpr int kTmaStages = 4;   // rows in flight per block
 // Unused in the sm_80 pass (its kernels are stubs): maybe_unused keeps that pass quiet.
-[[maybe_unused]] constexpr int kTmaChunk = 4096;  // bytes per bulk copy (issued by the lanes of warp 0)
-
-// Called by all lanes of one warp: puts one row of NOPS operands (rb bytes
-// each, 16-byte aligned) in flight into NOPS consecutive rb-byte slots at dst,
-// completing on `bar`, in bulk copies of at most kTmaChunk bytes spread over
-// the lanes. Lane 0 first arms the mbarrier's phase with the whole byte count.
-template <int NOPS>
-__device__ __forceinline__ void tma_issue_row(unsigned char* dst, const unsigned char* const (&src)[NOPS],
-                                              uint32_t rb, unsigned long long* bar, int lane) {
-  if (lane == 0) mbar_expect_tx(bar, NOPS * rb);
-  const int nch = static_cast<int>((rb + kTmaChunk - 1) / kTmaChunk);  // chunks per operand
-  for (int c = lane; c < NOPS * nch; c += 32) {
-    const int op = c / nch;
-    const uint32_t off = static_cast<uint32_t>(c - op * nch) * kTmaChunk;
-    const unsigned char* from = src[0];  // selected, not indexed: src[op] went to local memory
-#pragma unroll
-    for (int q = 1; q < NOPS; ++q) from = op == q ? src[q] : from;
-    bulk_copy_g2s(dst + op * rb + off, from + off, rb - off < kTmaChunk ? rb - off : kTmaChunk, bar);
-  }
-}
+[[maybe_unused]] constexpr int kTmaChunk = 4096;  // bytes per bulk copy (one a lane of warp 0)
 
 // Backward with rows brought into shared memory by the TMA engine (sm_90;
 // LIGER_CPP_LN_BWD=tma). ln_bwd_pipe16's math, vector ownership and partials,
@@ -811,20 +795,23 @@ __device__ __forceinline__ void tma_issue_row(unsigned char* dst, const unsigned
 // pair a thread, plain loads, once per TX rows) into shared memory.
 
 //
-// LEAN (LIGER_CPP_LN_BWD=lean, being measured against tma): the same rows and
-// sums with fewer instructions a row. Issue-bound kernels are paced by them
-// (rms_bwd_tma: 116.8 -> 110.3 us from instruction cuts alone):
+// Instructions a row pace this kernel (rms_bwd_tma: 116.8 -> 110.3 us from
+// instruction cuts alone), so a row costs as few as the math allows (116.6
+// -> 110.4 us, fwd+bwd 81.7 -> 84.2 % of C at 16384 x 4096 bf16 on the H200,
+// 2026-12-01-h200-layer_norm-7e5f4b4.log, the bwd=lean row):
 //  * one predicated bulk copy a lane (lanes 0-15 x's 4 KiB chunks, 16-31
-//    dy's) instead of tma_issue_row's loop, whose c / nch division and
-//    operand select cost warp 0 ~150 instructions a row;
+//    dy's); a chunk loop with a c / nch division and an operand select cost
+//    warp 0 ~150 instructions a row;
 //  * the second sum is sum(g * (x - m)), scaled by r once a row instead of
 //    once an element; dx = r*g*w - (r*bq)*xh - r*a as two fmas after g*w
-//    (the same value as r*(g*w - a - xh*bq) up to rounding, no cancellation
-//    added: xh is still formed as (x - m) * r);
+//    (r*(g*w - a - xh*bq) up to rounding, no cancellation added: xh is still
+//    formed as (x - m) * r);
 //  * the cross-warp step reads partial (lane % warps) and butterflies over
-//    log2(warps) lanes only: bitwise the sums the 5-step butterfly gave
-//    (its first steps added zeros).
-template <typename T, typename WT, int STAGES, int MINB, bool LEAN>
+//    log2(warps) lanes only: bitwise the sums a 5-step butterfly over zeros
+//    gives;
+//  * an absent weight is stored as ones, so weights() has no branch (VEC
+//    ones were re-materialised twice a row).
+template <typename T, typename WT, int STAGES, int MINB>
 __global__ void __launch_bounds__(kTmaBlock, MINB)
     ln_bwd_tma(const T* __restrict__ dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                const WT* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -858,17 +845,13 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     const unsigned char* const src[2] = {reinterpret_cast<const unsigned char*>(x + row * x_stride),
                                          reinterpret_cast<const unsigned char*>(dy + row * dy_stride)};
     unsigned char* const dst = tma_smem + static_cast<size_t>(st) * 2 * rb;
-    if constexpr (LEAN) {
-      static_assert(kTmaBlock * 16 <= 16 * kTmaChunk, "a row of one operand in at most 16 chunks");
-      if (lane == 0) mbar_expect_tx(&bars[st], 2 * rb);
-      const int op = lane >> 4;
-      const uint32_t off = static_cast<uint32_t>(lane & 15) * kTmaChunk;
-      if (off < rb)
-        bulk_copy_g2s(dst + op * rb + off, (op ? src[1] : src[0]) + off,
-                      rb - off < kTmaChunk ? rb - off : kTmaChunk, &bars[st]);
-    } else {
-      tma_issue_row<2>(dst, src, rb, &bars[st], lane);
-    }
+    static_assert(kTmaBlock * 16 <= 16 * kTmaChunk, "a row of one operand in at most 16 chunks");
+    if (lane == 0) mbar_expect_tx(&bars[st], 2 * rb);
+    const int op = lane >> 4;
+    const uint32_t off = static_cast<uint32_t>(lane & 15) * kTmaChunk;
+    if (off < rb)
+      bulk_copy_g2s(dst + op * rb + off, (op ? src[1] : src[0]) + off,
+                    rb - off < kTmaChunk ? rb - off : kTmaChunk, &bars[st]);
   };
 
   if (tx == 0) {
@@ -901,7 +884,7 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     } else {
       load_words_volatile(wv, w + c0);
     }
-  } else if (has && LEAN) {
+  } else if (has) {
     // No weight: ones in the weight words, so that a row's weights() has no
     // branch on w (it re-materialised VEC ones a call otherwise).
     const uint32_t one = ones_word<WT>();
@@ -913,10 +896,7 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     }
   }
   auto weights = [&](float (&wl)[VEC]) {
-    if (!LEAN && w == nullptr) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) wl[j] = 1.f;
-    } else if constexpr (WS) {
+    if constexpr (WS) {
       const uint4 a = w_smem[0], b = w_smem[TX];
       const uint32_t t[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
@@ -961,11 +941,7 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
       for (int j = 0; j < VEC; ++j) {
         const float g = word_elem<T>(gv, j) * wl[j];
         sg += g;
-        if constexpr (LEAN) {
-          sgx += g * (word_elem<T>(xv, j) - m);  // times r once a row, below
-        } else {
-          sgx += g * ((word_elem<T>(xv, j) - m) * r);
-        }
+        sgx += g * (word_elem<T>(xv, j) - m);  // times r once a row, below
       }
     }
     // Converted again below rather than kept as floats across the barrier (see pipe16).
@@ -981,26 +957,16 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     __syncthreads();  // also: every thread is done reading stage st
     if (warp == 0) issue(k + STAGES);
     const int nw = TX >> 5;  // a power of two, 1..16 (TX = next_pow2 >= 32)
-    float2 sums;
-    if constexpr (LEAN) {
-      sums = scratch[parity][lane & (nw - 1)];
+    float2 sums = scratch[parity][lane & (nw - 1)];
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        if (o < nw) {  // uniform
-          sums.x += __shfl_xor_sync(0xffffffffu, sums.x, o);
-          sums.y += __shfl_xor_sync(0xffffffffu, sums.y, o);
-        }
-      }
-    } else {
-      sums = lane < nw ? scratch[parity][lane] : make_float2(0.f, 0.f);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
+    for (int o = 16; o > 0; o >>= 1) {
+      if (o < nw) {  // uniform
         sums.x += __shfl_xor_sync(0xffffffffu, sums.x, o);
         sums.y += __shfl_xor_sync(0xffffffffu, sums.y, o);
       }
     }
     parity ^= 1;
-    if (has && LEAN) {
+    if (has) {
       const float ra = r * (sums.x * inv_n), rbq = r * (r * (sums.y * inv_n));
       float wl[VEC], o[VEC];
       weights(wl);
@@ -1009,19 +975,6 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
         const float xh = (word_elem<T>(xv, j) - m) * r;
         const float d = word_elem<T>(gv, j);
         o[j] = fmaf(r, d * wl[j], fmaf(-rbq, xh, -ra));
-        dw_acc[j] += d * xh;
-        db_acc[j] += d;
-      }
-      store_16B_words(dx + row * cols + c0, pack_vec<T, VEC>(o));
-    } else if (has) {
-      const float a = sums.x * inv_n, bq = sums.y * inv_n;
-      float wl[VEC], o[VEC];
-      weights(wl);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float xh = (word_elem<T>(xv, j) - m) * r;
-        const float d = word_elem<T>(gv, j);
-        o[j] = r * (d * wl[j] - a - xh * bq);
         dw_acc[j] += d * xh;
         db_acc[j] += d;
       }
@@ -1200,7 +1153,7 @@ FwdMode fwd_mode() {
   }
 }
 
-enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5, kTma = 6, kTmaLean = 7 };
+enum class BwdVariant { kOld = 0, kV1 = 1, kV2 = 2, kV3 = 3, kV4 = 4, kV5 = 5, kTma = 6 };
 // tma measured fastest: bwd 77.7 % of C at 16384 x 4096 bf16 on the H200
 // against 55.9 % for v5 (2026-11-30-h200-layer_norm-quick-0686c5e.log; v5
 // against v4 53.4 %, v3 47.4 %, old 33.0 %: -b4b7e3b.log).
@@ -1208,7 +1161,7 @@ constexpr BwdVariant kDefaultBwd = BwdVariant::kTma;
 
 BwdVariant bwd_variant() {
   // The indices are the enum's values.
-  const int i = env_choice("LIGER_CPP_LN_BWD", {"old", "v1", "v2", "v3", "v4", "v5", "tma", "lean"});
+  const int i = env_choice("LIGER_CPP_LN_BWD", {"old", "v1", "v2", "v3", "v4", "v5", "tma"});
   return i < 0 ? kDefaultBwd : static_cast<BwdVariant>(i);
 }
 
@@ -1256,8 +1209,8 @@ bool plan_pipe16(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
 
 // ln_bwd_tma's instantiation: 2 blocks of 512 threads per SM (64 registers, no spills).
 template <typename T, typename WT>
-auto tma_kernel(bool lean) {
-  return lean ? &ln_bwd_tma<T, WT, kTmaStages, 2, true> : &ln_bwd_tma<T, WT, kTmaStages, 2, false>;
+auto tma_kernel() {
+  return &ln_bwd_tma<T, WT, kTmaStages, 2>;
 }
 
 // Plans ln_bwd_tma (p.tx threads a row, one row a block, persistent grid) for
@@ -1266,7 +1219,7 @@ auto tma_kernel(bool lean) {
 // sm_90) or its shared memory does not fit (then v5).
 template <typename T, typename WT>
 bool plan_tma(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
-  auto* kern = tma_kernel<T, WT>(p.variant == BwdVariant::kTmaLean);
+  auto* kern = tma_kernel<T, WT>();
   if (binary_version(reinterpret_cast<const void*>(kern)) < 90) return false;
   const int64_t nvec = a.cols / p.vec;
   p.tx = next_pow2(nvec);
@@ -1299,7 +1252,7 @@ BwdPlan plan_ln_bwd(const LayerNormBwdArgs& a, int sm_count, BwdVariant variant)
   const int64_t nvec = a.cols / p.vec;
   const int64_t nvec4 = a.cols / 4;
   const int64_t max_nv = sizeof(T) == 2 ? 2 : 1;
-  if (variant == BwdVariant::kTma || variant == BwdVariant::kTmaLean) {
+  if (variant == BwdVariant::kTma) {
     if (aligned && nvec <= kTmaBlock && plan_tma<T, WT>(a, sm_count, p)) {
       p.ws_floats = nparts * p.grid * a.cols;
       return p;
@@ -1401,13 +1354,17 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
     Plan p;
     const FwdMode mode = fwd_mode();
     if (aligned && pick_cached(a.cols / full, p)) {
+      // 128-thread blocks (pick_cached: 256): 71.0 -> 69.9 us at 16384 x 4096
+      // bf16 (TX = 128, so one row a block), 69.2 -> 68.9 us at 65536 x 1024;
+      // 512 threads ran at 78.9 us (2026-12-01-h200-norm-breakdown-ln-ty-7e5f4b4).
+      p.ty = std::max(1, 128 / p.tx);
       p.ty = fwd_rows_per_block("LIGER_CPP_LN_FWD_TY", p);
       const dim3 block(p.tx, p.ty);
       auto* kern = mode == kFwdNew    ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdNew>
                    : mode == kFwdPack ? &ln_fwd_cached<T, WT, full, kMaxV, kFwdPack>
                                       : &ln_fwd_cached<T, WT, full, kMaxV, kFwdOld>;
       kern<<<ceil_div(a.rows, p.ty), block, 0, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.rows,
-                                                         a.cols, a.eps);
+                                                         a.cols, a.eps, 1.f / static_cast<float>(a.cols));
     } else {
       const int vec = aligned ? full : 1;
       const int64_t row_bytes = a.cols * static_cast<int64_t>(sizeof(T));
@@ -1435,7 +1392,7 @@ int64_t layer_norm_bwd_workspace_floats(const LayerNormBwdArgs& a, int sm_count)
   // change of LIGER_CPP_LN_BWD in between must not leave the workspace short.
   dispatch_ln_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, [&](auto xt, auto wt) {
     for (BwdVariant v : {BwdVariant::kOld, BwdVariant::kV1, BwdVariant::kV2, BwdVariant::kV3, BwdVariant::kV4,
-                         BwdVariant::kV5, BwdVariant::kTma, BwdVariant::kTmaLean})
+                         BwdVariant::kV5, BwdVariant::kTma})
       n = std::max(n, plan_ln_bwd<decltype(xt), decltype(wt)>(a, sm_count, v).ws_floats);
     return cudaSuccess;
   });
@@ -1466,9 +1423,9 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
     if (p.pipe || p.pipe16 || p.tma) {
       if (p.tma) {
         const cudaError_t err =
-            launch_pdl(tma_kernel<T, WT>(p.variant == BwdVariant::kTmaLean),
-                       dim3(static_cast<unsigned>(p.grid)), dim3(static_cast<unsigned>(p.tx)), p.smem, stream,
-                       dy, a.dy_row_stride, x, a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
+            launch_pdl(tma_kernel<T, WT>(), dim3(static_cast<unsigned>(p.grid)),
+                       dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy, a.dy_row_stride, x,
+                       a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
         if (err != cudaSuccess) return err;
       } else if (p.pipe16) {
         pipe16_kernel<T, WT>(p.variant)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(

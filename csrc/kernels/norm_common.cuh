@@ -284,7 +284,7 @@ bool pick_cached(int64_t nvec, Plan& p) {
 // Rows a block of the cached forwards: LIGER_CPP_LN_FWD_TY / LIGER_CPP_RMS_FWD_TY
 // = 1|2|4 (A/B measurements of the block shape: TY = 1 gives 128-thread blocks
 // at 4096 bf16 columns, ten a SM at 48 registers, each with a 4-warp barrier);
-// unset or a block above 1024 threads: pick_cached's TY.
+// unset or a block above 1024 threads: the caller's p.ty.
 int fwd_rows_per_block(const char* knob, const Plan& p) {
   const int i = env_choice(knob, {"1", "2", "4"});
   const int ty = i < 0 ? p.ty : 1 << i;
