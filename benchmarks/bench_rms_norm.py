@@ -44,8 +44,7 @@ def eager(x, w):
 # LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
 # Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
-# backward that the sm_90 cluster backward (default) replaces, tma the cluster backward with its row
-# slices brought into shared-memory stages by TMA; LIGER_CPP_RMS_FWD_WIDE picks the
+# backward that the sm_90 cluster backward (default) replaces; LIGER_CPP_RMS_FWD_WIDE picks the
 # forward: old (default: register-cached / generic), cluster (sm_90 cluster per row), l2 / l2x512
 # (a 256- / 512-thread block per row that reads the row twice, the second time from L2), l2hint
 # (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
@@ -53,7 +52,6 @@ def eager(x, w):
 # with more threads resident).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
-    "liger_cpp[wide=tma]": {"LIGER_CPP_RMS_BWD_WIDE": "tma"},
     "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
     "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},

@@ -55,7 +55,6 @@ RMS_WIDE_VARIANTS = {
     "cluster": {},
     "cluster512": {"LIGER_CPP_RMS_WIDE_TX": "512", "LIGER_CPP_RMS_FWD_WIDE": "cluster"},
     "old": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
-    "tma": {"LIGER_CPP_RMS_BWD_WIDE": "tma"},
     "fwd_cluster": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
     "fwd_l2": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "fwd_l2x512": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},

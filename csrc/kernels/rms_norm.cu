@@ -806,7 +806,7 @@ __device__ __forceinline__ float row_sum_collect(const float* red, unsigned long
 // with unpack_floats (word ops), cols' reciprocal taken once instead of a
 // full division a row; and launched with PDL, waiting for the forward's
 // writes: backward 245.7 -> 237.9 us, fwd+bwd 80.6 -> 83.7 % of C (span) at
-// 8192 x 16384 bf16 on the H200 (2026-12-01-h200-norm-breakdown-wide-7e5f4b4).
+// 8192 x 16384 bf16 on the H200 (2026-12-01-h200-norm-breakdown-wide-7e5f4b4.log).
 template <typename T, typename WT, typename OT, int VEC, bool DS>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_cluster(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
@@ -1289,174 +1289,6 @@ __global__ void __launch_bounds__(1024, 1)
 #endif
 }
 
-// Wide rows (bf16 hidden 16K-64K) through TMA stages: rms_bwd_cluster's
-// cluster split and per-row sum exchange, but each block's slice of a row (x
-// and dy) arrives by bulk copies into one of `stages` shared-memory stages
-// (LIGER_CPP_RMS_BWD_WIDE=tma). rms_bwd_cluster keeps one row ahead in
-// registers: 32 KiB of loads in flight an SM at 1024 threads, too few to
-// cover the memory latency at the copy rate (its backward read 79.6 % of C at
-// 8192 x 16384); here `stages` slices are in flight a block, costing no
-// registers.
-// Stage reuse needs no extra barrier: row k's exchange starts with a cluster
-// wait for every thread's arrive after it read row k-1's sums, and each
-// thread read its row k-1 slice from the stage before that; so past it, warp
-// 0 refills row k-1's stage with row k-1+stages.
-// Dynamic shared memory: [stages][x slice][dy slice] (each slice rounded to
-// 128 bytes), then the weights (+ offset) as floats, [VEC / 4][blockDim.x].
-template <typename T, typename WT, typename OT, int VEC, bool DS>
-__global__ void __launch_bounds__(1024, 1)
-    rms_bwd_ctma(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
-                 const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
-                 int64_t ds_out_stride, T* dx, int64_t dx_stride, float* __restrict__ partial, int64_t rows,
-                 int64_t cols, float offset, bool llama, int stages) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using XV = Vec<T, VEC>;
-  using GV = Vec<OT, VEC>;
-  static_assert(sizeof(XV) == 16 && sizeof(GV) % 16 == 0, "whole 16-byte vectors only");
-  static_assert(VEC % 4 == 0, "whole float4s of weights");
-  constexpr int CG = sizeof(GV) / 16;
-  extern __shared__ __align__(128) unsigned char ctma_smem[];
-  __shared__ float red[kWideMaxParts];  // [rank * nwarps + warp]: the row's warp sums
-  __shared__ alignas(8) unsigned long long red_bar;
-  __shared__ alignas(8) unsigned long long bars[kTmaMaxStages];
-  const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5, nwarps = blockDim.x >> 5;
-  const uint32_t cl = cluster_nctarank(), rank = cluster_ctarank();
-  const int nparts = static_cast<int>(cl) * nwarps;
-  const uint32_t row_bytes = static_cast<uint32_t>(nparts) * sizeof(float);
-  const int64_t first = blockIdx.x / cl, step = gridDim.x / cl;
-  const int64_t nvec = cols / VEC;
-  const int64_t v0 = static_cast<int64_t>(rank) * blockDim.x;  // this block's first vector
-  const int64_t v = v0 + tx;
-  const bool has = v < nvec;
-  const int64_t mine = nvec > v0 ? (nvec - v0 < blockDim.x ? nvec - v0 : blockDim.x) : 0;  // vectors
-  const uint32_t x_bytes = static_cast<uint32_t>(mine * 16);
-  const uint32_t g_bytes = static_cast<uint32_t>(mine * static_cast<int64_t>(sizeof(GV)));
-  const uint32_t x_region = tma_row_region(static_cast<int64_t>(blockDim.x) * 16);
-  const uint32_t region = x_region + tma_row_region(static_cast<int64_t>(blockDim.x) * sizeof(GV));
-  float4* const w_smem = reinterpret_cast<float4*>(ctma_smem + static_cast<size_t>(stages) * region) + tx;
-
-  tma_init_bars(bars, stages);
-  // Launched with PDL (where enabled): nothing global is read before the
-  // forward's writes are visible.
-  pdl_wait();
-  pdl_trigger();
-  row_sum_init(&red_bar, row_bytes);  // its cluster arrive also orders tma_init_bars before the waits
-  __syncthreads();                    // the stage mbarriers are initialised before anyone waits
-
-  auto fetch = [&](int64_t row, int st) {  // all of warp 0
-    if (mine == 0) return;
-    if (lane == 0) mbar_expect_tx(&bars[st], x_bytes + g_bytes);
-    unsigned char* dst = ctma_smem + static_cast<size_t>(st) * region;
-    tma_copy_row(dst, x + row * x_stride + v0 * VEC, x_bytes, &bars[st], lane);
-    tma_copy_row(dst + x_region, dy + row * dy_stride + v0 * VEC, g_bytes, &bars[st], lane);
-  };
-  if (warp == 0)
-    for (int st = 0; st < stages && first + st * step < rows; ++st) fetch(first + st * step, st);
-
-  if (w != nullptr && has) {
-    const Vec<WT, VEC> t = load_vec<WT, VEC>(w + v * VEC);
-#pragma unroll
-    for (int q = 0; q < VEC / 4; ++q)
-      w_smem[q * blockDim.x] =
-          make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
-                      to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
-  } else if (has) {  // no weight: ones (no offset), so weights() has no branch on w
-#pragma unroll
-    for (int q = 0; q < VEC / 4; ++q) w_smem[q * blockDim.x] = make_float4(1.f, 1.f, 1.f, 1.f);
-  }
-  auto weights = [&](float (&wf)[VEC]) {
-#pragma unroll
-    for (int q = 0; q < VEC / 4; ++q) {
-      const float4 t = w_smem[q * blockDim.x];
-      wf[4 * q] = t.x;
-      wf[4 * q + 1] = t.y;
-      wf[4 * q + 2] = t.z;
-      wf[4 * q + 3] = t.w;
-    }
-  };
-  const float inv_cols = 1.f / static_cast<float>(cols);
-  float dw_acc[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) dw_acc[j] = 0.f;
-  float r_next = first < rows ? rstd[first] : 0.f;
-
-  uint32_t red_phase = 0, st_phase = 0;
-  int st = 0, prev = -1;  // this row's stage; the previous row's (refilled once the exchange starts)
-  for (int64_t row = first; row < rows; row += step, red_phase ^= 1) {
-    const float r = r_next;
-    r_next = row + step < rows ? rstd[row + step] : 0.f;
-    XV xv;
-    GV gv;
-    float dot = 0.f;
-    if (mine > 0) mbar_wait(&bars[st], st_phase);  // a block with no slice has no copies to wait for
-    if (has) {
-      const unsigned char* sp = ctma_smem + static_cast<size_t>(st) * region;
-      xv = reinterpret_cast<const XV*>(sp)[tx];
-#pragma unroll
-      for (int c = 0; c < CG; ++c)
-        reinterpret_cast<uint4*>(&gv)[c] = reinterpret_cast<const uint4*>(sp + x_region)[tx * CG + c];
-      float xf[VEC], gf[VEC], wf[VEC];
-      unpack_floats<T, VEC>(xv, xf);
-      unpack_floats<OT, VEC>(gv, gf);
-      weights(wf);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) dot += gf[j] * wf[j] * xf[j];
-    }
-    dot = warp_sum(dot);
-    row_sum_push(red, &red_bar, cl, rank, nwarps, warp, lane, dot);
-    // Past the push's cluster wait every thread has read the previous row's
-    // stage: refill it with the row `stages` after that one.
-    if (warp == 0 && prev >= 0) {
-      const int64_t ahead = row - step + static_cast<int64_t>(stages) * step;
-      if (ahead < rows) {
-        tma_fence_reads();
-        fetch(ahead, prev);
-      }
-    }
-    opaque_words(xv);
-    opaque_words(gv);
-    XV dv;
-    if constexpr (DS) {
-      if (has) load_words_volatile(dv, ds_out + row * ds_out_stride + v * VEC);
-    }
-    const float s = row_sum_collect(red, &red_bar, red_phase, nparts, lane, row_bytes);
-    if (has) {
-      const float c = r * r * r * s * inv_cols;
-      float o[VEC], xf[VEC], gf[VEC], wf[VEC];
-      unpack_floats<T, VEC>(xv, xf);
-      unpack_floats<OT, VEC>(gv, gf);
-      weights(wf);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        o[j] = r * gf[j] * wf[j] - c * xf[j];
-        dw_acc[j] += gf[j] * normed<T>(xf[j], r, llama);
-      }
-      if constexpr (DS) {
-        float df[VEC];
-        unpack_floats<T, VEC>(dv, df);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) o[j] += df[j];
-      }
-      store_16B_words(dx + row * dx_stride + v * VEC, pack_vec<T, VEC>(o));
-    }
-    prev = st;
-    if (++st == stages) {
-      st = 0;
-      st_phase ^= 1;
-    }
-  }
-  cluster_wait();  // matches the last arrive (no block exits with its barrier phase open)
-  if (partial != nullptr && has) {
-    Vec<float, VEC> out;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) out.v[j] = dw_acc[j];
-    store_vec<float, VEC>(partial + first * cols + v * VEC, out);
-  }
-#else
-  __trap();  // the host launches this kernel only where its sm_90 code runs
-#endif
-}
-
 // Backward dx for any width: one block per row, the row is read twice.
 template <typename T, typename WT, typename OT, int VEC>
 __global__ void __launch_bounds__(512)
@@ -1667,7 +1499,7 @@ auto bwd_kernel(const Plan& p, bool ds) {
 // registers), so rows above 1024 vectors (8192 bf16 or 4096 fp32 columns)
 // take rms_bwd_cluster on sm_90 (see bwd_wide_cluster) and rms_bwd_cached
 // elsewhere.
-enum class BwdKind { kOld, kReg, kAsync, kRegDs, kCluster, kClusterTma, kTma, kAuto };
+enum class BwdKind { kOld, kReg, kAsync, kRegDs, kCluster, kTma, kAuto };
 constexpr int64_t kTmaAutoMinVec = 256;
 constexpr int kPipeStages = 4;
 
@@ -1782,9 +1614,15 @@ bool plan_pipe(const RmsNormBwdArgs& a, int sm_count, BwdKind kind, BwdPlan& p) 
 // rms_bwd_tma with two vectors a thread (rows up to 2048 vectors; 2 stages of
 // 64 KiB fit beside the float weights, 40-200 bytes spilled) read 77.8 against
 // 81.0 % for cluster at 8192 x 16384 bf16 fwd+bwd and was removed
-// (2026-11-30-h200-rms_norm-wide-07d511f.log, the wide=tma row).
-bool bwd_wide_cluster() { return env_choice("LIGER_CPP_RMS_BWD_WIDE", {"cluster", "old", "tma"}) != 1; }
-bool bwd_wide_tma() { return env_choice("LIGER_CPP_RMS_BWD_WIDE", {"cluster", "old", "tma"}) == 2; }
+// (2026-11-30-h200-rms_norm-wide-07d511f.log, the wide=tma row). The cluster
+// backward with each block's row slices brought into 4 shared-memory stages
+// by TMA (no registers for the rows ahead; a stage refilled once the next
+// row's exchange starts) ran slower than cluster: 245.0 / 269.7 / 292.7
+// against 234.7 / 260.2 / 275.1 us at 8192 x 16384 / 4096 x 32768 /
+// 2048 x 65536 bf16 (2026-12-01-h200-norm-breakdown-wide-9715a5e.log), and
+// was removed: the per-row cluster exchange, not the loads in flight, sets
+// its pace.
+bool bwd_wide_cluster() { return env_choice("LIGER_CPP_RMS_BWD_WIDE", {"cluster", "old"}) != 1; }
 
 // Threads per cluster block: LIGER_CPP_RMS_WIDE_TX=512|1024 forces the
 // largest block size tried (A/B measurements); 0 = choose (see plan_cluster).
@@ -1814,9 +1652,8 @@ struct ClusterShape {
 // 4 SMs (finer packing into the GPCs). At most min(rows, resident) clusters
 // (persistent). false when none applies: rows of at most 1024 or more than
 // 8 * 1024 vectors, no sm_90 code, or no cluster fits.
-// smem_of(threads): the kernel's dynamic shared memory (0 by default).
-template <typename K, typename F>
-bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c, F smem_of) {
+template <typename K>
+bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
   if (nvec <= 1024 || nvec > static_cast<int64_t>(kWideMaxCluster) * 1024) return false;
   const int forced = wide_tx_forced();
   int64_t best = 0;
@@ -1825,7 +1662,7 @@ bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c, F 
     const int64_t cl = ceil_div(nvec, tx);
     if (cl > kWideMaxCluster) continue;
     const int threads = static_cast<int>(ceil_div(ceil_div(nvec, cl), 32) * 32);
-    const int n = active_clusters(kern, threads, static_cast<int>(cl), smem_of(threads));
+    const int n = active_clusters(kern, threads, static_cast<int>(cl));
     const int64_t resident = static_cast<int64_t>(n) * cl * threads;
     if (resident > best) {
       best = resident;
@@ -1836,55 +1673,6 @@ bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c, F 
   }
   return best > 0;
 }
-template <typename K>
-bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
-  return pick_cluster_shape(kern, nvec, rows, c, [](int) { return size_t{0}; });
-}
-
-// rms_bwd_ctma's stages and dynamic shared memory for blocks of `threads`:
-// the most stages (4 at most) whose slices and float weights fit 225 KiB.
-template <typename T, typename OT>
-size_t ctma_smem(int threads, int stages) {
-  constexpr int full = 16 / sizeof(T);
-  const size_t region =
-      tma_row_region(static_cast<int64_t>(threads) * 16) +
-      tma_row_region(static_cast<int64_t>(threads) * full * static_cast<int64_t>(sizeof(OT)));
-  return static_cast<size_t>(stages) * region + static_cast<size_t>(threads) * full * sizeof(float);
-}
-template <typename T, typename OT>
-int ctma_stages(int threads) {
-  for (int st = 4; st >= 2; --st)
-    if (ctma_smem<T, OT>(threads, st) <= 225 * 1024) return st;
-  return 0;
-}
-
-template <typename T, typename WT, typename OT>
-auto ctma_kernel(bool ds) {
-  constexpr int full = 16 / sizeof(T);
-  return ds ? &rms_bwd_ctma<T, WT, OT, full, true> : &rms_bwd_ctma<T, WT, OT, full, false>;
-}
-
-// Plans rms_bwd_ctma (LIGER_CPP_RMS_BWD_WIDE=tma) as plan_cluster does
-// rms_bwd_cluster, with p.stages stages and p.smem bytes a block.
-template <typename T, typename WT, typename OT>
-bool plan_ctma(const RmsNormBwdArgs& a, BwdPlan& p) {
-  ClusterShape c;
-  auto smem_of = [](int threads) { return ctma_smem<T, OT>(threads, ctma_stages<T, OT>(threads)); };
-  if (!pick_cluster_shape(ctma_kernel<T, WT, OT>(a.ds_out != nullptr), a.cols / p.vec, a.rows, c, smem_of))
-    return false;
-  p.tx = c.tx;
-  p.cl = c.cl;
-  p.grid = c.grid;  // clusters; one partial row each
-  p.cached = true;
-  p.ty = 1;
-  p.stages = ctma_stages<T, OT>(c.tx);
-  if (p.stages < 2) return false;
-  p.smem = smem_of(c.tx);
-  p.kind = BwdKind::kClusterTma;
-  p.ws_floats = a.dw != nullptr ? p.grid * a.cols : 0;
-  return true;
-}
-
 // Plans rms_bwd_cluster (see pick_cluster_shape; one dW partial row per
 // cluster); false when it does not apply (then rms_bwd_cached runs).
 template <typename T, typename WT, typename OT>
@@ -1955,7 +1743,6 @@ BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
     kind = a.ds_out != nullptr ? BwdKind::kAsync : BwdKind::kReg;
   }
   if (aligned && kind != BwdKind::kOld && plan_pipe<T, WT, OT>(a, sm_count, kind, p)) return p;
-  if (aligned && kind != BwdKind::kOld && bwd_wide_tma() && plan_ctma<T, WT, OT>(a, p)) return p;
   if (aligned && kind != BwdKind::kOld && bwd_wide_cluster() && plan_cluster<T, WT, OT>(a, p)) return p;
   p.kind = BwdKind::kOld;
   if (aligned && pick_cached(a.cols / p.vec, p)) {
@@ -2109,29 +1896,18 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
                                          a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride,
                                          partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
-    } else if (p.kind == BwdKind::kCluster || p.kind == BwdKind::kClusterTma) {
+    } else if (p.kind == BwdKind::kCluster) {
       cudaLaunchAttribute attr[2];
-      const bool ctma = p.kind == BwdKind::kClusterTma;
-      cudaLaunchConfig_t cfg = cluster_launch_config(p.tx, p.cl, p.smem, stream, attr);
+      cudaLaunchConfig_t cfg = cluster_launch_config(p.tx, p.cl, 0, stream, attr);
       cfg.gridDim = dim3(static_cast<unsigned>(p.grid * p.cl));
-      if (pdl_enabled()) {  // both kernels wait for the forward's writes (pdl_wait)
+      if (pdl_enabled()) {  // rms_bwd_cluster waits for the forward's writes (pdl_wait)
         attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[1].val.programmaticStreamSerializationAllowed = 1;
         cfg.numAttrs = 2;
       }
-      cudaError_t err;
-      if (ctma) {
-        auto* kern = ctma_kernel<T, WT, OT>(ds_out != nullptr);
-        // Raised when planned (active_clusters); a failed raise shows up as the launch's error.
-        raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), p.smem);
-        err = cudaLaunchKernelEx(&cfg, kern, dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out,
-                                 a.ds_out_row_stride, dx, a.dx_row_stride, partial, a.rows, a.cols, a.offset,
-                                 llama, p.stages);
-      } else {
-        err = cudaLaunchKernelEx(&cfg, cluster_kernel<T, WT, OT>(ds_out != nullptr), dy, a.dy_row_stride, x,
-                                 a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx, a.dx_row_stride,
-                                 partial, a.rows, a.cols, a.offset, llama);
-      }
+      const cudaError_t err = cudaLaunchKernelEx(
+          &cfg, cluster_kernel<T, WT, OT>(ds_out != nullptr), dy, a.dy_row_stride, x, a.x_row_stride, w,
+          a.rstd, ds_out, a.ds_out_row_stride, dx, a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
       if (err != cudaSuccess) return err;
     } else if (p.cached && p.kind != BwdKind::kOld) {
       pipe_kernel<T, WT, OT>(p.kind, ds_out != nullptr)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
