@@ -51,6 +51,7 @@ VARIANT_ENV = {
     "liger_cpp[fwd=old]": {"LIGER_CPP_LN_FWD": "old"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_LN_FWD": "new"},
     "liger_cpp[fwd_ty=2]": {"LIGER_CPP_LN_FWD_TY": "2"},
+    "liger_cpp[pair=off]": {"LIGER_CPP_LN_BWD_PAIR": "off"},
     "liger_cpp[fwd=old,bwd=v3]": {"LIGER_CPP_LN_FWD": "old", "LIGER_CPP_LN_BWD": "v3"},
     "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
 }

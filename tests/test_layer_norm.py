@@ -123,6 +123,21 @@ def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype):
     _run_case(shape, dtype, None, "same", device="cuda")
 
 
+# LIGER_CPP_LN_BWD_PAIR=off: the TMA backward without its clusters of two (one partial row a block);
+# on (the default, every other test) also covers odd row counts, where the even grid's last block
+# has no rows.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("pair", ["on", "off"])
+@pytest.mark.parametrize("shape", [(1, 4096), (7, 4096), (263, 4096), (1000, 1024), (3, 5, 768)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_bwd_pair(monkeypatch, pair, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_LN_BWD_PAIR", pair)
+    _run_case(shape, dtype, "same", "same", device="cuda")
+    _run_case(shape, dtype, None, "fp32", device="cuda")
+    if pair == "on":
+        _assert_bwd_deterministic(5001, 4096, "cuda")
+
+
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", BWD_VARIANTS)
 def test_cuda_bwd_variants_strided_and_deterministic(monkeypatch, variant):

@@ -457,6 +457,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_PDL", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
         ("LIGER_CPP_LN_FWD_TY", "ln_bwd"),
+        ("LIGER_CPP_LN_BWD_PAIR", "ln_bwd"),
         ("LIGER_CPP_RMS_FWD_TY", "rms_fwd"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],

@@ -30,6 +30,17 @@ __device__ __forceinline__ uint32_t cluster_nctarank() {
   return r;
 }
 
+// The float at the same shared-memory offset as *p in block `rank` of this
+// cluster (DSMEM); the caller orders it after the peer's writes (a cluster
+// barrier with release / acquire).
+__device__ __forceinline__ float ld_peer_f32(const float* p, uint32_t rank) {
+  uint32_t a;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+
 // Cluster-wide barrier, split into a relaxed arrive and a wait. Relaxed: no
 // memory ordering (barrier.cluster.arrive.release compiled to MEMBAR.ALL.GPU,
 // which waits for every outstanding store and load of the thread); the

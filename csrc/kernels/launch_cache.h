@@ -225,12 +225,13 @@ cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t sme
   return cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...);
 }
 
-// How many clusters of `cl` blocks of `threads` threads (no dynamic shared
-// memory) can be resident at once (0 where the kernel has no sm_90 code for
-// this device, or none fit). Cached per (device, kernel, shape); a failed query
-// returns 0 and is not cached.
+// How many clusters of `cl` blocks of `threads` threads with `smem` bytes of
+// dynamic shared memory each can be resident at once (0 where the kernel has
+// no sm_90 code for this device, or none fit). Cached per (device, kernel,
+// shape): a caller's smem must be a function of (kernel, threads). A failed
+// query returns 0 and is not cached.
 template <typename K>
-int active_clusters(K* kern, int threads, int cl) {
+int active_clusters(K* kern, int threads, int cl, size_t smem = 0) {
   const int dev = current_device();
   if (dev < 0) return 0;
   const QueryKey key{dev, reinterpret_cast<const void*>(kern), threads, cl};
@@ -241,8 +242,9 @@ int active_clusters(K* kern, int threads, int cl) {
   if (version == 0) return 0;  // the query failed: not cached
   // Below 90 the kernel's sm_90 body does not run here (built without sm_90, or an older GPU).
   if (version >= 90) {
+    if (!raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), smem)) return 0;
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, 0, nullptr, attr);
+    const cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, smem, nullptr, attr);
     if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
       cudaGetLastError();  // no sticky error behind
       return 0;

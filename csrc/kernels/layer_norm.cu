@@ -986,19 +986,52 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     if (++kc == TX) kc = 0;
   }
 
-  // One partial row of dW and of dB per block, straight from registers.
+  // One partial row of dW and of dB per block, straight from registers; or,
+  // launched in clusters of two (LIGER_CPP_LN_BWD_PAIR, see plan_tma), one
+  // per pair: block 1 leaves its sums in its (now idle) stage memory, block
+  // 0 adds them to its own over DSMEM (own + other: the same bits whichever
+  // block finished first) and writes the pair's row, halving what the dW/dB
+  // reduction reads after this grid ends.
+  int64_t part_row = blockIdx.x;
+  if (cluster_nctarank() == 2) {  // uniform: all threads reach both cluster barriers
+    const uint32_t rank = cluster_ctarank();
+    float* const sums = reinterpret_cast<float*>(tma_smem);  // [2 * VEC][TX]: fits the stages
+    if (rank == 1 && has) {
+      // Every bulk copy into the stages completed (each issued row was waited for).
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        sums[j * TX + tx] = dw_acc[j];
+        sums[(VEC + j) * TX + tx] = db_acc[j];
+      }
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
+                     : "memory");
+    if (rank == 0 && has) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        dw_acc[j] += ld_peer_f32(&sums[j * TX + tx], 1);
+        db_acc[j] += ld_peer_f32(&sums[(VEC + j) * TX + tx], 1);
+      }
+    }
+    // Block 1's shared memory must outlive block 0's reads.
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
+                     : "memory");
+    if (rank == 1) return;
+    part_row = blockIdx.x / 2;
+  }
   if (!has) return;
   if (pw != nullptr) {
     Vec<float, VEC> v;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) v.v[j] = dw_acc[j];
-    store_vec<float, VEC>(pw + static_cast<int64_t>(blockIdx.x) * cols + c0, v);
+    store_vec<float, VEC>(pw + part_row * cols + c0, v);
   }
   if (pb != nullptr) {
     Vec<float, VEC> v;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) v.v[j] = db_acc[j];
-    store_vec<float, VEC>(pb + static_cast<int64_t>(blockIdx.x) * cols + c0, v);
+    store_vec<float, VEC>(pb + part_row * cols + c0, v);
   }
 #else
   __trap();  // the host launches this kernel only where its sm_90 code runs
@@ -1172,6 +1205,7 @@ struct BwdPlan : Plan {
   int nv = 1;
   bool pipe16 = false;  // ln_bwd_pipe16 (v4, v5) with smem bytes of dynamic shared memory
   bool tma = false;     // ln_bwd_tma, smem bytes of dynamic shared memory
+  bool pair = false;    // ln_bwd_tma in clusters of two: one partial row a pair
   size_t smem = 0;
   BwdVariant variant = BwdVariant::kOld;
 };
@@ -1209,6 +1243,10 @@ bool plan_pipe16(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
   return true;
 }
 
+// LIGER_CPP_LN_BWD_PAIR=on|off (default on): ln_bwd_tma in clusters of two
+// blocks, one dW/dB partial row a pair (see its end).
+bool ln_bwd_pair() { return env_choice("LIGER_CPP_LN_BWD_PAIR", {"on", "off"}) != 1; }
+
 // ln_bwd_tma's instantiation: 2 blocks of 512 threads per SM (64 registers, no spills).
 template <typename T, typename WT>
 auto tma_kernel() {
@@ -1234,6 +1272,17 @@ bool plan_tma(const LayerNormBwdArgs& a, int sm_count, BwdPlan& p) {
   p.cached = true;
   p.tma = true;
   p.grid = std::max<int64_t>(1, std::min<int64_t>(a.rows, static_cast<int64_t>(sm_count) * per_sm));
+  // Pairs (clusters of two) when every pair of the grid can be resident at
+  // once (the grid is persistent); the grid is then even (a block may have no
+  // rows: it adds zeros).
+  if (ln_bwd_pair() && per_sm >= 2) {
+    const int64_t pairs = active_clusters(kern, p.tx, 2, p.smem);
+    const int64_t want = (p.grid + 1) / 2;
+    if (pairs >= want) {
+      p.pair = true;
+      p.grid = 2 * want;
+    }
+  }
   return true;
 }
 
@@ -1256,7 +1305,7 @@ BwdPlan plan_ln_bwd(const LayerNormBwdArgs& a, int sm_count, BwdVariant variant)
   const int64_t max_nv = sizeof(T) == 2 ? 2 : 1;
   if (variant == BwdVariant::kTma) {
     if (aligned && nvec <= kTmaBlock && plan_tma<T, WT>(a, sm_count, p)) {
-      p.ws_floats = nparts * p.grid * a.cols;
+      p.ws_floats = nparts * (p.pair ? p.grid / 2 : p.grid) * a.cols;
       return p;
     }
     variant = p.variant = BwdVariant::kV5;
@@ -1420,10 +1469,24 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
     const WT* w = static_cast<const WT*>(a.w);
     T* dx = static_cast<T*>(a.dx);
     float* pw = a.dw ? a.workspace : nullptr;
-    float* pb = a.db ? a.workspace + (a.dw ? p.grid * a.cols : 0) : nullptr;
+    const int64_t parts = p.pair ? p.grid / 2 : p.grid;  // partial rows
+    float* pb = a.db ? a.workspace + (a.dw ? parts * a.cols : 0) : nullptr;
     constexpr int full = 16 / sizeof(T);
     if (p.pipe || p.pipe16 || p.tma) {
-      if (p.tma) {
+      if (p.tma && p.pair) {
+        cudaLaunchAttribute attr[2];
+        cudaLaunchConfig_t cfg = cluster_launch_config(p.tx, 2, p.smem, stream, attr);
+        cfg.gridDim = dim3(static_cast<unsigned>(p.grid));
+        if (pdl_enabled()) {  // ln_bwd_tma waits for the forward's writes (pdl_wait)
+          attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+          attr[1].val.programmaticStreamSerializationAllowed = 1;
+          cfg.numAttrs = 2;
+        }
+        const cudaError_t err =
+            cudaLaunchKernelEx(&cfg, tma_kernel<T, WT>(), dy, a.dy_row_stride, x, a.x_row_stride, w, a.mean,
+                               a.rstd, dx, pw, pb, a.rows, a.cols);
+        if (err != cudaSuccess) return err;
+      } else if (p.tma) {
         const cudaError_t err =
             launch_pdl(tma_kernel<T, WT>(), dim3(static_cast<unsigned>(p.grid)),
                        dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy, a.dy_row_stride, x,
@@ -1439,7 +1502,7 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
       // reduction runs; launch_reduce_partials falls back by itself otherwise.
       if (pw || pb) {
         const cudaError_t err = launch_reduce_partials<WT>(pw, static_cast<WT*>(a.dw), pb,
-                                                           static_cast<WT*>(a.db), p.grid, a.cols, stream);
+                                                           static_cast<WT*>(a.db), parts, a.cols, stream);
         if (err != cudaSuccess) return err;
       }
       return cudaGetLastError();
