@@ -995,14 +995,16 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
   int64_t part_row = blockIdx.x;
   if (cluster_nctarank() == 2) {  // uniform: all threads reach both cluster barriers
     const uint32_t rank = cluster_ctarank();
-    float* const sums = reinterpret_cast<float*>(tma_smem);  // [2 * VEC][TX]: fits the stages
+    // [2 * VEC][nvec] floats: at most the stages' 8 * rb bytes (stride nvec, not TX: TX is 32 at least).
+    float* const sums = reinterpret_cast<float*>(tma_smem);
+    const int sn = static_cast<int>(nvec);
     if (rank == 1 && has) {
       // Every bulk copy into the stages completed (each issued row was waited for).
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        sums[j * TX + tx] = dw_acc[j];
-        sums[(VEC + j) * TX + tx] = db_acc[j];
+        sums[j * sn + tx] = dw_acc[j];
+        sums[(VEC + j) * sn + tx] = db_acc[j];
       }
     }
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
@@ -1010,8 +1012,8 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     if (rank == 0 && has) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        dw_acc[j] += ld_peer_f32(&sums[j * TX + tx], 1);
-        db_acc[j] += ld_peer_f32(&sums[(VEC + j) * TX + tx], 1);
+        dw_acc[j] += ld_peer_f32(&sums[j * sn + tx], 1);
+        db_acc[j] += ld_peer_f32(&sums[(VEC + j) * sn + tx], 1);
       }
     }
     // Block 1's shared memory must outlive block 0's reads.
