@@ -69,7 +69,8 @@ def _run_case(shape, dtype, wkind, bkind, device, strided=False):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
-    "wkind,bkind", [(None, None), ("same", "same"), ("fp32", "fp32"), ("same", None), (None, "same")]
+    "wkind,bkind",
+    [(None, None), ("same", "same"), ("fp32", "fp32"), ("same", None), (None, "same"), (None, "fp32")],
 )
 def test_forward_backward(device, shape, dtype, wkind, bkind):
     _run_case(shape, dtype, wkind, bkind, device)
@@ -133,7 +134,7 @@ def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype):
 def test_cuda_bwd_pair(monkeypatch, pair, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_LN_BWD_PAIR", pair)
     _run_case(shape, dtype, "same", "same", device="cuda")
-    _run_case(shape, dtype, None, "fp32", device="cuda")
+    _run_case(shape, dtype, "fp32", "fp32", device="cuda")
     if pair == "on":
         _assert_bwd_deterministic(5001, 4096, "cuda")
 

@@ -798,9 +798,10 @@ constexpr int kTmaStages = 4;   // rows in flight per block
 
 //
 // Instructions a row pace this kernel (rms_bwd_tma: 116.8 -> 110.3 us from
-// instruction cuts alone), so a row costs as few as the math allows (116.6
-// -> 110.4 us, fwd+bwd 81.7 -> 84.2 % of C at 16384 x 4096 bf16 on the H200,
-// 2026-12-01-h200-layer_norm-7e5f4b4.log, the bwd=lean row):
+// instruction cuts alone), so a row costs as few as the math allows: 116.6 us
+// (2026-11-30-h200-norm-breakdown-lean-b7111cb.log) -> 110.4 us, fwd+bwd
+// 81.7 -> 84.2 % of C at 16384 x 4096 bf16 on the H200 (2026-12-01-h200-
+// layer_norm-7e5f4b4.log, the bwd=tma and bwd=lean rows):
 //  * one predicated bulk copy a lane (lanes 0-15 x's 4 KiB chunks, 16-31
 //    dy's); a chunk loop with a c / nch division and an operand select cost
 //    warp 0 ~150 instructions a row;
@@ -991,7 +992,9 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
   // per pair: block 1 leaves its sums in its (now idle) stage memory, block
   // 0 adds them to its own over DSMEM (own + other: the same bits whichever
   // block finished first) and writes the pair's row, halving what the dW/dB
-  // reduction reads after this grid ends.
+  // reduction reads after this grid ends: its tail 6.3 -> 4.0 us, call span
+  // 184.3 -> 182.4 us, fwd+bwd 84.7 -> 85.4 % of C at 16384 x 4096 bf16
+  // (2026-12-01-h200-layer_norm-8413783.log, -norm-breakdown-ln-pair-8413783.log).
   int64_t part_row = blockIdx.x;
   if (cluster_nctarank() == 2) {  // uniform: all threads reach both cluster barriers
     const uint32_t rank = cluster_ctarank();
@@ -1409,7 +1412,7 @@ cudaError_t layer_norm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
     if (aligned && pick_cached(a.cols / full, p)) {
       // 128-thread blocks (pick_cached: 256): 71.0 -> 69.9 us at 16384 x 4096
       // bf16 (TX = 128, so one row a block), 69.2 -> 68.9 us at 65536 x 1024;
-      // 512 threads ran at 78.9 us (2026-12-01-h200-norm-breakdown-ln-ty-7e5f4b4).
+      // 512 threads ran at 78.9 us (2026-12-01-h200-norm-breakdown-ln-ty-7e5f4b4.log).
       p.ty = std::max(1, 128 / p.tx);
       p.ty = fwd_rows_per_block("LIGER_CPP_LN_FWD_TY", p);
       const dim3 block(p.tx, p.ty);

@@ -805,8 +805,9 @@ __device__ __forceinline__ float row_sum_collect(const float* red, unsigned long
 // thread reads back only what it wrote: no barrier), x, dy and ds_out widened
 // with unpack_floats (word ops), cols' reciprocal taken once instead of a
 // full division a row; and launched with PDL, waiting for the forward's
-// writes: backward 245.7 -> 237.9 us, fwd+bwd 80.6 -> 83.7 % of C (span) at
-// 8192 x 16384 bf16 on the H200 (2026-12-01-h200-norm-breakdown-wide-7e5f4b4.log).
+// writes (its blocks start 2.5 us before the forward ends): backward 245.5 ->
+// 235.3 us, call span 80.6 -> 83.7 % of C at 8192 x 16384 bf16 on the H200
+// (2026-12-01-h200-norm-breakdown-wide-7e5f4b4.log).
 template <typename T, typename WT, typename OT, int VEC, bool DS>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_cluster(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,

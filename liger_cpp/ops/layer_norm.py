@@ -48,7 +48,13 @@ def _backward(ctx, dY, _dMEAN, _dRSTD):
     compute_db = ctx.b_dtype is not None and ctx.needs_input_grad[2]
     if dY is None or (not ctx.needs_input_grad[0] and not compute_dw and not compute_db):
         return None, None, None, None
-    dX, dW, dB = torch.ops.liger.layer_norm_bwd(dY, X, W, MEAN, RSTD, compute_dw, compute_db)
+    # Without W the op writes dB in X's dtype (its schema has no B): a wider bias (fp32 with
+    # bf16/fp16 X) then gets its gradient rounded to X's dtype. Summed here in float32 instead:
+    # one extra read of dY, in that configuration only.
+    db_here = compute_db and W is None and ctx.b_dtype != X.dtype
+    dX, dW, dB = torch.ops.liger.layer_norm_bwd(dY, X, W, MEAN, RSTD, compute_dw, compute_db and not db_here)
+    if db_here:
+        dB = dY.reshape(-1, dY.shape[-1]).sum(0, dtype=torch.float32)
     return (
         dX if ctx.needs_input_grad[0] else None,
         dW if compute_dw else None,
