@@ -1310,7 +1310,10 @@ BwdPlan plan_ln_bwd(const LayerNormBwdArgs& a, int sm_count, BwdVariant variant)
   const int64_t max_nv = sizeof(T) == 2 ? 2 : 1;
   if (variant == BwdVariant::kTma) {
     if (aligned && nvec <= kTmaBlock && plan_tma<T, WT>(a, sm_count, p)) {
-      p.ws_floats = nparts * (p.pair ? p.grid / 2 : p.grid) * a.cols;
+      // Sized for one partial row a block even with pairs (p.grid / 2 rows): an
+      // upper bound for both, so a LIGER_CPP_LN_BWD_PAIR change between this
+      // sizing and the launch cannot leave the workspace short.
+      p.ws_floats = nparts * p.grid * a.cols;
       return p;
     }
     variant = p.variant = BwdVariant::kV5;
