@@ -207,6 +207,15 @@ int binary_version(const void* kern) {
 // its first global read, so it is correct whatever precedes it.
 inline bool pdl_enabled() { return env_choice("LIGER_CPP_PDL", {"on", "off"}) != 1; }
 
+// Sets *attr to programmatic stream serialization where PDL applies to `kern`
+// (enabled, sm_90+ code here); false, *attr untouched, elsewhere.
+inline bool pdl_attribute(const void* kern, cudaLaunchAttribute* attr) {
+  if (!pdl_enabled() || binary_version(kern) < 90) return false;
+  attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr->val.programmaticStreamSerializationAllowed = 1;
+  return true;
+}
+
 template <typename... KArgs, typename... Args>
 cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                        Args&&... args) {
@@ -216,12 +225,23 @@ cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t sme
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  if (pdl_enabled() && binary_version(reinterpret_cast<const void*>(kern)) >= 90) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (pdl_attribute(reinterpret_cast<const void*>(kern), &attr[0])) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
+  return cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...);
+}
+
+// `blocks` blocks of `threads` threads in clusters of `cl` along x (blocks a
+// multiple of cl), with PDL as launch_pdl: the kernel calls pdl_wait before
+// its first global read.
+template <typename... KArgs, typename... Args>
+cudaError_t launch_cluster_pdl(void (*kern)(KArgs...), int64_t blocks, int threads, int cl, size_t smem,
+                               cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[2];
+  cudaLaunchConfig_t cfg = cluster_launch_config(threads, cl, smem, stream, attr);
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  if (pdl_attribute(reinterpret_cast<const void*>(kern), &attr[1])) cfg.numAttrs = 2;
   return cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...);
 }
 

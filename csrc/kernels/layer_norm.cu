@@ -1010,8 +1010,7 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
         sums[(VEC + j) * sn + tx] = db_acc[j];
       }
     }
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
-                     : "memory");
+    cluster_sync();
     if (rank == 0 && has) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
@@ -1020,8 +1019,7 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
       }
     }
     // Block 1's shared memory must outlive block 0's reads.
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
-                     : "memory");
+    cluster_sync();
     if (rank == 1) return;
     part_row = blockIdx.x / 2;
   }
@@ -1482,17 +1480,9 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
     constexpr int full = 16 / sizeof(T);
     if (p.pipe || p.pipe16 || p.tma) {
       if (p.tma && p.pair) {
-        cudaLaunchAttribute attr[2];
-        cudaLaunchConfig_t cfg = cluster_launch_config(p.tx, 2, p.smem, stream, attr);
-        cfg.gridDim = dim3(static_cast<unsigned>(p.grid));
-        if (pdl_enabled()) {  // ln_bwd_tma waits for the forward's writes (pdl_wait)
-          attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          attr[1].val.programmaticStreamSerializationAllowed = 1;
-          cfg.numAttrs = 2;
-        }
         const cudaError_t err =
-            cudaLaunchKernelEx(&cfg, tma_kernel<T, WT>(), dy, a.dy_row_stride, x, a.x_row_stride, w, a.mean,
-                               a.rstd, dx, pw, pb, a.rows, a.cols);
+            launch_cluster_pdl(tma_kernel<T, WT>(), p.grid, p.tx, 2, p.smem, stream, dy, a.dy_row_stride, x,
+                               a.x_row_stride, w, a.mean, a.rstd, dx, pw, pb, a.rows, a.cols);
         if (err != cudaSuccess) return err;
       } else if (p.tma) {
         const cudaError_t err =

@@ -1898,17 +1898,10 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
                                          partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
-      cudaLaunchAttribute attr[2];
-      cudaLaunchConfig_t cfg = cluster_launch_config(p.tx, p.cl, 0, stream, attr);
-      cfg.gridDim = dim3(static_cast<unsigned>(p.grid * p.cl));
-      if (pdl_enabled()) {  // rms_bwd_cluster waits for the forward's writes (pdl_wait)
-        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[1].val.programmaticStreamSerializationAllowed = 1;
-        cfg.numAttrs = 2;
-      }
-      const cudaError_t err = cudaLaunchKernelEx(
-          &cfg, cluster_kernel<T, WT, OT>(ds_out != nullptr), dy, a.dy_row_stride, x, a.x_row_stride, w,
-          a.rstd, ds_out, a.ds_out_row_stride, dx, a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
+      const cudaError_t err = launch_cluster_pdl(cluster_kernel<T, WT, OT>(ds_out != nullptr), p.grid * p.cl,
+                                                 p.tx, p.cl, 0, stream, dy, a.dy_row_stride, x,
+                                                 a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx,
+                                                 a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
       if (err != cudaSuccess) return err;
     } else if (p.cached && p.kind != BwdKind::kOld) {
       pipe_kernel<T, WT, OT>(p.kind, ds_out != nullptr)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
