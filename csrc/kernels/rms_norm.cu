@@ -49,6 +49,40 @@ __device__ __forceinline__ float normed(float xf, float r, bool llama) {
   return llama ? round_through<T>(v) : v;
 }
 
+// The backwards' weights in shared memory as floats, converted once: this
+// thread's VEC weights (+ offset) as VEC / 4 float4s at slot[0], slot[stride],
+// ..., read back by the same thread with load_weight_floats (no barrier). w
+// points at the thread's first column.
+template <typename WT, int VEC>
+__device__ __forceinline__ void store_weight_floats(float4* slot, int stride, const WT* w, float offset) {
+  static_assert(VEC % 4 == 0, "whole float4s of weights");
+  const Vec<WT, VEC> t = load_vec<WT, VEC>(w);
+#pragma unroll
+  for (int q = 0; q < VEC / 4; ++q)
+    slot[q * stride] =
+        make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
+                    to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
+}
+// No weight: ones (without the offset, as load_weight) in the same slots.
+template <int VEC>
+__device__ __forceinline__ void store_weight_ones(float4* slot, int stride) {
+#pragma unroll
+  for (int q = 0; q < VEC / 4; ++q) slot[q * stride] = make_float4(1.f, 1.f, 1.f, 1.f);
+}
+// stored: false reads ones without touching slot (the caller stored nothing).
+template <int VEC>
+__device__ __forceinline__ void load_weight_floats(const float4* slot, int stride, bool stored,
+                                                   float (&wf)[VEC]) {
+#pragma unroll
+  for (int q = 0; q < VEC / 4; ++q) {
+    const float4 t = stored ? slot[q * stride] : make_float4(1.f, 1.f, 1.f, 1.f);
+    wf[4 * q] = t.x;
+    wf[4 * q + 1] = t.y;
+    wf[4 * q + 2] = t.z;
+    wf[4 * q + 3] = t.w;
+  }
+}
+
 // xv <- round_to_T(xv + rv), also stored at s (FusedAddRMSNorm's residual sum).
 template <typename T, int VEC>
 __device__ __forceinline__ void add_residual(Vec<T, VEC>& xv, const Vec<T, VEC>& rv, T* s) {
@@ -837,29 +871,14 @@ __global__ void __launch_bounds__(1024, 1)
   row_sum_init(&red_bar, row_bytes);
 
   // [VEC / 4][1024] float4s (blockDim.x <= 1024), 16-32 KiB.
-  static_assert(VEC % 4 == 0, "whole float4s of weights");
   __shared__ float4 w_smem[VEC / 4 * 1024];
+  // No weight: ones stored, so weights() has no branch on w.
   if (w != nullptr && has) {
-    const Vec<WT, VEC> t = load_vec<WT, VEC>(w + v * VEC);
-#pragma unroll
-    for (int q = 0; q < VEC / 4; ++q)
-      w_smem[q * 1024 + tx] =
-          make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
-                      to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
-  } else if (has) {  // no weight: ones (no offset), so weights() has no branch on w
-#pragma unroll
-    for (int q = 0; q < VEC / 4; ++q) w_smem[q * 1024 + tx] = make_float4(1.f, 1.f, 1.f, 1.f);
+    store_weight_floats<WT, VEC>(w_smem + tx, 1024, w + v * VEC, offset);
+  } else if (has) {
+    store_weight_ones<VEC>(w_smem + tx, 1024);
   }
-  auto weights = [&](float (&wf)[VEC]) {
-#pragma unroll
-    for (int q = 0; q < VEC / 4; ++q) {
-      const float4 t = w_smem[q * 1024 + tx];
-      wf[4 * q] = t.x;
-      wf[4 * q + 1] = t.y;
-      wf[4 * q + 2] = t.z;
-      wf[4 * q + 3] = t.w;
-    }
-  };
+  auto weights = [&](float (&wf)[VEC]) { load_weight_floats<VEC>(w_smem + tx, 1024, true, wf); };
   const float inv_cols = 1.f / static_cast<float>(cols);
   float dw_acc[VEC];
 #pragma unroll
@@ -1202,26 +1221,9 @@ __global__ void __launch_bounds__(1024, 1)
     for (int s = 0; s < stages && first + s * step < rows; ++s) fetch(first + s * step, s);
 
   // [VEC / 4][blockDim.x] float4s; each thread reads back only what it wrote.
-  static_assert(VEC % 4 == 0, "whole float4s of weights");
   float4* const w_smem = reinterpret_cast<float4*>(tma_rows + static_cast<size_t>(stages) * region) + tx;
-  if (w != nullptr && has) {
-    const Vec<WT, VEC> t = load_vec<WT, VEC>(w + col);
-#pragma unroll
-    for (int q = 0; q < VEC / 4; ++q)
-      w_smem[q * blockDim.x] =
-          make_float4(to_float<WT>(t.v[4 * q]) + offset, to_float<WT>(t.v[4 * q + 1]) + offset,
-                      to_float<WT>(t.v[4 * q + 2]) + offset, to_float<WT>(t.v[4 * q + 3]) + offset);
-  }
-  auto weights = [&](float (&wf)[VEC]) {
-#pragma unroll
-    for (int q = 0; q < VEC / 4; ++q) {
-      const float4 v = w != nullptr ? w_smem[q * blockDim.x] : make_float4(1.f, 1.f, 1.f, 1.f);
-      wf[4 * q] = v.x;
-      wf[4 * q + 1] = v.y;
-      wf[4 * q + 2] = v.z;
-      wf[4 * q + 3] = v.w;
-    }
-  };
+  if (w != nullptr && has) store_weight_floats<WT, VEC>(w_smem, blockDim.x, w + col, offset);
+  auto weights = [&](float (&wf)[VEC]) { load_weight_floats<VEC>(w_smem, blockDim.x, w != nullptr, wf); };
   const float inv_cols = 1.f / static_cast<float>(cols);
   float dw_acc[VEC];
 #pragma unroll
