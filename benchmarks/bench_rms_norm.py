@@ -49,7 +49,10 @@ def eager(x, w):
 # (a 256- / 512-thread block per row that reads the row twice, the second time from L2), l2hint
 # (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
 # LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
-# with more threads resident).
+# with more threads resident). LIGER_CPP_RMS_FWD_V=1|2: the register-cached forward with 1 or 2
+# vectors a thread (default 4; 32 registers, more threads a row). LIGER_CPP_RMS_BWD_XCHG: the cluster
+# backward's row-sum exchange (barrier: a cluster barrier a row; mbar: two slots, no barrier; pairs:
+# two rows a message).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
     "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
@@ -58,6 +61,11 @@ VARIANT_ENV = {
     "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
+    "liger_cpp[fwd_v=1]": {"LIGER_CPP_RMS_FWD_V": "1"},
+    "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
+    "liger_cpp[xchg=barrier]": {"LIGER_CPP_RMS_BWD_XCHG": "barrier"},
+    "liger_cpp[xchg=mbar]": {"LIGER_CPP_RMS_BWD_XCHG": "mbar"},
+    "liger_cpp[xchg=pairs]": {"LIGER_CPP_RMS_BWD_XCHG": "pairs"},
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
     "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
@@ -75,6 +83,8 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_wide=l2x512]",
     "liger_cpp[fwd_wide=l2hint]",
     "liger_cpp[fwd=new]",
+    "liger_cpp[fwd_v=1]",
+    "liger_cpp[fwd_v=2]",
 }
 
 

@@ -266,14 +266,14 @@ struct Plan {
 
 int next_pow2(int64_t n) {
   int p = 32;
-  while (p < n) p <<= 1;
+  while (p < n && p < (1 << 30)) p <<= 1;  // capped: no int overflow for huge n
   return p;
 }
 
-// Chooses the cached layout: TX (power of two >= 32) threads per row, MAXV
-// vectors per thread, TY rows per block.
-bool pick_cached(int64_t nvec, Plan& p) {
-  const int64_t tx = next_pow2((nvec + kMaxV - 1) / kMaxV);
+// Chooses the cached layout: TX (power of two >= 32) threads per row, maxv
+// (the kernel's MAXV) vectors per thread, TY rows per block.
+bool pick_cached(int64_t nvec, Plan& p, int maxv = kMaxV) {
+  const int64_t tx = next_pow2((nvec + maxv - 1) / maxv);
   if (tx > 1024) return false;
   p.cached = true;
   p.tx = static_cast<int>(tx);

@@ -117,8 +117,10 @@ __device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
 //    vector.
 enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 
+// MAXV <= 2 (LIGER_CPP_RMS_FWD_V): at most 32 registers, so two 1024-thread
+// blocks (a whole SM's threads) can be resident.
 template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(1024, MAXV <= 2 ? 2 : 1)
     rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res, int64_t res_stride,
                    T* __restrict__ s, const WT* __restrict__ w, OT* __restrict__ y, float* __restrict__ rstd,
                    int64_t rows, int64_t cols, float eps, float offset, bool llama) {
@@ -787,50 +789,100 @@ __device__ __forceinline__ void st_async_f32(float* slot, unsigned long long* ba
                : "memory");
 }
 
-// The per-row sum exchange of rms_bwd_cluster and rms_fwd_cluster (the
-// protocol and why it needs no fence: rms_bwd_cluster's comment). red holds
-// the row's CL * nwarps warp sums, [rank * nwarps + warp]; *bar completes when
-// all row_bytes of them have landed in this block.
-//
-// Before the first row: thread 0 arms *bar for it; the arrive is matched by
-// the wait in the first row_sum_push.
-__device__ __forceinline__ void row_sum_init(unsigned long long* bar, uint32_t row_bytes) {
-  if (threadIdx.x == 0) {
-    mbar_init(bar);
-    mbar_expect_tx(bar, row_bytes);  // armed for the first row
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+// R floats at slot (R = 1 or 2: st.async of .f32 or .v2.f32, slot 8-byte
+// aligned for 2) into block `rank`'s shared memory, completing 4 * R bytes of
+// that block's mbarrier *bar.
+template <int R>
+__device__ __forceinline__ void st_async_floats(float* slot, unsigned long long* bar, uint32_t rank,
+                                                const float (&v)[R]) {
+  static_assert(R == 1 || R == 2, "one or two floats a message");
+  if constexpr (R == 1) {
+    st_async_f32(slot, bar, rank, v[0]);
+  } else {
+    uint32_t rslot, rbar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rslot) : "r"(smem_addr(slot)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_addr(bar)), "r"(rank));
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(rslot),
+        "f"(v[0]), "f"(v[1]), "r"(rbar)
+        : "memory");
   }
-  // Matched by the wait before the first row's exchange: by then every block
-  // of the cluster is running and has armed its mbarrier.
-  cluster_arrive_relaxed();
 }
 
-// Sends this warp's sum v (lane q < cl sends it to block q) once every block
-// has read the previous row's red.
-__device__ __forceinline__ void row_sum_push(float* red, unsigned long long* bar, uint32_t cl, uint32_t rank,
-                                             int nwarps, int warp, int lane, float v) {
-  cluster_wait();  // every block has read the previous row's red
-  if (lane < static_cast<int>(cl)) st_async_f32(&red[rank * nwarps + warp], bar, lane, v);
-}
+// The row-sum exchange of rms_bwd_cluster and rms_fwd_cluster (the protocol:
+// rms_bwd_cluster's comment). Message k carries R rows' warp sums: every
+// warp's lane q < cl sends its R sums to block q, into red[slot][(rank *
+// nwarps + warp) * R + i]; bars[slot] completes when all `bytes` (nparts * R *
+// 4) of the message have landed in this block.
+//  * DBUF = false: one slot; before sending message k a block waits at a
+//    cluster barrier until every block has read message k - 1 (arrived after
+//    its collect).
+//  * DBUF = true: two slots, message k in slot k & 1, no cluster barrier per
+//    message: a peer can only send message k + 2 (into slot k & 1) after its
+//    own collect of message k + 1, which needs every warp of this block to
+//    have sent k + 1, which each warp does after reading message k: the data
+//    dependencies order the slot's reuse. Thread 0 re-arms bars[slot] after
+//    waiting for message k; a peer's bytes of message k + 2 landing before
+//    that arrive cannot complete the phase (its arrival is still pending).
+template <int R, bool DBUF>
+struct RowSumExchange {
+  static constexpr int kSlots = DBUF ? 2 : 1;
+  static constexpr int kSlotFloats = kWideMaxParts * R;
+  float* red;                // [kSlots][kSlotFloats]
+  unsigned long long* bars;  // [kSlots]
+  uint32_t cl, rank, bytes;
+  int nparts, nwarps, warp, lane;
 
-// Waits for the row's nparts warp sums and returns their sum, added in one
-// fixed order (every block of the cluster gets the same value). red is read
-// then: peers may overwrite it once every thread of the cluster has arrived.
-// Thread 0 re-arms the mbarrier for the next row: its phase `phase` is
-// complete (waited here), and the next row's stores cannot complete the next
-// phase before this arrive.
-__device__ __forceinline__ float row_sum_collect(const float* red, unsigned long long* bar, uint32_t phase,
-                                                 int nparts, int lane, uint32_t row_bytes) {
-  mbar_wait(bar, phase);
-  float s = 0.f;
+  // Before the first message: thread 0 arms the mbarriers. Without DBUF the
+  // cluster arrive is matched by the first send's wait; with it, the wait is
+  // here (every block's mbarriers are armed before any message reaches them).
+  __device__ __forceinline__ void init() {
+    if (threadIdx.x == 0) {
 #pragma unroll
-  for (int k = 0; k < kWideMaxParts / 32; ++k)
-    if (k * 32 + lane < nparts) s += red[k * 32 + lane];
-  s = warp_sum(s);
-  cluster_arrive_relaxed();
-  if (threadIdx.x == 0) mbar_expect_tx(bar, row_bytes);
-  return s;
-}
+      for (int q = 0; q < kSlots; ++q) {
+        mbar_init(&bars[q]);
+        mbar_expect_tx(&bars[q], bytes);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cluster_arrive_relaxed();
+    if constexpr (DBUF) cluster_wait();
+  }
+
+  // Sends this warp's R sums v (the same in every lane) of message k.
+  __device__ __forceinline__ void send(uint32_t k, const float (&v)[R]) {
+    const int slot = DBUF ? static_cast<int>(k & 1) : 0;
+    if constexpr (!DBUF) cluster_wait();  // every block has read message k - 1
+    if (lane < static_cast<int>(cl))
+      st_async_floats<R>(&red[slot * kSlotFloats + (rank * nwarps + warp) * R], &bars[slot], lane, v);
+  }
+
+  // Waits for message k and returns its R row sums, each added in one fixed
+  // order (every block of the cluster gets the same values).
+  __device__ __forceinline__ void collect(uint32_t k, float (&s)[R]) {
+    const int slot = DBUF ? static_cast<int>(k & 1) : 0;
+    mbar_wait(&bars[slot], DBUF ? (k >> 1) & 1 : k & 1);
+    const float* m = red + slot * kSlotFloats;
+#pragma unroll
+    for (int i = 0; i < R; ++i) s[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kWideMaxParts / 32; ++c)
+      if (c * 32 + lane < nparts) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) s[i] += m[(c * 32 + lane) * R + i];
+      }
+#pragma unroll
+    for (int i = 0; i < R; ++i) s[i] = warp_sum(s[i]);
+    if constexpr (!DBUF) cluster_arrive_relaxed();  // done reading red
+    if (threadIdx.x == 0) mbar_expect_tx(&bars[slot], bytes);
+  }
+
+  // After the last message: no block exits while a peer may still use it.
+  __device__ __forceinline__ void finish() {
+    if constexpr (DBUF) cluster_arrive_relaxed();
+    cluster_wait();  // (without DBUF: matches the last collect's arrive)
+  }
+};
 #endif
 
 //
@@ -842,23 +894,35 @@ __device__ __forceinline__ float row_sum_collect(const float* red, unsigned long
 // writes (its blocks start 2.5 us before the forward ends): backward 245.5 ->
 // 235.3 us, call span 80.6 -> 83.7 % of C at 8192 x 16384 bf16 on the H200
 // (2026-12-01-h200-norm-breakdown-wide-7e5f4b4.log).
-template <typename T, typename WT, typename OT, int VEC, bool DS>
+// XCHG (LIGER_CPP_RMS_BWD_XCHG, A/B): kXchgBarrier, one row a message and
+// a cluster barrier a row (RowSumExchange<1, false>); kXchgMbar, one row a
+// message, two slots and no barrier (RowSumExchange<1, true>); kXchgPairs,
+// rows in pairs (unit u: rows 2u, 2u + 1), one message of two sums a pair
+// (RowSumExchange<2, true>).
+enum ClusterXchg : int { kXchgBarrier = 0, kXchgMbar = 1, kXchgPairs = 2 };
+
+template <typename T, typename WT, typename OT, int VEC, bool DS, int XCHG>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_cluster(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                     const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
                     int64_t ds_out_stride, T* dx, int64_t dx_stride, float* __restrict__ partial,
                     int64_t rows, int64_t cols, float offset, bool llama) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int R = XCHG == kXchgPairs ? 2 : 1;
+  constexpr bool DBUF = XCHG != kXchgBarrier;
   using XV = Vec<T, VEC>;
   using GV = Vec<OT, VEC>;
+  using Xchg = RowSumExchange<R, DBUF>;
   static_assert(sizeof(XV) % 16 == 0 && sizeof(GV) % 16 == 0, "whole 16-byte vectors only");
-  __shared__ float red[kWideMaxParts];  // [rank * nwarps + warp]: the row's warp sums
-  __shared__ alignas(8) unsigned long long red_bar;
+  __shared__ alignas(16) float red[Xchg::kSlots * Xchg::kSlotFloats];
+  __shared__ alignas(8) unsigned long long bars[Xchg::kSlots];
   const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5, nwarps = blockDim.x >> 5;
   const uint32_t cl = cluster_nctarank(), rank = cluster_ctarank();
   const int nparts = static_cast<int>(cl) * nwarps;
-  const uint32_t row_bytes = static_cast<uint32_t>(nparts) * sizeof(float);
+  Xchg xc{red, bars, cl, rank, static_cast<uint32_t>(nparts * R) * 4u, nparts, nwarps, warp, lane};
   // The cluster is 1-D along x: its blocks are consecutive in blockIdx.x.
+  // Units of R rows: cluster c takes units c, c + nclusters, ...
+  const int64_t units = (rows + R - 1) / R;
   const int64_t first = blockIdx.x / cl, step = gridDim.x / cl;
   const int64_t nvec = cols / VEC;
   const int64_t v = static_cast<int64_t>(rank) * blockDim.x + tx;
@@ -868,7 +932,7 @@ __global__ void __launch_bounds__(1024, 1)
   // as this persistent grid's blocks exit.
   pdl_wait();
   pdl_trigger();
-  row_sum_init(&red_bar, row_bytes);
+  xc.init();
 
   // [VEC / 4][1024] float4s (blockDim.x <= 1024), 16-32 KiB.
   __shared__ float4 w_smem[VEC / 4 * 1024];
@@ -885,69 +949,99 @@ __global__ void __launch_bounds__(1024, 1)
   for (int j = 0; j < VEC; ++j) dw_acc[j] = 0.f;
   // Volatile loads: issued where written (before the mbarrier wait), not sunk
   // next to their first use in the next iteration.
-  auto fetch = [&](int64_t row, XV& xd, GV& gd) {
-    if (has && row < rows) {
-      load_words_volatile(xd, x + row * x_stride + v * VEC);
-      load_words_volatile(gd, dy + row * dy_stride + v * VEC);
+  auto fetch = [&](int64_t u, XV(&xd)[R], GV(&gd)[R], float (&rd)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int64_t row = u * R + i;
+      if (has && row < rows) {
+        load_words_volatile(xd[i], x + row * x_stride + v * VEC);
+        load_words_volatile(gd[i], dy + row * dy_stride + v * VEC);
+      }
+      rd[i] = row < rows ? rstd[row] : 0.f;
     }
   };
-  XV xv;
-  GV gv;
-  fetch(first, xv, gv);
-  float r_next = first < rows ? rstd[first] : 0.f;
+  XV xv[R];
+  GV gv[R];
+  float r_next[R];
+  fetch(first, xv, gv, r_next);
 
-  uint32_t phase = 0;
+  uint32_t k = 0;
   // The trip count is the same for every thread of a cluster: each one
-  // reaches every cluster barrier.
-  for (int64_t row = first; row < rows; row += step, phase ^= 1) {
-    const float r = r_next;
-    float dot = 0.f;
+  // reaches every cluster barrier and sends every message.
+  for (int64_t u = first; u < units; u += step, ++k) {
+    float r[R], dot[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      r[i] = r_next[i];
+      dot[i] = 0.f;
+    }
     if (has) {
-      float xf[VEC], gf[VEC], wf[VEC];
-      unpack_floats<T, VEC>(xv, xf);
-      unpack_floats<OT, VEC>(gv, gf);
+      float wf[VEC];
       weights(wf);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) dot += gf[j] * wf[j] * xf[j];
+      for (int i = 0; i < R; ++i) {
+        if (u * R + i >= rows) continue;  // the odd last row's pair
+        float xf[VEC], gf[VEC];
+        unpack_floats<T, VEC>(xv[i], xf);
+        unpack_floats<OT, VEC>(gv[i], gf);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) dot[i] += gf[j] * wf[j] * xf[j];
+      }
     }
-    dot = warp_sum(dot);
-    row_sum_push(red, &red_bar, cl, rank, nwarps, warp, lane, dot);
+#pragma unroll
+    for (int i = 0; i < R; ++i) dot[i] = warp_sum(dot[i]);
+    xc.send(k, dot);
     // Keep x and dy packed through the wait (the converted floats spilled in
-    // rms_bwd_pipe), and put the next row's loads in flight.
-    opaque_words(xv);
-    opaque_words(gv);
-    XV xn;
-    GV gn;
-    fetch(row + step, xn, gn);
-    r_next = row + step < rows ? rstd[row + step] : 0.f;
-    XV dv;
-    if constexpr (DS) {
-      if (has) load_words_volatile(dv, ds_out + row * ds_out_stride + v * VEC);
+    // rms_bwd_pipe), and put the next unit's loads in flight.
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      opaque_words(xv[i]);
+      opaque_words(gv[i]);
     }
-    const float s = row_sum_collect(red, &red_bar, phase, nparts, lane, row_bytes);
+    XV xn[R];
+    GV gn[R];
+    fetch(u + step, xn, gn, r_next);
+    XV dv[R];
+    if constexpr (DS) {
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if (has && u * R + i < rows)
+          load_words_volatile(dv[i], ds_out + (u * R + i) * ds_out_stride + v * VEC);
+    }
+    float s[R];
+    xc.collect(k, s);
     if (has) {
-      const float c = r * r * r * s * inv_cols;
-      float o[VEC], xf[VEC], gf[VEC], wf[VEC];
-      unpack_floats<T, VEC>(xv, xf);
-      unpack_floats<OT, VEC>(gv, gf);
+      float wf[VEC];
       weights(wf);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        o[j] = r * gf[j] * wf[j] - c * xf[j];
-        dw_acc[j] += gf[j] * normed<T>(xf[j], r, llama);
-      }
-      if constexpr (DS) {
-        float df[VEC];
-        unpack_floats<T, VEC>(dv, df);
+      for (int i = 0; i < R; ++i) {
+        const int64_t row = u * R + i;
+        if (row >= rows) continue;
+        const float c = r[i] * r[i] * r[i] * s[i] * inv_cols;
+        float o[VEC], xf[VEC], gf[VEC];
+        unpack_floats<T, VEC>(xv[i], xf);
+        unpack_floats<OT, VEC>(gv[i], gf);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) o[j] += df[j];
+        for (int j = 0; j < VEC; ++j) {
+          o[j] = r[i] * gf[j] * wf[j] - c * xf[j];
+          dw_acc[j] += gf[j] * normed<T>(xf[j], r[i], llama);
+        }
+        if constexpr (DS) {
+          float df[VEC];
+          unpack_floats<T, VEC>(dv[i], df);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) o[j] += df[j];
+        }
+        store_16B_words(dx + row * dx_stride + v * VEC, pack_vec<T, VEC>(o));
       }
-      store_16B_words(dx + row * dx_stride + v * VEC, pack_vec<T, VEC>(o));
     }
-    xv = xn;
-    gv = gn;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      xv[i] = xn[i];
+      gv[i] = gn[i];
+    }
   }
-  cluster_wait();  // matches the last arrive (no block exits with its barrier phase open)
+  xc.finish();
   if (partial != nullptr && has) {
     Vec<float, VEC> out;
 #pragma unroll
@@ -997,19 +1091,20 @@ __global__ void __launch_bounds__(1024, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using XV = Vec<T, VEC>;
   static_assert(sizeof(XV) == 16, "one 16-byte vector a thread");
-  __shared__ float red[kWideMaxParts];  // [rank * nwarps + warp]: the row's warp sums
+  using Xchg = RowSumExchange<1, false>;
+  __shared__ float red[Xchg::kSlotFloats];  // [rank * nwarps + warp]: the row's warp sums
   __shared__ alignas(8) unsigned long long red_bar;
   const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5, nwarps = blockDim.x >> 5;
   const uint32_t cl = cluster_nctarank(), rank = cluster_ctarank();
   const int nparts = static_cast<int>(cl) * nwarps;
-  const uint32_t row_bytes = static_cast<uint32_t>(nparts) * sizeof(float);
+  Xchg xc{red, &red_bar, cl, rank, static_cast<uint32_t>(nparts) * 4u, nparts, nwarps, warp, lane};
   // The cluster is 1-D along x: its blocks are consecutive in blockIdx.x.
   const int64_t first = blockIdx.x / cl, step = gridDim.x / cl;
   const int64_t nvec = cols / VEC;
   const int64_t v = static_cast<int64_t>(rank) * blockDim.x + tx;
   const bool has = v < nvec;
   const int64_t col = v * VEC;
-  row_sum_init(&red_bar, row_bytes);
+  xc.init();
 
   Vec<WT, VEC> wv;
   if (w != nullptr && has) wv = load_vec<WT, VEC>(w + col);
@@ -1023,10 +1118,10 @@ __global__ void __launch_bounds__(1024, 1)
   XV xv, rv;
   fetch(first, xv, rv);
 
-  uint32_t phase = 0;
+  uint32_t k = 0;
   // The trip count is the same for every thread of a cluster: each one
   // reaches every cluster barrier.
-  for (int64_t row = first; row < rows; row += step, phase ^= 1) {
+  for (int64_t row = first; row < rows; row += step, ++k) {
     XV xn, rn;
     fetch(row + step, xn, rn);
     float ss = 0.f;
@@ -1044,14 +1139,15 @@ __global__ void __launch_bounds__(1024, 1)
         ss += f * f;
       }
     }
-    ss = warp_sum(ss);
-    row_sum_push(red, &red_bar, cl, rank, nwarps, warp, lane, ss);
+    const float sq[1] = {warp_sum(ss)};
+    xc.send(k, sq);
     // Keep x (s) and w packed through the wait, not as the floats converted
     // above (as in rms_bwd_cluster).
     opaque_words(xv);
     opaque_words(wv);
-    const float tot = row_sum_collect(red, &red_bar, phase, nparts, lane, row_bytes);
-    const float r = 1.f / sqrtf(tot / static_cast<float>(cols) + eps);
+    float tot[1];
+    xc.collect(k, tot);
+    const float r = 1.f / sqrtf(tot[0] / static_cast<float>(cols) + eps);
     if (rank == 0 && tx == 0) rstd[row] = r;
     if (has) {
       float o[VEC];
@@ -1062,7 +1158,7 @@ __global__ void __launch_bounds__(1024, 1)
     xv = xn;
     if constexpr (ADD) rv = rn;
   }
-  cluster_wait();  // matches the last arrive (no block exits with its barrier phase open)
+  xc.finish();
 #else
   __trap();  // the host launches this kernel only where its sm_90 code runs
 #endif
@@ -1372,6 +1468,13 @@ __global__ void __launch_bounds__(256)
 //     87.5 / 89.9 / 94.1 / 75.8 % of C against 88.0 / 91.3 / 93.6 / 76.2 % at
 //     16384x4096 / 8192x16384 / 131072x1024 / 4096x32768,
 //     benchmarks/results/2026-11-30-h200-rms_norm-quick-c1a3bfe.log).
+// Vectors a thread of rms_fwd_cached (LIGER_CPP_RMS_FWD_V=1|2|4, read on
+// every call; A/B measurements): 4 by default (kMaxV).
+int fwd_vectors_per_thread() {
+  const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"1", "2", "4"});
+  return i < 0 ? kMaxV : 1 << i;
+}
+
 FwdMode fwd_mode(bool add) {
   switch (env_choice(add ? "LIGER_CPP_RMS_ADD_FWD" : "LIGER_CPP_RMS_FWD", {"old", "pack", "new"})) {
     case 0:
@@ -1531,8 +1634,9 @@ BwdKind bwd_kind(bool ds) {
 struct BwdPlan : Plan {
   BwdKind kind = BwdKind::kOld;
   size_t smem = 0;
-  int cl = 0;      // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
-  int stages = 0;  // kTma: rows in flight a block
+  int cl = 0;                       // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
+  int stages = 0;                   // kTma: rows in flight a block
+  ClusterXchg xchg = kXchgBarrier;  // kCluster: its exchange
 };
 
 // Plans rms_bwd_tma (see plan_tma; one dW partial row per block); false when
@@ -1634,10 +1738,28 @@ int wide_tx_forced() {
   return i < 0 ? 0 : (i == 0 ? 512 : 1024);
 }
 
+// rms_bwd_cluster's exchange: LIGER_CPP_RMS_BWD_XCHG=barrier|mbar|pairs
+// (read on every call; see ClusterXchg); unset: barrier.
+ClusterXchg cluster_xchg() {
+  const int i = env_choice("LIGER_CPP_RMS_BWD_XCHG", {"barrier", "mbar", "pairs"});
+  return i < 0 ? kXchgBarrier : static_cast<ClusterXchg>(i);
+}
+
 template <typename T, typename WT, typename OT>
-auto cluster_kernel(bool ds) {
+auto cluster_kernel(bool ds, ClusterXchg xchg) {
   constexpr int full = 16 / sizeof(T);
-  return ds ? &rms_bwd_cluster<T, WT, OT, full, true> : &rms_bwd_cluster<T, WT, OT, full, false>;
+  auto pick = [&](auto ds_c) {
+    constexpr bool DS = decltype(ds_c)::value;
+    switch (xchg) {
+      case kXchgMbar:
+        return &rms_bwd_cluster<T, WT, OT, full, DS, kXchgMbar>;
+      case kXchgPairs:
+        return &rms_bwd_cluster<T, WT, OT, full, DS, kXchgPairs>;
+      default:
+        return &rms_bwd_cluster<T, WT, OT, full, DS, kXchgBarrier>;
+    }
+  };
+  return ds ? pick(std::true_type{}) : pick(std::false_type{});
 }
 
 // A cluster launch of rms_bwd_cluster or rms_fwd_cluster: `cl` blocks of
@@ -1681,7 +1803,9 @@ bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
 template <typename T, typename WT, typename OT>
 bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
   ClusterShape c;
-  if (!pick_cluster_shape(cluster_kernel<T, WT, OT>(a.ds_out != nullptr), a.cols / p.vec, a.rows, c))
+  p.xchg = cluster_xchg();
+  const int64_t units = p.xchg == kXchgPairs ? ceil_div(a.rows, 2) : a.rows;  // rows a cluster iteration
+  if (!pick_cluster_shape(cluster_kernel<T, WT, OT>(a.ds_out != nullptr, p.xchg), a.cols / p.vec, units, c))
     return false;
   p.tx = c.tx;
   p.cl = c.cl;
@@ -1819,25 +1943,40 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
                                   a.rows, a.cols, a.eps, a.offset, llama);
       }
       Plan p;
-      if (aligned && pick_cached(a.cols / full, p)) {
-        const FwdMode mode = fwd_mode(ADD);
+      const FwdMode mode = fwd_mode(ADD);
+      // Fewer vectors a thread (plain RMSNorm's default mode only): a plan
+      // with more threads a row, or kMaxV's where a row needs more than 1024.
+      int maxv = !ADD && mode == kFwdOld ? fwd_vectors_per_thread() : kMaxV;
+      if (aligned && maxv != kMaxV && !pick_cached(a.cols / full, p, maxv)) maxv = kMaxV;
+      if (aligned && (maxv != kMaxV || pick_cached(a.cols / full, p))) {
         p.ty = fwd_rows_per_block(ADD ? "LIGER_CPP_RMS_ADD_FWD_TY" : "LIGER_CPP_RMS_FWD_TY", p);
         const dim3 block(p.tx, p.ty);
         const int64_t grid = ceil_div(a.rows, p.ty);
-        auto launch_mode = [&](auto mode_c) {
-          rms_fwd_cached<T, WT, OT, full, kMaxV, ADD, decltype(mode_c)::value>
+        auto launch_mode = [&](auto mode_c, auto maxv_c) {
+          rms_fwd_cached<T, WT, OT, full, decltype(maxv_c)::value, ADD, decltype(mode_c)::value>
               <<<grid, block, 0, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
                                            a.rows, a.cols, a.eps, a.offset, llama);
         };
+        using V4 = std::integral_constant<int, kMaxV>;
         switch (mode) {
           case kFwdOld:
-            launch_mode(std::integral_constant<int, kFwdOld>{});
+            if constexpr (!ADD) {
+              if (maxv == 1) {
+                launch_mode(std::integral_constant<int, kFwdOld>{}, std::integral_constant<int, 1>{});
+                break;
+              }
+              if (maxv == 2) {
+                launch_mode(std::integral_constant<int, kFwdOld>{}, std::integral_constant<int, 2>{});
+                break;
+              }
+            }
+            launch_mode(std::integral_constant<int, kFwdOld>{}, V4{});
             break;
           case kFwdPack:
-            launch_mode(std::integral_constant<int, kFwdPack>{});
+            launch_mode(std::integral_constant<int, kFwdPack>{}, V4{});
             break;
           default:
-            launch_mode(std::integral_constant<int, kFwdNew>{});
+            launch_mode(std::integral_constant<int, kFwdNew>{}, V4{});
         }
       } else {
         const int vec = aligned ? full : 1;
@@ -1900,8 +2039,8 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
                                          partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
-      const cudaError_t err = launch_cluster_pdl(cluster_kernel<T, WT, OT>(ds_out != nullptr), p.grid * p.cl,
-                                                 p.tx, p.cl, 0, stream, dy, a.dy_row_stride, x,
+      const cudaError_t err = launch_cluster_pdl(cluster_kernel<T, WT, OT>(ds_out != nullptr, p.xchg),
+                                                 p.grid * p.cl, p.tx, p.cl, 0, stream, dy, a.dy_row_stride, x,
                                                  a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx,
                                                  a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
       if (err != cudaSuccess) return err;
