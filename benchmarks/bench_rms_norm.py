@@ -49,10 +49,9 @@ def eager(x, w):
 # (a 256- / 512-thread block per row that reads the row twice, the second time from L2), l2hint
 # (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
 # LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
-# with more threads resident). LIGER_CPP_RMS_FWD_V=1|2: the register-cached forward with 1 or 2
-# vectors a thread (default 4; 32 registers, more threads a row). LIGER_CPP_RMS_BWD_XCHG: the cluster
-# backward's row-sum exchange (barrier: a cluster barrier a row; mbar: two slots, no barrier; pairs:
-# two rows a message).
+# with more threads resident). LIGER_CPP_RMS_FWD_V=1|2|4: the register-cached forward's vectors a
+# thread (default 2 up to 512 vectors, 4 above). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's
+# rows a message (default 2 for clusters of two blocks, 1 above).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
     "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
@@ -63,9 +62,9 @@ VARIANT_ENV = {
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[fwd_v=1]": {"LIGER_CPP_RMS_FWD_V": "1"},
     "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
-    "liger_cpp[xchg=barrier]": {"LIGER_CPP_RMS_BWD_XCHG": "barrier"},
-    "liger_cpp[xchg=mbar]": {"LIGER_CPP_RMS_BWD_XCHG": "mbar"},
-    "liger_cpp[xchg=pairs]": {"LIGER_CPP_RMS_BWD_XCHG": "pairs"},
+    "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4"},
+    "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
+    "liger_cpp[bwd_rows=2]": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
     "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
@@ -85,6 +84,7 @@ FWD_VARIANTS = {
     "liger_cpp[fwd=new]",
     "liger_cpp[fwd_v=1]",
     "liger_cpp[fwd_v=2]",
+    "liger_cpp[fwd_v=4]",
 }
 
 
@@ -192,6 +192,7 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--wide", action="store_true", help="wide-row variants and compile only, hidden 16K-64K")
+    ap.add_argument("--variants", action="store_true", help="also the liger_cpp kernel-variant (A/B) rows")
     ap.add_argument(
         "--tma", action="store_true", help="the TMA row backward against reg and the default, hidden 1K-8K"
     )
@@ -205,7 +206,8 @@ def main():
             fns = {
                 k: v
                 for k, v in fns.items()
-                if (k.startswith("liger_cpp") and "bwd=" not in k and "fwd=" not in k) or k == "compile"
+                if (k.startswith("liger_cpp") and not any(t in k for t in ("bwd=", "fwd=", "fwd_v=")))
+                or k == "compile"
             }
             shapes, what = [((128 << 20) // n, n) for n in (16384, 32768, 65536)], "wide rows"
         else:
@@ -222,6 +224,8 @@ def main():
         print(f"RMSNorm bf16 {what} on {meta_rows['gpu']}, C = {C:.0f} GB/s, commit {meta_rows['commit']}")
         print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
         return
+    if not args.variants:  # the A/B rows only when asked for
+        fns = {k: v for k, v in fns.items() if k not in VARIANT_ENV}
     rows += run_shape(16384, 4096, fns, C, ["fwd+bwd", "fwd"])
     rows += run_shape(8192, 16384, fns, C, ["fwd"])
     # (128M / n) x n: 8192 x 16384, 4096 x 32768 and 2048 x 65536 take the wide (cluster) backward.

@@ -5,7 +5,8 @@ Not a benchmark: no timing here. Usage (on the GPU machine):
 OP: ce_rows (8192 x 128256 bf16; ce_rows_V for another vocabulary, e.g. ce_rows_151936),
     rms_norm (16384 x 4096 bf16 fwd+bwd), rms_norm_fwd, rms_fwd_wide (4096 x 32768 forward) and
     rms_fwd_wide_compile (torch.compile of the Hugging Face formula at that shape: its Triton
-    kernel, for comparison), layer_norm, fused_add_rms_norm, rope (B4 T4096 32/8 d128 fwd+bwd),
+    kernel, for comparison); rms_fwd_MxN, rms_fwd_compile_MxN, rms_fwd_liger_MxN (ours, compile's,
+    Liger-Kernel's forward at M x N), layer_norm, fused_add_rms_norm, rope (B4 T4096 32/8 d128 fwd+bwd),
     glu_fwd / glu_fwd_compile (SwiGLU forward 8192 x 14336 bf16: ours, torch.compile's Triton kernel).
 """
 
@@ -35,10 +36,11 @@ def main():
 
         fn, _ = make_fn(op, 16384, 4096)
 
-    elif op in ("rms_fwd_wide", "rms_fwd_wide_compile"):
+    elif op.startswith("rms_fwd_"):  # rms_fwd_wide[_compile], rms_fwd[_compile|_liger]_MxN
         from liger_cpp.transformers import LigerRMSNorm
 
-        M, N = 4096, 32768
+        parts = op.split("_")
+        M, N = (4096, 32768) if parts[2] == "wide" else map(int, parts[-1].split("x"))
         x = torch.randn(M, N, device=dev, dtype=bf)
         mod = LigerRMSNorm(N).to(dev, bf)
 
@@ -46,7 +48,14 @@ def main():
             v = h.float().pow(2).mean(-1, keepdim=True)
             return mod.weight * (h.float() * torch.rsqrt(v + 1e-6)).to(h.dtype)
 
-        f = torch.compile(hf) if op == "rms_fwd_wide_compile" else mod
+        f = mod
+        if "compile" in parts:
+            f = torch.compile(hf)
+        elif "liger" in parts:
+            from liger_kernel.transformers.functional import liger_rms_norm
+
+            def f(h):
+                return liger_rms_norm(h, mod.weight, 1e-6, 0.0, "llama", False)
 
         def fn():
             with torch.no_grad():

@@ -161,8 +161,9 @@ def test_cuda_fwd_rows_per_block(monkeypatch, ty, shape, dtype):
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
 
 
-# LIGER_CPP_RMS_FWD_V sets the cached forward's vectors a thread (1, 2, 4: more threads a row; where
-# a row would need more than 1024 threads, the default's 4): the same values whatever the layout.
+# LIGER_CPP_RMS_FWD_V sets the cached forward's vectors a thread (1, 2, 4; default 2 up to 512
+# vectors, 4 above; where a row would need more than 1024 threads, 4): the same values whatever
+# the layout.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("nv", ["1", "2", "4"])
 @pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8), (9, 16384), (5, 1000)])
@@ -473,7 +474,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_LN_BWD_PAIR", "ln_bwd"),
         ("LIGER_CPP_RMS_FWD_TY", "rms_fwd"),
         ("LIGER_CPP_RMS_FWD_V", "rms_fwd"),
-        ("LIGER_CPP_RMS_BWD_XCHG", "rms_bwd_wide"),
+        ("LIGER_CPP_RMS_BWD_ROWS", "rms_bwd_wide"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],
 )

@@ -60,12 +60,11 @@ RMS_WIDE_VARIANTS = {
     "fwd_l2x512": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
     "fwd_l2hint": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
     "fwd_old": {"LIGER_CPP_RMS_FWD_WIDE": "old"},
-    # the cluster backward's exchanges (LIGER_CPP_RMS_BWD_XCHG): two slots without a barrier a
-    # row, and rows in pairs (odd row counts end on a pair of one), also in 512-thread blocks
-    "xchg_barrier": {"LIGER_CPP_RMS_BWD_XCHG": "barrier"},
-    "xchg_mbar": {"LIGER_CPP_RMS_BWD_XCHG": "mbar"},
-    "xchg_pairs": {"LIGER_CPP_RMS_BWD_XCHG": "pairs"},
-    "xchg_pairs512": {"LIGER_CPP_RMS_BWD_XCHG": "pairs", "LIGER_CPP_RMS_WIDE_TX": "512"},
+    # the cluster backward's rows a message (LIGER_CPP_RMS_BWD_ROWS; default 2 for clusters of two
+    # blocks): one, and two (odd row counts end on a pair of one), also in 512-thread blocks
+    "rows1": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
+    "rows2": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
+    "rows2_512": {"LIGER_CPP_RMS_BWD_ROWS": "2", "LIGER_CPP_RMS_WIDE_TX": "512"},
 }
 RMS_WIDE_WEIGHTS = [
     ("same", "llama", 0.0),

@@ -743,29 +743,27 @@ __global__ void __launch_bounds__(1024, 1)
 // so each thread owns VEC fixed columns: their weights stay in registers and
 // their dW partial sums accumulate in fp32 registers.
 //
-// The grid is persistent: cluster c of nclusters = gridDim.x / CL takes rows
-// c, c + nclusters, ... Per row (k-th of this cluster):
-//   1. the thread's part of sum(dy * w * x), summed over the warp (shuffles);
-//   2. cluster wait (see below), then lane q < CL of every warp sends the warp
-//      sum to block q: st.async into red[rank * nwarps + warp] of block q,
-//      completing 4 bytes of block q's mbarrier transaction count. Each block
-//      receives all CL * nwarps warp sums (CL * nwarps * 4 bytes per phase);
-//   3. the next row's x and dy (and rstd), and this row's ds_out, are put in
-//      flight, then every thread waits on its own block's mbarrier (phase k);
-//   4. every warp sums the CL * nwarps values in one fixed order (lane l takes
-//      entries l, l + 32, ..., then an xor butterfly, whose result is bitwise
-//      the same in every lane): every block gets the same, reproducible row
-//      sum;
-//   5. barrier.cluster.arrive.relaxed ("done reading red"), then dx and the
-//      dW partials from the registers, and the next row's step 1.
-// The wait of step 2 (for every thread's arrive of step 5 of the previous
-// row) keeps a fast block from overwriting red before a slow one has read
-// it; its latency hides behind the dx stores and the next dot product.
-// Neither the exchange nor this barrier needs a memory fence: the st.async
-// data is made visible by the mbarrier, and red's reads are complete (their
-// values were used) before the arrive. (barrier.cluster.arrive.release
-// compiled to MEMBAR.ALL.GPU, which would wait for the row's dx stores and the
-// prefetched loads on every row.)
+// The grid is persistent: cluster c of nclusters = gridDim.x / CL takes units
+// of R rows (R = 1 or 2) c, c + nclusters, ... Per unit (message k of this
+// cluster; RowSumExchange<R>):
+//   1. the thread's part of sum(dy * w * x) for each row, summed over the warp
+//      (shuffles);
+//   2. lane q < CL of every warp sends the warp's R sums to block q: st.async
+//      into slot k & 1 of block q's red, completing 4 * R bytes of that slot's
+//      mbarrier. Each block receives all CL * nwarps messages;
+//   3. the next unit's x and dy (and rstd), and this unit's ds_out, are put in
+//      flight, then every thread waits on its own block's mbarrier;
+//   4. every warp sums the CL * nwarps values of each row in one fixed order
+//      (lane l takes entries l, l + 32, ..., then an xor butterfly, whose
+//      result is bitwise the same in every lane): every block gets the same,
+//      reproducible row sums;
+//   5. dx and the dW partials from the registers, and the next unit's step 1.
+// No cluster barrier a row (RowSumExchange says why two slots make it
+// unneeded) and no memory fence: the st.async data is made visible by the
+// mbarrier. (A cluster barrier a row, keeping a fast block from overwriting a
+// single slot before a slow one had read it, cost 237.9 against 230.4 us at
+// 8192 x 16384 and 276.4 against 252.6 us at 2048 x 65536 bf16 fwd+bwd on the
+// H200: 2026-12-01-h200-norm-breakdown-xchg-9427db8.log.)
 // At the end each block writes its columns of the cluster's partial row
 // (partial[c][:]), finished by reduce_partials over the nclusters rows.
 // dy and dx may alias (in place): the row fetched ahead is never the row
@@ -811,31 +809,26 @@ __device__ __forceinline__ void st_async_floats(float* slot, unsigned long long*
 
 // The row-sum exchange of rms_bwd_cluster and rms_fwd_cluster (the protocol:
 // rms_bwd_cluster's comment). Message k carries R rows' warp sums: every
-// warp's lane q < cl sends its R sums to block q, into red[slot][(rank *
-// nwarps + warp) * R + i]; bars[slot] completes when all `bytes` (nparts * R *
-// 4) of the message have landed in this block.
-//  * DBUF = false: one slot; before sending message k a block waits at a
-//    cluster barrier until every block has read message k - 1 (arrived after
-//    its collect).
-//  * DBUF = true: two slots, message k in slot k & 1, no cluster barrier per
-//    message: a peer can only send message k + 2 (into slot k & 1) after its
-//    own collect of message k + 1, which needs every warp of this block to
-//    have sent k + 1, which each warp does after reading message k: the data
-//    dependencies order the slot's reuse. Thread 0 re-arms bars[slot] after
-//    waiting for message k; a peer's bytes of message k + 2 landing before
-//    that arrive cannot complete the phase (its arrival is still pending).
-template <int R, bool DBUF>
+// warp's lane q < cl sends its R sums to block q, into red[k & 1][(rank *
+// nwarps + warp) * R + i]; bars[k & 1] completes when all `bytes` (nparts * R
+// * 4) of the message have landed in this block. Two slots and no cluster
+// barrier a message: a peer can only send message k + 2 (into slot k & 1)
+// after its own collect of message k + 1, which needs every warp of this
+// block to have sent k + 1, which each warp does after reading message k: the
+// data dependencies order the slot's reuse. Thread 0 re-arms bars[k & 1]
+// after waiting for message k; a peer's bytes of message k + 2 landing before
+// that arrive cannot complete the phase (its arrival is still pending).
+template <int R>
 struct RowSumExchange {
-  static constexpr int kSlots = DBUF ? 2 : 1;
+  static constexpr int kSlots = 2;
   static constexpr int kSlotFloats = kWideMaxParts * R;
   float* red;                // [kSlots][kSlotFloats]
   unsigned long long* bars;  // [kSlots]
   uint32_t cl, rank, bytes;
   int nparts, nwarps, warp, lane;
 
-  // Before the first message: thread 0 arms the mbarriers. Without DBUF the
-  // cluster arrive is matched by the first send's wait; with it, the wait is
-  // here (every block's mbarriers are armed before any message reaches them).
+  // Before the first message: thread 0 arms the mbarriers, and every block's
+  // are armed before any message reaches them (the cluster barrier).
   __device__ __forceinline__ void init() {
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -846,13 +839,12 @@ struct RowSumExchange {
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     cluster_arrive_relaxed();
-    if constexpr (DBUF) cluster_wait();
+    cluster_wait();
   }
 
   // Sends this warp's R sums v (the same in every lane) of message k.
   __device__ __forceinline__ void send(uint32_t k, const float (&v)[R]) {
-    const int slot = DBUF ? static_cast<int>(k & 1) : 0;
-    if constexpr (!DBUF) cluster_wait();  // every block has read message k - 1
+    const int slot = static_cast<int>(k & 1);
     if (lane < static_cast<int>(cl))
       st_async_floats<R>(&red[slot * kSlotFloats + (rank * nwarps + warp) * R], &bars[slot], lane, v);
   }
@@ -860,8 +852,8 @@ struct RowSumExchange {
   // Waits for message k and returns its R row sums, each added in one fixed
   // order (every block of the cluster gets the same values).
   __device__ __forceinline__ void collect(uint32_t k, float (&s)[R]) {
-    const int slot = DBUF ? static_cast<int>(k & 1) : 0;
-    mbar_wait(&bars[slot], DBUF ? (k >> 1) & 1 : k & 1);
+    const int slot = static_cast<int>(k & 1);
+    mbar_wait(&bars[slot], (k >> 1) & 1);
     const float* m = red + slot * kSlotFloats;
 #pragma unroll
     for (int i = 0; i < R; ++i) s[i] = 0.f;
@@ -873,14 +865,13 @@ struct RowSumExchange {
       }
 #pragma unroll
     for (int i = 0; i < R; ++i) s[i] = warp_sum(s[i]);
-    if constexpr (!DBUF) cluster_arrive_relaxed();  // done reading red
     if (threadIdx.x == 0) mbar_expect_tx(&bars[slot], bytes);
   }
 
   // After the last message: no block exits while a peer may still use it.
   __device__ __forceinline__ void finish() {
-    if constexpr (DBUF) cluster_arrive_relaxed();
-    cluster_wait();  // (without DBUF: matches the last collect's arrive)
+    cluster_arrive_relaxed();
+    cluster_wait();
   }
 };
 #endif
@@ -894,25 +885,18 @@ struct RowSumExchange {
 // writes (its blocks start 2.5 us before the forward ends): backward 245.5 ->
 // 235.3 us, call span 80.6 -> 83.7 % of C at 8192 x 16384 bf16 on the H200
 // (2026-12-01-h200-norm-breakdown-wide-7e5f4b4.log).
-// XCHG (LIGER_CPP_RMS_BWD_XCHG, A/B): kXchgBarrier, one row a message and
-// a cluster barrier a row (RowSumExchange<1, false>); kXchgMbar, one row a
-// message, two slots and no barrier (RowSumExchange<1, true>); kXchgPairs,
-// rows in pairs (unit u: rows 2u, 2u + 1), one message of two sums a pair
-// (RowSumExchange<2, true>).
-enum ClusterXchg : int { kXchgBarrier = 0, kXchgMbar = 1, kXchgPairs = 2 };
-
-template <typename T, typename WT, typename OT, int VEC, bool DS, int XCHG>
+// R = 2: rows in pairs (unit u: rows 2u, 2u + 1), one message of two sums a
+// pair (see cluster_rows for when).
+template <typename T, typename WT, typename OT, int VEC, bool DS, int R>
 __global__ void __launch_bounds__(1024, 1)
     rms_bwd_cluster(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                     const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
                     int64_t ds_out_stride, T* dx, int64_t dx_stride, float* __restrict__ partial,
                     int64_t rows, int64_t cols, float offset, bool llama) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int R = XCHG == kXchgPairs ? 2 : 1;
-  constexpr bool DBUF = XCHG != kXchgBarrier;
   using XV = Vec<T, VEC>;
   using GV = Vec<OT, VEC>;
-  using Xchg = RowSumExchange<R, DBUF>;
+  using Xchg = RowSumExchange<R>;
   static_assert(sizeof(XV) % 16 == 0 && sizeof(GV) % 16 == 0, "whole 16-byte vectors only");
   __shared__ alignas(16) float red[Xchg::kSlots * Xchg::kSlotFloats];
   __shared__ alignas(8) unsigned long long bars[Xchg::kSlots];
@@ -966,8 +950,8 @@ __global__ void __launch_bounds__(1024, 1)
   fetch(first, xv, gv, r_next);
 
   uint32_t k = 0;
-  // The trip count is the same for every thread of a cluster: each one
-  // reaches every cluster barrier and sends every message.
+  // The trip count is the same for every thread of a cluster: each one sends
+  // every message.
   for (int64_t u = first; u < units; u += step, ++k) {
     float r[R], dot[R];
 #pragma unroll
@@ -1091,13 +1075,13 @@ __global__ void __launch_bounds__(1024, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using XV = Vec<T, VEC>;
   static_assert(sizeof(XV) == 16, "one 16-byte vector a thread");
-  using Xchg = RowSumExchange<1, false>;
-  __shared__ float red[Xchg::kSlotFloats];  // [rank * nwarps + warp]: the row's warp sums
-  __shared__ alignas(8) unsigned long long red_bar;
+  using Xchg = RowSumExchange<1>;
+  __shared__ float red[Xchg::kSlots * Xchg::kSlotFloats];  // the rows' warp sums
+  __shared__ alignas(8) unsigned long long bars[Xchg::kSlots];
   const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5, nwarps = blockDim.x >> 5;
   const uint32_t cl = cluster_nctarank(), rank = cluster_ctarank();
   const int nparts = static_cast<int>(cl) * nwarps;
-  Xchg xc{red, &red_bar, cl, rank, static_cast<uint32_t>(nparts) * 4u, nparts, nwarps, warp, lane};
+  Xchg xc{red, bars, cl, rank, static_cast<uint32_t>(nparts) * 4u, nparts, nwarps, warp, lane};
   // The cluster is 1-D along x: its blocks are consecutive in blockIdx.x.
   const int64_t first = blockIdx.x / cl, step = gridDim.x / cl;
   const int64_t nvec = cols / VEC;
@@ -1468,11 +1452,16 @@ __global__ void __launch_bounds__(256)
 //     87.5 / 89.9 / 94.1 / 75.8 % of C against 88.0 / 91.3 / 93.6 / 76.2 % at
 //     16384x4096 / 8192x16384 / 131072x1024 / 4096x32768,
 //     benchmarks/results/2026-11-30-h200-rms_norm-quick-c1a3bfe.log).
-// Vectors a thread of rms_fwd_cached (LIGER_CPP_RMS_FWD_V=1|2|4, read on
-// every call; A/B measurements): 4 by default (kMaxV).
-int fwd_vectors_per_thread() {
+// Vectors a thread of rms_fwd_cached for rows of nvec vectors
+// (LIGER_CPP_RMS_FWD_V=1|2|4, read on every call; A/B measurements). Unset: 2
+// up to 512 vectors (32 registers, a whole SM's threads resident), 4 above.
+// Kernel times at 16384 x 4096 / 131072 x 1024 / 65536 x 2048 / 16384 x 8192 /
+// 8192 x 16384 bf16 on the H200 (2026-12-01-h200-norm-breakdown-fwd-v-9427db8.log):
+// 4: 69.2 / 133.1 / 133.2 / 132.9 / 141.9 us; 2: 67.9 / 132.9 / 132.9 / 136.0 /
+// 148.6 (its rows of 1024 threads); 1: 93.0 / 168.2 / 167.7 / 213.7 / (4).
+int fwd_vectors_per_thread(int64_t nvec) {
   const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"1", "2", "4"});
-  return i < 0 ? kMaxV : 1 << i;
+  return i < 0 ? (nvec <= 512 ? 2 : kMaxV) : 1 << i;
 }
 
 FwdMode fwd_mode(bool add) {
@@ -1634,9 +1623,9 @@ BwdKind bwd_kind(bool ds) {
 struct BwdPlan : Plan {
   BwdKind kind = BwdKind::kOld;
   size_t smem = 0;
-  int cl = 0;                       // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
-  int stages = 0;                   // kTma: rows in flight a block
-  ClusterXchg xchg = kXchgBarrier;  // kCluster: its exchange
+  int cl = 0;              // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
+  int stages = 0;          // kTma: rows in flight a block
+  int rows_a_message = 1;  // kCluster: R
 };
 
 // Plans rms_bwd_tma (see plan_tma; one dW partial row per block); false when
@@ -1738,26 +1727,24 @@ int wide_tx_forced() {
   return i < 0 ? 0 : (i == 0 ? 512 : 1024);
 }
 
-// rms_bwd_cluster's exchange: LIGER_CPP_RMS_BWD_XCHG=barrier|mbar|pairs
-// (read on every call; see ClusterXchg); unset: barrier.
-ClusterXchg cluster_xchg() {
-  const int i = env_choice("LIGER_CPP_RMS_BWD_XCHG", {"barrier", "mbar", "pairs"});
-  return i < 0 ? kXchgBarrier : static_cast<ClusterXchg>(i);
+// rms_bwd_cluster's rows a message: LIGER_CPP_RMS_BWD_ROWS=1|2 (read on
+// every call); unset: 2 for clusters of two blocks, 1 for more. Pairs cost 4
+// registers a row each of x and dy more (64 registers, 32 bytes spilled): at
+// 8192 x 16384 bf16 (clusters of 2) backward 227.1 against 230.4 us, at
+// 2048 x 65536 (8) 265.0 against 252.6 us, at 4096 x 32768 (4) even
+// (2026-12-01-h200-norm-breakdown-xchg-9427db8.log).
+int cluster_rows(int cl) {
+  const int i = env_choice("LIGER_CPP_RMS_BWD_ROWS", {"1", "2"});
+  return i < 0 ? (cl <= 2 ? 2 : 1) : i + 1;
 }
 
 template <typename T, typename WT, typename OT>
-auto cluster_kernel(bool ds, ClusterXchg xchg) {
+auto cluster_kernel(bool ds, int rows_a_message) {
   constexpr int full = 16 / sizeof(T);
   auto pick = [&](auto ds_c) {
     constexpr bool DS = decltype(ds_c)::value;
-    switch (xchg) {
-      case kXchgMbar:
-        return &rms_bwd_cluster<T, WT, OT, full, DS, kXchgMbar>;
-      case kXchgPairs:
-        return &rms_bwd_cluster<T, WT, OT, full, DS, kXchgPairs>;
-      default:
-        return &rms_bwd_cluster<T, WT, OT, full, DS, kXchgBarrier>;
-    }
+    return rows_a_message == 2 ? &rms_bwd_cluster<T, WT, OT, full, DS, 2>
+                               : &rms_bwd_cluster<T, WT, OT, full, DS, 1>;
   };
   return ds ? pick(std::true_type{}) : pick(std::false_type{});
 }
@@ -1803,9 +1790,13 @@ bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
 template <typename T, typename WT, typename OT>
 bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
   ClusterShape c;
-  p.xchg = cluster_xchg();
-  const int64_t units = p.xchg == kXchgPairs ? ceil_div(a.rows, 2) : a.rows;  // rows a cluster iteration
-  if (!pick_cluster_shape(cluster_kernel<T, WT, OT>(a.ds_out != nullptr, p.xchg), a.cols / p.vec, units, c))
+  const bool ds = a.ds_out != nullptr;
+  if (!pick_cluster_shape(cluster_kernel<T, WT, OT>(ds, 1), a.cols / p.vec, a.rows, c)) return false;
+  p.rows_a_message = cluster_rows(c.cl);
+  // Pairs: the same shape (the kernels' registers and shared memory are the
+  // same), at most one cluster a pair.
+  if (p.rows_a_message == 2 &&
+      !pick_cluster_shape(cluster_kernel<T, WT, OT>(ds, 2), a.cols / p.vec, ceil_div(a.rows, 2), c))
     return false;
   p.tx = c.tx;
   p.cl = c.cl;
@@ -1946,7 +1937,7 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       const FwdMode mode = fwd_mode(ADD);
       // Fewer vectors a thread (plain RMSNorm's default mode only): a plan
       // with more threads a row, or kMaxV's where a row needs more than 1024.
-      int maxv = !ADD && mode == kFwdOld ? fwd_vectors_per_thread() : kMaxV;
+      int maxv = !ADD && mode == kFwdOld ? fwd_vectors_per_thread(a.cols / full) : kMaxV;
       if (aligned && maxv != kMaxV && !pick_cached(a.cols / full, p, maxv)) maxv = kMaxV;
       if (aligned && (maxv != kMaxV || pick_cached(a.cols / full, p))) {
         p.ty = fwd_rows_per_block(ADD ? "LIGER_CPP_RMS_ADD_FWD_TY" : "LIGER_CPP_RMS_FWD_TY", p);
@@ -2039,10 +2030,10 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
                                          partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
-      const cudaError_t err = launch_cluster_pdl(cluster_kernel<T, WT, OT>(ds_out != nullptr, p.xchg),
-                                                 p.grid * p.cl, p.tx, p.cl, 0, stream, dy, a.dy_row_stride, x,
-                                                 a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx,
-                                                 a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
+      const cudaError_t err = launch_cluster_pdl(
+          cluster_kernel<T, WT, OT>(ds_out != nullptr, p.rows_a_message), p.grid * p.cl, p.tx, p.cl, 0,
+          stream, dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx,
+          a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
       if (err != cudaSuccess) return err;
     } else if (p.cached && p.kind != BwdKind::kOld) {
       pipe_kernel<T, WT, OT>(p.kind, ds_out != nullptr)<<<p.grid, dim3(p.tx, p.ty), p.smem, stream>>>(
