@@ -49,7 +49,7 @@ def eager(x, w):
 # (a 256- / 512-thread block per row that reads the row twice, the second time from L2), l2hint
 # (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
 # LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
-# with more threads resident). LIGER_CPP_RMS_FWD_V=1|2|4: the register-cached forward's vectors a
+# with more threads resident). LIGER_CPP_RMS_FWD_V=2|4: the register-cached forward's vectors a
 # thread (default 2 up to 512 vectors, 4 above). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's
 # rows a message (default 2 for clusters of two blocks, 1 above).
 VARIANT_ENV = {
@@ -60,7 +60,6 @@ VARIANT_ENV = {
     "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
-    "liger_cpp[fwd_v=1]": {"LIGER_CPP_RMS_FWD_V": "1"},
     "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
     "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4"},
     "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
@@ -82,7 +81,6 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_wide=l2x512]",
     "liger_cpp[fwd_wide=l2hint]",
     "liger_cpp[fwd=new]",
-    "liger_cpp[fwd_v=1]",
     "liger_cpp[fwd_v=2]",
     "liger_cpp[fwd_v=4]",
 }

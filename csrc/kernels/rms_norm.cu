@@ -117,7 +117,7 @@ __device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
 //    vector.
 enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 
-// MAXV <= 2 (LIGER_CPP_RMS_FWD_V): at most 32 registers, so two 1024-thread
+// MAXV = 2 (LIGER_CPP_RMS_FWD_V): at most 32 registers, so two 1024-thread
 // blocks (a whole SM's threads) can be resident.
 template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE>
 __global__ void __launch_bounds__(1024, MAXV <= 2 ? 2 : 1)
@@ -1453,15 +1453,15 @@ __global__ void __launch_bounds__(256)
 //     16384x4096 / 8192x16384 / 131072x1024 / 4096x32768,
 //     benchmarks/results/2026-11-30-h200-rms_norm-quick-c1a3bfe.log).
 // Vectors a thread of rms_fwd_cached for rows of nvec vectors
-// (LIGER_CPP_RMS_FWD_V=1|2|4, read on every call; A/B measurements). Unset: 2
+// (LIGER_CPP_RMS_FWD_V=2|4, read on every call; A/B measurements). Unset: 2
 // up to 512 vectors (32 registers, a whole SM's threads resident), 4 above.
 // Kernel times at 16384 x 4096 / 131072 x 1024 / 65536 x 2048 / 16384 x 8192 /
 // 8192 x 16384 bf16 on the H200 (2026-12-01-h200-norm-breakdown-fwd-v-9427db8.log):
 // 4: 69.2 / 133.1 / 133.2 / 132.9 / 141.9 us; 2: 67.9 / 132.9 / 132.9 / 136.0 /
-// 148.6 (its rows of 1024 threads); 1: 93.0 / 168.2 / 167.7 / 213.7 / (4).
+// 148.6 (its rows of 1024 threads); 1 (removed): 93.0 / 168.2 / 167.7 / 213.7.
 int fwd_vectors_per_thread(int64_t nvec) {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"1", "2", "4"});
-  return i < 0 ? (nvec <= 512 ? 2 : kMaxV) : 1 << i;
+  const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"2", "4"});
+  return i < 0 ? (nvec <= 512 ? 2 : kMaxV) : 2 << i;
 }
 
 FwdMode fwd_mode(bool add) {
@@ -1935,9 +1935,9 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       }
       Plan p;
       const FwdMode mode = fwd_mode(ADD);
-      // Fewer vectors a thread (plain RMSNorm's default mode only): a plan
-      // with more threads a row, or kMaxV's where a row needs more than 1024.
-      int maxv = !ADD && mode == kFwdOld ? fwd_vectors_per_thread(a.cols / full) : kMaxV;
+      // Two vectors a thread (plain RMSNorm, modes old and new): a plan with
+      // more threads a row, or kMaxV's where a row needs more than 1024.
+      int maxv = !ADD && mode != kFwdPack ? fwd_vectors_per_thread(a.cols / full) : kMaxV;
       if (aligned && maxv != kMaxV && !pick_cached(a.cols / full, p, maxv)) maxv = kMaxV;
       if (aligned && (maxv != kMaxV || pick_cached(a.cols / full, p))) {
         p.ty = fwd_rows_per_block(ADD ? "LIGER_CPP_RMS_ADD_FWD_TY" : "LIGER_CPP_RMS_FWD_TY", p);
@@ -1948,26 +1948,31 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
               <<<grid, block, 0, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
                                            a.rows, a.cols, a.eps, a.offset, llama);
         };
+        using V2 = std::integral_constant<int, 2>;
         using V4 = std::integral_constant<int, kMaxV>;
+        using Old = std::integral_constant<int, kFwdOld>;
+        using New = std::integral_constant<int, kFwdNew>;
         switch (mode) {
           case kFwdOld:
             if constexpr (!ADD) {
-              if (maxv == 1) {
-                launch_mode(std::integral_constant<int, kFwdOld>{}, std::integral_constant<int, 1>{});
-                break;
-              }
               if (maxv == 2) {
-                launch_mode(std::integral_constant<int, kFwdOld>{}, std::integral_constant<int, 2>{});
+                launch_mode(Old{}, V2{});
                 break;
               }
             }
-            launch_mode(std::integral_constant<int, kFwdOld>{}, V4{});
+            launch_mode(Old{}, V4{});
             break;
           case kFwdPack:
             launch_mode(std::integral_constant<int, kFwdPack>{}, V4{});
             break;
           default:
-            launch_mode(std::integral_constant<int, kFwdNew>{}, V4{});
+            if constexpr (!ADD) {
+              if (maxv == 2) {
+                launch_mode(New{}, V2{});
+                break;
+              }
+            }
+            launch_mode(New{}, V4{});
         }
       } else {
         const int vec = aligned ? full : 1;
