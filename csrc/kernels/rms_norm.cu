@@ -1452,17 +1452,25 @@ __global__ void __launch_bounds__(256)
 //     87.5 / 89.9 / 94.1 / 75.8 % of C against 88.0 / 91.3 / 93.6 / 76.2 % at
 //     16384x4096 / 8192x16384 / 131072x1024 / 4096x32768,
 //     benchmarks/results/2026-11-30-h200-rms_norm-quick-c1a3bfe.log).
-// Vectors a thread of rms_fwd_cached for rows of nvec vectors
-// (LIGER_CPP_RMS_FWD_V=2|4, read on every call; A/B measurements). Unset: 2
-// up to 512 vectors (32 registers, a whole SM's threads resident), 4 above.
-// Kernel times at 16384 x 4096 / 131072 x 1024 / 65536 x 2048 / 16384 x 8192 /
-// 8192 x 16384 bf16 on the H200 (2026-12-01-h200-norm-breakdown-fwd-v-9427db8.log):
-// 4: 69.2 / 133.1 / 133.2 / 132.9 / 141.9 us; 2: 67.9 / 132.9 / 132.9 / 136.0 /
-// 148.6 (its rows of 1024 threads); 1 (removed): 93.0 / 168.2 / 167.7 / 213.7.
+// Plain RMSNorm's register-cached forward, by default (each knob read on
+// every call overrides its part; A/B measurements):
+//  * up to 128 vectors (bf16 hidden 1024): 2 vectors a thread
+//    (LIGER_CPP_RMS_FWD_V=2|4; 32 registers, a whole SM's threads resident)
+//    in 128-thread blocks (LIGER_CPP_RMS_FWD_TY);
+//  * above: 4 vectors a thread, one row a block.
+// Kernel times at 131072 x 1024 / 65536 x 2048 / 16384 x 4096 / 16384 x 8192
+// bf16 on the H200, default before (4 vectors, 256-thread blocks) -> now:
+// 133.1 -> 130.9, 133.2 -> 129.6, 69.2 -> 67.4, 132.9 -> 131.9 us
+// (2026-12-01-h200-norm-breakdown-fwd-v-9427db8.log, -fwd-ab-5fb7fac.log,
+// -fwd-ab2-5fb7fac.log). 1 vector a thread read 93.0 / 168.2 / 167.7 / 213.7
+// us and was removed. Mode new at 8192 x 16384 read 138.9 against 141.0 us
+// (fwd-ab2) but 134.3 against 131.9 at 16384 x 8192 (fwd-ab) and 89.9 against
+// 91.3 % of C at 8192 x 16384 in c1a3bfe's bench: old stays the default.
 int fwd_vectors_per_thread(int64_t nvec) {
   const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"2", "4"});
-  return i < 0 ? (nvec <= 512 ? 2 : kMaxV) : 2 << i;
+  return i < 0 ? (nvec <= 128 ? 2 : kMaxV) : 2 << i;
 }
+int fwd_default_rows_per_block(int64_t nvec, int tx) { return nvec <= 128 ? std::max(1, 128 / tx) : 1; }
 
 FwdMode fwd_mode(bool add) {
   switch (env_choice(add ? "LIGER_CPP_RMS_ADD_FWD" : "LIGER_CPP_RMS_FWD", {"old", "pack", "new"})) {
@@ -1940,6 +1948,7 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       int maxv = !ADD && mode != kFwdPack ? fwd_vectors_per_thread(a.cols / full) : kMaxV;
       if (aligned && maxv != kMaxV && !pick_cached(a.cols / full, p, maxv)) maxv = kMaxV;
       if (aligned && (maxv != kMaxV || pick_cached(a.cols / full, p))) {
+        if constexpr (!ADD) p.ty = fwd_default_rows_per_block(a.cols / full, p.tx);
         p.ty = fwd_rows_per_block(ADD ? "LIGER_CPP_RMS_ADD_FWD_TY" : "LIGER_CPP_RMS_FWD_TY", p);
         const dim3 block(p.tx, p.ty);
         const int64_t grid = ceil_div(a.rows, p.ty);
