@@ -30,15 +30,56 @@ __device__ __forceinline__ uint32_t cluster_nctarank() {
   return r;
 }
 
-// The float at the same shared-memory offset as *p in block `rank` of this
-// cluster (DSMEM); the caller orders it after the peer's writes (a cluster
-// barrier with release / acquire).
-__device__ __forceinline__ float ld_peer_f32(const float* p, uint32_t rank) {
+// The shared::cluster address of the same shared-memory offset as *p in
+// block `rank` of this cluster (DSMEM).
+__device__ __forceinline__ uint32_t peer_addr(const void* p, uint32_t rank) {
   uint32_t a;
-  float v;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return a;
+}
+
+// The float at the same shared-memory offset as *p in block `rank` of this
+// cluster; the caller orders it after the peer's writes (a cluster barrier
+// with release / acquire).
+__device__ __forceinline__ float ld_peer_f32(const float* p, uint32_t rank) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(peer_addr(p, rank)) : "memory");
   return v;
+}
+
+// st.async of one, two or four 32-bit words to the shared::cluster address
+// `dst` (4-, 8- or 16-byte aligned), completing their bytes on the mbarrier at
+// shared::cluster address `bar` of the same block (both from peer_addr): the
+// receiver waits on its own mbarrier, no cluster barrier needed.
+__device__ __forceinline__ void st_async_b32(uint32_t dst, uint32_t bar, uint32_t a) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst), "r"(a),
+               "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void st_async_v2(uint32_t dst, uint32_t bar, uint32_t a, uint32_t b) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(dst), "r"(a),
+      "r"(b), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void st_async_v4(uint32_t dst, uint32_t bar, uint32_t a, uint32_t b, uint32_t c,
+                                            uint32_t d) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+      "r"(a), "r"(b), "r"(c), "r"(d), "r"(bar)
+      : "memory");
+}
+
+// After mbar_init: the initialisations visible to the cluster (release).
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// A proxy fence between this block's generic-proxy shared-memory accesses
+// and async-proxy ones (TMA bulk copies, the mbarrier inits they complete
+// on), in either order, as the PTX proxy model asks for.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // Cluster-wide barrier, split into a relaxed arrive and a wait. Relaxed: no

@@ -379,20 +379,10 @@ struct alignas(16) PeerRec {
 // transaction count: the receiver waits on its own mbarrier, so no cluster
 // barrier is needed for the exchange.
 __device__ __forceinline__ void push_rec(const PeerRec& v, PeerRec* slot, unsigned long long* bar, int dst) {
-  uint32_t rslot, rbar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rslot) : "r"(smem_addr(slot)), "r"(dst));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_addr(bar)), "r"(dst));
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
-          rslot),
-      "r"(__float_as_uint(v.st.m)), "r"(__float_as_uint(v.st.s)), "r"(static_cast<uint32_t>(v.st.arg)),
-      "r"(__float_as_uint(v.st.wx)), "r"(rbar)
-      : "memory");
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
-          rslot + 16),
-      "r"(__float_as_uint(v.x_y)), "r"(static_cast<uint32_t>(v.has_y)), "r"(0u), "r"(0u), "r"(rbar)
-      : "memory");
+  const uint32_t rslot = peer_addr(slot, dst), rbar = peer_addr(bar, dst);
+  st_async_v4(rslot, rbar, __float_as_uint(v.st.m), __float_as_uint(v.st.s), static_cast<uint32_t>(v.st.arg),
+              __float_as_uint(v.st.wx));
+  st_async_v4(rslot + 16, rbar, __float_as_uint(v.x_y), static_cast<uint32_t>(v.has_y), 0u, 0u);
 }
 
 // A thread's kClusterK register vectors of a row slice (vector k at slice
@@ -582,7 +572,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) ce_cluster_kernel(CeRowsAr
   if (t == 0) {
     mbar_init(&stats_bar);
     mbar_expect_tx(&stats_bar, static_cast<uint32_t>(cs * sizeof(PeerRec)));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_mbar_init();
   }
   cluster_arrive_relaxed();  // peers push only after the wait below: every stats_bar is ready
 
@@ -670,8 +660,8 @@ __global__ void __launch_bounds__(kSmemThreads) ce_smem_kernel(CeRowsArgs a, int
   if (t == 0) {
     mbar_init(&stats_bar);
     mbar_init(&load_bar);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the inits, seen by the TMA engine
+    fence_mbar_init();
+    fence_proxy_async_smem();  // the inits, seen by the TMA engine
     mbar_expect_tx(&stats_bar, static_cast<uint32_t>(cs * sizeof(PeerRec)));
     mbar_expect_tx(&load_bar, static_cast<uint32_t>(nvec) * 16u);
   }

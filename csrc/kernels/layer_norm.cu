@@ -860,7 +860,7 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
   if (tx == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) mbar_init(&bars[s]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_mbar_init();
   }
   __syncthreads();  // the mbarriers are initialised before anyone issues or waits
   // Launched with PDL (launch_pdl): nothing global is read before the previous
@@ -1003,7 +1003,7 @@ __global__ void __launch_bounds__(kTmaBlock, MINB)
     const int sn = static_cast<int>(nvec);
     if (rank == 1 && has) {
       // Every bulk copy into the stages completed (each issued row was waited for).
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      fence_proxy_async_smem();
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         sums[j * sn + tx] = dw_acc[j];

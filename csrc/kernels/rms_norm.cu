@@ -776,34 +776,18 @@ constexpr int kWideMaxParts = kWideMaxCluster * 32;  // warp sums per row: CL * 
 static_assert(kWideMaxParts % 32 == 0, "a whole number of entries per lane");
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// *slot of block `rank` = v (same shared-memory offsets in every block),
-// completing 4 bytes of that block's mbarrier *bar.
-__device__ __forceinline__ void st_async_f32(float* slot, unsigned long long* bar, uint32_t rank, float v) {
-  uint32_t rslot, rbar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rslot) : "r"(smem_addr(slot)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_addr(bar)), "r"(rank));
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(rslot),
-               "r"(__float_as_uint(v)), "r"(rbar)
-               : "memory");
-}
-
-// R floats at slot (R = 1 or 2: st.async of .f32 or .v2.f32, slot 8-byte
-// aligned for 2) into block `rank`'s shared memory, completing 4 * R bytes of
-// that block's mbarrier *bar.
+// R floats at slot (R = 1 or 2, slot 8-byte aligned for 2) into block
+// `rank`'s shared memory (the same offsets in every block), completing 4 * R
+// bytes of that block's mbarrier *bar.
 template <int R>
 __device__ __forceinline__ void st_async_floats(float* slot, unsigned long long* bar, uint32_t rank,
                                                 const float (&v)[R]) {
   static_assert(R == 1 || R == 2, "one or two floats a message");
+  const uint32_t rslot = peer_addr(slot, rank), rbar = peer_addr(bar, rank);
   if constexpr (R == 1) {
-    st_async_f32(slot, bar, rank, v[0]);
+    st_async_b32(rslot, rbar, __float_as_uint(v[0]));
   } else {
-    uint32_t rslot, rbar;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rslot) : "r"(smem_addr(slot)), "r"(rank));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(smem_addr(bar)), "r"(rank));
-    asm volatile(
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(rslot),
-        "f"(v[0]), "f"(v[1]), "r"(rbar)
-        : "memory");
+    st_async_v2(rslot, rbar, __float_as_uint(v[0]), __float_as_uint(v[1]));
   }
 }
 
@@ -836,7 +820,7 @@ struct RowSumExchange {
         mbar_init(&bars[q]);
         mbar_expect_tx(&bars[q], bytes);
       }
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      fence_mbar_init();
     }
     cluster_arrive_relaxed();
     cluster_wait();
@@ -1211,8 +1195,8 @@ __device__ __forceinline__ void tma_copy_row(unsigned char* dst, const void* src
 __device__ __forceinline__ void tma_init_bars(unsigned long long* bars, int stages) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) mbar_init(&bars[s]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_mbar_init();
+    fence_proxy_async_smem();
   }
 }
 
@@ -1223,9 +1207,7 @@ __device__ __forceinline__ void tma_init_bars(unsigned long long* bars, int stag
 // every value read from the stage is used in the row sum before the barrier
 // (CUTLASS's TMA pipelines release a stage without this fence). Its cost is
 // one MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S per row, in warp 0 only.
-__device__ __forceinline__ void tma_fence_reads() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
+__device__ __forceinline__ void tma_fence_reads() { fence_proxy_async_smem(); }
 
 // The row sum of the block (one row), from each warp's sum v: ONE
 // __syncthreads, then every warp adds the partials in the same fixed order.
