@@ -112,19 +112,31 @@ __device__ __forceinline__ void opaque_16B(V& v) {
   asm volatile("" : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]));
 }
 
-// The VEC elements of v as floats. For bf16 each 32-bit word's two halves
-// are widened with one integer op each (lo << 16, hi & 0xffff0000): the
-// element-wise __bfloat162float costs a PRMT and an IMAD for every odd element.
-// Bitwise the same values as to_float.
+// Element j of values of T packed in 32-bit words, as a float (bitwise
+// to_float's). Register vectors kept as words are not split by nvcc into one
+// register per 16-bit element (Vec<bf16, 8> buffers spilled); a bf16 word's
+// two halves widen with one integer op each (lo << 16, hi & 0xffff0000), where
+// the element-wise __bfloat162float costs a PRMT and an IMAD for every odd
+// element.
+template <typename T>
+__device__ __forceinline__ float word_elem(const uint32_t* w, int j) {
+  if constexpr (std::is_same_v<T, float>) {
+    return __uint_as_float(w[j]);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float((j & 1) ? (w[j >> 1] & 0xffff0000u) : (w[j >> 1] << 16));
+  } else {
+    return __half2float(
+        __ushort_as_half(static_cast<unsigned short>((j & 1) ? (w[j >> 1] >> 16) : w[j >> 1])));
+  }
+}
+
+// The VEC elements of v as floats; bf16 through word_elem's word ops.
 template <typename T, int VEC>
 __device__ __forceinline__ void unpack_floats(const Vec<T, VEC>& v, float (&f)[VEC]) {
   if constexpr (std::is_same_v<T, __nv_bfloat16> && VEC % 2 == 0) {
     const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
 #pragma unroll
-    for (int k = 0; k < VEC / 2; ++k) {
-      f[2 * k] = __uint_as_float(w[k] << 16);
-      f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
+    for (int j = 0; j < VEC; ++j) f[j] = word_elem<T>(w, j);
   } else {
 #pragma unroll
     for (int j = 0; j < VEC; ++j) f[j] = to_float<T>(v.v[j]);

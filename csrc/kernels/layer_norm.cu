@@ -303,21 +303,6 @@ __global__ void __launch_bounds__(kMaxBwdTx)
   }
 }
 
-// Element j of VEC values of T packed in 32-bit words (16 bytes for the
-// activations): register vectors kept as words, which nvcc does not split into
-// one register per 16-bit element (Vec<bf16, 8> buffers spilled).
-template <typename T>
-__device__ __forceinline__ float word_elem(const uint32_t* w, int j) {
-  if constexpr (std::is_same_v<T, float>) {
-    return __uint_as_float(w[j]);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __uint_as_float((j & 1) ? (w[j >> 1] & 0xffff0000u) : (w[j >> 1] << 16));
-  } else {
-    return __half2float(
-        __ushort_as_half(static_cast<unsigned short>((j & 1) ? (w[j >> 1] >> 16) : w[j >> 1])));
-  }
-}
-
 // A 32-bit word of WT ones (two for 16-bit types): word_elem reads 1.0f from each.
 template <typename WT>
 __host__ __device__ constexpr uint32_t ones_word() {
