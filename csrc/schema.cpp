@@ -79,9 +79,10 @@ TORCH_LIBRARY(liger, m) {
   m.def("layer_norm_fwd(Tensor X, Tensor? W, Tensor? B, float eps) -> (Tensor Y, Tensor MEAN, Tensor RSTD)");
   // LayerNorm backward, with xhat = (x - mean) * rstd and g = dY * W:
   //   dX = rstd * (g - mean(g) - xhat * mean(g * xhat))
-  //   dW = sum_rows dY * xhat (W's dtype), dB = sum_rows dY (B's dtype: W's, or
-  //   X's without W), both summed in float32, deterministically; each empty
-  //   when not wanted (or W absent for dW).
+  //   dW = sum_rows dY * xhat (W's dtype), dB = sum_rows dY (W's dtype; without
+  //   W, float32 for 16-bit X (the bias may be wider than X), else X's), both
+  //   summed in float32, deterministically; each empty when not wanted (or W
+  //   absent for dW).
   m.def(
       "layer_norm_bwd(Tensor dY, Tensor X, Tensor? W, Tensor MEAN, Tensor RSTD, bool compute_dw=True, "
       "bool compute_db=True) -> (Tensor dX, Tensor dW, Tensor dB)");

@@ -270,6 +270,22 @@ def test_opcheck(device, dtype):
         torch.library.opcheck(torch.ops.liger.layer_norm_bwd, (dy, x.detach(), ww, mean, rstd, cdw, cdb))
 
 
+# Without W the backward op returns dB in float32 for 16-bit X (the bias it belongs to may be float32:
+# its gradient is not rounded to X's dtype), in X's dtype otherwise; dW is empty. Every backward
+# variant on CUDA (LIGER_CPP_LN_BWD) through the default here and test_forward_backward's (None, fp32).
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7, 33), (300, 4096)])
+def test_bwd_db_dtype_without_weight(device, dtype, shape):
+    x = torch.randn(*shape, device=device, dtype=dtype)
+    _, mean, rstd = torch.ops.liger.layer_norm_fwd(x, None, None, 1e-5)
+    dy = torch.randn_like(x)
+    _, dw, db = torch.ops.liger.layer_norm_bwd(dy, x, None, mean, rstd, True, True)
+    assert dw.numel() == 0
+    assert db.dtype == (torch.float32 if dtype != torch.float32 else dtype)
+    torch.testing.assert_close(db.double(), dy.double().sum(0), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph(device):
     torch._dynamo.reset()

@@ -129,7 +129,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
   const bool has_w = W.has_value() && W->defined();
   const bool want_dw = has_w && compute_dw;
   const int64_t n = X.size(-1);
-  const auto p_dtype = has_w ? W->scalar_type() : X.scalar_type();
+  const auto p_dtype = ln_grad_dtype(W, X);
   const at::Tensor x2 = as_rows(X);
   const at::Tensor dy2 = as_rows(dY);
   const at::Tensor mean = MEAN.contiguous(), rstd = RSTD.contiguous();

@@ -62,7 +62,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cuda(const at::Ten
   const at::Tensor dy2 = as_rows(dY);
   const at::Tensor w = has_w ? W->contiguous() : at::Tensor();
   const at::Tensor mean = MEAN.contiguous(), rstd = RSTD.contiguous();
-  const auto p_dtype = has_w ? w.scalar_type() : X.scalar_type();
+  const auto p_dtype = ln_grad_dtype(W, X);
   at::Tensor dx = at::empty(X.sizes(), X.options());
   at::Tensor dw = at::empty({want_dw ? n : 0}, X.options().dtype(p_dtype));
   at::Tensor db = at::empty({compute_db ? n : 0}, X.options().dtype(p_dtype));

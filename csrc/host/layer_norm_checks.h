@@ -42,4 +42,13 @@ inline void check_layer_norm_bwd(const at::Tensor& dY, const at::Tensor& X,
   }
 }
 
+// dtype of the backward's dW and dB: W's; without W, float32 for 16-bit X (dB
+// belongs to a bias that may be wider than X: rounding it to X's dtype would
+// lose what the caller's fp32 bias keeps), X's otherwise.
+inline at::ScalarType ln_grad_dtype(const c10::optional<at::Tensor>& W, const at::Tensor& X) {
+  if (W.has_value() && W->defined()) return W->scalar_type();
+  const auto x = X.scalar_type();
+  return x == at::kHalf || x == at::kBFloat16 ? at::kFloat : x;
+}
+
 }  // namespace liger_cpp

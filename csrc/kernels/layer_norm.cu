@@ -1432,7 +1432,7 @@ int64_t layer_norm_bwd_workspace_floats(const LayerNormBwdArgs& a, int sm_count)
   int64_t n = 0;
   // The largest of all variants': the launcher reads the variant again, and a
   // change of LIGER_CPP_LN_BWD in between must not leave the workspace short.
-  dispatch_ln_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, [&](auto xt, auto wt) {
+  dispatch_ln_types(a.x_dtype, a.w_dtype, [&](auto xt, auto wt) {
     for (BwdVariant v : {BwdVariant::kOld, BwdVariant::kV1, BwdVariant::kV2, BwdVariant::kV3, BwdVariant::kV4,
                          BwdVariant::kV5, BwdVariant::kTma})
       n = std::max(n, plan_ln_bwd<decltype(xt), decltype(wt)>(a, sm_count, v).ws_floats);
@@ -1451,7 +1451,7 @@ cudaError_t layer_norm_bwd(const LayerNormBwdArgs& a, int sm_count, cudaStream_t
     if (a.db) return cudaMemsetAsync(a.db, 0, bytes, stream);
     return cudaSuccess;
   }
-  return dispatch_ln_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, [&](auto xt, auto wt) {
+  return dispatch_ln_types(a.x_dtype, a.w_dtype, [&](auto xt, auto wt) {
     using T = decltype(xt);
     using WT = decltype(wt);
     const BwdPlan p = plan_ln_bwd<T, WT>(a, sm_count, bwd_variant());

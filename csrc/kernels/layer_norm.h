@@ -43,6 +43,8 @@ struct LayerNormBwdArgs {
   void* db;          // [cols] of w_dtype, or nullptr when not wanted
   float* workspace;  // layer_norm_bwd_workspace_floats() floats
   int64_t rows, cols;
+  // w_dtype: W's, or without W the dtype dB is written in (float32 for 16-bit
+  // x: the bias it belongs to may be wider than x); the kernels read W as it.
   DType x_dtype, w_dtype;
 };
 

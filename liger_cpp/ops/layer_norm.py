@@ -25,7 +25,9 @@ def _fwd_fake(X, W, B, eps):
 @torch.library.register_fake("liger::layer_norm_bwd")
 def _bwd_fake(dY, X, W, MEAN, RSTD, compute_dw=True, compute_db=True):
     n = X.shape[-1]
-    pdt = W.dtype if W is not None else X.dtype
+    # without W, dB in float32 for 16-bit X (the bias may be wider than X; see the schema)
+    half = X.dtype in (torch.float16, torch.bfloat16)
+    pdt = W.dtype if W is not None else (torch.float32 if half else X.dtype)
     dX = X.new_empty(X.shape)
     dW = X.new_empty((n if (W is not None and compute_dw) else 0,), dtype=pdt)
     dB = X.new_empty((n if compute_db else 0,), dtype=pdt)
@@ -48,13 +50,9 @@ def _backward(ctx, dY, _dMEAN, _dRSTD):
     compute_db = ctx.b_dtype is not None and ctx.needs_input_grad[2]
     if dY is None or (not ctx.needs_input_grad[0] and not compute_dw and not compute_db):
         return None, None, None, None
-    # Without W the op writes dB in X's dtype (its schema has no B): a wider bias (fp32 with
-    # bf16/fp16 X) then gets its gradient rounded to X's dtype. Summed here in float32 instead:
-    # one extra read of dY, in that configuration only.
-    db_here = compute_db and W is None and ctx.b_dtype != X.dtype
-    dX, dW, dB = torch.ops.liger.layer_norm_bwd(dY, X, W, MEAN, RSTD, compute_dw, compute_db and not db_here)
-    if db_here:
-        dB = dY.reshape(-1, dY.shape[-1]).sum(0, dtype=torch.float32)
+    # Without W the op returns dB in float32 for 16-bit X (a wider bias's gradient is not rounded
+    # to X's dtype); cast to B's dtype here, once.
+    dX, dW, dB = torch.ops.liger.layer_norm_bwd(dY, X, W, MEAN, RSTD, compute_dw, compute_db)
     return (
         dX if ctx.needs_input_grad[0] else None,
         dW if compute_dw else None,
