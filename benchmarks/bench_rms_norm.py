@@ -50,7 +50,7 @@ def eager(x, w):
 # (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
 # LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
 # with more threads resident). LIGER_CPP_RMS_FWD_V=2|4: the register-cached forward's vectors a
-# thread (default 2 up to 512 vectors, 4 above). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's
+# thread (default 2 up to 128 vectors, 4 above). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's
 # rows a message (default 2 for clusters of two blocks, 1 above).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},

@@ -271,8 +271,9 @@ def test_opcheck(device, dtype):
 
 
 # Without W the backward op returns dB in float32 for 16-bit X (the bias it belongs to may be float32:
-# its gradient is not rounded to X's dtype), in X's dtype otherwise; dW is empty. Every backward
-# variant on CUDA (LIGER_CPP_LN_BWD) through the default here and test_forward_backward's (None, fp32).
+# its gradient is not rounded to X's dtype), in X's dtype otherwise; dW is empty. The default
+# backward here; every LIGER_CPP_LN_BWD variant takes that path in test_cuda_bwd_variants (no
+# weight, a bias), and test_forward_backward's (None, fp32) checks the bias gradient end to end.
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(7, 33), (300, 4096)])

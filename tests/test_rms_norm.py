@@ -161,7 +161,7 @@ def test_cuda_fwd_rows_per_block(monkeypatch, ty, shape, dtype):
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
 
 
-# LIGER_CPP_RMS_FWD_V sets the cached forward's vectors a thread (2, 4; default 2 up to 512
+# LIGER_CPP_RMS_FWD_V sets the cached forward's vectors a thread (2, 4; default 2 up to 128
 # vectors, 4 above; where a row would need more than 1024 threads, 4): the same values whatever
 # the layout.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
