@@ -2,7 +2,7 @@
 F.rms_norm and Liger-Kernel (when importable), in one run, as % of the copy bandwidth C.
 
 Bytes (minimum, ../shared/targets.md): fwd 2*M*N*2, fwd+bwd 5*M*N*2 (+ weight, negligible).
-Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick | --wide | --tma]
+Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick | --wide | --tma | --fwd]
 """
 
 import argparse
@@ -58,10 +58,12 @@ VARIANT_ENV = {
     "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
     "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
+    "liger_cpp[fwd_wide=l2hint512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint512"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
     "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4"},
+    "liger_cpp[fwd_v=8]": {"LIGER_CPP_RMS_FWD_V": "8"},
     "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
     "liger_cpp[bwd_rows=2]": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
@@ -80,9 +82,11 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_wide=l2]",
     "liger_cpp[fwd_wide=l2x512]",
     "liger_cpp[fwd_wide=l2hint]",
+    "liger_cpp[fwd_wide=l2hint512]",
     "liger_cpp[fwd=new]",
     "liger_cpp[fwd_v=2]",
     "liger_cpp[fwd_v=4]",
+    "liger_cpp[fwd_v=8]",
 }
 
 
@@ -94,6 +98,9 @@ def variants(have_liger):
         "eager": eager,
         "compile": "compile",  # a fresh torch.compile per shape (see run_shape)
         "F.rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
+        # not an RMSNorm: x copied into a new tensor, the forward's bytes (less w and rstd), the
+        # ceiling a forward can reach at this size (launch, ramp and tail included)
+        "clone": lambda x, w: x.clone(),
     }
     if have_liger:
         from liger_kernel.transformers.functional import liger_rms_norm
@@ -112,6 +119,8 @@ def run_shape(m, n, fns, C, modes, only=None):
             continue
         if name in VARIANT_ENV and (only or ("fwd+bwd" not in modes and name not in FWD_VARIANTS)):
             continue
+        if name == "clone" and "fwd" not in modes:
+            continue
         set_variant_env(VARIANT_ENV, name)
         if f == "compile":  # fresh per shape: avoids the recompile limit falling back to eager
             torch._dynamo.reset()
@@ -119,6 +128,8 @@ def run_shape(m, n, fns, C, modes, only=None):
         for mode in modes:
             if name in VARIANT_ENV and mode == "fwd" and name not in FWD_VARIANTS:
                 continue  # a backward variant: the forward does not differ
+            if name == "clone" and mode != "fwd":
+                continue
             try:
                 if mode == "fwd":
                     with torch.no_grad():
@@ -194,13 +205,22 @@ def main():
     ap.add_argument(
         "--tma", action="store_true", help="the TMA row backward against reg and the default, hidden 1K-8K"
     )
+    ap.add_argument(
+        "--fwd", action="store_true", help="the forward alone, 128M elements at hidden 1K-16K, and 16384x4096"
+    )
     args = ap.parse_args()
     have_liger = try_import_liger()
     C = copy_bandwidth_gbs()
     fns = variants(have_liger)
     rows = []
-    if args.wide or args.tma:
-        if args.wide:
+    if args.wide or args.tma or args.fwd:
+        if args.fwd:
+            fns = {k: v for k, v in fns.items() if k in FWD_VARIANTS or k != "eager" and k not in VARIANT_ENV}
+            if not args.variants:
+                fns = {k: v for k, v in fns.items() if k not in VARIANT_ENV}
+            shapes = [((128 << 20) // n, n) for n in (1024, 2048, 4096, 8192, 16384)] + [(16384, 4096)]
+            what, modes = "forward", ["fwd"]
+        elif args.wide:
             fns = {
                 k: v
                 for k, v in fns.items()
@@ -214,8 +234,10 @@ def main():
             }
             shapes = [(16384, 4096)] + [((128 << 20) // n, n) for n in (1024, 2048, 4096, 8192)]
             what = "TMA row kernels"
+        if not args.fwd:
+            modes = ["fwd+bwd", "fwd"]
         for m, n in shapes:
-            rows += run_shape(m, n, fns, C, ["fwd+bwd", "fwd"])
+            rows += run_shape(m, n, fns, C, modes)
         meta_rows = {"op": "rms_norm", "dtype": "bfloat16", "copy_GBps": round(C), **meta(), "rows": rows}
         if args.out:
             write_json(args.out, meta_rows)

@@ -161,13 +161,15 @@ def test_cuda_fwd_rows_per_block(monkeypatch, ty, shape, dtype):
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
 
 
-# LIGER_CPP_RMS_FWD_V sets the cached forward's vectors a thread (2, 4; default 2 up to 128
-# vectors, 4 above; where a row would need more than 1024 threads, 4): the same values whatever
-# the layout.
+# LIGER_CPP_RMS_FWD_V sets the cached forward's vectors a thread (2, 4, 8; default 2 up to 128
+# vectors, 4 above; where a row would need more than 1024 threads, or 8 vectors more than 512
+# threads or a mode other than old, 4): the same values whatever the layout.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("fwd", ["old", "new"])
-@pytest.mark.parametrize("nv", ["2", "4"])
-@pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8), (9, 16384), (5, 1000)])
+@pytest.mark.parametrize("nv", ["2", "4", "8"])
+@pytest.mark.parametrize(
+    "shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8), (9, 16384), (5, 1000), (300, 16384), (7, 32768)]
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_FWD", fwd)

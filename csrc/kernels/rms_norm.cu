@@ -118,9 +118,11 @@ __device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
 enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 
 // MAXV = 2 (LIGER_CPP_RMS_FWD_V): at most 32 registers, so two 1024-thread
-// blocks (a whole SM's threads) can be resident.
+// blocks (a whole SM's threads) can be resident. MAXV = 8: blocks of at most
+// 512 threads and 64 registers, so that at bf16 hidden 16K four 256-thread
+// rows share an SM (MAXV = 4 there: two 512-thread rows at 52 registers).
 template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE>
-__global__ void __launch_bounds__(1024, MAXV <= 2 ? 2 : 1)
+__global__ void __launch_bounds__(MAXV >= 8 ? 512 : 1024, MAXV <= 2 || MAXV >= 8 ? 2 : 1)
     rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res, int64_t res_stride,
                    T* __restrict__ s, const WT* __restrict__ w, OT* __restrict__ y, float* __restrict__ rstd,
                    int64_t rows, int64_t cols, float eps, float offset, bool llama) {
@@ -1449,7 +1451,7 @@ __global__ void __launch_bounds__(256)
 // (fwd-ab2) but 134.3 against 131.9 at 16384 x 8192 (fwd-ab) and 89.9 against
 // 91.3 % of C at 8192 x 16384 in c1a3bfe's bench: old stays the default.
 int fwd_vectors_per_thread(int64_t nvec) {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"2", "4"});
+  const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"2", "4", "8"});
   return i < 0 ? (nvec <= 128 ? 2 : kMaxV) : 2 << i;
 }
 int fwd_default_rows_per_block(int64_t nvec, int tx) { return nvec <= 128 ? std::max(1, 128 / tx) : 1; }
@@ -1812,7 +1814,8 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
 //     (from L2, where it just went through) for y. Many small blocks per SM
 //     keep many rows' loads in flight.
 //   l2hint: rms_fwd_l2hint (torch.compile's design, with L2 eviction hints;
-//     FusedAddRMSNorm's forward and unaligned rows take old).
+//     FusedAddRMSNorm's forward and unaligned rows take old); l2hint512: the
+//     same in 512-thread blocks (32 registers: four a SM, as Inductor's).
 // The default (unset) is l2hint above 2048 vectors (bf16 hidden > 16K) and
 // old up to there: fwd 89.7 / 75.5 % of C against 76.1 / 62.7 % for old at
 // 4096 x 32768 / 2048 x 65536, but 82.2 against 89.7 % at 8192 x 16384 (bf16,
@@ -1828,10 +1831,12 @@ enum FwdWide {
   kFwdWideOld = 1,
   kFwdWideL2 = 2,
   kFwdWideL2x512 = 3,
-  kFwdWideL2Hint = 4
+  kFwdWideL2Hint = 4,
+  kFwdWideL2Hint512 = 5
 };
 FwdWide fwd_wide_mode() {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint"});
+  const int i =
+      env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint", "l2hint512"});
   return static_cast<FwdWide>(i);  // -1 (unset): kFwdWideAuto
 }
 
@@ -1902,9 +1907,11 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
       if (wide == kFwdWideAuto) wide = a.cols / full > 2048 ? kFwdWideL2Hint : kFwdWideOld;
       if constexpr (!ADD) {
-        if (wide == kFwdWideL2Hint && aligned && a.cols / full <= INT32_MAX) {  // int vector indices
+        if ((wide == kFwdWideL2Hint || wide == kFwdWideL2Hint512) && aligned &&
+            a.cols / full <= INT32_MAX) {  // int vector indices
+          const unsigned tx = wide == kFwdWideL2Hint ? 1024 : 512;
           rms_fwd_l2hint<T, WT, OT, full>
-              <<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
+              <<<a.rows, tx, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
           return cudaGetLastError();
         }
       }
@@ -1928,10 +1935,14 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       // Two vectors a thread (plain RMSNorm, modes old and new): a plan with
       // more threads a row, or kMaxV's where a row needs more than 1024.
       int maxv = !ADD && mode != kFwdPack ? fwd_vectors_per_thread(a.cols / full) : kMaxV;
+      if (maxv == 8 && mode != kFwdOld) maxv = kMaxV;  // 8 vectors: mode old only
       if (aligned && maxv != kMaxV && !pick_cached(a.cols / full, p, maxv)) maxv = kMaxV;
+      // 8 vectors a thread: at most 512 threads a block (its launch bounds).
+      if (maxv == 8 && p.tx > 512) maxv = kMaxV;
       if (aligned && (maxv != kMaxV || pick_cached(a.cols / full, p))) {
         if constexpr (!ADD) p.ty = fwd_default_rows_per_block(a.cols / full, p.tx);
         p.ty = fwd_rows_per_block(ADD ? "LIGER_CPP_RMS_ADD_FWD_TY" : "LIGER_CPP_RMS_FWD_TY", p);
+        if (maxv == 8) p.ty = std::max(1, std::min(p.ty, 512 / p.tx));
         const dim3 block(p.tx, p.ty);
         const int64_t grid = ceil_div(a.rows, p.ty);
         auto launch_mode = [&](auto mode_c, auto maxv_c) {
@@ -1941,6 +1952,7 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
         };
         using V2 = std::integral_constant<int, 2>;
         using V4 = std::integral_constant<int, kMaxV>;
+        using V8 = std::integral_constant<int, 8>;
         using Old = std::integral_constant<int, kFwdOld>;
         using New = std::integral_constant<int, kFwdNew>;
         switch (mode) {
@@ -1948,6 +1960,10 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
             if constexpr (!ADD) {
               if (maxv == 2) {
                 launch_mode(Old{}, V2{});
+                break;
+              }
+              if (maxv == 8) {
+                launch_mode(Old{}, V8{});
                 break;
               }
             }
