@@ -179,6 +179,20 @@ def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
     _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
 
 
+# LIGER_CPP_RMS_FWD_2PASS forces the two-pass forward (rms_fwd_l2hint) at any width in blocks of
+# that many threads: one vector a row, rows shorter than a block, several passes of the block per
+# row, a ragged last pass, and widths that are not whole vectors (the other kernels).
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("tx", ["128", "256", "512", "1024"])
+@pytest.mark.parametrize("shape", [(3, 8), (301, 1024), (1001, 4096), (9, 16384), (5, 1000), (7, 24584)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_fwd_two_pass(monkeypatch, tx, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_2PASS", tx)
+    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
+
+
 # Rows above 1024 vectors: the forward and backward kernels of LIGER_CPP_RMS_FWD_WIDE and
 # LIGER_CPP_RMS_BWD_WIDE (utils.RMS_WIDE_VARIANTS; the cluster kernels run on sm_90, elsewhere every
 # variant takes the old kernels): y, rstd, dX and dW against the reference.
@@ -480,6 +494,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_LN_BWD_PAIR", "ln_bwd"),
         ("LIGER_CPP_RMS_FWD_TY", "rms_fwd"),
         ("LIGER_CPP_RMS_FWD_V", "rms_fwd"),
+        ("LIGER_CPP_RMS_FWD_2PASS", "rms_fwd"),
         ("LIGER_CPP_RMS_BWD_ROWS", "rms_bwd_wide"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],

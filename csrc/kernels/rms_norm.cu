@@ -326,13 +326,11 @@ __global__ void __launch_bounds__(1024, 2)
     for (int i = 0; i < 2; ++i) {
       if (i == 1 && !two) break;
       const int64_t c = static_cast<int64_t>(v + i * TX) * VEC;
-      float wf[VEC];
+      float wf[VEC], o[VEC];
       load_weight<WT, VEC>(w, c, offset, wf);
-      Vec<OT, VEC> out;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        out.v[j] = from_float<OT>(normed<T>(to_float<T>(xv[i].v[j]), r, llama) * wf[j]);
-      store_vec<OT, VEC>(yr + c, out);
+      for (int j = 0; j < VEC; ++j) o[j] = normed<T>(to_float<T>(xv[i].v[j]), r, llama) * wf[j];
+      store_16B_words(yr + c, pack_vec<OT, VEC>(o));  // whole 16-byte stores (see store_16B_words)
     }
   }
 }
@@ -1814,8 +1812,7 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
 //     (from L2, where it just went through) for y. Many small blocks per SM
 //     keep many rows' loads in flight.
 //   l2hint: rms_fwd_l2hint (torch.compile's design, with L2 eviction hints;
-//     FusedAddRMSNorm's forward and unaligned rows take old); l2hint512: the
-//     same in 512-thread blocks (32 registers: four a SM, as Inductor's).
+//     FusedAddRMSNorm's forward and unaligned rows take old).
 // The default (unset) is l2hint above 2048 vectors (bf16 hidden > 16K) and
 // old up to there: fwd 89.7 / 75.5 % of C against 76.1 / 62.7 % for old at
 // 4096 x 32768 / 2048 x 65536, but 82.2 against 89.7 % at 8192 x 16384 (bf16,
@@ -1831,12 +1828,19 @@ enum FwdWide {
   kFwdWideOld = 1,
   kFwdWideL2 = 2,
   kFwdWideL2x512 = 3,
-  kFwdWideL2Hint = 4,
-  kFwdWideL2Hint512 = 5
+  kFwdWideL2Hint = 4
 };
+// LIGER_CPP_RMS_FWD_2PASS=128|256|512|1024 (read on every call): plain
+// RMSNorm's forward at any width (aligned rows) is rms_fwd_l2hint in blocks of
+// that many threads (at 32 registers: 2048 / tx rows a SM). Unset: 0, the
+// defaults above.
+int fwd_two_pass_tx() {
+  const int i = env_choice("LIGER_CPP_RMS_FWD_2PASS", {"128", "256", "512", "1024"});
+  return i < 0 ? 0 : 128 << i;
+}
+
 FwdWide fwd_wide_mode() {
-  const int i =
-      env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint", "l2hint512"});
+  const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint"});
   return static_cast<FwdWide>(i);  // -1 (unset): kFwdWideAuto
 }
 
@@ -1907,9 +1911,10 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
       if (wide == kFwdWideAuto) wide = a.cols / full > 2048 ? kFwdWideL2Hint : kFwdWideOld;
       if constexpr (!ADD) {
-        if ((wide == kFwdWideL2Hint || wide == kFwdWideL2Hint512) && aligned &&
+        const int two_pass_tx = fwd_two_pass_tx();
+        if ((wide == kFwdWideL2Hint || two_pass_tx > 0) && aligned &&
             a.cols / full <= INT32_MAX) {  // int vector indices
-          const unsigned tx = wide == kFwdWideL2Hint ? 1024 : 512;
+          const unsigned tx = two_pass_tx > 0 ? two_pass_tx : 1024;
           rms_fwd_l2hint<T, WT, OT, full>
               <<<a.rows, tx, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
           return cudaGetLastError();
