@@ -181,13 +181,16 @@ def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
 
 # LIGER_CPP_RMS_FWD_2PASS forces the two-pass forward (rms_fwd_l2hint) at any width in blocks of
 # that many threads: one vector a row, rows shorter than a block, several passes of the block per
-# row, a ragged last pass, and widths that are not whole vectors (the other kernels).
+# row, a ragged last pass, and widths that are not whole vectors (the other kernels); with and
+# without L1 eviction priorities on its loads (LIGER_CPP_RMS_FWD_2PASS_L1).
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("l1", ["off", "on"])
 @pytest.mark.parametrize("tx", ["128", "256", "512", "1024"])
 @pytest.mark.parametrize("shape", [(3, 8), (301, 1024), (1001, 4096), (9, 16384), (5, 1000), (7, 24584)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_two_pass(monkeypatch, tx, shape, dtype):
+def test_cuda_fwd_two_pass(monkeypatch, l1, tx, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_FWD_2PASS", tx)
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_2PASS_L1", l1)
     _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
     _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
@@ -495,6 +498,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_FWD_TY", "rms_fwd"),
         ("LIGER_CPP_RMS_FWD_V", "rms_fwd"),
         ("LIGER_CPP_RMS_FWD_2PASS", "rms_fwd"),
+        ("LIGER_CPP_RMS_FWD_2PASS_L1", "rms_fwd_wide"),
         ("LIGER_CPP_RMS_BWD_ROWS", "rms_bwd_wide"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],

@@ -92,14 +92,26 @@ __device__ __forceinline__ uint64_t l2_evict_policy() {
   return p;
 }
 
-// load_16B_volatile with an L2 eviction policy (l2_evict_policy).
-template <typename V>
+// load_16B_volatile with an L2 eviction policy (l2_evict_policy). L1: the L1
+// eviction priority as well (kL1Default: none; kL1Last / kL1First: the
+// L1::evict_last / L1::evict_first qualifiers Triton adds with its L2 policy).
+enum L1Evict : int { kL1Default = 0, kL1Last = 1, kL1First = 2 };
+template <int L1 = kL1Default, typename V>
 __device__ __forceinline__ void load_16B_hint(V& dst, const void* src, uint64_t policy) {
   static_assert(sizeof(V) == 16, "16-byte vectors only");
   uint32_t* d = reinterpret_cast<uint32_t*>(&dst);
-  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-               : "l"(src), "l"(policy));
+  if constexpr (L1 == kL1Last)
+    asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "l"(src), "l"(policy));
+  else if constexpr (L1 == kL1First)
+    asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "l"(src), "l"(policy));
+  else
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "l"(src), "l"(policy));
 }
 
 // An empty asm that "modifies" a 16-byte register vector: values converted from

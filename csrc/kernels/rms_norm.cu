@@ -281,8 +281,10 @@ __global__ void __launch_bounds__(1024)
 // per SM, the row read twice. The first read, for the sum of squares, carries
 // an L2 evict_last policy so the row stays in L2 over the streaming traffic;
 // the second, for y, hits L2 and marks the lines evict_first (their last use).
-// Two 16-byte vectors a thread are loaded before they are used.
-template <typename T, typename WT, typename OT, int VEC>
+// Two 16-byte vectors a thread are loaded before they are used. L1HINT: the
+// loads also carry L1 evict_last / evict_first (as Triton's do), so that the
+// second read can hit the SM's L1 (LIGER_CPP_RMS_FWD_2PASS_L1, A/B).
+template <typename T, typename WT, typename OT, int VEC, bool L1HINT = false>
 __global__ void __launch_bounds__(1024, 2)
     rms_fwd_l2hint(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
                    float* __restrict__ rstd, int64_t cols, float eps, float offset, bool llama) {
@@ -296,9 +298,10 @@ __global__ void __launch_bounds__(1024, 2)
   float ss0 = 0.f, ss1 = 0.f;
   for (int v = tx; v < nvec; v += 2 * TX) {
     Vec<T, VEC> a, b;
-    load_16B_hint(a, xr + static_cast<int64_t>(v) * VEC, keep);
+    constexpr int L1K = L1HINT ? kL1Last : kL1Default;
+    load_16B_hint<L1K>(a, xr + static_cast<int64_t>(v) * VEC, keep);
     const bool two = v + TX < nvec;
-    if (two) load_16B_hint(b, xr + static_cast<int64_t>(v + TX) * VEC, keep);
+    if (two) load_16B_hint<L1K>(b, xr + static_cast<int64_t>(v + TX) * VEC, keep);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       const float f = to_float<T>(a.v[j]);
@@ -320,8 +323,9 @@ __global__ void __launch_bounds__(1024, 2)
   for (int v = tx; v < nvec; v += 2 * TX) {
     Vec<T, VEC> xv[2];
     const bool two = v + TX < nvec;
-    load_16B_hint(xv[0], xr + static_cast<int64_t>(v) * VEC, drop);
-    if (two) load_16B_hint(xv[1], xr + static_cast<int64_t>(v + TX) * VEC, drop);
+    constexpr int L1D = L1HINT ? kL1First : kL1Default;
+    load_16B_hint<L1D>(xv[0], xr + static_cast<int64_t>(v) * VEC, drop);
+    if (two) load_16B_hint<L1D>(xv[1], xr + static_cast<int64_t>(v + TX) * VEC, drop);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (i == 1 && !two) break;
@@ -1839,6 +1843,10 @@ int fwd_two_pass_tx() {
   return i < 0 ? 0 : 128 << i;
 }
 
+// LIGER_CPP_RMS_FWD_2PASS_L1=on|off (read on every call): rms_fwd_l2hint's
+// loads with L1 eviction priorities as well (default off).
+bool fwd_two_pass_l1() { return env_choice("LIGER_CPP_RMS_FWD_2PASS_L1", {"off", "on"}) == 1; }
+
 FwdWide fwd_wide_mode() {
   const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint"});
   return static_cast<FwdWide>(i);  // -1 (unset): kFwdWideAuto
@@ -1915,8 +1923,9 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
         if ((wide == kFwdWideL2Hint || two_pass_tx > 0) && aligned &&
             a.cols / full <= INT32_MAX) {  // int vector indices
           const unsigned tx = two_pass_tx > 0 ? two_pass_tx : 1024;
-          rms_fwd_l2hint<T, WT, OT, full>
-              <<<a.rows, tx, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
+          auto* kern =
+              fwd_two_pass_l1() ? &rms_fwd_l2hint<T, WT, OT, full, true> : &rms_fwd_l2hint<T, WT, OT, full>;
+          kern<<<a.rows, tx, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
           return cudaGetLastError();
         }
       }
