@@ -52,7 +52,8 @@ def eager(x, w):
 # with more threads resident). LIGER_CPP_RMS_FWD_V=2|4|8: the register-cached forward's vectors a
 # thread (default 2 up to 128 vectors, 4 above). LIGER_CPP_RMS_FWD_2PASS=128|256|512|1024: l2hint's
 # two-pass kernel at any width, in blocks of that many threads (LIGER_CPP_RMS_FWD_2PASS_L1=on: its
-# loads with L1 eviction priorities too). LIGER_CPP_RMS_BWD_ROWS=1|2: the
+# loads with L1 eviction priorities too). LIGER_CPP_RMS_FWD_REGS=32|40: the 4-vector forward capped
+# at that many registers (more rows a SM). LIGER_CPP_RMS_BWD_ROWS=1|2: the
 # cluster backward's rows a message (default 2 for clusters of two blocks, 1 above).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
@@ -73,6 +74,8 @@ VARIANT_ENV = {
     "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
     "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4"},
     "liger_cpp[fwd_v=8]": {"LIGER_CPP_RMS_FWD_V": "8"},
+    "liger_cpp[fwd_regs=32]": {"LIGER_CPP_RMS_FWD_REGS": "32"},
+    "liger_cpp[fwd_regs=40]": {"LIGER_CPP_RMS_FWD_REGS": "40"},
     "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
     "liger_cpp[bwd_rows=2]": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
@@ -97,6 +100,8 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_v=2]",
     "liger_cpp[fwd_v=4]",
     "liger_cpp[fwd_v=8]",
+    "liger_cpp[fwd_regs=32]",
+    "liger_cpp[fwd_regs=40]",
 }
 
 

@@ -179,6 +179,20 @@ def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
     _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
 
 
+# LIGER_CPP_RMS_FWD_REGS=32|40: the 4-vector forward's register-capped builds (32 spills), for rows
+# of at most 512 threads; wider rows (16384 fp32: 1024 threads) keep the uncapped kernel.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("regs", ["32", "40"])
+@pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8), (9, 16384), (5, 1000)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_fwd_register_cap(monkeypatch, regs, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_V", "4")
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_REGS", regs)
+    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
+
+
 # LIGER_CPP_RMS_FWD_2PASS forces the two-pass forward (rms_fwd_l2hint) at any width in blocks of
 # that many threads: one vector a row, rows shorter than a block, several passes of the block per
 # row, a ragged last pass, and widths that are not whole vectors (the other kernels); with and
@@ -498,6 +512,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_FWD_TY", "rms_fwd"),
         ("LIGER_CPP_RMS_FWD_V", "rms_fwd"),
         ("LIGER_CPP_RMS_FWD_2PASS", "rms_fwd"),
+        ("LIGER_CPP_RMS_FWD_REGS", "rms_fwd"),
         ("LIGER_CPP_RMS_FWD_2PASS_L1", "rms_fwd_wide"),
         ("LIGER_CPP_RMS_BWD_ROWS", "rms_bwd_wide"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),

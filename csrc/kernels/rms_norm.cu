@@ -121,8 +121,12 @@ enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 // blocks (a whole SM's threads) can be resident. MAXV = 8: blocks of at most
 // 512 threads and 64 registers, so that at bf16 hidden 16K four 256-thread
 // rows share an SM (MAXV = 4 there: two 512-thread rows at 52 registers).
-template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE>
-__global__ void __launch_bounds__(MAXV >= 8 ? 512 : 1024, MAXV <= 2 || MAXV >= 8 ? 2 : 1)
+// REGCAP (32 or 40, LIGER_CPP_RMS_FWD_REGS, A/B): blocks of at most 512
+// threads, at most that many registers, so more rows share an SM.
+template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE, int REGCAP = 0>
+__global__ void __launch_bounds__(REGCAP || MAXV >= 8 ? 512 : 1024,
+                                  REGCAP ? 65536 / (512 * (REGCAP ? REGCAP : 1))
+                                         : (MAXV <= 2 || MAXV >= 8 ? 2 : 1))
     rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res, int64_t res_stride,
                    T* __restrict__ s, const WT* __restrict__ w, OT* __restrict__ y, float* __restrict__ rstd,
                    int64_t rows, int64_t cols, float eps, float offset, bool llama) {
@@ -1456,6 +1460,13 @@ int fwd_vectors_per_thread(int64_t nvec) {
   const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"2", "4", "8"});
   return i < 0 ? (nvec <= 128 ? 2 : kMaxV) : 2 << i;
 }
+// LIGER_CPP_RMS_FWD_REGS=32|40: the 4-vector, mode-old plain forward in its
+// register-capped instantiation (rms_fwd_cached's REGCAP) where a row takes
+// at most 512 threads; unset: 0 (uncapped, 52 registers).
+int fwd_reg_cap() {
+  const int i = env_choice("LIGER_CPP_RMS_FWD_REGS", {"32", "40"});
+  return i < 0 ? 0 : (i == 0 ? 32 : 40);
+}
 int fwd_default_rows_per_block(int64_t nvec, int tx) { return nvec <= 128 ? std::max(1, 128 / tx) : 1; }
 
 FwdMode fwd_mode(bool add) {
@@ -1959,11 +1970,14 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
         if (maxv == 8) p.ty = std::max(1, std::min(p.ty, 512 / p.tx));
         const dim3 block(p.tx, p.ty);
         const int64_t grid = ceil_div(a.rows, p.ty);
-        auto launch_mode = [&](auto mode_c, auto maxv_c) {
-          rms_fwd_cached<T, WT, OT, full, decltype(maxv_c)::value, ADD, decltype(mode_c)::value>
+        auto launch_mode = [&](auto mode_c, auto maxv_c, auto cap_c) {
+          rms_fwd_cached<T, WT, OT, full, decltype(maxv_c)::value, ADD, decltype(mode_c)::value,
+                         decltype(cap_c)::value>
               <<<grid, block, 0, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum, w, y, a.rstd,
                                            a.rows, a.cols, a.eps, a.offset, llama);
         };
+        using NoCap = std::integral_constant<int, 0>;
+        const int cap = !ADD && mode == kFwdOld && maxv == kMaxV && p.tx * p.ty <= 512 ? fwd_reg_cap() : 0;
         using V2 = std::integral_constant<int, 2>;
         using V4 = std::integral_constant<int, kMaxV>;
         using V8 = std::integral_constant<int, 8>;
@@ -1973,27 +1987,35 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
           case kFwdOld:
             if constexpr (!ADD) {
               if (maxv == 2) {
-                launch_mode(Old{}, V2{});
+                launch_mode(Old{}, V2{}, NoCap{});
                 break;
               }
               if (maxv == 8) {
-                launch_mode(Old{}, V8{});
+                launch_mode(Old{}, V8{}, NoCap{});
+                break;
+              }
+              if (cap == 32) {
+                launch_mode(Old{}, V4{}, std::integral_constant<int, 32>{});
+                break;
+              }
+              if (cap == 40) {
+                launch_mode(Old{}, V4{}, std::integral_constant<int, 40>{});
                 break;
               }
             }
-            launch_mode(Old{}, V4{});
+            launch_mode(Old{}, V4{}, NoCap{});
             break;
           case kFwdPack:
-            launch_mode(std::integral_constant<int, kFwdPack>{}, V4{});
+            launch_mode(std::integral_constant<int, kFwdPack>{}, V4{}, NoCap{});
             break;
           default:
             if constexpr (!ADD) {
               if (maxv == 2) {
-                launch_mode(New{}, V2{});
+                launch_mode(New{}, V2{}, NoCap{});
                 break;
               }
             }
-            launch_mode(New{}, V4{});
+            launch_mode(New{}, V4{}, NoCap{});
         }
       } else {
         const int vec = aligned ? full : 1;
