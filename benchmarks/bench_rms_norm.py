@@ -50,10 +50,9 @@ def eager(x, w):
 # (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
 # LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
 # with more threads resident). LIGER_CPP_RMS_FWD_V=2|4|8: the register-cached forward's vectors a
-# thread (default 2 up to 128 vectors, 4 above). LIGER_CPP_RMS_FWD_2PASS=128|256|512|1024: l2hint's
-# two-pass kernel at any width, in blocks of that many threads (LIGER_CPP_RMS_FWD_2PASS_L1=on: its
-# loads with L1 eviction priorities too). LIGER_CPP_RMS_FWD_REGS=32|40: the 4-vector forward capped
-# at that many registers (more rows a SM). LIGER_CPP_RMS_BWD_ROWS=1|2: the
+# thread (default 2 up to 128 vectors, 4 above). LIGER_CPP_RMS_FWD_L1HINT=on: l2hint's loads with
+# L1 eviction priorities too. LIGER_CPP_RMS_FWD_REGS=none|40: the 4-vector forward uncapped or
+# capped at 40 registers (the default: more rows a SM). LIGER_CPP_RMS_BWD_ROWS=1|2: the
 # cluster backward's rows a message (default 2 for clusters of two blocks, 1 above).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
@@ -61,21 +60,12 @@ VARIANT_ENV = {
     "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
     "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
-    **{f"liger_cpp[fwd_2pass={t}]": {"LIGER_CPP_RMS_FWD_2PASS": str(t)} for t in (128, 256, 512, 1024)},
-    **{
-        f"liger_cpp[fwd_2pass={t},l1]": {
-            "LIGER_CPP_RMS_FWD_2PASS": str(t),
-            "LIGER_CPP_RMS_FWD_2PASS_L1": "on",
-        }
-        for t in (128, 256, 512)
-    },
+    "liger_cpp[fwd_wide=l2hint,l1]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint", "LIGER_CPP_RMS_FWD_L1HINT": "on"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
     "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
     "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4"},
-    "liger_cpp[fwd_v=8]": {"LIGER_CPP_RMS_FWD_V": "8"},
-    "liger_cpp[fwd_regs=32]": {"LIGER_CPP_RMS_FWD_REGS": "32"},
-    "liger_cpp[fwd_regs=40]": {"LIGER_CPP_RMS_FWD_REGS": "40"},
+    "liger_cpp[fwd_regs=none]": {"LIGER_CPP_RMS_FWD_REGS": "none"},
     "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
     "liger_cpp[bwd_rows=2]": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
@@ -94,14 +84,11 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_wide=l2]",
     "liger_cpp[fwd_wide=l2x512]",
     "liger_cpp[fwd_wide=l2hint]",
-    *(f"liger_cpp[fwd_2pass={t}]" for t in (128, 256, 512, 1024)),
-    *(f"liger_cpp[fwd_2pass={t},l1]" for t in (128, 256, 512)),
+    "liger_cpp[fwd_wide=l2hint,l1]",
     "liger_cpp[fwd=new]",
     "liger_cpp[fwd_v=2]",
     "liger_cpp[fwd_v=4]",
-    "liger_cpp[fwd_v=8]",
-    "liger_cpp[fwd_regs=32]",
-    "liger_cpp[fwd_regs=40]",
+    "liger_cpp[fwd_regs=none]",
 }
 
 

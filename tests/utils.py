@@ -42,8 +42,7 @@ RMS_VARIANT_WEIGHTS = [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "l
 # 4-vectors-a-thread kernel); the forward (LIGER_CPP_RMS_FWD_WIDE) is by default l2hint above 2048
 # vectors (a 1024-thread block per row reading it twice with L2 eviction hints) and old (the
 # register-cached or generic kernel) up to there; or the cluster kernel (cluster), or a block per row
-# reading it twice without hints (l2, l2x512), or l2hint's kernel in 512-thread blocks
-# (LIGER_CPP_RMS_FWD_2PASS=512).
+# reading it twice without hints (l2, l2x512).
 # Shapes: cluster of 2 (fp32: 4), a width that is not a
 # multiple of the cluster's blocks (16392 bf16 = 2049 vectors, 3 blocks of 704 threads), clusters of
 # 4 and 8, 3073 vectors, and more rows than resident clusters (each cluster walks several rows).
@@ -60,7 +59,6 @@ RMS_WIDE_VARIANTS = {
     "fwd_l2": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
     "fwd_l2x512": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
     "fwd_l2hint": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
-    "fwd_2pass512": {"LIGER_CPP_RMS_FWD_2PASS": "512"},
     "fwd_old": {"LIGER_CPP_RMS_FWD_WIDE": "old"},
     # the cluster backward's rows a message (LIGER_CPP_RMS_BWD_ROWS; default 2 for clusters of two
     # blocks): one, and two (odd row counts end on a pair of one), also in 512-thread blocks

@@ -118,15 +118,14 @@ __device__ __forceinline__ void add_ds_out(float (&d)[VEC], const T* ds_out) {
 enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 
 // MAXV = 2 (LIGER_CPP_RMS_FWD_V): at most 32 registers, so two 1024-thread
-// blocks (a whole SM's threads) can be resident. MAXV = 8: blocks of at most
-// 512 threads and 64 registers, so that at bf16 hidden 16K four 256-thread
-// rows share an SM (MAXV = 4 there: two 512-thread rows at 52 registers).
-// REGCAP (32 or 40, LIGER_CPP_RMS_FWD_REGS, A/B): blocks of at most 512
-// threads, at most that many registers, so more rows share an SM.
+// blocks (a whole SM's threads) can be resident.
+// REGCAP (40; LIGER_CPP_RMS_FWD_REGS, see fwd_reg_cap): blocks of at
+// most 512 threads and at most that many registers (52 uncapped at MAXV = 4),
+// so that more rows share an SM: at bf16 hidden 16K three 512-thread rows
+// instead of two.
 template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE, int REGCAP = 0>
-__global__ void __launch_bounds__(REGCAP || MAXV >= 8 ? 512 : 1024,
-                                  REGCAP ? 65536 / (512 * (REGCAP ? REGCAP : 1))
-                                         : (MAXV <= 2 || MAXV >= 8 ? 2 : 1))
+__global__ void __launch_bounds__(REGCAP ? 512 : 1024,
+                                  REGCAP ? 65536 / (512 * (REGCAP ? REGCAP : 1)) : (MAXV <= 2 ? 2 : 1))
     rms_fwd_cached(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ res, int64_t res_stride,
                    T* __restrict__ s, const WT* __restrict__ w, OT* __restrict__ y, float* __restrict__ rstd,
                    int64_t rows, int64_t cols, float eps, float offset, bool llama) {
@@ -287,7 +286,7 @@ __global__ void __launch_bounds__(1024)
 // the second, for y, hits L2 and marks the lines evict_first (their last use).
 // Two 16-byte vectors a thread are loaded before they are used. L1HINT: the
 // loads also carry L1 evict_last / evict_first (as Triton's do), so that the
-// second read can hit the SM's L1 (LIGER_CPP_RMS_FWD_2PASS_L1, A/B).
+// second read can hit the SM's L1 (LIGER_CPP_RMS_FWD_L1HINT, A/B).
 template <typename T, typename WT, typename OT, int VEC, bool L1HINT = false>
 __global__ void __launch_bounds__(1024, 2)
     rms_fwd_l2hint(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
@@ -1447,7 +1446,8 @@ __global__ void __launch_bounds__(256)
 //  * up to 128 vectors (bf16 hidden 1024): 2 vectors a thread
 //    (LIGER_CPP_RMS_FWD_V=2|4; 32 registers, a whole SM's threads resident)
 //    in 128-thread blocks (LIGER_CPP_RMS_FWD_TY);
-//  * above: 4 vectors a thread, one row a block.
+//  * above: 4 vectors a thread, one row a block, in a 40-register build up to
+//    512 threads a row (bf16 hidden 16K; fwd_reg_cap).
 // Kernel times at 131072 x 1024 / 65536 x 2048 / 16384 x 4096 / 16384 x 8192
 // bf16 on the H200, default before (4 vectors, 256-thread blocks) -> now:
 // 133.1 -> 130.9, 133.2 -> 129.6, 69.2 -> 67.4, 132.9 -> 131.9 us
@@ -1457,15 +1457,23 @@ __global__ void __launch_bounds__(256)
 // (fwd-ab2) but 134.3 against 131.9 at 16384 x 8192 (fwd-ab) and 89.9 against
 // 91.3 % of C at 8192 x 16384 in c1a3bfe's bench: old stays the default.
 int fwd_vectors_per_thread(int64_t nvec) {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"2", "4", "8"});
+  const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"2", "4"});
   return i < 0 ? (nvec <= 128 ? 2 : kMaxV) : 2 << i;
 }
-// LIGER_CPP_RMS_FWD_REGS=32|40: the 4-vector, mode-old plain forward in its
-// register-capped instantiation (rms_fwd_cached's REGCAP) where a row takes
-// at most 512 threads; unset: 0 (uncapped, 52 registers).
-int fwd_reg_cap() {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_REGS", {"32", "40"});
-  return i < 0 ? 0 : (i == 0 ? 32 : 40);
+// The 4-vector, mode-old plain forward's register cap (rms_fwd_cached's
+// REGCAP; where a block has at most 512 threads): LIGER_CPP_RMS_FWD_REGS=
+// none|40 (read on every call). Default 40 where y has x's width, i.e.
+// where the capped build does not spill (ptxas: 0 bytes; 4-12 bytes when
+// 16-bit x writes fp32 y, which stays uncapped). Kernel times, bf16 on the H200,
+// uncapped -> 40 (-> 32, which spilled 40-76 bytes and was removed) at 8192 x 16384 /
+// 16384 x 8192 / 32768 x 4096 / 65536 x 2048: 141.1 -> 132.5 (150.6),
+// 132.4 -> 131.7 (149.3), 131.5 -> 131.5 (149.2), 129.5 -> 129.5 (149.5) us
+// (2026-12-01-h200-norm-breakdown-fwd-2pass-l1-1fa6b98.log): at 16K three
+// rows share an SM instead of two.
+int fwd_reg_cap(bool fits) {
+  const int i = env_choice("LIGER_CPP_RMS_FWD_REGS", {"none", "40"});
+  if (i < 0) return fits ? 40 : 0;
+  return i == 0 ? 0 : 40;
 }
 int fwd_default_rows_per_block(int64_t nvec, int tx) { return nvec <= 128 ? std::max(1, 128 / tx) : 1; }
 
@@ -1845,18 +1853,9 @@ enum FwdWide {
   kFwdWideL2x512 = 3,
   kFwdWideL2Hint = 4
 };
-// LIGER_CPP_RMS_FWD_2PASS=128|256|512|1024 (read on every call): plain
-// RMSNorm's forward at any width (aligned rows) is rms_fwd_l2hint in blocks of
-// that many threads (at 32 registers: 2048 / tx rows a SM). Unset: 0, the
-// defaults above.
-int fwd_two_pass_tx() {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_2PASS", {"128", "256", "512", "1024"});
-  return i < 0 ? 0 : 128 << i;
-}
-
-// LIGER_CPP_RMS_FWD_2PASS_L1=on|off (read on every call): rms_fwd_l2hint's
+// LIGER_CPP_RMS_FWD_L1HINT=on|off (read on every call): rms_fwd_l2hint's
 // loads with L1 eviction priorities as well (default off).
-bool fwd_two_pass_l1() { return env_choice("LIGER_CPP_RMS_FWD_2PASS_L1", {"off", "on"}) == 1; }
+bool fwd_l2hint_l1() { return env_choice("LIGER_CPP_RMS_FWD_L1HINT", {"off", "on"}) == 1; }
 
 FwdWide fwd_wide_mode() {
   const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint"});
@@ -1930,13 +1929,10 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
       if (wide == kFwdWideAuto) wide = a.cols / full > 2048 ? kFwdWideL2Hint : kFwdWideOld;
       if constexpr (!ADD) {
-        const int two_pass_tx = fwd_two_pass_tx();
-        if ((wide == kFwdWideL2Hint || two_pass_tx > 0) && aligned &&
-            a.cols / full <= INT32_MAX) {  // int vector indices
-          const unsigned tx = two_pass_tx > 0 ? two_pass_tx : 1024;
+        if (wide == kFwdWideL2Hint && aligned && a.cols / full <= INT32_MAX) {  // int vector indices
           auto* kern =
-              fwd_two_pass_l1() ? &rms_fwd_l2hint<T, WT, OT, full, true> : &rms_fwd_l2hint<T, WT, OT, full>;
-          kern<<<a.rows, tx, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
+              fwd_l2hint_l1() ? &rms_fwd_l2hint<T, WT, OT, full, true> : &rms_fwd_l2hint<T, WT, OT, full>;
+          kern<<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
           return cudaGetLastError();
         }
       }
@@ -1960,14 +1956,10 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       // Two vectors a thread (plain RMSNorm, modes old and new): a plan with
       // more threads a row, or kMaxV's where a row needs more than 1024.
       int maxv = !ADD && mode != kFwdPack ? fwd_vectors_per_thread(a.cols / full) : kMaxV;
-      if (maxv == 8 && mode != kFwdOld) maxv = kMaxV;  // 8 vectors: mode old only
       if (aligned && maxv != kMaxV && !pick_cached(a.cols / full, p, maxv)) maxv = kMaxV;
-      // 8 vectors a thread: at most 512 threads a block (its launch bounds).
-      if (maxv == 8 && p.tx > 512) maxv = kMaxV;
       if (aligned && (maxv != kMaxV || pick_cached(a.cols / full, p))) {
         if constexpr (!ADD) p.ty = fwd_default_rows_per_block(a.cols / full, p.tx);
         p.ty = fwd_rows_per_block(ADD ? "LIGER_CPP_RMS_ADD_FWD_TY" : "LIGER_CPP_RMS_FWD_TY", p);
-        if (maxv == 8) p.ty = std::max(1, std::min(p.ty, 512 / p.tx));
         const dim3 block(p.tx, p.ty);
         const int64_t grid = ceil_div(a.rows, p.ty);
         auto launch_mode = [&](auto mode_c, auto maxv_c, auto cap_c) {
@@ -1977,10 +1969,10 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
                                            a.rows, a.cols, a.eps, a.offset, llama);
         };
         using NoCap = std::integral_constant<int, 0>;
-        const int cap = !ADD && mode == kFwdOld && maxv == kMaxV && p.tx * p.ty <= 512 ? fwd_reg_cap() : 0;
+        const int cap_knob = fwd_reg_cap(sizeof(OT) == sizeof(T));  // read on every call
+        const int cap = !ADD && mode == kFwdOld && maxv == kMaxV && p.tx * p.ty <= 512 ? cap_knob : 0;
         using V2 = std::integral_constant<int, 2>;
         using V4 = std::integral_constant<int, kMaxV>;
-        using V8 = std::integral_constant<int, 8>;
         using Old = std::integral_constant<int, kFwdOld>;
         using New = std::integral_constant<int, kFwdNew>;
         switch (mode) {
@@ -1988,14 +1980,6 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
             if constexpr (!ADD) {
               if (maxv == 2) {
                 launch_mode(Old{}, V2{}, NoCap{});
-                break;
-              }
-              if (maxv == 8) {
-                launch_mode(Old{}, V8{}, NoCap{});
-                break;
-              }
-              if (cap == 32) {
-                launch_mode(Old{}, V4{}, std::integral_constant<int, 32>{});
                 break;
               }
               if (cap == 40) {
