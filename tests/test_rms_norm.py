@@ -180,8 +180,8 @@ def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
 
 
 # LIGER_CPP_RMS_FWD_REGS=none|40: the 4-vector forward uncapped and in its 40-register build (the
-# default where y has x's dtype width, forced here also where it does not), for rows of at most 512
-# threads; wider rows (16384 fp32: 1024 threads) keep the uncapped kernel.
+# default for 512-thread rows where y has x's dtype width; forced here for any block of at most 512
+# threads); wider rows (16384 fp32: 1024 threads) keep the uncapped kernel.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("regs", ["none", "40"])
 @pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8), (9, 16384), (5, 1000)])

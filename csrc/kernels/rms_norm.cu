@@ -1446,8 +1446,8 @@ __global__ void __launch_bounds__(256)
 //  * up to 128 vectors (bf16 hidden 1024): 2 vectors a thread
 //    (LIGER_CPP_RMS_FWD_V=2|4; 32 registers, a whole SM's threads resident)
 //    in 128-thread blocks (LIGER_CPP_RMS_FWD_TY);
-//  * above: 4 vectors a thread, one row a block, in a 40-register build up to
-//    512 threads a row (bf16 hidden 16K; fwd_reg_cap).
+//  * above: 4 vectors a thread, one row a block, in a 40-register build for
+//    512-thread rows (bf16 hidden 16K; fwd_reg_cap).
 // Kernel times at 131072 x 1024 / 65536 x 2048 / 16384 x 4096 / 16384 x 8192
 // bf16 on the H200, default before (4 vectors, 256-thread blocks) -> now:
 // 133.1 -> 130.9, 133.2 -> 129.6, 69.2 -> 67.4, 132.9 -> 131.9 us
@@ -1462,14 +1462,18 @@ int fwd_vectors_per_thread(int64_t nvec) {
 }
 // The 4-vector, mode-old plain forward's register cap (rms_fwd_cached's
 // REGCAP; where a block has at most 512 threads): LIGER_CPP_RMS_FWD_REGS=
-// none|40 (read on every call). Default 40 where y has x's width, i.e.
+// none|40 (read on every call). Default 40 for blocks of 512 threads (bf16
+// hidden 16K: three rows a SM instead of two) where y has x's width, i.e.
 // where the capped build does not spill (ptxas: 0 bytes; 4-12 bytes when
-// 16-bit x writes fp32 y, which stays uncapped). Kernel times, bf16 on the H200,
-// uncapped -> 40 (-> 32, which spilled 40-76 bytes and was removed) at 8192 x 16384 /
-// 16384 x 8192 / 32768 x 4096 / 65536 x 2048: 141.1 -> 132.5 (150.6),
-// 132.4 -> 131.7 (149.3), 131.5 -> 131.5 (149.2), 129.5 -> 129.5 (149.5) us
-// (2026-12-01-h200-norm-breakdown-fwd-2pass-l1-1fa6b98.log): at 16K three
-// rows share an SM instead of two.
+// 16-bit x writes fp32 y); uncapped otherwise. Kernel times, bf16 on the
+// H200, uncapped -> 40 (-> 32, which spilled 40-76 bytes and was removed) at
+// 8192 x 16384 / 16384 x 8192 / 32768 x 4096 / 65536 x 2048: 141.1 -> 132.5
+// (150.6), 132.4 -> 131.7 (149.3), 131.5 -> 131.5 (149.2), 129.5 -> 129.5
+// (149.5) us (2026-12-01-h200-norm-breakdown-fwd-2pass-l1-1fa6b98.log); but
+// in the bench (two rounds, rms_norm-fwd-regs-ab-cee3049) 40 registers won
+// only at 16K (93.1 / 93.5 against 90.9 % of C) and lost at 2K and 8K (95.2 /
+// 94.9 against 95.8 / 95.4, 93.6 / 93.7 against 94.6 / 94.6; 4K even), where
+// 4 or more rows already share an SM.
 int fwd_reg_cap(bool fits) {
   const int i = env_choice("LIGER_CPP_RMS_FWD_REGS", {"none", "40"});
   if (i < 0) return fits ? 40 : 0;
@@ -1969,8 +1973,9 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
                                            a.rows, a.cols, a.eps, a.offset, llama);
         };
         using NoCap = std::integral_constant<int, 0>;
-        const int cap_knob = fwd_reg_cap(sizeof(OT) == sizeof(T));  // read on every call
-        const int cap = !ADD && mode == kFwdOld && maxv == kMaxV && p.tx * p.ty <= 512 ? cap_knob : 0;
+        const int threads = p.tx * p.ty;
+        const int cap_knob = fwd_reg_cap(sizeof(OT) == sizeof(T) && threads > 256);  // read on every call
+        const int cap = !ADD && mode == kFwdOld && maxv == kMaxV && threads <= 512 ? cap_knob : 0;
         using V2 = std::integral_constant<int, 2>;
         using V4 = std::integral_constant<int, kMaxV>;
         using Old = std::integral_constant<int, kFwdOld>;
