@@ -49,11 +49,12 @@ def eager(x, w):
 # (a 256- / 512-thread block per row that reads the row twice, the second time from L2), l2hint
 # (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
 # LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
-# with more threads resident). LIGER_CPP_RMS_FWD_V=2|4|8: the register-cached forward's vectors a
+# with more threads resident). LIGER_CPP_RMS_FWD_V=2|4: the register-cached forward's vectors a
 # thread (default 2 up to 128 vectors, 4 above). LIGER_CPP_RMS_FWD_L1HINT=on: l2hint's loads with
 # L1 eviction priorities too. LIGER_CPP_RMS_FWD_REGS=none|40: the 4-vector forward uncapped or
-# capped at 40 registers (the default: more rows a SM). LIGER_CPP_RMS_BWD_ROWS=1|2: the
-# cluster backward's rows a message (default 2 for clusters of two blocks, 1 above).
+# capped at 40 registers (default 40 for 512-thread rows, i.e. bf16 hidden 16K: three rows a SM
+# instead of two). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's rows a message (default 2
+# for clusters of two blocks, 1 above).
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
     "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
