@@ -161,6 +161,14 @@ def test_cuda_fwd_rows_per_block(monkeypatch, ty, shape, dtype):
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
 
 
+# The three weight cases a forward layout knob is checked with on CUDA: same-dtype weight (llama,
+# out of place), fp32 weight with Gemma's offset (in place) and no weight (none); rstd checked too.
+def _run_forward_layout_cases(shape, dtype):
+    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
+
+
 # LIGER_CPP_RMS_FWD_V sets the cached forward's vectors a thread (2, 4; default 2 up to 128
 # vectors, 4 above; where a row would need more than 1024 threads, 4): the same values whatever
 # the layout.
@@ -174,9 +182,7 @@ def test_cuda_fwd_rows_per_block(monkeypatch, ty, shape, dtype):
 def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_FWD", fwd)
     monkeypatch.setenv("LIGER_CPP_RMS_FWD_V", nv)
-    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
-    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
-    _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
+    _run_forward_layout_cases(shape, dtype)
 
 
 # LIGER_CPP_RMS_FWD_REGS=none|40: the 4-vector forward uncapped and in its 40-register build (the
@@ -189,9 +195,7 @@ def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
 def test_cuda_fwd_register_cap(monkeypatch, regs, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_FWD_V", "4")
     monkeypatch.setenv("LIGER_CPP_RMS_FWD_REGS", regs)
-    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
-    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
-    _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
+    _run_forward_layout_cases(shape, dtype)
 
 
 # LIGER_CPP_RMS_FWD_L1HINT=on: the two-pass wide forward (rms_fwd_l2hint, forced by
@@ -205,9 +209,7 @@ def test_cuda_fwd_register_cap(monkeypatch, regs, shape, dtype):
 def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_FWD_WIDE", "l2hint")
     monkeypatch.setenv("LIGER_CPP_RMS_FWD_L1HINT", l1)
-    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
-    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
-    _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
+    _run_forward_layout_cases(shape, dtype)
 
 
 # Rows above 1024 vectors: the forward and backward kernels of LIGER_CPP_RMS_FWD_WIDE and
