@@ -119,10 +119,13 @@ enum FwdMode : int { kFwdOld = 0, kFwdPack = 1, kFwdNew = 2 };
 
 // MAXV = 2 (LIGER_CPP_RMS_FWD_V): at most 32 registers, so two 1024-thread
 // blocks (a whole SM's threads) can be resident.
-// REGCAP (40; LIGER_CPP_RMS_FWD_REGS, see fwd_reg_cap): blocks of at
+// REGCAP (kFwdRegCap or 0; LIGER_CPP_RMS_FWD_REGS, see fwd_reg_capped): blocks of at
 // most 512 threads and at most that many registers (52 uncapped at MAXV = 4),
 // so that more rows share an SM: at bf16 hidden 16K three 512-thread rows
 // instead of two.
+// (The inner guard: nvcc evaluates the division in the attribute even where
+// REGCAP is 0 and the branch is not taken.)
+constexpr int kFwdRegCap = 40;
 template <typename T, typename WT, typename OT, int VEC, int MAXV, bool ADD, int MODE, int REGCAP = 0>
 __global__ void __launch_bounds__(REGCAP ? 512 : 1024,
                                   REGCAP ? 65536 / (512 * (REGCAP ? REGCAP : 1)) : (MAXV <= 2 ? 2 : 1))
@@ -1452,7 +1455,7 @@ __global__ void __launch_bounds__(256)
 //    (LIGER_CPP_RMS_FWD_V=2|4; 32 registers, a whole SM's threads resident)
 //    in 128-thread blocks (LIGER_CPP_RMS_FWD_TY);
 //  * above: 4 vectors a thread, one row a block, in a 40-register build for
-//    512-thread rows (bf16 hidden 16K; fwd_reg_cap).
+//    512-thread rows (bf16 hidden 16K; fwd_reg_capped).
 // Kernel times at 131072 x 1024 / 65536 x 2048 / 16384 x 4096 / 16384 x 8192
 // bf16 on the H200, default before (4 vectors, 256-thread blocks) -> now:
 // 133.1 -> 130.9, 133.2 -> 129.6, 69.2 -> 67.4, 132.9 -> 131.9 us
@@ -1465,9 +1468,10 @@ int fwd_vectors_per_thread(int64_t nvec) {
   const int i = env_choice("LIGER_CPP_RMS_FWD_V", {"2", "4"});
   return i < 0 ? (nvec <= 128 ? 2 : kMaxV) : 2 << i;
 }
-// The 4-vector, mode-old plain forward's register cap (rms_fwd_cached's
-// REGCAP; where a block has at most 512 threads): LIGER_CPP_RMS_FWD_REGS=
-// none|40 (read on every call). Default 40 for blocks of 512 threads (bf16
+// Whether the 4-vector, mode-old plain forward runs its register-capped build
+// (rms_fwd_cached's REGCAP = kFwdRegCap; where a block has at most 512
+// threads): LIGER_CPP_RMS_FWD_REGS=none|40 (read on every call); unset,
+// `by_default`, which the caller sets for blocks of 512 threads (bf16
 // hidden 16K: three rows a SM instead of two) where y has x's width, i.e.
 // where the capped build does not spill (ptxas: 0 bytes; 4-12 bytes when
 // 16-bit x writes fp32 y); uncapped otherwise. Kernel times, bf16 on the
@@ -1479,10 +1483,10 @@ int fwd_vectors_per_thread(int64_t nvec) {
 // only at 16K (93.1 / 93.5 against 90.9 % of C) and lost at 2K and 8K (95.2 /
 // 94.9 against 95.8 / 95.4, 93.6 / 93.7 against 94.6 / 94.6; 4K even), where
 // 4 or more rows already share an SM.
-int fwd_reg_cap(bool fits) {
+bool fwd_reg_capped(bool by_default) {
+  static_assert(kFwdRegCap == 40, "the knob's value names the cap");
   const int i = env_choice("LIGER_CPP_RMS_FWD_REGS", {"none", "40"});
-  if (i < 0) return fits ? 40 : 0;
-  return i == 0 ? 0 : 40;
+  return i < 0 ? by_default : i == 1;
 }
 int fwd_default_rows_per_block(int64_t nvec, int tx) { return nvec <= 128 ? std::max(1, 128 / tx) : 1; }
 
@@ -1979,8 +1983,8 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
         };
         using NoCap = std::integral_constant<int, 0>;
         const int threads = p.tx * p.ty;
-        const int cap_knob = fwd_reg_cap(sizeof(OT) == sizeof(T) && threads > 256);  // read on every call
-        const int cap = !ADD && mode == kFwdOld && maxv == kMaxV && threads <= 512 ? cap_knob : 0;
+        const bool cap_knob = fwd_reg_capped(sizeof(OT) == sizeof(T) && threads > 256);  // read on every call
+        const bool capped = !ADD && mode == kFwdOld && maxv == kMaxV && threads <= 512 && cap_knob;
         using V2 = std::integral_constant<int, 2>;
         using V4 = std::integral_constant<int, kMaxV>;
         using Old = std::integral_constant<int, kFwdOld>;
@@ -1992,8 +1996,8 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
                 launch_mode(Old{}, V2{}, NoCap{});
                 break;
               }
-              if (cap == 40) {
-                launch_mode(Old{}, V4{}, std::integral_constant<int, 40>{});
+              if (capped) {
+                launch_mode(Old{}, V4{}, std::integral_constant<int, kFwdRegCap>{});
                 break;
               }
             }
