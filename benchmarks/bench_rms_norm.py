@@ -67,6 +67,10 @@ VARIANT_ENV = {
     "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
     "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4"},
     "liger_cpp[fwd_regs=none]": {"LIGER_CPP_RMS_FWD_REGS": "none"},
+    **{
+        f"liger_cpp[fwd_stream={v}]": {"LIGER_CPP_RMS_FWD_STREAM": v}
+        for v in ("256x8", "512x8", "1024x8", "512x16")
+    },
     "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
     "liger_cpp[bwd_rows=2]": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
@@ -90,6 +94,7 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_v=2]",
     "liger_cpp[fwd_v=4]",
     "liger_cpp[fwd_regs=none]",
+    *(f"liger_cpp[fwd_stream={v}]" for v in ("256x8", "512x8", "1024x8", "512x16")),
 }
 
 
@@ -211,10 +216,17 @@ def main():
     ap.add_argument(
         "--fwd", action="store_true", help="the forward alone, 128M elements at hidden 1K-16K, and 16384x4096"
     )
+    ap.add_argument("--impls", default=None, help="comma-separated rows to keep (e.g. liger_cpp,compile)")
     args = ap.parse_args()
     have_liger = try_import_liger()
     C = copy_bandwidth_gbs()
     fns = variants(have_liger)
+    if args.impls:
+        keep = set(args.impls.split(","))
+        unknown = keep - set(fns)
+        if unknown:
+            ap.error(f"--impls: unknown {sorted(unknown)}; known: {sorted(fns)}")
+        fns = {k: v for k, v in fns.items() if k in keep}
     rows = []
     if args.wide or args.tma or args.fwd:
         if args.fwd:

@@ -767,3 +767,27 @@ def test_forward_and_backward_allocate_one_weight_sized_buffer():
         (out[0] if isinstance(out, (tuple, list)) else out).backward()
     big = [e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage >= w.numel() * 4]
     assert big == [w.numel() * 4], big
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("H", [1024, 4096])
+def test_cuda_default_chunk_within_a_quarter_of_dw(H):
+    # The automatic chunk's logits take at most a quarter of dW's bytes (H / 4 rows; at least 64
+    # MiB, at most 251): at V = 128256 bf16, H 1024 -> 64 MiB (the floor), H 4096 -> 251 MiB
+    # (1024 rows). The op's peak above its inputs is dX + dW + that chunk + small buffers (per-row
+    # floats); 251 MiB chunks at H 1024 would exceed the bound below by 180 MiB.
+    M, V = 4096, 128256
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(M, H, device="cuda", generator=gen).bfloat16().requires_grad_(True)
+    w = (torch.randn(V, H, device="cuda", generator=gen) / math.sqrt(H)).bfloat16().requires_grad_(True)
+    t = torch.randint(0, V, (M,), device="cuda", generator=gen)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    loss, *_ = fused_linear_cross_entropy(x, w, t)
+    torch.cuda.synchronize()
+    extra_mib = (torch.cuda.max_memory_allocated() - base) / 2**20
+    dx_dw_mib = (M * H + V * H) * 2 / 2**20
+    chunk_mib = min(max(V * H * 2 / 4 / 2**20, 64.0), 251.0)
+    assert extra_mib <= dx_dw_mib + chunk_mib + 8, (extra_mib, dx_dw_mib, chunk_mib)
+    assert torch.isfinite(loss)

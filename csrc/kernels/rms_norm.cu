@@ -350,6 +350,68 @@ __global__ void __launch_bounds__(1024, 2)
   }
 }
 
+// Forward, torch.compile's design at bf16 hidden 4K-16K copied as closely as
+// CUDA C++ allows (its Triton kernel at 16384 x 8192: one row a 512-thread
+// block, 2048 columns an iteration, 8-byte accesses, 32 registers, four
+// blocks an SM; 98.0 % of C in the bench where rms_fwd_cached read 94.5,
+// benchmarks/results/2026-12-01-h200-rms_norm-fwd-3d340ec.log). Two passes
+// over the row with one access in flight a thread (the loops are not
+// unrolled, as Triton's are not): the first read L1 and L2 evict_last, the
+// second evict_first, so that it hits the SM's L1. VEC columns a thread an
+// iteration (8 or 16 bytes of x). LIGER_CPP_RMS_FWD_STREAM, A/B.
+template <typename T, typename WT, typename OT, int VEC>
+__global__ void __launch_bounds__(1024, 2)
+    rms_fwd_stream(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
+                   float* __restrict__ rstd, int64_t cols, float eps, float offset, bool llama) {
+  static_assert(sizeof(T) * VEC == 8 || sizeof(T) * VEC == 16, "8- or 16-byte accesses");
+  pdl_trigger();  // as rms_fwd_cached
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int nvec = static_cast<int>(cols / VEC);
+  const int tx = threadIdx.x, TX = blockDim.x;
+  const T* xr = x + row * x_stride;
+  const uint64_t keep = l2_evict_policy<true>();
+  float acc[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) acc[j] = 0.f;
+#pragma unroll 1
+  for (int v = tx; v < nvec; v += TX) {
+    Vec<T, VEC> a;
+    if constexpr (sizeof(a) == 8)
+      load_8B_hint<kL1Last>(a, xr + static_cast<int64_t>(v) * VEC, keep);
+    else
+      load_16B_hint<kL1Last>(a, xr + static_cast<int64_t>(v) * VEC, keep);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float f = to_float<T>(a.v[j]);
+      acc[j] += f * f;
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) ss += acc[j];
+  ss = group_sum</*FIRST_USE=*/true>(ss, scratch);
+  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  if (tx == 0) rstd[row] = r;
+  const uint64_t drop = l2_evict_policy<false>();
+  OT* yr = y + row * cols;
+#pragma unroll 1
+  for (int v = tx; v < nvec; v += TX) {
+    const int64_t c = static_cast<int64_t>(v) * VEC;
+    float wf[VEC];
+    load_weight<WT, VEC>(w, c, offset, wf);
+    Vec<T, VEC> a;
+    if constexpr (sizeof(a) == 8)
+      load_8B_hint<kL1First>(a, xr + c, drop);
+    else
+      load_16B_hint<kL1First>(a, xr + c, drop);
+    Vec<OT, VEC> out;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out.v[j] = from_float<OT>(normed<T>(to_float<T>(a.v[j]), r, llama) * wf[j]);
+    store_vec<OT, VEC>(yr + c, out);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Backward, persistent, row cached in registers.
 // dy and dx may alias (in place): each element is read before it is written,
@@ -1870,6 +1932,20 @@ enum FwdWide {
 // loads with L1 eviction priorities as well (default off).
 bool fwd_l2hint_l1() { return env_choice("LIGER_CPP_RMS_FWD_L1HINT", {"off", "on"}) == 1; }
 
+// LIGER_CPP_RMS_FWD_STREAM=off|<threads>x<bytes> (read on every call):
+// rms_fwd_stream for plain RMSNorm at any width, in blocks of 256 / 512 / 1024
+// threads with 8- or 16-byte accesses (default off; A/B).
+struct FwdStream {
+  int tx = 0;  // 0: off
+  int bytes = 0;
+};
+FwdStream fwd_stream() {
+  const int i = env_choice("LIGER_CPP_RMS_FWD_STREAM",
+                           {"off", "256x8", "512x8", "1024x8", "256x16", "512x16", "1024x16"});
+  if (i <= 0) return {};
+  return {256 << ((i - 1) % 3), i <= 3 ? 8 : 16};
+}
+
 FwdWide fwd_wide_mode() {
   const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint"});
   return static_cast<FwdWide>(i);  // -1 (unset): kFwdWideAuto
@@ -1942,6 +2018,13 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
       if (wide == kFwdWideAuto) wide = a.cols / full > 2048 ? kFwdWideL2Hint : kFwdWideOld;
       if constexpr (!ADD) {
+        const FwdStream st = fwd_stream();
+        if (st.tx > 0 && aligned && a.cols / full <= INT32_MAX / 2) {  // int vector indices
+          auto* kern =
+              st.bytes == 8 ? &rms_fwd_stream<T, WT, OT, full / 2> : &rms_fwd_stream<T, WT, OT, full>;
+          kern<<<a.rows, st.tx, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
+          return cudaGetLastError();
+        }
         if (wide == kFwdWideL2Hint && aligned && a.cols / full <= INT32_MAX) {  // int vector indices
           auto* kern =
               fwd_l2hint_l1() ? &rms_fwd_l2hint<T, WT, OT, full, true> : &rms_fwd_l2hint<T, WT, OT, full>;

@@ -19,6 +19,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -40,13 +41,25 @@ namespace {
 // 1.106 / 1.144 / 1.071 x for 240 MiB (912- / 968-row chunks), with the peak
 // within dX + dW + 256 MiB (1317 of 1322 MiB at M8192; benchmarks/results/
 // 2026-11-30-h200-fused_linear_cross_entropy-chunk-1b5a435-{240,251}). 128 MiB was
-// slower still (45.5 against 43.2 ms at 3170160). LIGER_CPP_FLCE_CHUNK_MB
-// overrides it.
-constexpr double kDefaultChunkMiB = 251.0;
+// slower still (45.5 against 43.2 ms at 3170160).
+constexpr double kMaxChunkMiB = 251.0;
+// But at most a quarter of dW's bytes (rows <= H / 4: 512 at H 2048), not
+// below kMinChunkMiB. In training the FLCE runs at the step's memory peak
+// (every layer's activations saved), where the chunk adds to it: with 1024-row
+// chunks at Llama 3.2 1B's shape (H 2048) the step's peak was 0.07 GiB above
+// Liger's (512-row chunks), 26.41 against 26.34 GiB, and a 128 MiB chunk
+// brought it to 26.34 at the same speed (70.2 against 69.8 k tokens/s,
+// 2026-11-30-h200-e2e-quick-chunk128-e8e4fa8, -e2e-1b-b8t2048-breakdown-be28e0d).
+constexpr double kMinChunkMiB = 64.0;
 
-double chunk_budget_mib() {
+// LIGER_CPP_FLCE_CHUNK_MB, when set, replaces the whole rule.
+double chunk_budget_mib(int64_t V, int64_t H, int64_t elem_size) {
   const char* s = std::getenv("LIGER_CPP_FLCE_CHUNK_MB");
-  if (s == nullptr || *s == '\0') return kDefaultChunkMiB;
+  if (s == nullptr || *s == '\0') {
+    const double dw_mib =
+        static_cast<double>(V) * static_cast<double>(H) * static_cast<double>(elem_size) / 1048576.0;
+    return std::clamp(dw_mib / 4.0, kMinChunkMiB, kMaxChunkMiB);
+  }
   char* end = nullptr;
   const double v = std::strtod(s, &end);
   if (end == s || *end != '\0' || !std::isfinite(v) || !(v > 0))
@@ -59,11 +72,11 @@ double chunk_budget_mib() {
 // uneven chunks). Otherwise: as many rows as the budget allows, a multiple of 8
 // (keeps every chunk of x 16-byte aligned for any H), then evened out over the
 // chunks that count needs, so the last chunk is not a sliver.
-int64_t pick_chunk_rows(int64_t M, int64_t V, int64_t elem_size, int64_t requested) {
+int64_t pick_chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, int64_t requested) {
   if (M == 0) return 0;
   if (requested > 0) return std::min(requested, M);
   const double per_row = static_cast<double>(V) * static_cast<double>(elem_size);
-  int64_t rows = static_cast<int64_t>(std::floor(chunk_budget_mib() * 1048576.0 / per_row));
+  int64_t rows = static_cast<int64_t>(std::floor(chunk_budget_mib(V, H, elem_size) * 1048576.0 / per_row));
   if (rows >= 8) rows -= rows % 8;
   rows = std::max<int64_t>(rows, 1);
   if (rows >= M) return M;
@@ -166,7 +179,7 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
   // anything else would be copied by every GEMM, so copy once here.
   f.w = (weight.stride(1) == 1 || weight.stride(0) == 1) ? weight : weight.contiguous();
   f.target = target.reshape({f.M}).to(at::kLong).contiguous();
-  f.chunk = pick_chunk_rows(f.M, f.V, input.element_size(), chunk_rows);
+  f.chunk = pick_chunk_rows(f.M, f.V, f.H, input.element_size(), chunk_rows);
   // The target values are checked by ce_prologue, which every caller runs first.
   return f;
 }
