@@ -67,10 +67,6 @@ VARIANT_ENV = {
     "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
     "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4"},
     "liger_cpp[fwd_regs=none]": {"LIGER_CPP_RMS_FWD_REGS": "none"},
-    **{
-        f"liger_cpp[fwd_stream={v}]": {"LIGER_CPP_RMS_FWD_STREAM": v}
-        for v in ("512x8x4", "256x8x4", "1024x8x2", "512x16x2", "256x16x2", "512x8x2")
-    },
     "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
     "liger_cpp[bwd_rows=2]": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
@@ -94,10 +90,6 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_v=2]",
     "liger_cpp[fwd_v=4]",
     "liger_cpp[fwd_regs=none]",
-    *(
-        f"liger_cpp[fwd_stream={v}]"
-        for v in ("512x8x4", "256x8x4", "1024x8x2", "512x16x2", "256x16x2", "512x8x2")
-    ),
 }
 
 

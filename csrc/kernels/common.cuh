@@ -114,26 +114,6 @@ __device__ __forceinline__ void load_16B_hint(V& dst, const void* src, uint64_t 
                  : "l"(src), "l"(policy));
 }
 
-// load_16B_hint for 8-byte vectors (rms_fwd_stream's accesses, as Triton's
-// at 4 bf16 a thread).
-template <int L1 = kL1Default, typename V>
-__device__ __forceinline__ void load_8B_hint(V& dst, const void* src, uint64_t policy) {
-  static_assert(sizeof(V) == 8, "8-byte vectors only");
-  uint32_t* d = reinterpret_cast<uint32_t*>(&dst);
-  if constexpr (L1 == kL1Last)
-    asm volatile("ld.global.L1::evict_last.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
-                 : "=r"(d[0]), "=r"(d[1])
-                 : "l"(src), "l"(policy));
-  else if constexpr (L1 == kL1First)
-    asm volatile("ld.global.L1::evict_first.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
-                 : "=r"(d[0]), "=r"(d[1])
-                 : "l"(src), "l"(policy));
-  else
-    asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
-                 : "=r"(d[0]), "=r"(d[1])
-                 : "l"(src), "l"(policy));
-}
-
 // An empty asm that "modifies" a 16-byte register vector: values converted from
 // it earlier cannot be kept alive past this point, so the compiler keeps the
 // packed words (e.g. 4 registers for 8 bf16) instead of 8 floats, which spilled.

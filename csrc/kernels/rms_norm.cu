@@ -350,87 +350,6 @@ __global__ void __launch_bounds__(1024, 2)
   }
 }
 
-// Forward, torch.compile's design at bf16 hidden 4K-16K copied as closely as
-// CUDA C++ allows (its Triton kernel at 16384 x 8192: one row a 512-thread
-// block, 2048 columns an iteration, 8-byte accesses, 32 registers, four
-// blocks an SM; 98.5 % of C in the bench where rms_fwd_cached read 94.7,
-// benchmarks/results/2026-12-01-h200-rms_norm-fwd-stream-a708369.log). Two
-// passes over the row, U accesses in flight a thread (Triton's loop over the
-// row has a constant trip count, which LLVM unrolls): the first read L1 and
-// L2 evict_last, the second evict_first, so that it hits the SM's L1. VEC
-// columns a thread an access (8 or 16 bytes of x). LIGER_CPP_RMS_FWD_STREAM,
-// A/B. With U = 1 (one access in flight) it read 65-70 % of C at 8K-16K.
-template <typename T, typename WT, typename OT, int VEC, int U>
-__global__ void __launch_bounds__(1024, 2)
-    rms_fwd_stream(const T* __restrict__ x, int64_t x_stride, const WT* __restrict__ w, OT* __restrict__ y,
-                   float* __restrict__ rstd, int64_t cols, float eps, float offset, bool llama) {
-  static_assert(sizeof(T) * VEC == 8 || sizeof(T) * VEC == 16, "8- or 16-byte accesses");
-  pdl_trigger();  // as rms_fwd_cached
-  __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;
-  const int nvec = static_cast<int>(cols / VEC);
-  const int tx = threadIdx.x, TX = blockDim.x;
-  const T* xr = x + row * x_stride;
-  auto load = [&](Vec<T, VEC>& d, int64_t c, uint64_t pol, auto l1) {
-    constexpr int L1 = decltype(l1)::value;
-    if constexpr (sizeof(d) == 8)
-      load_8B_hint<L1>(d, xr + c, pol);
-    else
-      load_16B_hint<L1>(d, xr + c, pol);
-  };
-  const uint64_t keep = l2_evict_policy<true>();
-  float acc[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) acc[j] = 0.f;
-#pragma unroll 1
-  for (int base = tx; base < nvec; base += U * TX) {
-    Vec<T, VEC> a[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (base + u * TX < nvec)
-        load(a[u], static_cast<int64_t>(base + u * TX) * VEC, keep, std::integral_constant<int, kL1Last>{});
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (base + u * TX < nvec) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float f = to_float<T>(a[u].v[j]);
-          acc[j] += f * f;
-        }
-      }
-    }
-  }
-  float ss = 0.f;
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) ss += acc[j];
-  ss = group_sum</*FIRST_USE=*/true>(ss, scratch);
-  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
-  if (tx == 0) rstd[row] = r;
-  const uint64_t drop = l2_evict_policy<false>();
-  OT* yr = y + row * cols;
-#pragma unroll 1
-  for (int base = tx; base < nvec; base += U * TX) {
-    Vec<T, VEC> a[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (base + u * TX < nvec)
-        load(a[u], static_cast<int64_t>(base + u * TX) * VEC, drop, std::integral_constant<int, kL1First>{});
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (base + u * TX < nvec) {
-        const int64_t c = static_cast<int64_t>(base + u * TX) * VEC;
-        float wf[VEC];
-        load_weight<WT, VEC>(w, c, offset, wf);
-        Vec<OT, VEC> out;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          out.v[j] = from_float<OT>(normed<T>(to_float<T>(a[u].v[j]), r, llama) * wf[j]);
-        store_vec<OT, VEC>(yr + c, out);
-      }
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------
 // Backward, persistent, row cached in registers.
 // dy and dx may alias (in place): each element is read before it is written,
@@ -1951,22 +1870,6 @@ enum FwdWide {
 // loads with L1 eviction priorities as well (default off).
 bool fwd_l2hint_l1() { return env_choice("LIGER_CPP_RMS_FWD_L1HINT", {"off", "on"}) == 1; }
 
-// LIGER_CPP_RMS_FWD_STREAM=off|<threads>x<bytes>x<U> (read on every call):
-// rms_fwd_stream for plain RMSNorm at any width, in blocks of that many
-// threads with 8- or 16-byte accesses, U in flight a thread (default off; A/B).
-struct FwdStream {
-  int tx = 0;  // 0: off
-  int bytes = 0;
-  int u = 0;
-};
-FwdStream fwd_stream() {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_STREAM",
-                           {"off", "512x8x4", "256x8x4", "1024x8x2", "512x16x2", "256x16x2", "512x8x2"});
-  static constexpr FwdStream kChoices[] = {{},           {512, 8, 4},  {256, 8, 4}, {1024, 8, 2},
-                                           {512, 16, 2}, {256, 16, 2}, {512, 8, 2}};
-  return i <= 0 ? FwdStream{} : kChoices[i];
-}
-
 FwdWide fwd_wide_mode() {
   const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint"});
   return static_cast<FwdWide>(i);  // -1 (unset): kFwdWideAuto
@@ -2039,14 +1942,6 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       FwdWide wide = a.cols / full > 1024 ? fwd_wide_mode() : kFwdWideOld;
       if (wide == kFwdWideAuto) wide = a.cols / full > 2048 ? kFwdWideL2Hint : kFwdWideOld;
       if constexpr (!ADD) {
-        const FwdStream st = fwd_stream();
-        if (st.tx > 0 && aligned && a.cols / full <= INT32_MAX / 4) {  // int vector indices
-          auto* kern = st.bytes == 8 ? (st.u == 4 ? &rms_fwd_stream<T, WT, OT, full / 2, 4>
-                                                  : &rms_fwd_stream<T, WT, OT, full / 2, 2>)
-                                     : &rms_fwd_stream<T, WT, OT, full, 2>;
-          kern<<<a.rows, st.tx, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
-          return cudaGetLastError();
-        }
         if (wide == kFwdWideL2Hint && aligned && a.cols / full <= INT32_MAX) {  // int vector indices
           auto* kern =
               fwd_l2hint_l1() ? &rms_fwd_l2hint<T, WT, OT, full, true> : &rms_fwd_l2hint<T, WT, OT, full>;
