@@ -171,8 +171,8 @@ TORCH_LIBRARY(liger, m) {
 
   // ---- Fused linear cross entropy (Liger's LigerFusedLinearCrossEntropyFunction) ----
   // CE of logits = logit_scale * (input @ weight^T + bias) without holding the
-  // (rows x V) logits: chunks of `chunk_rows` token rows (0: automatic, a
-  // chunk's logits a quarter of weight's bytes within 64..251 MiB, env
+  // (rows x V) logits: chunks of `chunk_rows` token rows (0: automatic, the
+  // larger of Liger's chunk rows and H / 4, within 64..251 MiB of logits; env
   // LIGER_CPP_FLCE_CHUNK_MB overrides) through
   // one reused logits buffer (csrc/ops/fused_linear_cross_entropy.cpp).
   // input: (..., H) float32/float16/bfloat16 (float64 on CPU), unit last

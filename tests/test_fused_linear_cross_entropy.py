@@ -769,14 +769,21 @@ def test_forward_and_backward_allocate_one_weight_sized_buffer():
     assert big == [w.numel() * 4], big
 
 
+def _auto_chunk_mib(M, H, V, elem):
+    # The documented rule: the larger of Liger's chunk rows (next_pow2(ceil(M / ceil(V / H)))) and
+    # H / 4 rows, as logits bytes, within 64..251 MiB.
+    liger_rows = 1 << max(0, math.ceil(math.log2(math.ceil(M / math.ceil(V / H)))))
+    return min(max(max(liger_rows, H / 4) * V * elem / 2**20, 64.0), 251.0)
+
+
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("H", [1024, 4096])
-def test_cuda_default_chunk_within_a_quarter_of_dw(H):
-    # The automatic chunk's logits take at most a quarter of dW's bytes (H / 4 rows; at least 64
-    # MiB, at most 251): at V = 128256 bf16, H 1024 -> 64 MiB (the floor), H 4096 -> 251 MiB
-    # (1024 rows). The op's peak above its inputs is dX + dW + that chunk + small buffers (per-row
-    # floats); 251 MiB chunks at H 1024 would exceed the bound below by 180 MiB.
-    M, V = 4096, 128256
+@pytest.mark.parametrize("M, H", [(4096, 1024), (32768, 1024), (4096, 4096)])
+def test_cuda_default_chunk_budget(M, H):
+    # At V = 128256 bf16: (4096, 1024) -> 64 MiB (the floor; H / 4 = 256 rows = 62.6 MiB, Liger's 64
+    # rows), (32768, 1024) -> Liger's 512 rows = 125 MiB, (4096, 4096) -> 251 MiB (1024 rows, H / 4).
+    # The op's peak above its inputs is dX + dW + that chunk + small buffers (per-row floats); the
+    # fixed 251 MiB chunks used before would exceed this bound by 125-190 MiB in the first two.
+    V = 128256
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, H, device="cuda", generator=gen).bfloat16().requires_grad_(True)
     w = (torch.randn(V, H, device="cuda", generator=gen) / math.sqrt(H)).bfloat16().requires_grad_(True)
@@ -788,6 +795,6 @@ def test_cuda_default_chunk_within_a_quarter_of_dw(H):
     torch.cuda.synchronize()
     extra_mib = (torch.cuda.max_memory_allocated() - base) / 2**20
     dx_dw_mib = (M * H + V * H) * 2 / 2**20
-    chunk_mib = min(max(V * H * 2 / 4 / 2**20, 64.0), 251.0)
+    chunk_mib = _auto_chunk_mib(M, H, V, 2)
     assert extra_mib <= dx_dw_mib + chunk_mib + 8, (extra_mib, dx_dw_mib, chunk_mib)
     assert torch.isfinite(loss)

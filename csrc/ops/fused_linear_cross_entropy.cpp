@@ -43,22 +43,32 @@ namespace {
 // 2026-11-30-h200-fused_linear_cross_entropy-chunk-1b5a435-{240,251}). 128 MiB was
 // slower still (45.5 against 43.2 ms at 3170160).
 constexpr double kMaxChunkMiB = 251.0;
-// But at most a quarter of dW's bytes (rows <= H / 4: 512 at H 2048), not
-// below kMinChunkMiB. In training the FLCE runs at the step's memory peak
-// (every layer's activations saved), where the chunk adds to it: with 1024-row
-// chunks at Llama 3.2 1B's shape (H 2048) the step's peak was 0.07 GiB above
-// Liger's (512-row chunks), 26.41 against 26.34 GiB, and a 128 MiB chunk
-// brought it to 26.34 at the same speed (70.2 against 69.8 k tokens/s,
-// 2026-11-30-h200-e2e-quick-chunk128-e8e4fa8, -e2e-1b-b8t2048-breakdown-be28e0d).
+// Below that, the chunk takes no more rows than the larger of Liger's chunk at
+// the same shape (next_pow2(ceil(M / ceil(V / H))) rows) and a quarter of dW's
+// bytes (H / 4 rows), and at least kMinChunkMiB. In training the FLCE runs at
+// the step's memory peak (every layer's activations saved), where the chunk
+// adds to it. At Llama 3.2 1B's shape, B8 T2048 (M 16384, H 2048), 1024-row
+// chunks put the step's peak 0.09 GiB above Liger's (26.43 against 26.34 GiB;
+// 69.6 / 69.8 k tokens/s) and 512-row chunks (Liger's) at Liger's (26.34;
+// 68.8 / 68.6 k; Liger 67.9 / 67.1 k) (benchmarks/results/2026-12-01-h200-
+// e2e-1b-b8t2048-chunk-*-fc945a3); at B4 T8192 (M 32768) the peak lies
+// elsewhere (45.19 GiB either way) and 512 rows only cost speed (56.6 against
+// 57.1 k; Liger 56.8 k, -e2e-1b-b4t8192-*-3b7287d), while Liger's own chunk there
+// is 1024 rows. The FLCE alone at M16384 H2048: 44.1 ms (1.205 x T3GEMM, 691
+// MiB) with 512-row chunks, 42.0 (1.147 x, 817 MiB) with 1024, Liger 42.8
+// (1.168 x, 691 MiB) (-fused_linear_cross_entropy-chunkrule-a708369).
 constexpr double kMinChunkMiB = 64.0;
 
-// LIGER_CPP_FLCE_CHUNK_MB, when set, replaces the whole rule.
-double chunk_budget_mib(int64_t V, int64_t H, int64_t elem_size) {
+// The automatic budget in MiB; LIGER_CPP_FLCE_CHUNK_MB, when set, replaces it.
+double chunk_budget_mib(int64_t M, int64_t V, int64_t H, int64_t elem_size) {
   const char* s = std::getenv("LIGER_CPP_FLCE_CHUNK_MB");
   if (s == nullptr || *s == '\0') {
-    const double dw_mib =
-        static_cast<double>(V) * static_cast<double>(H) * static_cast<double>(elem_size) / 1048576.0;
-    return std::clamp(dw_mib / 4.0, kMinChunkMiB, kMaxChunkMiB);
+    const int64_t liger_chunks = std::max<int64_t>(1, (V + H - 1) / H);
+    int64_t liger_rows = 1;
+    while (liger_rows < (M + liger_chunks - 1) / liger_chunks) liger_rows *= 2;
+    const double rows = std::max(static_cast<double>(liger_rows), static_cast<double>(H) / 4.0);
+    const double mib = rows * static_cast<double>(V) * static_cast<double>(elem_size) / 1048576.0;
+    return std::clamp(mib, kMinChunkMiB, kMaxChunkMiB);
   }
   char* end = nullptr;
   const double v = std::strtod(s, &end);
@@ -76,7 +86,7 @@ int64_t pick_chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, int6
   if (M == 0) return 0;
   if (requested > 0) return std::min(requested, M);
   const double per_row = static_cast<double>(V) * static_cast<double>(elem_size);
-  int64_t rows = static_cast<int64_t>(std::floor(chunk_budget_mib(V, H, elem_size) * 1048576.0 / per_row));
+  int64_t rows = static_cast<int64_t>(std::floor(chunk_budget_mib(M, V, H, elem_size) * 1048576.0 / per_row));
   if (rows >= 8) rows -= rows % 8;
   rows = std::max<int64_t>(rows, 1);
   if (rows >= M) return M;

@@ -269,9 +269,9 @@ def fused_linear_cross_entropy(
     `reduction` none/mean/sum; `logit_scale` multiplies the logits before the softcap (Granite's
     1 / logits_scaling). The loss is float32. dW accumulates over chunks in weight's dtype (one
     rounding per chunk, as Liger's default) or, with accum_dtype=torch.float32, in float32.
-    `chunk_rows` rows are processed at a time (0: a chunk's logits take a quarter of weight's bytes,
-    i.e. H / 4 rows, within 64..251 MiB; environment variable LIGER_CPP_FLCE_CHUNK_MB sets a fixed
-    budget instead). Under autocast, input, weight and bias are
+    `chunk_rows` rows are processed at a time (0: automatic, the larger of Liger's chunk rows and
+    H / 4 rows, a chunk's logits within 64..251 MiB; environment variable LIGER_CPP_FLCE_CHUNK_MB
+    sets a fixed budget in MiB instead). Under autocast, input, weight and bias are
     cast to the autocast dtype (the GEMMs' precision, as F.linear would run) and a float32 weight's
     gradient accumulates in float32.
     """
