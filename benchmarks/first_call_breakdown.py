@@ -6,8 +6,10 @@ Each case runs in its own interpreter, after CUDA is initialised and torch's fir
 - module:   liger_cpp's rms_norm (autograd function, torch.library registration) forward, then backward;
 - eager:    as module, with CUDA_MODULE_LOADING=EAGER (every kernel of every loaded library is loaded
             at import, so what remains is not module loading);
-- profile:  as module, under cProfile: the 15 functions with the most cumulative time of that call.
-Usage (GPU): python benchmarks/first_call_breakdown.py
+- profile:  as module, under cProfile: the 15 functions with the most cumulative time of that call;
+- per op:   the first forward of each other op (its kernels live in their own .cu file, i.e. their
+            own CUDA module, loaded on first use), to relate the first call's time to module size.
+Usage (GPU): python benchmarks/first_call_breakdown.py [case ...]
 """
 
 import os
@@ -25,6 +27,7 @@ SETUP = textwrap.dedent(
     t = time.perf_counter()
     import liger_cpp
     from liger_cpp.ops.rms_norm import rms_norm
+    import liger_cpp.transformers.functional as F
     torch.cuda.synchronize()
     print(f"import liger_cpp {1e3 * (time.perf_counter() - t):.1f} ms")
     def timed(name, fn):
@@ -47,6 +50,28 @@ timed("first bwd", lambda: y.backward(dy))
 y = timed("second fwd", lambda: rms_norm(x, w, 1e-6))
 timed("second bwd", lambda: y.backward(dy))
 """,
+    "swiglu": """
+a = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
+timed("first swiglu fwd", lambda: F.liger_swiglu(a, a))
+timed("second swiglu fwd", lambda: F.liger_swiglu(a, a))
+""",
+    "layer_norm": """
+timed("first layer_norm fwd", lambda: F.liger_layer_norm(x.detach(), w.detach(), w.detach(), 1e-6))
+timed("second layer_norm fwd", lambda: F.liger_layer_norm(x.detach(), w.detach(), w.detach(), 1e-6))
+""",
+    "cross_entropy": """
+lg = torch.randn(4096, 32000, device="cuda", dtype=torch.bfloat16)
+tg = torch.randint(0, 32000, (4096,), device="cuda")
+timed("first cross_entropy fwd", lambda: F.liger_cross_entropy(lg, tg))
+timed("second cross_entropy fwd", lambda: F.liger_cross_entropy(lg, tg))
+""",
+    "rope": """
+q = torch.randn(4, 32, 1024, 128, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(4, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
+cos = torch.randn(4, 1024, 128, device="cuda", dtype=torch.bfloat16)
+timed("first rope fwd", lambda: F.liger_rope(q, k, cos, cos))
+timed("second rope fwd", lambda: F.liger_rope(q, k, cos, cos))
+""",
     "profile": """
 import cProfile, pstats
 pr = cProfile.Profile(); pr.enable()
@@ -58,12 +83,9 @@ pstats.Stats(pr).sort_stats("cumulative").print_stats(15)
 
 
 def main():
-    for name, body in [
-        ("op", CASES["op"]),
-        ("module", CASES["module"]),
-        ("eager", CASES["module"]),
-        ("profile", CASES["profile"]),
-    ]:
+    names = ["op", "module", "eager", "profile", "swiglu", "layer_norm", "cross_entropy", "rope"]
+    for name in sys.argv[1:] or names:
+        body = CASES["module" if name == "eager" else name]
         env = dict(os.environ)
         if name == "eager":
             env["CUDA_MODULE_LOADING"] = "EAGER"
