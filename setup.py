@@ -62,7 +62,7 @@ def _extensions():
     sources += sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/kernels/*.cu"))
     nvcc = ["-O3", "-std=c++17", "--threads=2"]
     # Line tables (source-level profiling in Nsight Compute) only when asked for: they tripled the
-    # sm_90a cubins (rms_norm 28.5 MB against 9.9 MB, same SASS), and CUDA loads a .cu file's whole
+    # sm_90a cubins (rms_norm 28.5 MB against 9.45 MB, same SASS), and CUDA loads a .cu file's whole
     # module on its first kernel launch: the first RMSNorm call took 73-81 ms, the first call of ops
     # with 2.6-6.4 MB modules 2.4-6.6 ms (benchmarks/results/2026-12-01-h200-first-call-3af8ca0.log).
     if os.environ.get("LIGER_CPP_LINEINFO", "0") == "1":

@@ -782,7 +782,7 @@ def test_cuda_default_chunk_budget(M, H):
     # At V = 128256 bf16: (4096, 1024) -> 64 MiB (the floor; H / 4 = 256 rows = 62.6 MiB, Liger's 64
     # rows), (32768, 1024) -> Liger's 512 rows = 125 MiB, (4096, 4096) -> 251 MiB (1024 rows, H / 4).
     # The op's peak above its inputs is dX + dW + that chunk + small buffers (per-row floats); the
-    # fixed 251 MiB chunks used before would exceed this bound by 125-190 MiB in the first two.
+    # fixed 251 MiB chunks used before would exceed this bound by 117-179 MiB in the first two.
     V = 128256
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, H, device="cuda", generator=gen).bfloat16().requires_grad_(True)
