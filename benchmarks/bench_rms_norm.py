@@ -222,11 +222,13 @@ def main():
         if unknown:
             ap.error(f"--impls: unknown {sorted(unknown)}; known: {sorted(fns)}")
         fns = {k: v for k, v in fns.items() if k in keep}
+    # rows named in --impls are kept even when they are A/B variants (no --variants needed)
+    show_variants = args.variants or bool(args.impls)
     rows = []
     if args.wide or args.tma or args.fwd:
         if args.fwd:
             fns = {k: v for k, v in fns.items() if k in FWD_VARIANTS or k != "eager" and k not in VARIANT_ENV}
-            if not args.variants:
+            if not show_variants:
                 fns = {k: v for k, v in fns.items() if k not in VARIANT_ENV}
             shapes = [((128 << 20) // n, n) for n in (1024, 2048, 4096, 8192, 16384)] + [(16384, 4096)]
             what, modes = "forward", ["fwd"]
@@ -254,7 +256,7 @@ def main():
         print(f"RMSNorm bf16 {what} on {meta_rows['gpu']}, C = {C:.0f} GB/s, commit {meta_rows['commit']}")
         print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
         return
-    if not args.variants:  # the A/B rows only when asked for
+    if not show_variants:  # the A/B rows only when asked for
         fns = {k: v for k, v in fns.items() if k not in VARIANT_ENV}
     rows += run_shape(16384, 4096, fns, C, ["fwd+bwd", "fwd"])
     rows += run_shape(8192, 16384, fns, C, ["fwd"])
