@@ -55,6 +55,9 @@ def eager(x, w):
 # capped at 40 registers (default 40 for 512-thread rows, i.e. bf16 hidden 16K: three rows a SM
 # instead of two). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's rows a message (default 2
 # for clusters of two blocks, 1 above).
+# LIGER_CPP_RMS_FWD_FIXED=t256|t512|t1024|r512|p512|n512: the compile-time-width forward at hidden
+# 4096 / 8192 / 16384 (torch.compile's skeleton; csrc/kernels/rms_norm_fwd_fixed.h), A/B.
+FWD_FIXED = ("t256", "t512", "t1024", "r512", "p512", "n512")
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
     "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
@@ -67,6 +70,7 @@ VARIANT_ENV = {
     "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
     "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4"},
     "liger_cpp[fwd_regs=none]": {"LIGER_CPP_RMS_FWD_REGS": "none"},
+    **{f"liger_cpp[fwd_fixed={v}]": {"LIGER_CPP_RMS_FWD_FIXED": v} for v in FWD_FIXED},
     "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
     "liger_cpp[bwd_rows=2]": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
@@ -90,6 +94,7 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_v=2]",
     "liger_cpp[fwd_v=4]",
     "liger_cpp[fwd_regs=none]",
+    *(f"liger_cpp[fwd_fixed={v}]" for v in FWD_FIXED),
 }
 
 

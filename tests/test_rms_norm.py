@@ -212,6 +212,20 @@ def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
     _run_forward_layout_cases(shape, dtype)
 
 
+# LIGER_CPP_RMS_FWD_FIXED: the compile-time-width forward (hidden 4096 / 8192 / 16384, x, w and y of
+# one 16-bit dtype; every other case falls back to the default forward), in each of its variants;
+# a strided x and a width it does not cover as well.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("variant", ["t256", "t512", "t1024", "r512", "p512", "n512"])
+@pytest.mark.parametrize("shape", [(1, 4096), (301, 8192), (9, 16384), (5, 1000)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_fwd_fixed(monkeypatch, variant, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", variant)
+    _run_forward_layout_cases(shape, dtype)
+    _run_case(shape, dtype, "same", "gemma", 1.0, in_place=False, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, "same", "none", 0.0, False, "cuda", strided=True, start=8, check_rstd=True)
+
+
 # Rows above 1024 vectors: the forward and backward kernels of LIGER_CPP_RMS_FWD_WIDE and
 # LIGER_CPP_RMS_BWD_WIDE (utils.RMS_WIDE_VARIANTS; the cluster kernels run on sm_90, elsewhere every
 # variant takes the old kernels): y, rstd, dX and dW against the reference.
@@ -515,6 +529,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_FWD_V", "rms_fwd"),
         ("LIGER_CPP_RMS_FWD_REGS", "rms_fwd"),
         ("LIGER_CPP_RMS_FWD_L1HINT", "rms_fwd_wide"),
+        ("LIGER_CPP_RMS_FWD_FIXED", "rms_fwd"),
         ("LIGER_CPP_RMS_BWD_ROWS", "rms_bwd_wide"),
         ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],

@@ -31,6 +31,7 @@
 #include "env_knob.h"
 #include "norm_common.cuh"
 #include "rms_norm.h"
+#include "rms_norm_fwd_fixed.h"
 
 namespace liger_cpp::kernels {
 namespace {
@@ -1870,6 +1871,13 @@ enum FwdWide {
 // loads with L1 eviction priorities as well (default off).
 bool fwd_l2hint_l1() { return env_choice("LIGER_CPP_RMS_FWD_L1HINT", {"off", "on"}) == 1; }
 
+// LIGER_CPP_RMS_FWD_FIXED (read on every call; see rms_norm_fwd_fixed.h).
+FwdFixed fwd_fixed() {
+  const int i =
+      env_choice("LIGER_CPP_RMS_FWD_FIXED", {"off", "t256", "t512", "t1024", "r512", "p512", "n512"});
+  return i < 0 ? FwdFixed::kOff : static_cast<FwdFixed>(i);
+}
+
 FwdWide fwd_wide_mode() {
   const int i = env_choice("LIGER_CPP_RMS_FWD_WIDE", {"cluster", "old", "l2", "l2x512", "l2hint"});
   return static_cast<FwdWide>(i);  // -1 (unset): kFwdWideAuto
@@ -1920,6 +1928,7 @@ BwdPlan plan_bwd(const RmsNormBwdArgs& a, int sm_count) {
 
 cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
+  if (cudaError_t err; rms_norm_fwd_fixed(a, fwd_fixed(), stream, &err)) return err;
   const bool llama = a.casting == RmsCasting::kLlama;
   return dispatch_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, a.y_dtype, [&](auto xt, auto wt, auto yt) {
     using T = decltype(xt);
