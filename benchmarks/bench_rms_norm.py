@@ -55,21 +55,27 @@ def eager(x, w):
 # capped at 40 registers (default 40 for 512-thread rows, i.e. bf16 hidden 16K: three rows a SM
 # instead of two). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's rows a message (default 2
 # for clusters of two blocks, 1 above).
-# LIGER_CPP_RMS_FWD_FIXED=t256|t512|t1024|r512|p512|n512: the compile-time-width forward at hidden
-# 4096 / 8192 / 16384 (torch.compile's skeleton; csrc/kernels/rms_norm_fwd_fixed.h), A/B.
-FWD_FIXED = ("t256", "t512", "t1024", "r512", "p512", "n512")
+# LIGER_CPP_RMS_FWD_FIXED=off|t256|t512: the compile-time-width forward (the default at hidden 4096 /
+# 8192 / 16384; torch.compile's skeleton, csrc/kernels/rms_norm_fwd_fixed.h) off, i.e. the
+# register-cached forward, or with its threads a row forced.
+FWD_FIXED = ("off", "t256", "t512")
+NO_FIXED = {"LIGER_CPP_RMS_FWD_FIXED": "off"}  # the other forward knobs act where it is off
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
-    "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
-    "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
-    "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
-    "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
-    "liger_cpp[fwd_wide=l2hint,l1]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint", "LIGER_CPP_RMS_FWD_L1HINT": "on"},
+    "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster", **NO_FIXED},
+    "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2", **NO_FIXED},
+    "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512", **NO_FIXED},
+    "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint", **NO_FIXED},
+    "liger_cpp[fwd_wide=l2hint,l1]": {
+        "LIGER_CPP_RMS_FWD_WIDE": "l2hint",
+        "LIGER_CPP_RMS_FWD_L1HINT": "on",
+        **NO_FIXED,
+    },
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
-    "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new"},
-    "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2"},
-    "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4"},
-    "liger_cpp[fwd_regs=none]": {"LIGER_CPP_RMS_FWD_REGS": "none"},
+    "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new", **NO_FIXED},
+    "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2", **NO_FIXED},
+    "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4", **NO_FIXED},
+    "liger_cpp[fwd_regs=none]": {"LIGER_CPP_RMS_FWD_REGS": "none", **NO_FIXED},
     **{f"liger_cpp[fwd_fixed={v}]": {"LIGER_CPP_RMS_FWD_FIXED": v} for v in FWD_FIXED},
     "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
     "liger_cpp[bwd_rows=2]": {"LIGER_CPP_RMS_BWD_ROWS": "2"},

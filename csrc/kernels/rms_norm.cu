@@ -1871,11 +1871,11 @@ enum FwdWide {
 // loads with L1 eviction priorities as well (default off).
 bool fwd_l2hint_l1() { return env_choice("LIGER_CPP_RMS_FWD_L1HINT", {"off", "on"}) == 1; }
 
-// LIGER_CPP_RMS_FWD_FIXED (read on every call; see rms_norm_fwd_fixed.h).
+// LIGER_CPP_RMS_FWD_FIXED=on|off|t256|t512 (read on every call; default on:
+// see rms_norm_fwd_fixed.h).
 FwdFixed fwd_fixed() {
-  const int i =
-      env_choice("LIGER_CPP_RMS_FWD_FIXED", {"off", "t256", "t512", "t1024", "r512", "p512", "n512"});
-  return i < 0 ? FwdFixed::kOff : static_cast<FwdFixed>(i);
+  const int i = env_choice("LIGER_CPP_RMS_FWD_FIXED", {"off", "on", "t256", "t512"});
+  return i < 0 ? FwdFixed::kOn : static_cast<FwdFixed>(i);
 }
 
 FwdWide fwd_wide_mode() {

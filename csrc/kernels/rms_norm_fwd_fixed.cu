@@ -1,7 +1,8 @@
 // RMSNorm forward with the row width a compile-time constant: torch.compile's
 // (Inductor's) kernel skeleton for hidden 4096 / 8192 / 16384, written as
-// its SASS shows it (benchmarks/triton_rms_sass.py), as an A/B experiment
-// against rms_fwd_cached (LIGER_CPP_RMS_FWD_FIXED, see rms_norm_fwd_fixed.h).
+// its SASS shows it (benchmarks/triton_rms_sass.py) and with the block size
+// Inductor autotuned (benchmarks/inductor_rms_config.py): the default forward
+// of plain RMSNorm where it applies (rms_norm_fwd_fixed.h).
 // Its own .cu file: its kernels do not grow rms_norm.cu's module, which CUDA
 // loads whole on the first RMSNorm call.
 //
@@ -9,22 +10,26 @@
 // accesses:
 //  * pass 1: all CH loads of x issued at once (L1 and L2 evict_last: the
 //    row is read again soon), the sum of squares, the block reduction;
-//  * pass 2, per access: x again (L1 and L2 evict_first: its last use) and w
-//    (evict_last: every row reads it) loaded together, y stored as one
-//    st.global.v4.
-// Modes (all compute the same values): kSeq as above; kRsq with rsqrtf
-// (MUFU.RSQ, approximate: measurement only) instead of 1 / sqrtf; kPre with
-// pass 2's loads all issued before its first store; kNoL1 with the L2
-// policies only.
+//  * pass 2, per access: x again (L1 and L2 evict_first: its last use; it
+//    hits L1) and w (evict_last: every row reads it) loaded together, y
+//    stored as one st.global.v4.
+// Few registers (26-32), so 2048 threads a SM: 64-128 KiB of rows resident,
+// which L1 keeps for the second read. Kernel times on the H200, bf16, against
+// rms_fwd_cached (the register-cached forward): 20480x4096 80.5 (256 threads)
+// against 84.1 us, 16384x8192 129.1 (512) against 133.2, 8192x16384 128.9
+// (512) against 132.8 (benchmarks/results/2026-12-01-h200-norm-breakdown-
+// fwd-fixed-9524c1a.log). Measured and dropped: 512 threads at 4096 (one
+// access a thread, 4 rows a SM: 108.6 us), 256 at 16384 (8 rows of 32 KiB a
+// SM overflow L1: 138.5), 1024 threads (199.3 at 8192), pass 2's loads all
+// issued first (132.8 at 16384), no L1 priorities (131.4 / 130.9), and
+// rsqrtf for rstd (128.1 at 8192: approximate, not worth 0.7 %).
 #include "norm_common.cuh"
 #include "rms_norm_fwd_fixed.h"
 
 namespace liger_cpp::kernels {
 namespace {
 
-enum FixedMode : int { kSeq = 0, kRsq = 1, kPre = 2, kNoL1 = 3 };
-
-template <typename T, int COLS, int TX, int MODE>
+template <typename T, int COLS, int TX>
 __global__ void __launch_bounds__(TX)
     rms_fwd_fixed(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, T* __restrict__ y,
                   float* __restrict__ rstd, float eps, float offset, bool llama) {
@@ -32,8 +37,7 @@ __global__ void __launch_bounds__(TX)
   constexpr int STEP = TX * VEC;  // columns a pass of the block covers
   static_assert(COLS % STEP == 0, "whole accesses");
   constexpr int CH = COLS / STEP;
-  constexpr int L1K = MODE == kNoL1 ? kL1Default : kL1Last;
-  constexpr int L1D = MODE == kNoL1 ? kL1Default : kL1First;
+  pdl_trigger();  // as rms_fwd_cached: a PDL-launched backward may fill this grid's tail
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int col0 = threadIdx.x * VEC;
@@ -41,7 +45,7 @@ __global__ void __launch_bounds__(TX)
   const uint64_t keep = l2_evict_policy<true>();
   Vec<T, VEC> a[CH];
 #pragma unroll
-  for (int c = 0; c < CH; ++c) load_16B_hint<L1K>(a[c], xr + c * STEP, keep);
+  for (int c = 0; c < CH; ++c) load_16B_hint<kL1Last>(a[c], xr + c * STEP, keep);
   float acc[VEC] = {};
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
@@ -56,12 +60,16 @@ __global__ void __launch_bounds__(TX)
   for (int j = 0; j < VEC; ++j) ss += acc[j];
   ss = group_sum</*FIRST_USE=*/true>(ss, scratch);
   const float m = ss / static_cast<float>(COLS) + eps;
-  const float r = MODE == kRsq ? rsqrtf(m) : 1.f / sqrtf(m);
+  const float r = 1.f / sqrtf(m);
   if (threadIdx.x == 0) rstd[row] = r;
   const uint64_t drop = l2_evict_policy<false>();
   T* yr = y + row * COLS + col0;
   const T* wr = w + col0;
-  auto out = [&](const Vec<T, VEC>& xv, const Vec<T, VEC>& wv, int c) {
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    Vec<T, VEC> xv, wv;
+    load_16B_hint<kL1First>(xv, xr + c * STEP, drop);
+    load_16B_hint<kL1Last>(wv, wr + c * STEP, keep);
     float o[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -69,63 +77,25 @@ __global__ void __launch_bounds__(TX)
       o[j] = (llama ? round_through<T>(v) : v) * (to_float<T>(wv.v[j]) + offset);
     }
     store_16B_words(yr + c * STEP, pack_vec<T, VEC>(o));
-  };
-  if constexpr (MODE == kPre) {
-    Vec<T, VEC> xv[CH], wv[CH];
-#pragma unroll
-    for (int c = 0; c < CH; ++c) {
-      load_16B_hint<L1D>(xv[c], xr + c * STEP, drop);
-      load_16B_hint<L1K>(wv[c], wr + c * STEP, keep);
-    }
-#pragma unroll
-    for (int c = 0; c < CH; ++c) out(xv[c], wv[c], c);
-  } else {
-#pragma unroll
-    for (int c = 0; c < CH; ++c) {
-      Vec<T, VEC> xv, wv;
-      load_16B_hint<L1D>(xv, xr + c * STEP, drop);
-      load_16B_hint<L1K>(wv, wr + c * STEP, keep);
-      out(xv, wv, c);
-    }
   }
 }
 
-template <typename T, int COLS, int TX, int MODE>
+template <typename T, int COLS, int TX>
 cudaError_t launch(const RmsNormFwdArgs& a, cudaStream_t stream) {
-  rms_fwd_fixed<T, COLS, TX, MODE><<<static_cast<unsigned>(a.rows), TX, 0, stream>>>(
+  rms_fwd_fixed<T, COLS, TX><<<static_cast<unsigned>(a.rows), TX, 0, stream>>>(
       static_cast<const T*>(a.x), a.x_row_stride, static_cast<const T*>(a.w), static_cast<T*>(a.y), a.rstd,
       a.eps, a.offset, a.casting == RmsCasting::kLlama);
   return cudaGetLastError();
 }
 
+// Threads a row: 256 for 8 KiB rows, 512 for 16 and 32 KiB (see above);
+// kT256 / kT512 force one (A/B).
 template <typename T, int COLS>
 bool by_variant(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError_t* err) {
-  constexpr int VEC = 16 / sizeof(T);
-  switch (v) {
-    case FwdFixed::kT256:
-      *err = launch<T, COLS, 256, kSeq>(a, stream);
-      return true;
-    case FwdFixed::kT512:
-      *err = launch<T, COLS, 512, kSeq>(a, stream);
-      return true;
-    case FwdFixed::kT1024:
-      if constexpr (COLS % (1024 * VEC) == 0) {
-        *err = launch<T, COLS, 1024, kSeq>(a, stream);
-        return true;
-      }
-      return false;
-    case FwdFixed::kR512:
-      *err = launch<T, COLS, 512, kRsq>(a, stream);
-      return true;
-    case FwdFixed::kP512:
-      *err = launch<T, COLS, 512, kPre>(a, stream);
-      return true;
-    case FwdFixed::kN512:
-      *err = launch<T, COLS, 512, kNoL1>(a, stream);
-      return true;
-    default:
-      return false;
-  }
+  constexpr int kDefaultTx = COLS * sizeof(T) <= 8192 ? 256 : 512;
+  const int tx = v == FwdFixed::kT256 ? 256 : v == FwdFixed::kT512 ? 512 : kDefaultTx;
+  *err = tx == 256 ? launch<T, COLS, 256>(a, stream) : launch<T, COLS, 512>(a, stream);
+  return true;
 }
 
 template <typename T>
@@ -147,7 +117,8 @@ bool by_cols(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError
 bool rms_norm_fwd_fixed(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError_t* err) {
   if (v == FwdFixed::kOff || a.res != nullptr || a.w == nullptr || a.rows > INT32_MAX) return false;
   if (a.w_dtype != a.x_dtype || a.y_dtype != a.x_dtype) return false;
-  if (!is_aligned(a.x, 16) || !is_aligned(a.w, 16) || !is_aligned(a.y, 16) || a.x_row_stride % 8 != 0)
+  const int64_t stride_bytes = a.x_row_stride * 2;  // 16-bit x only (below)
+  if (!is_aligned(a.x, 16) || !is_aligned(a.w, 16) || !is_aligned(a.y, 16) || stride_bytes % 16 != 0)
     return false;
   switch (a.x_dtype) {
     case DType::kBFloat16:
