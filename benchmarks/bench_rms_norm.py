@@ -6,6 +6,7 @@ Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick | --wide |
 """
 
 import argparse
+import re
 import subprocess
 import sys
 import textwrap
@@ -228,7 +229,7 @@ def main():
     C = copy_bandwidth_gbs()
     fns = variants(have_liger)
     if args.impls:
-        keep = set(args.impls.split(","))
+        keep = set(re.findall(r"[^,\[]+(?:\[[^\]]*\])?", args.impls))  # commas inside [...] kept
         unknown = keep - set(fns)
         if unknown:
             ap.error(f"--impls: unknown {sorted(unknown)}; known: {sorted(fns)}")
