@@ -51,11 +51,11 @@ def eager(x, w):
 # (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
 # LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
 # with more threads resident). LIGER_CPP_RMS_FWD_V=2|4: the register-cached forward's vectors a
-# thread (default 2 up to 128 vectors, 4 above). LIGER_CPP_RMS_FWD_L1HINT=on: l2hint's loads with
-# L1 eviction priorities too. LIGER_CPP_RMS_FWD_REGS=none|40: the 4-vector forward uncapped or
-# capped at 40 registers (default 40 for 512-thread rows, i.e. bf16 hidden 16K: three rows a SM
-# instead of two). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's rows a message (default 2
-# for clusters of two blocks, 1 above).
+# thread (default 2 up to 128 vectors, 4 above). LIGER_CPP_RMS_FWD_L1HINT=on|off: l2hint's loads
+# with L1 eviction priorities too (default on for rows above 64 KiB). LIGER_CPP_RMS_FWD_REGS=none|40:
+# the 4-vector forward uncapped or capped at 40 registers (default 40 for 512-thread rows, i.e. bf16
+# hidden 16K: three rows a SM instead of two). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's
+# rows a message (default 2 for clusters of two blocks, 1 above).
 # LIGER_CPP_RMS_FWD_FIXED=off|t256|t512: the compile-time-width forward (the default at hidden 4096 /
 # 8192 / 16384; torch.compile's skeleton, csrc/kernels/rms_norm_fwd_fixed.h) off, i.e. the
 # register-cached forward, or with its threads a row forced.
@@ -72,6 +72,7 @@ VARIANT_ENV = {
         "LIGER_CPP_RMS_FWD_L1HINT": "on",
         **NO_FIXED,
     },
+    "liger_cpp[fwd_l1=off]": {"LIGER_CPP_RMS_FWD_L1HINT": "off"},
     "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
     "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new", **NO_FIXED},
     "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2", **NO_FIXED},
@@ -97,6 +98,7 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_wide=l2x512]",
     "liger_cpp[fwd_wide=l2hint]",
     "liger_cpp[fwd_wide=l2hint,l1]",
+    "liger_cpp[fwd_l1=off]",
     "liger_cpp[fwd=new]",
     "liger_cpp[fwd_v=2]",
     "liger_cpp[fwd_v=4]",

@@ -1868,8 +1868,15 @@ enum FwdWide {
   kFwdWideL2Hint = 4
 };
 // LIGER_CPP_RMS_FWD_L1HINT=on|off (read on every call): rms_fwd_l2hint's
-// loads with L1 eviction priorities as well (default off).
-bool fwd_l2hint_l1() { return env_choice("LIGER_CPP_RMS_FWD_L1HINT", {"off", "on"}) == 1; }
+// loads with L1 eviction priorities as well. Default: on for rows above
+// 64 KiB, where it measured faster: bf16 2048x65536 fwd 80.9 / 80.9 against
+// 75.4 / 75.5 % of C, fwd+bwd 77.3 / 77.3 against 75.4 / 75.4; at 4096x32768
+// it lost (fwd 88.9 / 88.6 against 90.1 / 90.1; benchmarks/results/
+// 2026-12-01-h200-rms_norm-wide-l1-{a,b}-235907a.log).
+bool fwd_l2hint_l1(int64_t row_bytes) {
+  const int i = env_choice("LIGER_CPP_RMS_FWD_L1HINT", {"off", "on"});
+  return i < 0 ? row_bytes > 65536 : i == 1;
+}
 
 // LIGER_CPP_RMS_FWD_FIXED=on|off|t256|t512 (read on every call; default on:
 // see rms_norm_fwd_fixed.h).
@@ -1952,8 +1959,9 @@ cudaError_t rms_norm_fwd(const RmsNormFwdArgs& a, cudaStream_t stream) {
       if (wide == kFwdWideAuto) wide = a.cols / full > 2048 ? kFwdWideL2Hint : kFwdWideOld;
       if constexpr (!ADD) {
         if (wide == kFwdWideL2Hint && aligned && a.cols / full <= INT32_MAX) {  // int vector indices
-          auto* kern =
-              fwd_l2hint_l1() ? &rms_fwd_l2hint<T, WT, OT, full, true> : &rms_fwd_l2hint<T, WT, OT, full>;
+          auto* kern = fwd_l2hint_l1(a.cols * static_cast<int64_t>(sizeof(T)))
+                           ? &rms_fwd_l2hint<T, WT, OT, full, true>
+                           : &rms_fwd_l2hint<T, WT, OT, full>;
           kern<<<a.rows, 1024, 0, stream>>>(x, a.x_row_stride, w, y, a.rstd, a.cols, a.eps, a.offset, llama);
           return cudaGetLastError();
         }
