@@ -2,7 +2,8 @@
 F.rms_norm and Liger-Kernel (when importable), in one run, as % of the copy bandwidth C.
 
 Bytes (minimum, ../shared/targets.md): fwd 2*M*N*2, fwd+bwd 5*M*N*2 (+ weight, negligible).
-Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick | --wide | --tma | --fwd]
+Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick | --wide | --tma | --fwd |
+       --widths 3072,5120] [--variants] [--impls liger_cpp,compile,...]
 """
 
 import argparse
@@ -225,6 +226,11 @@ def main():
     ap.add_argument(
         "--fwd", action="store_true", help="the forward alone, 128M elements at hidden 1K-16K, and 16384x4096"
     )
+    ap.add_argument(
+        "--widths",
+        default=None,
+        help="comma-separated hidden sizes (e.g. 3072,5120,6144,14336): fwd+bwd and fwd at 128 Mi elements",
+    )
     ap.add_argument("--impls", default=None, help="comma-separated rows to keep (e.g. liger_cpp,compile)")
     args = ap.parse_args()
     have_liger = try_import_liger()
@@ -239,8 +245,13 @@ def main():
     # rows named in --impls are kept even when they are A/B variants (no --variants needed)
     show_variants = args.variants or bool(args.impls)
     rows = []
-    if args.wide or args.tma or args.fwd:
-        if args.fwd:
+    if args.wide or args.tma or args.fwd or args.widths:
+        if args.widths:
+            if not show_variants:
+                fns = {k: v for k, v in fns.items() if k not in VARIANT_ENV}
+            shapes = [((128 << 20) // n, n) for n in map(int, args.widths.split(","))]
+            what, modes = "chosen widths", ["fwd+bwd", "fwd"]
+        elif args.fwd:
             fns = {k: v for k, v in fns.items() if k in FWD_VARIANTS or k != "eager" and k not in VARIANT_ENV}
             if not show_variants:
                 fns = {k: v for k, v in fns.items() if k not in VARIANT_ENV}
@@ -260,7 +271,7 @@ def main():
             }
             shapes = [(16384, 4096)] + [((128 << 20) // n, n) for n in (1024, 2048, 4096, 8192)]
             what = "TMA row kernels"
-        if not args.fwd:
+        if not args.fwd and not args.widths:
             modes = ["fwd+bwd", "fwd"]
         for m, n in shapes:
             rows += run_shape(m, n, fns, C, modes)
