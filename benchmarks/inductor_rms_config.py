@@ -44,9 +44,8 @@ def main():
             entry["stderr"] = r.stderr[-2000:]
         best = sorted(glob.glob(f"{cache}/**/*.best_config", recursive=True))
         entry["best_config"] = [json.load(open(b)) for b in best]
-        srcs = [p for p in glob.glob(f"{cache}/**/*.py", recursive=True) if "triton_" in open(p).read()]
         kernels = []
-        for p in srcs:
+        for p in glob.glob(f"{cache}/**/*.py", recursive=True):
             text = open(p).read()
             if "@triton.jit" not in text or "def triton_" not in text:
                 continue
