@@ -218,10 +218,13 @@ def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
 
 # LIGER_CPP_RMS_FWD_FIXED: the compile-time-width forward (the default at hidden 4096 / 8192 / 16384
 # with x, w and y of one 16-bit dtype; every other case takes the register-cached forward) off, on,
-# and with each block size forced; a strided x (aligned rows) and a width it does not cover too.
+# with each block size forced, and its run-time-width form (gen: 257..2048 vectors, e.g. 2056 and
+# 5120, with guarded accesses); a strided x (aligned rows) and a width none covers (1000) too.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", ["off", "on", "t256", "t512"])
-@pytest.mark.parametrize("shape", [(1, 4096), (301, 8192), (9, 16384), (3, 4096), (5, 1000)])
+@pytest.mark.parametrize("variant", ["off", "on", "t256", "t512", "gen"])
+@pytest.mark.parametrize(
+    "shape", [(1, 4096), (301, 8192), (9, 16384), (3, 4096), (5, 1000), (7, 5120), (3, 2056), (4, 14336)]
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_fwd_fixed(monkeypatch, variant, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", variant)

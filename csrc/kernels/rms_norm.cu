@@ -1878,10 +1878,10 @@ bool fwd_l2hint_l1(int64_t row_bytes) {
   return i < 0 ? row_bytes > 65536 : i == 1;
 }
 
-// LIGER_CPP_RMS_FWD_FIXED=on|off|t256|t512 (read on every call; default on:
+// LIGER_CPP_RMS_FWD_FIXED=on|off|t256|t512|gen (read on every call; default on:
 // see rms_norm_fwd_fixed.h).
 FwdFixed fwd_fixed() {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_FIXED", {"off", "on", "t256", "t512"});
+  const int i = env_choice("LIGER_CPP_RMS_FWD_FIXED", {"off", "on", "t256", "t512", "gen"});
   return i < 0 ? FwdFixed::kOn : static_cast<FwdFixed>(i);
 }
 

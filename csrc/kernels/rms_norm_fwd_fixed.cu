@@ -80,6 +80,83 @@ __global__ void __launch_bounds__(TX)
   }
 }
 
+// The same skeleton with the width known only at run time (any whole number
+// of 16-byte vectors), CH accesses a thread, blockDim.x = the row's vectors /
+// CH rounded up to a warp; the accesses past the row are guarded. An A/B
+// variant for widths outside the compile-time list (LIGER_CPP_RMS_FWD_FIXED=gen).
+template <typename T, int CH>
+__global__ void __launch_bounds__(512)
+    rms_fwd_fixed_rt(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, T* __restrict__ y,
+                     float* __restrict__ rstd, int cols, float eps, float offset, bool llama) {
+  constexpr int VEC = 16 / sizeof(T);
+  pdl_trigger();
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int nvec = cols / VEC, TX = blockDim.x, tx = threadIdx.x;
+  const T* xr = x + row * x_stride;
+  const uint64_t keep = l2_evict_policy<true>();
+  Vec<T, VEC> a[CH];
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    const int v = c * TX + tx;
+    if (v < nvec) {
+      load_16B_hint<kL1Last>(a[c], xr + v * VEC, keep);
+    } else {
+      uint32_t* z = reinterpret_cast<uint32_t*>(&a[c]);
+      z[0] = z[1] = z[2] = z[3] = 0u;
+    }
+  }
+  float acc[VEC] = {};
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float f = to_float<T>(a[c].v[j]);
+      acc[j] += f * f;
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) ss += acc[j];
+  ss = group_sum</*FIRST_USE=*/true>(ss, scratch);
+  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  if (tx == 0) rstd[row] = r;
+  const uint64_t drop = l2_evict_policy<false>();
+  T* yr = y + row * cols;
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    const int v = c * TX + tx;
+    if (v >= nvec) break;
+    Vec<T, VEC> xv, wv;
+    load_16B_hint<kL1First>(xv, xr + v * VEC, drop);
+    load_16B_hint<kL1Last>(wv, w + v * VEC, keep);
+    float o[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float f = to_float<T>(xv.v[j]) * r;
+      o[j] = (llama ? round_through<T>(f) : f) * (to_float<T>(wv.v[j]) + offset);
+    }
+    store_16B_words(yr + v * VEC, pack_vec<T, VEC>(o));
+  }
+}
+
+// Rows of 257..2048 vectors (16-bit hidden 2056..16384): two accesses a
+// thread up to 1024 vectors, four above, so a block has at most 512 threads.
+template <typename T>
+bool launch_rt(const RmsNormFwdArgs& a, cudaStream_t stream, cudaError_t* err) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t nvec = a.cols / VEC;
+  if (a.cols % VEC != 0 || nvec <= 256 || nvec > 2048) return false;
+  const int ch = nvec <= 1024 ? 2 : 4;
+  const unsigned tx = static_cast<unsigned>(ceil_div(ceil_div(nvec, ch), 32) * 32);
+  auto* kern = ch == 2 ? &rms_fwd_fixed_rt<T, 2> : &rms_fwd_fixed_rt<T, 4>;
+  kern<<<static_cast<unsigned>(a.rows), tx, 0, stream>>>(
+      static_cast<const T*>(a.x), a.x_row_stride, static_cast<const T*>(a.w), static_cast<T*>(a.y), a.rstd,
+      static_cast<int>(a.cols), a.eps, a.offset, a.casting == RmsCasting::kLlama);
+  *err = cudaGetLastError();
+  return true;
+}
+
 template <typename T, int COLS, int TX>
 cudaError_t launch(const RmsNormFwdArgs& a, cudaStream_t stream) {
   rms_fwd_fixed<T, COLS, TX><<<static_cast<unsigned>(a.rows), TX, 0, stream>>>(
@@ -100,6 +177,7 @@ bool by_variant(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaEr
 
 template <typename T>
 bool by_cols(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError_t* err) {
+  if (v == FwdFixed::kGen) return launch_rt<T>(a, stream, err);
   switch (a.cols) {
     case 4096:
       return by_variant<T, 4096>(a, v, stream, err);
