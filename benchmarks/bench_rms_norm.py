@@ -86,6 +86,7 @@ VARIANT_ENV = {
     "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
     "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
+    "liger_cpp[bwd=tma2blk]": {"LIGER_CPP_RMS_TMA_2BLK": "on"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},

@@ -341,6 +341,18 @@ def test_cuda_tma_stages(monkeypatch, stages, dtype):
     _assert_bwd_deterministic(3000, 2048, dtype)
 
 
+# LIGER_CPP_RMS_TMA_2BLK=on: rows of 513..768 threads (bf16 hidden 4104..6144) take the TMA
+# backward's two-blocks-a-SM builds (640 / 768 threads at most); 4096 keeps the default build.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("two", ["off", "on"])
+@pytest.mark.parametrize("shape", [(3000, 5120), (7, 6144), (5, 4104), (33, 5128), (2, 4096)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_tma_two_blocks(monkeypatch, two, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_TMA_2BLK", two)
+    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_in_place_writes_dy_visibly(device):
     x = torch.randn(6, 256, device=device, requires_grad=True)
@@ -530,6 +542,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
         ("LIGER_CPP_RMS_FWD", "rms_fwd"),
         ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
+        ("LIGER_CPP_RMS_TMA_2BLK", "rms_tma"),
         ("LIGER_CPP_PDL", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
         ("LIGER_CPP_LN_FWD_TY", "ln_bwd"),

@@ -1260,8 +1260,12 @@ __device__ __forceinline__ float tma_block_sum(float v, float (*part)[32], int p
 // full IEEE division a row before; exact for power-of-two widths, else within
 // an ulp of c): 116.8 -> 110.3 us, fwd+bwd 83.6 -> 86.0 % of C
 // (rms_norm-tma-4945b12, the bwd=tma-v1 row).
-template <typename T, typename WT, typename OT, int VEC>
-__global__ void __launch_bounds__(1024, 1)
+// MAXT < 1024 (LIGER_CPP_RMS_TMA_2BLK=on, A/B): a build for rows of at most
+// MAXT threads with two blocks a SM (bf16 hidden 5120 / 6144: 640 / 768
+// threads, one block a SM at 64 registers); ptxas caps it at 48 / 40
+// registers, spilling 32 / 92 bytes a thread (compiled here, not yet run).
+template <typename T, typename WT, typename OT, int VEC, int MAXT = 1024>
+__global__ void __launch_bounds__(MAXT, MAXT == 1024 ? 1 : 2)
     rms_bwd_tma(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                 const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
                 float* __restrict__ partial, int64_t rows, int64_t cols, float offset, bool llama,
@@ -1652,8 +1656,21 @@ struct BwdPlan : Plan {
   size_t smem = 0;
   int cl = 0;              // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
   int stages = 0;          // kTma: rows in flight a block
+  int tma_maxt = 1024;     // kTma: the rms_bwd_tma build (its MAXT)
   int rows_a_message = 1;  // kCluster: R
 };
+
+// LIGER_CPP_RMS_TMA_2BLK=on|off (read on every call; default off): rows of
+// 513..768 threads take rms_bwd_tma's two-blocks-a-SM build.
+bool tma_two_blocks() { return env_choice("LIGER_CPP_RMS_TMA_2BLK", {"off", "on"}) == 1; }
+
+template <typename T, typename WT, typename OT>
+auto tma_kernel(int maxt) {
+  constexpr int full = 16 / sizeof(T);
+  return maxt == 640   ? &rms_bwd_tma<T, WT, OT, full, 640>
+         : maxt == 768 ? &rms_bwd_tma<T, WT, OT, full, 768>
+                       : &rms_bwd_tma<T, WT, OT, full>;
+}
 
 // Plans rms_bwd_tma (see plan_tma; one dW partial row per block); false when
 // it does not apply (then the default backward runs). Plain RMSNorm only: no
@@ -1665,8 +1682,11 @@ bool plan_bwd_tma(const RmsNormBwdArgs& a, int sm_count, BwdPlan& p) {
                         tma_row_region(a.cols * static_cast<int64_t>(sizeof(OT)));
   TmaShape t;
   constexpr int full = 16 / sizeof(T);
+  const int64_t threads = ceil_div(a.cols / p.vec, 32) * 32;
+  const bool two = tma_two_blocks() && threads > 512 && threads <= 768;  // the knob read first
+  p.tma_maxt = !two ? 1024 : threads <= 640 ? 640 : 768;
   // A thread's weights as floats after the stages.
-  if (!plan_tma(&rms_bwd_tma<T, WT, OT, full>, a.cols / p.vec, a.rows, region, sm_count, t,
+  if (!plan_tma(tma_kernel<T, WT, OT>(p.tma_maxt), a.cols / p.vec, a.rows, region, sm_count, t,
                 full * sizeof(float)))
     return false;
   p.kind = BwdKind::kTma;
@@ -2087,10 +2107,10 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
     if (p.kind == BwdKind::kTma) {
-      const cudaError_t err = launch_pdl(&rms_bwd_tma<T, WT, OT, full>, dim3(static_cast<unsigned>(p.grid)),
-                                         dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy,
-                                         a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride,
-                                         partial, a.rows, a.cols, a.offset, llama, p.stages);
+      const cudaError_t err = launch_pdl(
+          tma_kernel<T, WT, OT>(p.tma_maxt), dim3(static_cast<unsigned>(p.grid)),
+          dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy, a.dy_row_stride, x, a.x_row_stride, w,
+          a.rstd, dx, a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
       const cudaError_t err = launch_cluster_pdl(
