@@ -25,6 +25,14 @@ constexpr int kMaxV = 4;
 // Largest row the generic forward stashes in shared memory.
 constexpr int64_t kMaxStashBytes = 160 * 1024;
 
+// RMSNorm's xn = x * rstd as the forward multiplies it by the weight (llama,
+// HF's LlamaRMSNorm, rounds it to x's dtype T first).
+template <typename T>
+__device__ __forceinline__ float normed(float xf, float r, bool llama) {
+  const float v = xf * r;
+  return llama ? round_through<T>(v) : v;
+}
+
 // (w + offset) for VEC consecutive columns starting at column c (a multiple
 // of VEC), loaded as one aligned access; all ones without a weight.
 template <typename WT, int VEC>

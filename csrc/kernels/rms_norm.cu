@@ -43,13 +43,6 @@ constexpr bool valid_types() {
   return w_ok && o_ok;
 }
 
-// xn as the forward multiplies it by the weight (llama rounds it first).
-template <typename T>
-__device__ __forceinline__ float normed(float xf, float r, bool llama) {
-  const float v = xf * r;
-  return llama ? round_through<T>(v) : v;
-}
-
 // The backwards' weights in shared memory as floats, converted once: this
 // thread's VEC weights (+ offset) as VEC / 4 float4s at slot[0], slot[stride],
 // ..., read back by the same thread with load_weight_floats (no barrier). w

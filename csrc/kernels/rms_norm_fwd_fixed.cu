@@ -72,10 +72,8 @@ __global__ void __launch_bounds__(TX)
     load_16B_hint<kL1Last>(wv, wr + c * STEP, keep);
     float o[VEC];
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const float v = to_float<T>(xv.v[j]) * r;
-      o[j] = (llama ? round_through<T>(v) : v) * (to_float<T>(wv.v[j]) + offset);
-    }
+    for (int j = 0; j < VEC; ++j)
+      o[j] = normed<T>(to_float<T>(xv.v[j]), r, llama) * (to_float<T>(wv.v[j]) + offset);
     store_16B_words(yr + c * STEP, pack_vec<T, VEC>(o));
   }
 }
