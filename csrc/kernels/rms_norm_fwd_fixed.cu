@@ -130,10 +130,8 @@ __global__ void __launch_bounds__(512)
     load_16B_hint<kL1Last>(wv, w + v * VEC, keep);
     float o[VEC];
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const float f = to_float<T>(xv.v[j]) * r;
-      o[j] = (llama ? round_through<T>(f) : f) * (to_float<T>(wv.v[j]) + offset);
-    }
+    for (int j = 0; j < VEC; ++j)
+      o[j] = normed<T>(to_float<T>(xv.v[j]), r, llama) * (to_float<T>(wv.v[j]) + offset);
     store_16B_words(yr + v * VEC, pack_vec<T, VEC>(o));
   }
 }
