@@ -149,6 +149,15 @@ def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, 
     _assert_bwd_deterministic(5000, 4096, dtype)
 
 
+# Sets knobs of the register-cached and wide forwards, after setting the compile-time-width forward
+# (LIGER_CPP_RMS_FWD_FIXED, the default at hidden 4096 / 8192 / 16384) off: where it runs, they are
+# not read.
+def _cached_forward_knobs(monkeypatch, **env):
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "off")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
 # LIGER_CPP_RMS_FWD_TY sets the cached forward's rows a block (1, 2, 4; above 1024 threads it keeps
 # its own): the same values whatever the block shape.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
@@ -156,8 +165,7 @@ def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, 
 @pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_fwd_rows_per_block(monkeypatch, ty, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "off")  # else it runs at 4K / 8K / 16K
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_TY", ty)
+    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD_TY=ty)
     _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
 
@@ -181,9 +189,7 @@ def _run_forward_layout_cases(shape, dtype):
 )
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "off")  # else it runs at 4K / 8K / 16K
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD", fwd)
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_V", nv)
+    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD=fwd, LIGER_CPP_RMS_FWD_V=nv)
     _run_forward_layout_cases(shape, dtype)
 
 
@@ -195,9 +201,7 @@ def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
 @pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8), (9, 16384), (5, 1000)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_fwd_register_cap(monkeypatch, regs, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "off")  # else it runs at 4K / 8K / 16K
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_V", "4")
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_REGS", regs)
+    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD_V="4", LIGER_CPP_RMS_FWD_REGS=regs)
     _run_forward_layout_cases(shape, dtype)
 
 
@@ -210,9 +214,7 @@ def test_cuda_fwd_register_cap(monkeypatch, regs, shape, dtype):
 @pytest.mark.parametrize("shape", [(9, 16384), (7, 24584), (3, 65536), (5, 16390)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "off")  # else it runs at 4K / 8K / 16K
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_WIDE", "l2hint")
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_L1HINT", l1)
+    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD_WIDE="l2hint", LIGER_CPP_RMS_FWD_L1HINT=l1)
     _run_forward_layout_cases(shape, dtype)
 
 
@@ -276,9 +278,7 @@ FWD_VARIANTS = ["old", "pack", "new"]
 @pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
 def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
     # pack has 4 vectors a thread only: the others at 4 too, so all three sum in the same order
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "off")  # else it runs at 4K / 8K / 16K
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_V", "4")
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD", variant)
+    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD_V="4", LIGER_CPP_RMS_FWD=variant)
     _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda")
     x = torch.randn(shape, device="cuda", dtype=dtype)
     w = _weight(wkind, shape[-1], dtype, "cuda", mode == "gemma")
