@@ -341,16 +341,32 @@ def test_cuda_tma_stages(monkeypatch, stages, dtype):
     _assert_bwd_deterministic(3000, 2048, dtype)
 
 
-# LIGER_CPP_RMS_TMA_2BLK=on: rows of 513..768 threads (bf16 hidden 4104..6144) take the TMA
-# backward's two-blocks-a-SM builds (640 / 768 threads at most); 4096 keeps the default build.
+# LIGER_CPP_RMS_FWD_CH: the run-time-width forward (gen) with its accesses a thread forced (guarded
+# tails where the row's vectors are no multiple: 5128 bf16 is 641 vectors); a value that would
+# need more than 1024 threads falls back to the default.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("two", ["off", "on"])
-@pytest.mark.parametrize("shape", [(3000, 5120), (7, 6144), (5, 4104), (33, 5128), (2, 4096)])
+@pytest.mark.parametrize("ch", ["1", "3", "4", "5", "6", "8"])
+@pytest.mark.parametrize("shape", [(7, 5120), (3, 5128), (5, 6144), (2, 16384), (3, 2056)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_tma_two_blocks(monkeypatch, two, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_TMA_2BLK", two)
+def test_cuda_fwd_gen_accesses(monkeypatch, ch, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "gen")
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_CH", ch)
+    _run_case(shape, dtype, "same", "gemma", 1.0, in_place=False, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
+
+
+# LIGER_CPP_RMS_TMA_PAIRS=on: rows of 513..768 threads (bf16 hidden 4104..6144) take the TMA
+# backward's two-rows-a-stage build, odd row counts (a last group of one row) included; 4096 keeps
+# the default build. dW sums every row once: the reference checks it.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("pairs", ["off", "on"])
+@pytest.mark.parametrize("shape", [(3001, 5120), (7, 6144), (1, 5120), (5, 4104), (33, 5128), (2, 4096)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_tma_pairs(monkeypatch, pairs, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_TMA_PAIRS", pairs)
     _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda")
+    _assert_bwd_deterministic(3001, 5120, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -542,7 +558,8 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
         ("LIGER_CPP_RMS_FWD", "rms_fwd"),
         ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
-        ("LIGER_CPP_RMS_TMA_2BLK", "rms_tma"),
+        ("LIGER_CPP_RMS_TMA_PAIRS", "rms_tma"),
+        ("LIGER_CPP_RMS_FWD_CH", "rms_fwd_gen"),
         ("LIGER_CPP_PDL", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
         ("LIGER_CPP_LN_FWD_TY", "ln_bwd"),
@@ -560,12 +577,14 @@ def test_cuda_unknown_kernel_knob_is_an_error(monkeypatch, var, op):
     from liger_cpp.ops.layer_norm import layer_norm
     from liger_cpp.ops.swiglu import swiglu
 
-    n = 32768 if op.endswith(("_wide", "_wide_tx")) else 1024
+    n = 32768 if op.endswith(("_wide", "_wide_tx")) else 5120 if op == "rms_fwd_gen" else 1024
     x = torch.randn(8, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.ones(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     monkeypatch.setenv(var, "no-such-kernel")
     if op == "rms_tma":  # the stage count is read where the tma backward is planned
         monkeypatch.setenv("LIGER_CPP_RMS_BWD", "tma")
+    if op == "rms_fwd_gen":  # the accesses a thread are read where the run-time-width forward runs
+        monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "gen")
     with pytest.raises((RuntimeError, ValueError), match=f"{var}: expected one of .*got .no-such-kernel."):
         if op.startswith("rms"):
             rms_norm(x, w, 1e-6).sum().backward()

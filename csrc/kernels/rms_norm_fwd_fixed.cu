@@ -23,6 +23,7 @@
 // SM overflow L1: 138.5), 1024 threads (199.3 at 8192), pass 2's loads all
 // issued first (132.8 at 16384), no L1 priorities (131.4 / 130.9), and
 // rsqrtf for rstd (128.1 at 8192: approximate, not worth 0.7 %).
+#include "env_knob.h"
 #include "norm_common.cuh"
 #include "rms_norm_fwd_fixed.h"
 
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(TX)
 // CH rounded up to a warp; the accesses past the row are guarded. An A/B
 // variant for widths outside the compile-time list (LIGER_CPP_RMS_FWD_FIXED=gen).
 template <typename T, int CH>
-__global__ void __launch_bounds__(512)
+__global__ void __launch_bounds__(1024)
     rms_fwd_fixed_rt(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, T* __restrict__ y,
                      float* __restrict__ rstd, int cols, float eps, float offset, bool llama) {
   constexpr int VEC = 16 / sizeof(T);
@@ -136,17 +137,46 @@ __global__ void __launch_bounds__(512)
   }
 }
 
-// Rows of 257..2048 vectors (16-bit hidden 2056..16384): two accesses a
-// thread up to 1024 vectors, four above, so a block has at most 512 threads.
+// Accesses a thread in rms_fwd_fixed_rt: LIGER_CPP_RMS_FWD_CH=1|2|3|4|5|6|8
+// (read on every call, A/B; used where the block stays within 1024 threads),
+// else 2 up to 1024 vectors and 4 above (at most 512 threads).
+int rt_accesses(int64_t nvec) {
+  static constexpr int kChoices[] = {1, 2, 3, 4, 5, 6, 8};
+  const int i = env_choice("LIGER_CPP_RMS_FWD_CH", {"1", "2", "3", "4", "5", "6", "8"});
+  if (i >= 0 && ceil_div(nvec, kChoices[i]) <= 1024) return kChoices[i];
+  return nvec <= 1024 ? 2 : 4;
+}
+
+template <typename T>
+auto rt_kernel(int ch) {
+  switch (ch) {
+    case 1:
+      return &rms_fwd_fixed_rt<T, 1>;
+    case 3:
+      return &rms_fwd_fixed_rt<T, 3>;
+    case 4:
+      return &rms_fwd_fixed_rt<T, 4>;
+    case 5:
+      return &rms_fwd_fixed_rt<T, 5>;
+    case 6:
+      return &rms_fwd_fixed_rt<T, 6>;
+    case 8:
+      return &rms_fwd_fixed_rt<T, 8>;
+    default:
+      return &rms_fwd_fixed_rt<T, 2>;
+  }
+}
+
+// Rows of 257..2048 vectors (16-bit hidden 2056..16384), ch accesses a
+// thread (rt_accesses).
 template <typename T>
 bool launch_rt(const RmsNormFwdArgs& a, cudaStream_t stream, cudaError_t* err) {
   constexpr int VEC = 16 / sizeof(T);
   const int64_t nvec = a.cols / VEC;
   if (a.cols % VEC != 0 || nvec <= 256 || nvec > 2048) return false;
-  const int ch = nvec <= 1024 ? 2 : 4;
+  const int ch = rt_accesses(nvec);
   const unsigned tx = static_cast<unsigned>(ceil_div(ceil_div(nvec, ch), 32) * 32);
-  auto* kern = ch == 2 ? &rms_fwd_fixed_rt<T, 2> : &rms_fwd_fixed_rt<T, 4>;
-  kern<<<static_cast<unsigned>(a.rows), tx, 0, stream>>>(
+  rt_kernel<T>(ch)<<<static_cast<unsigned>(a.rows), tx, 0, stream>>>(
       static_cast<const T*>(a.x), a.x_row_stride, static_cast<const T*>(a.w), static_cast<T*>(a.y), a.rstd,
       static_cast<int>(a.cols), a.eps, a.offset, a.casting == RmsCasting::kLlama);
   *err = cudaGetLastError();
