@@ -218,10 +218,12 @@ def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
     _run_forward_layout_cases(shape, dtype)
 
 
-# LIGER_CPP_RMS_FWD_FIXED: the compile-time-width forward (the default at hidden 4096 / 8192 / 16384
-# with x, w and y of one 16-bit dtype; every other case takes the register-cached forward) off, on,
-# with each block size forced, and its run-time-width form (gen: 257..2048 vectors, e.g. 2056 and
-# 5120, with guarded accesses); a strided x (aligned rows) and a width none covers (1000) too.
+# LIGER_CPP_RMS_FWD_FIXED: torch.compile's skeleton (the default forward with x, w and y of one
+# 16-bit dtype: compile-time width at hidden 4096 / 8192 / 16384, run-time width at the other widths
+# of 257..2048 vectors, e.g. 2056, 5120 and 14336, with guarded accesses; every other case takes the
+# register-cached forward) off, on, with each block size forced (t256 / t512: the other widths take
+# the register-cached forward), and gen (the run-time form at every width of 257..2048 vectors); a
+# strided x (aligned rows) and a width none covers (1000) too.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", ["off", "on", "t256", "t512", "gen"])
 @pytest.mark.parametrize(
@@ -355,9 +357,10 @@ def test_cuda_fwd_gen_accesses(monkeypatch, ch, shape, dtype):
     _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
 
 
-# LIGER_CPP_RMS_TMA_PAIRS=on: rows of 513..768 threads (bf16 hidden 4104..6144) take the TMA
-# backward's two-rows-a-stage build, odd row counts (a last group of one row) included; 4096 keeps
-# the default build. dW sums every row once: the reference checks it.
+# LIGER_CPP_RMS_TMA_PAIRS (default on): rows of 513..768 threads (bf16 hidden 4104..6144) take the
+# TMA backward's two-rows-a-stage build, odd row counts (a last group of one row) included; off runs
+# the one-row build there; 4096 keeps the one-row build. dW sums every row once: the reference
+# checks it.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("pairs", ["off", "on"])
 @pytest.mark.parametrize("shape", [(3001, 5120), (7, 6144), (1, 5120), (5, 4104), (33, 5128), (2, 4096)])

@@ -1258,7 +1258,7 @@ __device__ __forceinline__ void tma_block_sum(float (&v)[R], float (*part)[R][32
 // full IEEE division a row before; exact for power-of-two widths, else within
 // an ulp of c): 116.8 -> 110.3 us, fwd+bwd 83.6 -> 86.0 % of C
 // (rms_norm-tma-4945b12, the bwd=tma-v1 row).
-// R = 2 (LIGER_CPP_RMS_TMA_PAIRS=on, A/B; the MAXT = 768 build): a stage
+// R = 2 (LIGER_CPP_RMS_TMA_PAIRS, default on; the MAXT = 768 build): a stage
 // holds two consecutive rows (one mbarrier phase), and the block takes row
 // pairs b, b + gridDim.x, ...: one barrier for two rows' sums and twice the
 // independent work between barriers. For rows of 513..768 threads (bf16
@@ -1685,9 +1685,11 @@ struct BwdPlan : Plan {
   int rows_a_message = 1;  // kCluster: R
 };
 
-// LIGER_CPP_RMS_TMA_PAIRS=on|off (read on every call; default off): rows of
-// 513..768 threads take rms_bwd_tma's two-rows-a-stage build (R = 2).
-bool tma_pairs() { return env_choice("LIGER_CPP_RMS_TMA_PAIRS", {"off", "on"}) == 1; }
+// LIGER_CPP_RMS_TMA_PAIRS=on|off (read on every call; default on): rows of
+// 513..768 threads take rms_bwd_tma's two-rows-a-stage build (R = 2):
+// backward 239.6 -> 230.8 us at 26214x5120, 223.5 -> 216.4 at 21845x6144
+// bf16 (2026-12-01-h200-norm-breakdown-pairs-aca6894.log).
+bool tma_pairs() { return env_choice("LIGER_CPP_RMS_TMA_PAIRS", {"off", "on"}) != 0; }
 
 template <typename T, typename WT, typename OT>
 auto tma_kernel(int rows_a_stage) {

@@ -81,8 +81,16 @@ __global__ void __launch_bounds__(TX)
 
 // The same skeleton with the width known only at run time (any whole number
 // of 16-byte vectors), CH accesses a thread, blockDim.x = the row's vectors /
-// CH rounded up to a warp; the accesses past the row are guarded. An A/B
-// variant for widths outside the compile-time list (LIGER_CPP_RMS_FWD_FIXED=gen).
+// CH rounded up to a warp; the accesses past the row are guarded. The
+// default at the widths outside the compile-time list. Kernel times on the
+// H200, bf16, 128 Mi elements, CH = 1 / 2 / 3 / 4 against the register-cached
+// forward: hidden 3072 180.9 / 135.8 / 126.7 / 131.5 against 131.6 us, 5120
+// 190.5 / 137.3 / 126.7 / 131.7 against 152.2, 6144 230.7 / 137.5 / 126.2 /
+// 132.0 against 141.0, 14336 (CH >= 4 above 1024 threads) 130.1 / 135.9 at
+// CH = 3 / 4 against 132.1; at 4096 CH = 3 reads 128.8 against 125.7 for the
+// compile-time kernel (2026-12-01-h200-norm-breakdown-fwd-ch-aca6894.log).
+// Three accesses: 9 blocks of 224 threads a SM at 5120 (90 KiB of rows for
+// L1), against 6 of 320 at CH = 2.
 template <typename T, int CH>
 __global__ void __launch_bounds__(1024)
     rms_fwd_fixed_rt(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, T* __restrict__ y,
@@ -137,14 +145,14 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// Accesses a thread in rms_fwd_fixed_rt: LIGER_CPP_RMS_FWD_CH=1|2|3|4|5|6|8
-// (read on every call, A/B; used where the block stays within 1024 threads),
-// else 2 up to 1024 vectors and 4 above (at most 512 threads).
+// Accesses a thread in rms_fwd_fixed_rt: 3 (see above; at most 683
+// threads for 2048 vectors). LIGER_CPP_RMS_FWD_CH=1|2|3|4|5|6|8 (read on
+// every call, A/B) overrides it where the block stays within 1024 threads.
 int rt_accesses(int64_t nvec) {
   static constexpr int kChoices[] = {1, 2, 3, 4, 5, 6, 8};
   const int i = env_choice("LIGER_CPP_RMS_FWD_CH", {"1", "2", "3", "4", "5", "6", "8"});
   if (i >= 0 && ceil_div(nvec, kChoices[i]) <= 1024) return kChoices[i];
-  return nvec <= 1024 ? 2 : 4;
+  return 3;
 }
 
 template <typename T>
@@ -168,7 +176,7 @@ auto rt_kernel(int ch) {
 }
 
 // Rows of 257..2048 vectors (16-bit hidden 2056..16384), ch accesses a
-// thread (rt_accesses).
+// thread (rt_accesses); false for other widths.
 template <typename T>
 bool launch_rt(const RmsNormFwdArgs& a, cudaStream_t stream, cudaError_t* err) {
   constexpr int VEC = 16 / sizeof(T);
@@ -212,7 +220,7 @@ bool by_cols(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError
     case 16384:
       return by_variant<T, 16384>(a, v, stream, err);
     default:
-      return false;
+      return v == FwdFixed::kOn && launch_rt<T>(a, stream, err);
   }
 }
 
