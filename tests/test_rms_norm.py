@@ -359,11 +359,13 @@ def test_cuda_fwd_gen_accesses(monkeypatch, ch, shape, dtype):
 
 # LIGER_CPP_RMS_TMA_PAIRS (default on): rows of 513..768 threads (bf16 hidden 4104..6144) take the
 # TMA backward's two-rows-a-stage build, odd row counts (a last group of one row) included; off runs
-# the one-row build there; 4096 keeps the one-row build. dW sums every row once: the reference
-# checks it.
+# the one-row build there; 4096 keeps the one-row build, and 1536 / 1032 (192 / 129 vectors) take
+# the TMA backward by default too. dW sums every row once: the reference checks it.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("pairs", ["off", "on"])
-@pytest.mark.parametrize("shape", [(3001, 5120), (7, 6144), (1, 5120), (5, 4104), (33, 5128), (2, 4096)])
+@pytest.mark.parametrize(
+    "shape", [(3001, 5120), (7, 6144), (1, 5120), (5, 4104), (33, 5128), (2, 4096), (9, 1536), (4, 1032)]
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_tma_pairs(monkeypatch, pairs, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_TMA_PAIRS", pairs)

@@ -1645,13 +1645,16 @@ auto bwd_kernel(const Plan& p, bool ds) {
 //     bf16: 82.3 / 89.1 / 89.4 / 87.4 % of C against 80.5 / 87.6 / 86.6 /
 //     87.1 % at 16384x4096 / 65536x2048 / 32768x4096 / 16384x8192, but
 //     86.9 % against 88.9 % at 131072x1024 (rms_norm-tma-0686c5e): hence
-//     from 256 vectors (2048 bf16 columns) up.
+//     above 128 vectors (1024 bf16 columns). Between 128 and 256 vectors reg
+//     runs next_pow2(nvec) threads a row, idle lanes included: at 87381x1536
+//     (192 vectors) fwd+bwd 75.8 % for reg against 88.4 % for tma
+//     (2026-12-01-h200-norm-breakdown-1536-cl-cb6f610.log).
 // rms_bwd_pipe keeps one vector per thread (MAXV = 1: more spills at 64
 // registers), so rows above 1024 vectors (8192 bf16 or 4096 fp32 columns)
 // take rms_bwd_cluster on sm_90 (see bwd_wide_cluster) and rms_bwd_cached
 // elsewhere.
 enum class BwdKind { kOld, kReg, kAsync, kRegDs, kCluster, kTma, kAuto };
-constexpr int64_t kTmaAutoMinVec = 256;
+constexpr int64_t kTmaAutoMinVec = 129;
 constexpr int kPipeStages = 4;
 
 // FusedAddRMSNorm with a residual gradient (ds) defaults to async instead:
@@ -1840,11 +1843,20 @@ template <typename K>
 bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
   if (nvec <= 1024 || nvec > static_cast<int64_t>(kWideMaxCluster) * 1024) return false;
   const int forced = wide_tx_forced();
+  // Clusters of a power-of-two size first: clusters of 3 (512 threads, two
+  // blocks a SM) ran the backward at 56.2 / 53.0 % of C fwd+bwd at
+  // 10922x12288 / 13107x10240 bf16, clusters of 2 (768 / 640 threads) at
+  // 87.6 / 85.0 % (2026-12-01-h200-norm-breakdown-1536-cl-cb6f610.log).
+  bool pow2_seen = false;
+  for (int tx : {1024, 512}) {
+    const int64_t cl = ceil_div(nvec, tx);
+    if ((!forced || tx == forced) && cl <= kWideMaxCluster && (cl & (cl - 1)) == 0) pow2_seen = true;
+  }
   int64_t best = 0;
   for (int tx : {1024, 512}) {
     if (forced && tx != forced) continue;
     const int64_t cl = ceil_div(nvec, tx);
-    if (cl > kWideMaxCluster) continue;
+    if (cl > kWideMaxCluster || (pow2_seen && (cl & (cl - 1)) != 0)) continue;
     const int threads = static_cast<int>(ceil_div(ceil_div(nvec, cl), 32) * 32);
     const int n = active_clusters(kern, threads, static_cast<int>(cl));
     const int64_t resident = static_cast<int64_t>(n) * cl * threads;
