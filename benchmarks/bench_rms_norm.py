@@ -60,7 +60,7 @@ def eager(x, w):
 # LIGER_CPP_RMS_FWD_FIXED=off|t256|t512: the compile-time-width forward (the default at hidden 4096 /
 # 8192 / 16384; torch.compile's skeleton, csrc/kernels/rms_norm_fwd_fixed.h) off, i.e. the
 # register-cached forward, or with its threads a row forced.
-FWD_FIXED = ("off", "t256", "t512")
+FWD_FIXED = ("off", "t256", "t512", "gen")
 NO_FIXED = {"LIGER_CPP_RMS_FWD_FIXED": "off"}  # the other forward knobs act where it is off
 VARIANT_ENV = {
     "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
@@ -86,6 +86,8 @@ VARIANT_ENV = {
     "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
     "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
+    "liger_cpp[bwd=pairs]": {"LIGER_CPP_RMS_TMA_PAIRS": "on"},
+    "liger_cpp[fwd_fixed=gen,bwd=pairs]": {"LIGER_CPP_RMS_FWD_FIXED": "gen", "LIGER_CPP_RMS_TMA_PAIRS": "on"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
@@ -105,6 +107,7 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_v=4]",
     "liger_cpp[fwd_regs=none]",
     *(f"liger_cpp[fwd_fixed={v}]" for v in FWD_FIXED),
+    "liger_cpp[fwd_fixed=gen,bwd=pairs]",
 }
 
 

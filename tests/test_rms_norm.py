@@ -218,12 +218,17 @@ def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
     _run_forward_layout_cases(shape, dtype)
 
 
-# LIGER_CPP_RMS_FWD_FIXED: the compile-time-width forward (the default at hidden 4096 / 8192 / 16384
-# with x, w and y of one 16-bit dtype; every other case takes the register-cached forward) off, on,
-# and with each block size forced; a strided x (aligned rows) and a width it does not cover too.
+# LIGER_CPP_RMS_FWD_FIXED: torch.compile's skeleton (the default forward with x, w and y of one
+# 16-bit dtype: compile-time width at hidden 4096 / 8192 / 16384, run-time width at the other widths
+# of 257..2048 vectors, e.g. 2056, 5120 and 14336, with guarded accesses; every other case takes the
+# register-cached forward) off, on, with each block size forced (t256 / t512: the other widths take
+# the register-cached forward), and gen (the run-time form at every width of 257..2048 vectors); a
+# strided x (aligned rows) and a width none covers (1000) too.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", ["off", "on", "t256", "t512"])
-@pytest.mark.parametrize("shape", [(1, 4096), (301, 8192), (9, 16384), (3, 4096), (5, 1000)])
+@pytest.mark.parametrize("variant", ["off", "on", "t256", "t512", "gen"])
+@pytest.mark.parametrize(
+    "shape", [(1, 4096), (301, 8192), (9, 16384), (3, 4096), (5, 1000), (7, 5120), (3, 2056), (4, 14336)]
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_fwd_fixed(monkeypatch, variant, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", variant)
@@ -336,6 +341,37 @@ def test_cuda_tma_stages(monkeypatch, stages, dtype):
     for shape in [(20000, 1024), (1, 4096), (70, 8192), (5, 520)]:
         _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
     _assert_bwd_deterministic(3000, 2048, dtype)
+
+
+# LIGER_CPP_RMS_FWD_CH: the run-time-width forward (gen) with its accesses a thread forced (guarded
+# tails where the row's vectors are no multiple: 5128 bf16 is 641 vectors); a value that would
+# need more than 1024 threads falls back to the default.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("ch", ["1", "3", "4", "5", "6", "8"])
+@pytest.mark.parametrize("shape", [(7, 5120), (3, 5128), (5, 6144), (2, 16384), (3, 2056)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_fwd_gen_accesses(monkeypatch, ch, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "gen")
+    monkeypatch.setenv("LIGER_CPP_RMS_FWD_CH", ch)
+    _run_case(shape, dtype, "same", "gemma", 1.0, in_place=False, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
+
+
+# LIGER_CPP_RMS_TMA_PAIRS (default on): rows of 513..768 threads (bf16 hidden 4104..6144) take the
+# TMA backward's two-rows-a-stage build, odd row counts (a last group of one row) included; off runs
+# the one-row build there; 4096 keeps the one-row build, and 1536 / 1032 (192 / 129 vectors) take
+# the TMA backward by default too. dW sums every row once: the reference checks it.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("pairs", ["off", "on"])
+@pytest.mark.parametrize(
+    "shape", [(3001, 5120), (7, 6144), (1, 5120), (5, 4104), (33, 5128), (2, 4096), (9, 1536), (4, 1032)]
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_tma_pairs(monkeypatch, pairs, shape, dtype):
+    monkeypatch.setenv("LIGER_CPP_RMS_TMA_PAIRS", pairs)
+    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
+    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda")
+    _assert_bwd_deterministic(3001, 5120, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -527,6 +563,8 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
         ("LIGER_CPP_RMS_FWD", "rms_fwd"),
         ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
+        ("LIGER_CPP_RMS_TMA_PAIRS", "rms_tma"),
+        ("LIGER_CPP_RMS_FWD_CH", "rms_fwd_gen"),
         ("LIGER_CPP_PDL", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
         ("LIGER_CPP_LN_FWD_TY", "ln_bwd"),
@@ -544,12 +582,14 @@ def test_cuda_unknown_kernel_knob_is_an_error(monkeypatch, var, op):
     from liger_cpp.ops.layer_norm import layer_norm
     from liger_cpp.ops.swiglu import swiglu
 
-    n = 32768 if op.endswith(("_wide", "_wide_tx")) else 1024
+    n = 32768 if op.endswith(("_wide", "_wide_tx")) else 5120 if op == "rms_fwd_gen" else 1024
     x = torch.randn(8, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.ones(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     monkeypatch.setenv(var, "no-such-kernel")
     if op == "rms_tma":  # the stage count is read where the tma backward is planned
         monkeypatch.setenv("LIGER_CPP_RMS_BWD", "tma")
+    if op == "rms_fwd_gen":  # the accesses a thread are read where the run-time-width forward runs
+        monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "gen")
     with pytest.raises((RuntimeError, ValueError), match=f"{var}: expected one of .*got .no-such-kernel."):
         if op.startswith("rms"):
             rms_norm(x, w, 1e-6).sum().backward()

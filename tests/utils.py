@@ -45,9 +45,20 @@ RMS_VARIANT_WEIGHTS = [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "l
 # reading it twice without hints (l2, l2x512).
 # Shapes: cluster of 2 (fp32: 4), a width that is not a
 # multiple of the cluster's blocks (16392 bf16 = 2049 vectors, 3 blocks of 704 threads), clusters of
-# 4 and 8, 3073 vectors, and more rows than resident clusters (each cluster walks several rows).
+# 4 and 8, 3073 vectors, and more rows than resident clusters (each cluster walks several rows);
+# 12288 and 10240 (1536 / 1280 vectors) take clusters of two, not the three that 512-thread blocks
+# would need.
 # fp32 at 65536 (16384 vectors) is too wide for 8 blocks and takes the old kernels.
-RMS_WIDE_SHAPES = [(3, 16384), (40, 16392), (5, 32768), (2, 65536), (7, 24584), (300, 16384)]
+RMS_WIDE_SHAPES = [
+    (3, 16384),
+    (40, 16392),
+    (5, 32768),
+    (2, 65536),
+    (7, 24584),
+    (300, 16384),
+    (3, 12288),
+    (20, 10240),
+]
 # Each variant as its environment: the defaults (cluster backward with the block size chosen), the
 # cluster kernels forced to 512-thread blocks (LIGER_CPP_RMS_WIDE_TX) with the cluster forward, the
 # old backward, and the five other forwards.

@@ -1218,17 +1218,22 @@ __device__ __forceinline__ void tma_init_bars(unsigned long long* bars, int stag
 // one MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S per row, in warp 0 only.
 __device__ __forceinline__ void tma_fence_reads() { fence_proxy_async_smem(); }
 
-// The row sum of the block (one row), from each warp's sum v: ONE
+// The row sums of the block (R rows), from each warp's sums v: ONE
 // __syncthreads, then every warp adds the partials in the same fixed order.
 // part[pb] must not be read by any thread any more (see the comment above).
 // The barrier is also the caller's "every thread has read the stage".
-__device__ __forceinline__ float tma_block_sum(float v, float (*part)[32], int pb) {
+template <int R>
+__device__ __forceinline__ void tma_block_sum(float (&v)[R], float (*part)[R][32], int pb) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
-  if (lane == 0) part[pb][warp] = v;
+#pragma unroll
+  for (int i = 0; i < R; ++i) v[i] = warp_sum(v[i]);
+  if (lane == 0)
+#pragma unroll
+    for (int i = 0; i < R; ++i) part[pb][i][warp] = v[i];
   __syncthreads();
-  const float s = lane < static_cast<int>(blockDim.x >> 5) ? part[pb][lane] : 0.f;
-  return warp_sum(s);
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    v[i] = warp_sum(lane < static_cast<int>(blockDim.x >> 5) ? part[pb][i][lane] : 0.f);
 }
 #endif
 
@@ -1253,8 +1258,17 @@ __device__ __forceinline__ float tma_block_sum(float v, float (*part)[32], int p
 // full IEEE division a row before; exact for power-of-two widths, else within
 // an ulp of c): 116.8 -> 110.3 us, fwd+bwd 83.6 -> 86.0 % of C
 // (rms_norm-tma-4945b12, the bwd=tma-v1 row).
-template <typename T, typename WT, typename OT, int VEC>
-__global__ void __launch_bounds__(1024, 1)
+// R = 2 (LIGER_CPP_RMS_TMA_PAIRS, default on; the MAXT = 768 build): a stage
+// holds two consecutive rows (one mbarrier phase), and the block takes row
+// pairs b, b + gridDim.x, ...: one barrier for two rows' sums and twice the
+// independent work between barriers. For rows of 513..768 threads (bf16
+// hidden 4104..6144), which run one block a SM: 20 / 24 warps, each row's
+// reduction exposed (rms_bwd_tma 239.5 us at 26214x5120, 79.6 % of C, against
+// 86.5 % at 4096; two-blocks-a-SM builds at 48 / 40 registers spilled and
+// ran 264.6 / 396.2 us at 5120 / 6144: 2026-12-01-h200-norm-breakdown-
+// 2blk-762ed2c.log). At one block a SM, 768 threads may take 85 registers.
+template <typename T, typename WT, typename OT, int VEC, int MAXT = 1024, int R = 1>
+__global__ void __launch_bounds__(MAXT, 1)
     rms_bwd_tma(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                 const WT* __restrict__ w, const float* __restrict__ rstd, T* dx, int64_t dx_stride,
                 float* __restrict__ partial, int64_t rows, int64_t cols, float offset, bool llama,
@@ -1263,17 +1277,20 @@ __global__ void __launch_bounds__(1024, 1)
   using XV = Vec<T, VEC>;
   using GV = Vec<OT, VEC>;
   static_assert(sizeof(XV) == 16 && sizeof(GV) % 16 == 0, "whole 16-byte vectors only");
+  static_assert(R == 1 || R == 2, "one or two rows a stage");
   constexpr int CG = sizeof(GV) / 16;
-  extern __shared__ __align__(128) unsigned char tma_rows[];  // [stages][x region, dy region]
+  extern __shared__ __align__(128) unsigned char tma_rows[];  // [stages][R][x region, dy region]
   __shared__ alignas(8) unsigned long long bars[kTmaMaxStages];
-  __shared__ float part[2][32];
+  __shared__ float part[2][R][32];
   const int tx = threadIdx.x, lane = tx & 31, warp = tx >> 5;
   const bool has = tx < cols / VEC;
   const int64_t col = static_cast<int64_t>(tx) * VEC;
   const uint32_t x_bytes = static_cast<uint32_t>(cols * sizeof(T));
   const uint32_t g_bytes = static_cast<uint32_t>(cols * sizeof(OT));
   const uint32_t x_region = tma_row_region(x_bytes);
-  const uint32_t region = x_region + tma_row_region(g_bytes);
+  const uint32_t row_region = x_region + tma_row_region(g_bytes);
+  const uint32_t region = row_region * R;
+  const int64_t groups = (rows + R - 1) / R;  // row groups (pairs when R = 2)
   const int64_t first = blockIdx.x, step = gridDim.x;
   tma_init_bars(bars, stages);
   __syncthreads();  // the mbarriers are initialised before any thread waits on them
@@ -1282,14 +1299,17 @@ __global__ void __launch_bounds__(1024, 1)
   // start its blocks as this persistent grid's blocks exit.
   pdl_wait();
   pdl_trigger();
-  auto fetch = [&](int64_t row, int s) {  // all of warp 0
-    if (lane == 0) mbar_expect_tx(&bars[s], x_bytes + g_bytes);
-    unsigned char* dst = tma_rows + s * region;
-    tma_copy_row(dst, x + row * x_stride, x_bytes, &bars[s], lane);
-    tma_copy_row(dst + x_region, dy + row * dy_stride, g_bytes, &bars[s], lane);
+  auto fetch = [&](int64_t g, int s) {  // all of warp 0: group g's rows into stage s
+    const int n = R == 1 ? 1 : static_cast<int>(rows - g * R < R ? rows - g * R : R);
+    if (lane == 0) mbar_expect_tx(&bars[s], n * (x_bytes + g_bytes));
+    for (int i = 0; i < n; ++i) {
+      unsigned char* dst = tma_rows + s * region + i * row_region;
+      tma_copy_row(dst, x + (g * R + i) * x_stride, x_bytes, &bars[s], lane);
+      tma_copy_row(dst + x_region, dy + (g * R + i) * dy_stride, g_bytes, &bars[s], lane);
+    }
   };
   if (warp == 0)
-    for (int s = 0; s < stages && first + s * step < rows; ++s) fetch(first + s * step, s);
+    for (int s = 0; s < stages && first + s * step < groups; ++s) fetch(first + s * step, s);
 
   // [VEC / 4][blockDim.x] float4s; each thread reads back only what it wrote.
   float4* const w_smem = reinterpret_cast<float4*>(tma_rows + static_cast<size_t>(stages) * region) + tx;
@@ -1299,52 +1319,68 @@ __global__ void __launch_bounds__(1024, 1)
   float dw_acc[VEC];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) dw_acc[j] = 0.f;
-  float r_next = rstd[first];  // first < rows: the grid has at most `rows` blocks
+  // first < groups: the grid has at most `groups` blocks
+  float r_next[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) r_next[i] = R == 1 || first * R + i < rows ? rstd[first * R + i] : 0.f;
   int s = 0, pb = 0;
   uint32_t phase = 0;
-  for (int64_t row = first; row < rows; row += step) {
-    const float r = r_next;
-    r_next = row + step < rows ? rstd[row + step] : 0.f;
-    mbar_wait(&bars[s], phase);
-    XV xv;
-    GV gv;
-    float dot = 0.f;
-    if (has) {
-      const unsigned char* st = tma_rows + s * region;
-      xv = reinterpret_cast<const XV*>(st)[tx];
+  for (int64_t g = first; g < groups; g += step) {
+    float r[R];
 #pragma unroll
-      for (int c = 0; c < CG; ++c)
-        reinterpret_cast<uint4*>(&gv)[c] = reinterpret_cast<const uint4*>(st + x_region)[tx * CG + c];
-      float xf[VEC], gf[VEC], wf[VEC];
-      unpack_floats<T, VEC>(xv, xf);
-      unpack_floats<OT, VEC>(gv, gf);
-      weights(wf);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) dot += gf[j] * wf[j] * xf[j];
+    for (int i = 0; i < R; ++i) {
+      r[i] = r_next[i];
+      const int64_t nr = (g + step) * R + i;
+      r_next[i] = nr < rows ? rstd[nr] : 0.f;
     }
-    // Keep x and dy packed through the barrier (the converted floats spilled
-    // in rms_bwd_pipe).
-    opaque_words(xv);
-    opaque_words(gv);
-    dot = tma_block_sum(dot, part, pb);
-    const int64_t ahead = row + stages * step;
-    if (warp == 0 && ahead < rows) {
+    // Row g * R + i exists for i < n (the last group may be short).
+    const int n = R == 1 ? 1 : static_cast<int>(rows - g * R < R ? rows - g * R : R);
+    mbar_wait(&bars[s], phase);
+    XV xv[R];
+    GV gv[R];
+    float dot[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      dot[i] = 0.f;
+      if (has && i < n) {
+        const unsigned char* st = tma_rows + s * region + i * row_region;
+        xv[i] = reinterpret_cast<const XV*>(st)[tx];
+#pragma unroll
+        for (int c = 0; c < CG; ++c)
+          reinterpret_cast<uint4*>(&gv[i])[c] = reinterpret_cast<const uint4*>(st + x_region)[tx * CG + c];
+        float xf[VEC], gf[VEC], wf[VEC];
+        unpack_floats<T, VEC>(xv[i], xf);
+        unpack_floats<OT, VEC>(gv[i], gf);
+        weights(wf);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) dot[i] += gf[j] * wf[j] * xf[j];
+      }
+      // Keep x and dy packed through the barrier (the converted floats spilled
+      // in rms_bwd_pipe).
+      opaque_words(xv[i]);
+      opaque_words(gv[i]);
+    }
+    tma_block_sum<R>(dot, part, pb);
+    const int64_t ahead = g + stages * step;
+    if (warp == 0 && ahead < groups) {
       tma_fence_reads();
       fetch(ahead, s);
     }
-    if (has) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      if (!has || i >= n) continue;
       float o[VEC];
-      const float c = r * r * r * dot * inv_cols;
+      const float c = r[i] * r[i] * r[i] * dot[i] * inv_cols;
       float xf[VEC], gf[VEC], wf[VEC];
-      unpack_floats<T, VEC>(xv, xf);
-      unpack_floats<OT, VEC>(gv, gf);
+      unpack_floats<T, VEC>(xv[i], xf);
+      unpack_floats<OT, VEC>(gv[i], gf);
       weights(wf);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        o[j] = r * gf[j] * wf[j] - c * xf[j];
-        dw_acc[j] += gf[j] * normed<T>(xf[j], r, llama);
+        o[j] = r[i] * gf[j] * wf[j] - c * xf[j];
+        dw_acc[j] += gf[j] * normed<T>(xf[j], r[i], llama);
       }
-      store_16B_words(dx + row * dx_stride + col, pack_vec<T, VEC>(o));
+      store_16B_words(dx + (g * R + i) * dx_stride + col, pack_vec<T, VEC>(o));
     }
     pb ^= 1;
     if (++s == stages) {
@@ -1609,13 +1645,16 @@ auto bwd_kernel(const Plan& p, bool ds) {
 //     bf16: 82.3 / 89.1 / 89.4 / 87.4 % of C against 80.5 / 87.6 / 86.6 /
 //     87.1 % at 16384x4096 / 65536x2048 / 32768x4096 / 16384x8192, but
 //     86.9 % against 88.9 % at 131072x1024 (rms_norm-tma-0686c5e): hence
-//     from 256 vectors (2048 bf16 columns) up.
+//     above 128 vectors (1024 bf16 columns). Between 128 and 256 vectors reg
+//     runs next_pow2(nvec) threads a row, idle lanes included: at 87381x1536
+//     (192 vectors) fwd+bwd 75.8 % for reg against 88.4 % for tma
+//     (2026-12-01-h200-norm-breakdown-1536-cl-cb6f610.log).
 // rms_bwd_pipe keeps one vector per thread (MAXV = 1: more spills at 64
 // registers), so rows above 1024 vectors (8192 bf16 or 4096 fp32 columns)
 // take rms_bwd_cluster on sm_90 (see bwd_wide_cluster) and rms_bwd_cached
 // elsewhere.
 enum class BwdKind { kOld, kReg, kAsync, kRegDs, kCluster, kTma, kAuto };
-constexpr int64_t kTmaAutoMinVec = 256;
+constexpr int64_t kTmaAutoMinVec = 129;
 constexpr int kPipeStages = 4;
 
 // FusedAddRMSNorm with a residual gradient (ds) defaults to async instead:
@@ -1645,8 +1684,21 @@ struct BwdPlan : Plan {
   size_t smem = 0;
   int cl = 0;              // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
   int stages = 0;          // kTma: rows in flight a block
+  int tma_rows = 1;        // kTma: rows a stage (rms_bwd_tma's R)
   int rows_a_message = 1;  // kCluster: R
 };
+
+// LIGER_CPP_RMS_TMA_PAIRS=on|off (read on every call; default on): rows of
+// 513..768 threads take rms_bwd_tma's two-rows-a-stage build (R = 2):
+// backward 239.6 -> 230.8 us at 26214x5120, 223.5 -> 216.4 at 21845x6144
+// bf16 (2026-12-01-h200-norm-breakdown-pairs-aca6894.log).
+bool tma_pairs() { return env_choice("LIGER_CPP_RMS_TMA_PAIRS", {"off", "on"}) != 0; }
+
+template <typename T, typename WT, typename OT>
+auto tma_kernel(int rows_a_stage) {
+  constexpr int full = 16 / sizeof(T);
+  return rows_a_stage == 2 ? &rms_bwd_tma<T, WT, OT, full, 768, 2> : &rms_bwd_tma<T, WT, OT, full>;
+}
 
 // Plans rms_bwd_tma (see plan_tma; one dW partial row per block); false when
 // it does not apply (then the default backward runs). Plain RMSNorm only: no
@@ -1658,9 +1710,12 @@ bool plan_bwd_tma(const RmsNormBwdArgs& a, int sm_count, BwdPlan& p) {
                         tma_row_region(a.cols * static_cast<int64_t>(sizeof(OT)));
   TmaShape t;
   constexpr int full = 16 / sizeof(T);
-  // A thread's weights as floats after the stages.
-  if (!plan_tma(&rms_bwd_tma<T, WT, OT, full>, a.cols / p.vec, a.rows, region, sm_count, t,
-                full * sizeof(float)))
+  const int64_t threads = ceil_div(a.cols / p.vec, 32) * 32;
+  const bool pairs = tma_pairs() && threads > 512 && threads <= 768;  // the knob read first
+  p.tma_rows = pairs ? 2 : 1;
+  // A thread's weights as floats after the stages; a stage holds tma_rows rows.
+  if (!plan_tma(tma_kernel<T, WT, OT>(p.tma_rows), a.cols / p.vec, ceil_div(a.rows, p.tma_rows),
+                region * p.tma_rows, sm_count, t, full * sizeof(float)))
     return false;
   p.kind = BwdKind::kTma;
   p.cached = true;
@@ -1788,11 +1843,20 @@ template <typename K>
 bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
   if (nvec <= 1024 || nvec > static_cast<int64_t>(kWideMaxCluster) * 1024) return false;
   const int forced = wide_tx_forced();
+  // Clusters of a power-of-two size first: clusters of 3 (512 threads, two
+  // blocks a SM) ran the backward at 56.2 / 53.0 % of C fwd+bwd at
+  // 10922x12288 / 13107x10240 bf16, clusters of 2 (768 / 640 threads) at
+  // 87.6 / 85.0 % (2026-12-01-h200-norm-breakdown-1536-cl-cb6f610.log).
+  bool pow2_seen = false;
+  for (int tx : {1024, 512}) {
+    const int64_t cl = ceil_div(nvec, tx);
+    if ((!forced || tx == forced) && cl <= kWideMaxCluster && (cl & (cl - 1)) == 0) pow2_seen = true;
+  }
   int64_t best = 0;
   for (int tx : {1024, 512}) {
     if (forced && tx != forced) continue;
     const int64_t cl = ceil_div(nvec, tx);
-    if (cl > kWideMaxCluster) continue;
+    if (cl > kWideMaxCluster || (pow2_seen && (cl & (cl - 1)) != 0)) continue;
     const int threads = static_cast<int>(ceil_div(ceil_div(nvec, cl), 32) * 32);
     const int n = active_clusters(kern, threads, static_cast<int>(cl));
     const int64_t resident = static_cast<int64_t>(n) * cl * threads;
@@ -1871,10 +1935,10 @@ bool fwd_l2hint_l1(int64_t row_bytes) {
   return i < 0 ? row_bytes > 65536 : i == 1;
 }
 
-// LIGER_CPP_RMS_FWD_FIXED=on|off|t256|t512 (read on every call; default on:
+// LIGER_CPP_RMS_FWD_FIXED=on|off|t256|t512|gen (read on every call; default on:
 // see rms_norm_fwd_fixed.h).
 FwdFixed fwd_fixed() {
-  const int i = env_choice("LIGER_CPP_RMS_FWD_FIXED", {"off", "on", "t256", "t512"});
+  const int i = env_choice("LIGER_CPP_RMS_FWD_FIXED", {"off", "on", "t256", "t512", "gen"});
   return i < 0 ? FwdFixed::kOn : static_cast<FwdFixed>(i);
 }
 
@@ -2080,10 +2144,10 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
     float* partial = a.dw ? a.workspace : nullptr;
     constexpr int full = 16 / sizeof(T);
     if (p.kind == BwdKind::kTma) {
-      const cudaError_t err = launch_pdl(&rms_bwd_tma<T, WT, OT, full>, dim3(static_cast<unsigned>(p.grid)),
-                                         dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy,
-                                         a.dy_row_stride, x, a.x_row_stride, w, a.rstd, dx, a.dx_row_stride,
-                                         partial, a.rows, a.cols, a.offset, llama, p.stages);
+      const cudaError_t err = launch_pdl(
+          tma_kernel<T, WT, OT>(p.tma_rows), dim3(static_cast<unsigned>(p.grid)),
+          dim3(static_cast<unsigned>(p.tx)), p.smem, stream, dy, a.dy_row_stride, x, a.x_row_stride, w,
+          a.rstd, dx, a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama, p.stages);
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
       const cudaError_t err = launch_cluster_pdl(

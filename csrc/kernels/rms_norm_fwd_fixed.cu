@@ -23,6 +23,7 @@
 // SM overflow L1: 138.5), 1024 threads (199.3 at 8192), pass 2's loads all
 // issued first (132.8 at 16384), no L1 priorities (131.4 / 130.9), and
 // rsqrtf for rstd (128.1 at 8192: approximate, not worth 0.7 %).
+#include "env_knob.h"
 #include "norm_common.cuh"
 #include "rms_norm_fwd_fixed.h"
 
@@ -78,6 +79,118 @@ __global__ void __launch_bounds__(TX)
   }
 }
 
+// The same skeleton with the width known only at run time (any whole number
+// of 16-byte vectors), CH accesses a thread, blockDim.x = the row's vectors /
+// CH rounded up to a warp; the accesses past the row are guarded. The
+// default at the widths outside the compile-time list. Kernel times on the
+// H200, bf16, 128 Mi elements, CH = 1 / 2 / 3 / 4 against the register-cached
+// forward: hidden 3072 180.9 / 135.8 / 126.7 / 131.5 against 131.6 us, 5120
+// 190.5 / 137.3 / 126.7 / 131.7 against 152.2, 6144 230.7 / 137.5 / 126.2 /
+// 132.0 against 141.0, 14336 (CH >= 4 above 1024 threads) 130.1 / 135.9 at
+// CH = 3 / 4 against 132.1; at 4096 CH = 3 reads 128.8 against 125.7 for the
+// compile-time kernel (2026-12-01-h200-norm-breakdown-fwd-ch-aca6894.log).
+// Three accesses: 9 blocks of 224 threads a SM at 5120 (90 KiB of rows for
+// L1), against 6 of 320 at CH = 2.
+template <typename T, int CH>
+__global__ void __launch_bounds__(1024)
+    rms_fwd_fixed_rt(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, T* __restrict__ y,
+                     float* __restrict__ rstd, int cols, float eps, float offset, bool llama) {
+  constexpr int VEC = 16 / sizeof(T);
+  pdl_trigger();
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int nvec = cols / VEC, TX = blockDim.x, tx = threadIdx.x;
+  const T* xr = x + row * x_stride;
+  const uint64_t keep = l2_evict_policy<true>();
+  Vec<T, VEC> a[CH];
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    const int v = c * TX + tx;
+    if (v < nvec) {
+      load_16B_hint<kL1Last>(a[c], xr + v * VEC, keep);
+    } else {
+      uint32_t* z = reinterpret_cast<uint32_t*>(&a[c]);
+      z[0] = z[1] = z[2] = z[3] = 0u;
+    }
+  }
+  float acc[VEC] = {};
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float f = to_float<T>(a[c].v[j]);
+      acc[j] += f * f;
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) ss += acc[j];
+  ss = group_sum</*FIRST_USE=*/true>(ss, scratch);
+  const float r = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  if (tx == 0) rstd[row] = r;
+  const uint64_t drop = l2_evict_policy<false>();
+  T* yr = y + row * cols;
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    const int v = c * TX + tx;
+    if (v >= nvec) break;
+    Vec<T, VEC> xv, wv;
+    load_16B_hint<kL1First>(xv, xr + v * VEC, drop);
+    load_16B_hint<kL1Last>(wv, w + v * VEC, keep);
+    float o[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      o[j] = normed<T>(to_float<T>(xv.v[j]), r, llama) * (to_float<T>(wv.v[j]) + offset);
+    store_16B_words(yr + v * VEC, pack_vec<T, VEC>(o));
+  }
+}
+
+// Accesses a thread in rms_fwd_fixed_rt: 3 (see above; at most 683
+// threads for 2048 vectors). LIGER_CPP_RMS_FWD_CH=1|2|3|4|5|6|8 (read on
+// every call, A/B) overrides it where the block stays within 1024 threads.
+int rt_accesses(int64_t nvec) {
+  static constexpr int kChoices[] = {1, 2, 3, 4, 5, 6, 8};
+  const int i = env_choice("LIGER_CPP_RMS_FWD_CH", {"1", "2", "3", "4", "5", "6", "8"});
+  if (i >= 0 && ceil_div(nvec, kChoices[i]) <= 1024) return kChoices[i];
+  return 3;
+}
+
+template <typename T>
+auto rt_kernel(int ch) {
+  switch (ch) {
+    case 1:
+      return &rms_fwd_fixed_rt<T, 1>;
+    case 3:
+      return &rms_fwd_fixed_rt<T, 3>;
+    case 4:
+      return &rms_fwd_fixed_rt<T, 4>;
+    case 5:
+      return &rms_fwd_fixed_rt<T, 5>;
+    case 6:
+      return &rms_fwd_fixed_rt<T, 6>;
+    case 8:
+      return &rms_fwd_fixed_rt<T, 8>;
+    default:
+      return &rms_fwd_fixed_rt<T, 2>;
+  }
+}
+
+// Rows of 257..2048 vectors (16-bit hidden 2056..16384), ch accesses a
+// thread (rt_accesses); false for other widths.
+template <typename T>
+bool launch_rt(const RmsNormFwdArgs& a, cudaStream_t stream, cudaError_t* err) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t nvec = a.cols / VEC;
+  if (a.cols % VEC != 0 || nvec <= 256 || nvec > 2048) return false;
+  const int ch = rt_accesses(nvec);
+  const unsigned tx = static_cast<unsigned>(ceil_div(ceil_div(nvec, ch), 32) * 32);
+  rt_kernel<T>(ch)<<<static_cast<unsigned>(a.rows), tx, 0, stream>>>(
+      static_cast<const T*>(a.x), a.x_row_stride, static_cast<const T*>(a.w), static_cast<T*>(a.y), a.rstd,
+      static_cast<int>(a.cols), a.eps, a.offset, a.casting == RmsCasting::kLlama);
+  *err = cudaGetLastError();
+  return true;
+}
+
 template <typename T, int COLS, int TX>
 cudaError_t launch(const RmsNormFwdArgs& a, cudaStream_t stream) {
   rms_fwd_fixed<T, COLS, TX><<<static_cast<unsigned>(a.rows), TX, 0, stream>>>(
@@ -98,6 +211,7 @@ bool by_variant(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaEr
 
 template <typename T>
 bool by_cols(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError_t* err) {
+  if (v == FwdFixed::kGen) return launch_rt<T>(a, stream, err);
   switch (a.cols) {
     case 4096:
       return by_variant<T, 4096>(a, v, stream, err);
@@ -106,7 +220,7 @@ bool by_cols(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError
     case 16384:
       return by_variant<T, 16384>(a, v, stream, err);
     default:
-      return false;
+      return v == FwdFixed::kOn && launch_rt<T>(a, stream, err);
   }
 }
 

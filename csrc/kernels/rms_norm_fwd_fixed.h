@@ -1,8 +1,12 @@
-// RMSNorm forward with a compile-time row width (rms_norm_fwd_fixed.cu), the
-// default forward of plain RMSNorm at hidden 4096 / 8192 / 16384 with x, w
-// and y of one 16-bit dtype. LIGER_CPP_RMS_FWD_FIXED=on|off|t256|t512 (read
-// on every call by rms_norm_fwd; default on): off runs the register-cached
-// forward instead, t256 / t512 force the threads a row (A/B measurements).
+// RMSNorm forward in torch.compile's skeleton (rms_norm_fwd_fixed.cu), the
+// default forward of plain RMSNorm with x, w and y of one 16-bit dtype: the
+// row width a compile-time constant at hidden 4096 / 8192 / 16384, a run-time
+// one at the other hidden sizes of 257..2048 16-byte vectors (2056..16384).
+// LIGER_CPP_RMS_FWD_FIXED=on|off|t256|t512|gen (read on every call by
+// rms_norm_fwd; default on): off runs the register-cached forward instead,
+// t256 / t512 force the threads a row of the compile-time widths (the others
+// then take the register-cached forward), gen runs the run-time-width form
+// at the compile-time widths too (A/B measurements).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,12 +15,12 @@
 
 namespace liger_cpp::kernels {
 
-enum class FwdFixed : int { kOff = 0, kOn, kT256, kT512 };
+enum class FwdFixed : int { kOff = 0, kOn, kT256, kT512, kGen };
 
 // Launches the forward of `a` in variant v and returns true (the launch's
 // status in *err) where it applies: plain RMSNorm (no residual) with a weight,
-// x, w and y of one 16-bit dtype, 16-byte aligned rows, hidden 4096, 8192 or
-// 16384. Returns false, launching nothing, otherwise (and for kOff).
+// x, w and y of one 16-bit dtype, 16-byte aligned rows of 257..2048 16-byte
+// vectors. Returns false, launching nothing, otherwise (and for kOff).
 bool rms_norm_fwd_fixed(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError_t* err);
 
 }  // namespace liger_cpp::kernels
