@@ -222,8 +222,9 @@ def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
 # 16-bit dtype: compile-time width at hidden 4096 / 8192 / 16384, run-time width at the other widths
 # of 257..2048 vectors, e.g. 2056, 5120 and 14336, with guarded accesses; every other case takes the
 # register-cached forward) off, on, with each block size forced (t256 / t512: the other widths take
-# the register-cached forward), and gen (the run-time form at every width of 257..2048 vectors); a
-# strided x (aligned rows) and a width none covers (1000) too.
+# the register-cached forward), and gen (the run-time form at every width of 64..2048 vectors); a
+# strided x (aligned rows) and a width the defaults leave to the register-cached forward (1000: gen
+# takes it too).
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", ["off", "on", "t256", "t512", "gen"])
 @pytest.mark.parametrize(

@@ -175,13 +175,14 @@ auto rt_kernel(int ch) {
   }
 }
 
-// Rows of 257..2048 vectors (16-bit hidden 2056..16384), ch accesses a
-// thread (rt_accesses); false for other widths.
+// Rows of min_vec..2048 vectors (by default 257..2048: 16-bit hidden
+// 2056..16384; gen from 64), ch accesses a thread (rt_accesses); false for
+// other widths.
 template <typename T>
-bool launch_rt(const RmsNormFwdArgs& a, cudaStream_t stream, cudaError_t* err) {
+bool launch_rt(const RmsNormFwdArgs& a, int64_t min_vec, cudaStream_t stream, cudaError_t* err) {
   constexpr int VEC = 16 / sizeof(T);
   const int64_t nvec = a.cols / VEC;
-  if (a.cols % VEC != 0 || nvec <= 256 || nvec > 2048) return false;
+  if (a.cols % VEC != 0 || nvec < min_vec || nvec > 2048) return false;
   const int ch = rt_accesses(nvec);
   const unsigned tx = static_cast<unsigned>(ceil_div(ceil_div(nvec, ch), 32) * 32);
   rt_kernel<T>(ch)<<<static_cast<unsigned>(a.rows), tx, 0, stream>>>(
@@ -211,7 +212,7 @@ bool by_variant(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaEr
 
 template <typename T>
 bool by_cols(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError_t* err) {
-  if (v == FwdFixed::kGen) return launch_rt<T>(a, stream, err);
+  if (v == FwdFixed::kGen) return launch_rt<T>(a, 64, stream, err);
   switch (a.cols) {
     case 4096:
       return by_variant<T, 4096>(a, v, stream, err);
@@ -220,7 +221,7 @@ bool by_cols(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError
     case 16384:
       return by_variant<T, 16384>(a, v, stream, err);
     default:
-      return v == FwdFixed::kOn && launch_rt<T>(a, stream, err);
+      return v == FwdFixed::kOn && launch_rt<T>(a, 257, stream, err);
   }
 }
 

@@ -6,7 +6,7 @@
 // rms_norm_fwd; default on): off runs the register-cached forward instead,
 // t256 / t512 force the threads a row of the compile-time widths (the others
 // then take the register-cached forward), gen runs the run-time-width form
-// at the compile-time widths too (A/B measurements).
+// at every width of 64..2048 vectors (A/B measurements).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,7 +20,7 @@ enum class FwdFixed : int { kOff = 0, kOn, kT256, kT512, kGen };
 // Launches the forward of `a` in variant v and returns true (the launch's
 // status in *err) where it applies: plain RMSNorm (no residual) with a weight,
 // x, w and y of one 16-bit dtype, 16-byte aligned rows of 257..2048 16-byte
-// vectors. Returns false, launching nothing, otherwise (and for kOff).
+// vectors (kGen: 64..2048). Returns false, launching nothing, otherwise (and for kOff).
 bool rms_norm_fwd_fixed(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError_t* err);
 
 }  // namespace liger_cpp::kernels
