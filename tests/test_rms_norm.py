@@ -293,7 +293,7 @@ def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offs
 
 # The TMA row backward (LIGER_CPP_RMS_BWD=tma: persistent blocks, a row at a time,
 # LIGER_CPP_RMS_TMA_STAGES rows in flight per block; sm_90, rows of 64..1024 16-byte vectors,
-# elsewhere the default kernels; unset, it runs from 256 vectors up): one row; rows not a multiple
+# elsewhere the default kernels; unset, it runs from 129 vectors up): one row; rows not a multiple
 # of the grid; more rows than blocks x stages (each stage's mbarrier goes through many phases); a
 # width that is not a multiple of 32 vectors (1000 bf16: 125 vectors, the last warp partly idle)
 # nor of 128 bytes (520: the stages' regions padded); the widest row (8192 bf16; fp32 takes the wide

@@ -13,9 +13,10 @@
 //    rows above 1024 vectors, one vector a thread, each row split over a
 //    thread-block cluster whose blocks exchange their partial sums through
 //    distributed shared memory.
-//  * rms_bwd_tma (sm_90; the default backward for rows of 256..1024 vectors):
+//  * rms_bwd_tma (sm_90; the default backward for rows of 129..1024 vectors):
 //    x and dy rows brought into shared memory by TMA bulk copies, several rows
-//    in flight per persistent block, one vector a thread.
+//    in flight per persistent block, one vector a thread (two rows a stage
+//    for rows of 513..768 threads).
 // dW partials are finished by a fixed-order reduction kernel: deterministic,
 // no atomics.
 // FusedAddRMSNorm runs through the same kernels: a compile-time ADD flag adds

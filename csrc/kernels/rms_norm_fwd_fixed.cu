@@ -1,8 +1,10 @@
 // RMSNorm forward with the row width a compile-time constant: torch.compile's
 // (Inductor's) kernel skeleton for hidden 4096 / 8192 / 16384, written as
 // its SASS shows it (benchmarks/triton_rms_sass.py) and with the block size
-// Inductor autotuned (benchmarks/inductor_rms_config.py): the default forward
-// of plain RMSNorm where it applies (rms_norm_fwd_fixed.h).
+// Inductor autotuned (benchmarks/inductor_rms_config.py), and the same
+// skeleton with a run-time width (rms_fwd_fixed_rt, below) for the other
+// widths of 257..2048 vectors: the default forward of plain RMSNorm where
+// they apply (rms_norm_fwd_fixed.h).
 // Its own .cu file: its kernels do not grow rms_norm.cu's module, which CUDA
 // loads whole on the first RMSNorm call.
 //
