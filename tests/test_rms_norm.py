@@ -220,7 +220,7 @@ def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
 
 # LIGER_CPP_RMS_FWD_FIXED: torch.compile's skeleton (the default forward with x, w and y of one
 # 16-bit dtype: compile-time width at hidden 4096 / 8192 / 16384, run-time width at the other widths
-# of 257..2048 vectors, e.g. 2056, 5120 and 14336, with guarded accesses; every other case takes the
+# of 129..2048 vectors, e.g. 1536, 2056, 5120 and 14336, with guarded accesses; every other case takes the
 # register-cached forward) off, on, with each block size forced (t256 / t512: the other widths take
 # the register-cached forward), and gen (the run-time form at every width of 64..2048 vectors); a
 # strided x (aligned rows) and a width the defaults leave to the register-cached forward (1000: gen
@@ -228,7 +228,19 @@ def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("variant", ["off", "on", "t256", "t512", "gen"])
 @pytest.mark.parametrize(
-    "shape", [(1, 4096), (301, 8192), (9, 16384), (3, 4096), (5, 1000), (7, 5120), (3, 2056), (4, 14336)]
+    "shape",
+    [
+        (1, 4096),
+        (301, 8192),
+        (9, 16384),
+        (3, 4096),
+        (5, 1000),
+        (7, 5120),
+        (3, 2056),
+        (4, 14336),
+        (9, 1536),
+        (2, 2048),
+    ],
 )
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_fwd_fixed(monkeypatch, variant, shape, dtype):
@@ -562,6 +574,7 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_BWD_WIDE", "rms_bwd_wide"),
         ("LIGER_CPP_RMS_FWD_WIDE", "rms_fwd_wide"),
         ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
+        ("LIGER_CPP_RMS_WIDE_CL", "rms_wide_tx"),
         ("LIGER_CPP_RMS_FWD", "rms_fwd"),
         ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
         ("LIGER_CPP_RMS_TMA_PAIRS", "rms_tma"),

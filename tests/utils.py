@@ -76,6 +76,9 @@ RMS_WIDE_VARIANTS = {
     "rows1": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
     "rows2": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
     "rows2_512": {"LIGER_CPP_RMS_BWD_ROWS": "2", "LIGER_CPP_RMS_WIDE_TX": "512"},
+    # the cluster size forced (LIGER_CPP_RMS_WIDE_CL; ignored where a block would pass 1024 threads)
+    "cl4": {"LIGER_CPP_RMS_WIDE_CL": "4", "LIGER_CPP_RMS_FWD_WIDE": "cluster"},
+    "cl8": {"LIGER_CPP_RMS_WIDE_CL": "8"},
 }
 RMS_WIDE_WEIGHTS = [
     ("same", "llama", 0.0),

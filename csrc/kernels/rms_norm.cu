@@ -1803,6 +1803,15 @@ int wide_tx_forced() {
   return i < 0 ? 0 : (i == 0 ? 512 : 1024);
 }
 
+// Blocks per cluster: LIGER_CPP_RMS_WIDE_CL=2|4|8 forces the cluster size
+// (blocks of ceil(nvec / CL) threads rounded up to a warp; ignored where that
+// exceeds 1024 threads), for A/B measurements: e.g. 4 blocks of 320 threads
+// at bf16 hidden 10240, three a SM, against the default 2 of 640, one a SM.
+int wide_cl_forced() {
+  const int i = env_choice("LIGER_CPP_RMS_WIDE_CL", {"2", "4", "8"});
+  return i < 0 ? 0 : 2 << i;
+}
+
 // rms_bwd_cluster's rows a message: LIGER_CPP_RMS_BWD_ROWS=1|2 (read on
 // every call); unset: 2 for clusters of two blocks, 1 for more. Pairs cost 4
 // registers a row each of x and dy more (64 registers, 32 bytes spilled): at
@@ -1844,6 +1853,16 @@ template <typename K>
 bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
   if (nvec <= 1024 || nvec > static_cast<int64_t>(kWideMaxCluster) * 1024) return false;
   const int forced = wide_tx_forced();
+  if (const int fcl = wide_cl_forced(); fcl != 0 && ceil_div(nvec, fcl) <= 1024) {
+    const int threads = static_cast<int>(ceil_div(ceil_div(nvec, fcl), 32) * 32);
+    const int n = active_clusters(kern, threads, fcl);
+    if (n > 0) {
+      c.tx = threads;
+      c.cl = fcl;
+      c.grid = std::min<int64_t>(rows, n);
+      return true;
+    }
+  }
   // Clusters of a power-of-two size first: clusters of 3 (512 threads, two
   // blocks a SM) ran the backward at 56.2 / 53.0 % of C fwd+bwd at
   // 10922x12288 / 13107x10240 bf16, clusters of 2 (768 / 640 threads) at

@@ -3,7 +3,7 @@
 // its SASS shows it (benchmarks/triton_rms_sass.py) and with the block size
 // Inductor autotuned (benchmarks/inductor_rms_config.py), and the same
 // skeleton with a run-time width (rms_fwd_fixed_rt, below) for the other
-// widths of 257..2048 vectors: the default forward of plain RMSNorm where
+// widths of 129..2048 vectors: the default forward of plain RMSNorm where
 // they apply (rms_norm_fwd_fixed.h).
 // Its own .cu file: its kernels do not grow rms_norm.cu's module, which CUDA
 // loads whole on the first RMSNorm call.
@@ -92,7 +92,10 @@ __global__ void __launch_bounds__(TX)
 // CH = 3 / 4 against 132.1; at 4096 CH = 3 reads 128.8 against 125.7 for the
 // compile-time kernel (2026-12-01-h200-norm-breakdown-fwd-ch-aca6894.log).
 // Three accesses: 9 blocks of 224 threads a SM at 5120 (90 KiB of rows for
-// L1), against 6 of 320 at CH = 2.
+// L1), against 6 of 320 at CH = 2. From 129 vectors: at 1536 / 2048 127.5 /
+// 128.1 against 132.6 / 129.9 us for the register-cached forward; at 1024
+// (128 vectors, 43-thread rows) 159.3 against 131.0
+// (2026-12-01-h200-norm-breakdown-fwd-gen-narrow-eecdc47.log).
 template <typename T, int CH>
 __global__ void __launch_bounds__(1024)
     rms_fwd_fixed_rt(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, T* __restrict__ y,
@@ -177,8 +180,8 @@ auto rt_kernel(int ch) {
   }
 }
 
-// Rows of min_vec..2048 vectors (by default 257..2048: 16-bit hidden
-// 2056..16384; gen from 64), ch accesses a thread (rt_accesses); false for
+// Rows of min_vec..2048 vectors (by default 129..2048: 16-bit hidden
+// 1032..16384; gen from 64), ch accesses a thread (rt_accesses); false for
 // other widths.
 template <typename T>
 bool launch_rt(const RmsNormFwdArgs& a, int64_t min_vec, cudaStream_t stream, cudaError_t* err) {
@@ -223,7 +226,7 @@ bool by_cols(const RmsNormFwdArgs& a, FwdFixed v, cudaStream_t stream, cudaError
     case 16384:
       return by_variant<T, 16384>(a, v, stream, err);
     default:
-      return v == FwdFixed::kOn && launch_rt<T>(a, 257, stream, err);
+      return v == FwdFixed::kOn && launch_rt<T>(a, 129, stream, err);
   }
 }
 
