@@ -57,9 +57,10 @@ def eager(x, w):
 # the 4-vector forward uncapped or capped at 40 registers (default 40 for 512-thread rows, i.e. bf16
 # hidden 16K: three rows a SM instead of two). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's
 # rows a message (default 2 for clusters of two blocks, 1 above).
-# LIGER_CPP_RMS_FWD_FIXED=off|t256|t512: the compile-time-width forward (the default at hidden 4096 /
-# 8192 / 16384; torch.compile's skeleton, csrc/kernels/rms_norm_fwd_fixed.h) off, i.e. the
-# register-cached forward, or with its threads a row forced.
+# LIGER_CPP_RMS_FWD_FIXED=off|t256|t512|gen: torch.compile's skeleton (the default forward at
+# 16-bit widths of 257..2048 vectors; csrc/kernels/rms_norm_fwd_fixed.h) off, i.e. the
+# register-cached forward, with the compile-time kernels' threads a row forced, or in its run-time
+# form at every width of 64..2048 vectors (gen).
 FWD_FIXED = ("off", "t256", "t512", "gen")
 NO_FIXED = {"LIGER_CPP_RMS_FWD_FIXED": "off"}  # the other forward knobs act where it is off
 VARIANT_ENV = {
@@ -86,8 +87,7 @@ VARIANT_ENV = {
     "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
     "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
-    "liger_cpp[bwd=pairs]": {"LIGER_CPP_RMS_TMA_PAIRS": "on"},
-    "liger_cpp[fwd_fixed=gen,bwd=pairs]": {"LIGER_CPP_RMS_FWD_FIXED": "gen", "LIGER_CPP_RMS_TMA_PAIRS": "on"},
+    "liger_cpp[pairs=off]": {"LIGER_CPP_RMS_TMA_PAIRS": "off"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
@@ -107,7 +107,6 @@ FWD_VARIANTS = {
     "liger_cpp[fwd_v=4]",
     "liger_cpp[fwd_regs=none]",
     *(f"liger_cpp[fwd_fixed={v}]" for v in FWD_FIXED),
-    "liger_cpp[fwd_fixed=gen,bwd=pairs]",
 }
 
 

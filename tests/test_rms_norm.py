@@ -384,7 +384,11 @@ def test_cuda_tma_pairs(monkeypatch, pairs, shape, dtype):
     monkeypatch.setenv("LIGER_CPP_RMS_TMA_PAIRS", pairs)
     _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda")
-    _assert_bwd_deterministic(3001, 5120, dtype)
+    # fp32 weights in llama mode give fp32 y, so fp32 dY: two rows a stage do not fit in shared
+    # memory at 5120 / 6144 and the one-row build runs
+    _run_case(shape, dtype, "fp32", "llama", 0.0, in_place=False, device="cuda")
+    if shape == (3001, 5120):
+        _assert_bwd_deterministic(*shape, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)

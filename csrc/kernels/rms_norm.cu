@@ -1713,11 +1713,16 @@ bool plan_bwd_tma(const RmsNormBwdArgs& a, int sm_count, BwdPlan& p) {
   constexpr int full = 16 / sizeof(T);
   const int64_t threads = ceil_div(a.cols / p.vec, 32) * 32;
   const bool pairs = tma_pairs() && threads > 512 && threads <= 768;  // the knob read first
-  p.tma_rows = pairs ? 2 : 1;
-  // A thread's weights as floats after the stages; a stage holds tma_rows rows.
-  if (!plan_tma(tma_kernel<T, WT, OT>(p.tma_rows), a.cols / p.vec, ceil_div(a.rows, p.tma_rows),
-                region * p.tma_rows, sm_count, t, full * sizeof(float)))
-    return false;
+  // A thread's weights as floats after the stages; a stage holds tma_rows
+  // rows. Where two rows a stage do not fit in shared memory (fp32 dy with
+  // 16-bit x, as under autocast, at bf16 hidden 5120 / 6144: 240 / 288 KiB in
+  // 4 stages), one row a stage, the build measured before pairs.
+  auto plan = [&](int rows_a_stage) {
+    p.tma_rows = rows_a_stage;
+    return plan_tma(tma_kernel<T, WT, OT>(rows_a_stage), a.cols / p.vec, ceil_div(a.rows, rows_a_stage),
+                    region * rows_a_stage, sm_count, t, full * sizeof(float));
+  };
+  if (!(pairs && plan(2)) && !plan(1)) return false;
   p.kind = BwdKind::kTma;
   p.cached = true;
   p.tx = t.threads;
