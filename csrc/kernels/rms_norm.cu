@@ -881,8 +881,12 @@ struct RowSumExchange {
 // (2026-12-01-h200-norm-breakdown-wide-7e5f4b4.log).
 // R = 2: rows in pairs (unit u: rows 2u, 2u + 1), one message of two sums a
 // pair (see cluster_rows for when).
-template <typename T, typename WT, typename OT, int VEC, bool DS, int R>
-__global__ void __launch_bounds__(1024, 1)
+// MAXT = 768 (LIGER_CPP_RMS_CLUSTER_REGS=85, A/B): a build for blocks of
+// 513..768 threads, which run one block a SM at 64 registers anyway (bf16
+// hidden 8208..12288 in clusters of two): up to 85 registers, so the pairs
+// build (32 bytes spilled at 64) keeps everything in registers.
+template <typename T, typename WT, typename OT, int VEC, bool DS, int R, int MAXT = 1024>
+__global__ void __launch_bounds__(MAXT, 1)
     rms_bwd_cluster(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
                     const WT* __restrict__ w, const float* __restrict__ rstd, const T* ds_out,
                     int64_t ds_out_stride, T* dx, int64_t dx_stride, float* __restrict__ partial,
@@ -1683,10 +1687,11 @@ BwdKind bwd_kind(bool ds) {
 struct BwdPlan : Plan {
   BwdKind kind = BwdKind::kOld;
   size_t smem = 0;
-  int cl = 0;              // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
-  int stages = 0;          // kTma: rows in flight a block
-  int tma_rows = 1;        // kTma: rows a stage (rms_bwd_tma's R)
-  int rows_a_message = 1;  // kCluster: R
+  int cl = 0;               // kCluster: blocks per cluster (p.tx threads each; p.grid clusters)
+  int stages = 0;           // kTma: rows in flight a block
+  int tma_rows = 1;         // kTma: rows a stage (rms_bwd_tma's R)
+  int rows_a_message = 1;   // kCluster: R
+  int cluster_maxt = 1024;  // kCluster: the rms_bwd_cluster build (its MAXT)
 };
 
 // LIGER_CPP_RMS_TMA_PAIRS=on|off (read on every call; default on): rows of
@@ -1829,15 +1834,23 @@ int cluster_rows(int cl) {
 }
 
 template <typename T, typename WT, typename OT>
-auto cluster_kernel(bool ds, int rows_a_message) {
+auto cluster_kernel(bool ds, int rows_a_message, int maxt = 1024) {
   constexpr int full = 16 / sizeof(T);
   auto pick = [&](auto ds_c) {
     constexpr bool DS = decltype(ds_c)::value;
+    if (maxt == 768)
+      return rows_a_message == 2 ? &rms_bwd_cluster<T, WT, OT, full, DS, 2, 768>
+                                 : &rms_bwd_cluster<T, WT, OT, full, DS, 1, 768>;
     return rows_a_message == 2 ? &rms_bwd_cluster<T, WT, OT, full, DS, 2>
                                : &rms_bwd_cluster<T, WT, OT, full, DS, 1>;
   };
   return ds ? pick(std::true_type{}) : pick(std::false_type{});
 }
+
+// LIGER_CPP_RMS_CLUSTER_REGS=64|85 (read on every call; default 64): 85
+// runs blocks of 513..768 threads in rms_bwd_cluster's MAXT = 768 build.
+// The same occupancy (one block a SM), so the shape picked stays.
+bool cluster_wide_regs() { return env_choice("LIGER_CPP_RMS_CLUSTER_REGS", {"64", "85"}) == 1; }
 
 // A cluster launch of rms_bwd_cluster or rms_fwd_cluster: `cl` blocks of
 // `tx` threads per cluster, `grid` clusters.
@@ -1910,6 +1923,7 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
   p.tx = c.tx;
   p.cl = c.cl;
   p.grid = c.grid;  // clusters; one partial row each
+  p.cluster_maxt = cluster_wide_regs() && c.tx > 512 && c.tx <= 768 ? 768 : 1024;
   p.cached = true;
   p.ty = 1;
   p.smem = 0;
@@ -2176,8 +2190,8 @@ cudaError_t rms_norm_bwd(const RmsNormBwdArgs& a, int sm_count, cudaStream_t str
       if (err != cudaSuccess) return err;
     } else if (p.kind == BwdKind::kCluster) {
       const cudaError_t err = launch_cluster_pdl(
-          cluster_kernel<T, WT, OT>(ds_out != nullptr, p.rows_a_message), p.grid * p.cl, p.tx, p.cl, 0,
-          stream, dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx,
+          cluster_kernel<T, WT, OT>(ds_out != nullptr, p.rows_a_message, p.cluster_maxt), p.grid * p.cl, p.tx,
+          p.cl, 0, stream, dy, a.dy_row_stride, x, a.x_row_stride, w, a.rstd, ds_out, a.ds_out_row_stride, dx,
           a.dx_row_stride, partial, a.rows, a.cols, a.offset, llama);
       if (err != cudaSuccess) return err;
     } else if (p.cached && p.kind != BwdKind::kOld) {
