@@ -139,6 +139,10 @@ def _worker(rank, init_file, out_file, lr_rank1, device_type="cpu"):
             ref_losses, _ = _train(ref, device=device)
             results["ref"] = (ref_losses, _full_params(ref, None))
             torch.save(results, out_file)
+        # Both ranks tear the group down together: rank 1 once destroyed its gloo group while rank 0
+        # still trained the reference, and aborted ("terminate called without an active exception",
+        # a CI run on 2026-12-01). On the normal path only: after an error the peer may never come.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

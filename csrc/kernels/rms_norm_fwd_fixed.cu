@@ -151,33 +151,20 @@ __global__ void __launch_bounds__(1024)
 }
 
 // Accesses a thread in rms_fwd_fixed_rt: 3 (see above; at most 683
-// threads for 2048 vectors). LIGER_CPP_RMS_FWD_CH=1|2|3|4|5|6|8 (read on
-// every call, A/B) overrides it where the block stays within 1024 threads.
+// threads for 2048 vectors). LIGER_CPP_RMS_FWD_CH=2|3|4 (read on every call,
+// A/B) overrides it where the block stays within 1024 threads. 1, 5, 6 and 8
+// were measured no faster anywhere (above; 5 / 6 at 10240..16384 131.6-133.7
+// us, 2026-12-01-h200-norm-breakdown-fwd-gen-narrow-eecdc47.log) and were
+// removed: each pair of instances grew this module, loaded on the first call.
 int rt_accesses(int64_t nvec) {
-  static constexpr int kChoices[] = {1, 2, 3, 4, 5, 6, 8};
-  const int i = env_choice("LIGER_CPP_RMS_FWD_CH", {"1", "2", "3", "4", "5", "6", "8"});
-  if (i >= 0 && ceil_div(nvec, kChoices[i]) <= 1024) return kChoices[i];
+  const int i = env_choice("LIGER_CPP_RMS_FWD_CH", {"2", "3", "4"});
+  if (i >= 0 && ceil_div(nvec, i + 2) <= 1024) return i + 2;
   return 3;
 }
 
 template <typename T>
 auto rt_kernel(int ch) {
-  switch (ch) {
-    case 1:
-      return &rms_fwd_fixed_rt<T, 1>;
-    case 3:
-      return &rms_fwd_fixed_rt<T, 3>;
-    case 4:
-      return &rms_fwd_fixed_rt<T, 4>;
-    case 5:
-      return &rms_fwd_fixed_rt<T, 5>;
-    case 6:
-      return &rms_fwd_fixed_rt<T, 6>;
-    case 8:
-      return &rms_fwd_fixed_rt<T, 8>;
-    default:
-      return &rms_fwd_fixed_rt<T, 2>;
-  }
+  return ch == 2 ? &rms_fwd_fixed_rt<T, 2> : ch == 4 ? &rms_fwd_fixed_rt<T, 4> : &rms_fwd_fixed_rt<T, 3>;
 }
 
 // Rows of min_vec..2048 vectors (by default 129..2048: 16-bit hidden
