@@ -1304,8 +1304,12 @@ __global__ void __launch_bounds__(MAXT, 1)
   // start its blocks as this persistent grid's blocks exit.
   pdl_wait();
   pdl_trigger();
+  // The rows of group g: R, fewer for a short last group.
+  auto group_rows = [&](int64_t g) {
+    return R == 1 ? 1 : static_cast<int>(rows - g * R < R ? rows - g * R : R);
+  };
   auto fetch = [&](int64_t g, int s) {  // all of warp 0: group g's rows into stage s
-    const int n = R == 1 ? 1 : static_cast<int>(rows - g * R < R ? rows - g * R : R);
+    const int n = group_rows(g);
     if (lane == 0) mbar_expect_tx(&bars[s], n * (x_bytes + g_bytes));
     for (int i = 0; i < n; ++i) {
       unsigned char* dst = tma_rows + s * region + i * row_region;
@@ -1338,8 +1342,7 @@ __global__ void __launch_bounds__(MAXT, 1)
       const int64_t nr = (g + step) * R + i;
       r_next[i] = nr < rows ? rstd[nr] : 0.f;
     }
-    // Row g * R + i exists for i < n (the last group may be short).
-    const int n = R == 1 ? 1 : static_cast<int>(rows - g * R < R ? rows - g * R : R);
+    const int n = group_rows(g);  // row g * R + i exists for i < n
     mbar_wait(&bars[s], phase);
     XV xv[R];
     GV gv[R];
