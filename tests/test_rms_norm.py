@@ -578,7 +578,6 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_BWD_WIDE", "rms_bwd_wide"),
         ("LIGER_CPP_RMS_FWD_WIDE", "rms_fwd_wide"),
         ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
-        ("LIGER_CPP_RMS_WIDE_CL", "rms_wide_tx"),
         ("LIGER_CPP_RMS_CLUSTER_REGS", "rms_bwd_wide"),
         ("LIGER_CPP_RMS_FWD", "rms_fwd"),
         ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),

@@ -76,11 +76,8 @@ RMS_WIDE_VARIANTS = {
     "rows1": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
     "rows2": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
     "rows2_512": {"LIGER_CPP_RMS_BWD_ROWS": "2", "LIGER_CPP_RMS_WIDE_TX": "512"},
-    # the cluster size forced (LIGER_CPP_RMS_WIDE_CL; ignored where a block would pass 1024 threads)
-    "cl4": {"LIGER_CPP_RMS_WIDE_CL": "4", "LIGER_CPP_RMS_FWD_WIDE": "cluster"},
-    "cl8": {"LIGER_CPP_RMS_WIDE_CL": "8"},
-    # the cluster backward's 768-thread build (LIGER_CPP_RMS_CLUSTER_REGS=85) for 513..768-thread blocks
-    "regs85": {"LIGER_CPP_RMS_CLUSTER_REGS": "85"},
+    # the cluster backward's 1024-thread build (64 registers) for 513..768-thread blocks (default: 768)
+    "regs64": {"LIGER_CPP_RMS_CLUSTER_REGS": "64"},
 }
 RMS_WIDE_WEIGHTS = [
     ("same", "llama", 0.0),

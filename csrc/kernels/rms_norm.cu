@@ -881,9 +881,9 @@ struct RowSumExchange {
 // (2026-12-01-h200-norm-breakdown-wide-7e5f4b4.log).
 // R = 2: rows in pairs (unit u: rows 2u, 2u + 1), one message of two sums a
 // pair (see cluster_rows for when).
-// MAXT = 768 (LIGER_CPP_RMS_CLUSTER_REGS=85, A/B): a build for blocks of
-// 513..768 threads, which run one block a SM at 64 registers anyway (bf16
-// hidden 8208..12288 in clusters of two): up to 85 registers, so the pairs
+// MAXT = 768 (the default for blocks of 513..768 threads, see
+// cluster_wide_regs): those run one block a SM at 64 registers anyway (bf16
+// hidden 8208..12288 in clusters of two); up to 85 registers, so the pairs
 // build (32 bytes spilled at 64) keeps everything in registers.
 template <typename T, typename WT, typename OT, int VEC, bool DS, int R, int MAXT = 1024>
 __global__ void __launch_bounds__(MAXT, 1)
@@ -1816,15 +1816,6 @@ int wide_tx_forced() {
   return i < 0 ? 0 : (i == 0 ? 512 : 1024);
 }
 
-// Blocks per cluster: LIGER_CPP_RMS_WIDE_CL=2|4|8 forces the cluster size
-// (blocks of ceil(nvec / CL) threads rounded up to a warp; ignored where that
-// exceeds 1024 threads), for A/B measurements: e.g. 4 blocks of 320 threads
-// at bf16 hidden 10240, three a SM, against the default 2 of 640, one a SM.
-int wide_cl_forced() {
-  const int i = env_choice("LIGER_CPP_RMS_WIDE_CL", {"2", "4", "8"});
-  return i < 0 ? 0 : 2 << i;
-}
-
 // rms_bwd_cluster's rows a message: LIGER_CPP_RMS_BWD_ROWS=1|2 (read on
 // every call); unset: 2 for clusters of two blocks, 1 for more. Pairs cost 4
 // registers a row each of x and dy more (64 registers, 32 bytes spilled): at
@@ -1850,10 +1841,12 @@ auto cluster_kernel(bool ds, int rows_a_message, int maxt = 1024) {
   return ds ? pick(std::true_type{}) : pick(std::false_type{});
 }
 
-// LIGER_CPP_RMS_CLUSTER_REGS=64|85 (read on every call; default 64): 85
+// LIGER_CPP_RMS_CLUSTER_REGS=64|85 (read on every call; default 85): 85
 // runs blocks of 513..768 threads in rms_bwd_cluster's MAXT = 768 build.
-// The same occupancy (one block a SM), so the shape picked stays.
-bool cluster_wide_regs() { return env_choice("LIGER_CPP_RMS_CLUSTER_REGS", {"64", "85"}) == 1; }
+// The same occupancy (one block a SM), so the shape picked stays; backward
+// 243.4 -> 226.1 us at 13107x10240 bf16, 236.3 -> 212.0 at 10922x12288
+// (2026-12-01-h200-norm-breakdown-regs85-89d8b66.log).
+bool cluster_wide_regs() { return env_choice("LIGER_CPP_RMS_CLUSTER_REGS", {"64", "85"}) != 0; }
 
 // A cluster launch of rms_bwd_cluster or rms_fwd_cluster: `cl` blocks of
 // `tx` threads per cluster, `grid` clusters.
@@ -1874,20 +1867,13 @@ template <typename K>
 bool pick_cluster_shape(K* kern, int64_t nvec, int64_t rows, ClusterShape& c) {
   if (nvec <= 1024 || nvec > static_cast<int64_t>(kWideMaxCluster) * 1024) return false;
   const int forced = wide_tx_forced();
-  if (const int fcl = wide_cl_forced(); fcl != 0 && ceil_div(nvec, fcl) <= 1024) {
-    const int threads = static_cast<int>(ceil_div(ceil_div(nvec, fcl), 32) * 32);
-    const int n = active_clusters(kern, threads, fcl);
-    if (n > 0) {
-      c.tx = threads;
-      c.cl = fcl;
-      c.grid = std::min<int64_t>(rows, n);
-      return true;
-    }
-  }
   // Clusters of a power-of-two size first: clusters of 3 (512 threads, two
   // blocks a SM) ran the backward at 56.2 / 53.0 % of C fwd+bwd at
   // 10922x12288 / 13107x10240 bf16, clusters of 2 (768 / 640 threads) at
   // 87.6 / 85.0 % (2026-12-01-h200-norm-breakdown-1536-cl-cb6f610.log).
+  // More, smaller blocks lose too: 4 of 320 threads at 13107x10240 (three
+  // a SM) 60.3 against 85.2 %, 4 of 384 at 10922x12288 54.0 against 87.4 %
+  // (2026-12-01-h200-norm-breakdown-regs85-89d8b66.log).
   bool pow2_seen = false;
   for (int tx : {1024, 512}) {
     const int64_t cl = ceil_div(nvec, tx);
