@@ -881,7 +881,7 @@ struct RowSumExchange {
 // (2026-12-01-h200-norm-breakdown-wide-7e5f4b4.log).
 // R = 2: rows in pairs (unit u: rows 2u, 2u + 1), one message of two sums a
 // pair (see cluster_rows for when).
-// MAXT = 768 (the default for blocks of 513..768 threads, see
+// MAXT = 768 (R = 2 only; the default for blocks of 513..768 threads, see
 // cluster_wide_regs): those run one block a SM at 64 registers anyway (bf16
 // hidden 8208..12288 in clusters of two); up to 85 registers, so the pairs
 // build (32 bytes spilled at 64) keeps everything in registers.
@@ -1832,9 +1832,7 @@ auto cluster_kernel(bool ds, int rows_a_message, int maxt = 1024) {
   constexpr int full = 16 / sizeof(T);
   auto pick = [&](auto ds_c) {
     constexpr bool DS = decltype(ds_c)::value;
-    if (maxt == 768)
-      return rows_a_message == 2 ? &rms_bwd_cluster<T, WT, OT, full, DS, 2, 768>
-                                 : &rms_bwd_cluster<T, WT, OT, full, DS, 1, 768>;
+    if (maxt == 768 && rows_a_message == 2) return &rms_bwd_cluster<T, WT, OT, full, DS, 2, 768>;
     return rows_a_message == 2 ? &rms_bwd_cluster<T, WT, OT, full, DS, 2>
                                : &rms_bwd_cluster<T, WT, OT, full, DS, 1>;
   };
@@ -1842,7 +1840,8 @@ auto cluster_kernel(bool ds, int rows_a_message, int maxt = 1024) {
 }
 
 // LIGER_CPP_RMS_CLUSTER_REGS=64|85 (read on every call; default 85): 85
-// runs blocks of 513..768 threads in rms_bwd_cluster's MAXT = 768 build.
+// runs blocks of 513..768 threads in rms_bwd_cluster's MAXT = 768 build
+// (rows in pairs).
 // The same occupancy (one block a SM), so the shape picked stays; backward
 // 243.4 -> 226.1 us at 13107x10240 bf16, 236.3 -> 212.0 at 10922x12288
 // (2026-12-01-h200-norm-breakdown-regs85-89d8b66.log).
@@ -1912,7 +1911,10 @@ bool plan_cluster(const RmsNormBwdArgs& a, BwdPlan& p) {
   p.tx = c.tx;
   p.cl = c.cl;
   p.grid = c.grid;  // clusters; one partial row each
-  p.cluster_maxt = cluster_wide_regs() && c.tx > 512 && c.tx <= 768 ? 768 : 1024;
+  // Only the pairs build spills at 64 registers: one row a message keeps
+  // the 1024-thread build (one 768 instance fewer in this module, which
+  // CUDA loads whole on the first call).
+  p.cluster_maxt = cluster_wide_regs() && p.rows_a_message == 2 && c.tx > 512 && c.tx <= 768 ? 768 : 1024;
   p.cached = true;
   p.ty = 1;
   p.smem = 0;
