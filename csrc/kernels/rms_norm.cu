@@ -883,8 +883,10 @@ struct RowSumExchange {
 // pair (see cluster_rows for when).
 // MAXT = 768 (R = 2 only; the default for blocks of 513..768 threads, see
 // cluster_wide_regs): those run one block a SM at 64 registers anyway (bf16
-// hidden 8208..12288 in clusters of two); up to 85 registers, so the pairs
-// build (32 bytes spilled at 64) keeps everything in registers.
+// hidden 8208..12288 in clusters of two); at 768 ptxas allows 80 registers
+// (65536 / 768, rounded down to its granularity): no spills with x, w and dy
+// all bf16 (32 / 64 bytes at 64 registers, without / with ds_out), fewer
+// elsewhere (fp16 8-28 bytes; fp32 dy 44-100 against 160-324).
 template <typename T, typename WT, typename OT, int VEC, bool DS, int R, int MAXT = 1024>
 __global__ void __launch_bounds__(MAXT, 1)
     rms_bwd_cluster(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
@@ -1841,7 +1843,7 @@ auto cluster_kernel(bool ds, int rows_a_message, int maxt = 1024) {
 
 // LIGER_CPP_RMS_CLUSTER_REGS=64|85 (read on every call; default 85): 85
 // runs blocks of 513..768 threads in rms_bwd_cluster's MAXT = 768 build
-// (rows in pairs).
+// (rows in pairs; 80 registers in practice, see the kernel).
 // The same occupancy (one block a SM), so the shape picked stays; backward
 // 243.4 -> 226.1 us at 13107x10240 bf16, 236.3 -> 212.0 at 10922x12288
 // (2026-12-01-h200-norm-breakdown-regs85-89d8b66.log).
