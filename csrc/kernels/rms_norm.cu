@@ -886,7 +886,8 @@ struct RowSumExchange {
 // hidden 8208..12288 in clusters of two); at 768 ptxas allows 80 registers
 // (65536 / 768, rounded down to its granularity): no spills with x, w and dy
 // all bf16 (32 / 64 bytes at 64 registers, without / with ds_out), fewer
-// elsewhere (fp16 8-28 bytes; fp32 dy 44-100 against 160-324).
+// elsewhere (fp16 8-28 against 64-148 bytes; fp32 dy 44-100 against
+// 160-324). Measured on bf16 only (kernel times in cluster_wide_regs).
 template <typename T, typename WT, typename OT, int VEC, bool DS, int R, int MAXT = 1024>
 __global__ void __launch_bounds__(MAXT, 1)
     rms_bwd_cluster(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
