@@ -1274,7 +1274,8 @@ __device__ __forceinline__ void tma_block_sum(float (&v)[R], float (*part)[R][32
 // reduction exposed (rms_bwd_tma 239.5 us at 26214x5120, 79.6 % of C, against
 // 86.5 % at 4096; two-blocks-a-SM builds at 48 / 40 registers spilled and
 // ran 264.6 / 396.2 us at 5120 / 6144: 2026-12-01-h200-norm-breakdown-
-// 2blk-762ed2c.log). At one block a SM, 768 threads may take 85 registers.
+// 2blk-762ed2c.log). At one block a SM, 768 threads may take 80 registers
+// (ptxas: 65536 / 768, rounded down to its allocation granularity).
 template <typename T, typename WT, typename OT, int VEC, int MAXT = 1024, int R = 1>
 __global__ void __launch_bounds__(MAXT, 1)
     rms_bwd_tma(const OT* dy, int64_t dy_stride, const T* __restrict__ x, int64_t x_stride,
