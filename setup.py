@@ -48,18 +48,35 @@ def _extensions():
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
     with_cuda, why = _cuda_available()
+    # csrc/kernels: ATen-free CUDA (kernels and their launch plans); csrc/aten: everything that uses
+    # ATen (checks, CPU twins, CUDA wrappers, composites, autograd). Includes are relative to csrc/.
     sources = (
-        ["csrc/schema.cpp", "csrc/build_info.cpp"]
-        + sorted(glob.glob("csrc/ops/*.cpp"))
-        + sorted(glob.glob("csrc/cpu/*.cpp"))
+        ["csrc/schema.cpp", "csrc/build_info.cpp", "csrc/plan_override.cpp"]
+        + sorted(glob.glob("csrc/aten/composite/*.cpp"))
+        + sorted(glob.glob("csrc/aten/autograd/*.cpp"))
+        + sorted(glob.glob("csrc/aten/cpu/*.cpp"))
     )
+    include_dirs = [os.path.join(ROOT, "csrc")]
     # torch adds -DPy_LIMITED_API (3.10) itself for py_limited_api extensions.
-    cxx = ["-O3", "-std=c++17"]
+    # -g0: Python's own CFLAGS carry -g, and host debug info was 41 MB of a 69 MB extension.
+    cxx = ["-O3", "-std=c++17", "-g0"]
+    link = ["-Wl,--strip-debug"]
     if not with_cuda:
         print(f"liger_cpp: building the CPU implementations only ({why})", file=sys.stderr)
         _write_build_config(False, "", f"CPU-only build: {why}")
-        return [CppExtension("liger_cpp._C", sources, extra_compile_args={"cxx": cxx}, py_limited_api=True)]
-    sources += sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/kernels/*.cu"))
+        return [
+            CppExtension(
+                "liger_cpp._C",
+                sources,
+                include_dirs=include_dirs,
+                extra_compile_args={"cxx": cxx},
+                extra_link_args=link,
+                py_limited_api=True,
+            )
+        ]
+    sources += sorted(glob.glob("csrc/aten/cuda/*.cpp")) + sorted(
+        glob.glob("csrc/kernels/**/*.cu", recursive=True)
+    )
     nvcc = ["-O3", "-std=c++17", "--threads=2"]
     # Line tables (source-level profiling in Nsight Compute) only when asked for: they tripled the
     # sm_90a cubins (rms_norm 28.5 MB against 9.45 MB, same SASS), and CUDA loads a .cu file's whole
@@ -79,8 +96,10 @@ def _extensions():
         CUDAExtension(
             "liger_cpp._C",
             sources,
+            include_dirs=include_dirs,
             define_macros=[("LIGER_CPP_WITH_CUDA", "1")],
             extra_compile_args={"cxx": cxx + ["-DLIGER_CPP_WITH_CUDA=1"], "nvcc": nvcc},
+            extra_link_args=link,
             py_limited_api=True,
         )
     ]

@@ -39,7 +39,7 @@ def eager(x, r, w):
 
 
 # liger_cpp forward variants, selected by LIGER_CPP_RMS_ADD_FWD (read on every call; see
-# csrc/kernels/rms_norm.cu fwd_mode): old = struct stores that nvcc split into 2-byte stores,
+# csrc/kernels/rms_norm/rms_norm.cu fwd_mode): old = struct stores that nvcc split into 2-byte stores,
 # pack = packed 16-byte stores, new (default) = pack + weights fetched before the reduction.
 # Backward kernels, by LIGER_CPP_RMS_BWD (default async here: cp.async 3 rows ahead; reg: one
 # row ahead in registers, ds_out loaded after each row's reduction; regds: ds_out fetched ahead too;

@@ -1,7 +1,7 @@
 """Host time of the norm ops: how long the host takes to enqueue one call (bf16, 4096x4096).
 
 What it measures: the CPU side of a call (argument checks, the launch planning in
-csrc/kernels/{rms_norm,layer_norm}.cu, allocations, kernel launches), not the GPU time. Before
+csrc/kernels/{rms_norm,layer_norm}/*.cu, allocations, kernel launches), not the GPU time. Before
 each timed call the GPU is given --lead-ms of torch.cuda._sleep, so the call is enqueued behind
 it and nothing waits for the GPU; time.perf_counter() brackets the call without synchronising
 (the GPU is synchronised after the bracket, outside it). A median close to the lead means the

@@ -35,7 +35,7 @@ def eager(x, w, b):
 
 
 # liger_cpp kernel variants, selected by environment variables read on every call (see
-# csrc/kernels/layer_norm.cu): LIGER_CPP_LN_BWD picks the backward (old: register-cached; v3:
+# csrc/kernels/layer_norm/layer_norm.cu): LIGER_CPP_LN_BWD picks the backward (old: register-cached; v3:
 # pipelined, 8-byte vectors; v4: 16-byte vectors, named barriers, next row in registers; v5: v4
 # with 3 rows fetched ahead by cp.async; tma, the default on sm_90: rows brought into 4
 # shared-memory stages by TMA bulk copies), LIGER_CPP_LN_FWD the cached forward (old; pack, the

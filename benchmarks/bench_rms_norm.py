@@ -58,7 +58,7 @@ def eager(x, w):
 # hidden 16K: three rows a SM instead of two). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's
 # rows a message (default 2 for clusters of two blocks, 1 above).
 # LIGER_CPP_RMS_FWD_FIXED=off|t256|t512|gen: torch.compile's skeleton (the default forward at
-# 16-bit widths of 129..2048 vectors; csrc/kernels/rms_norm_fwd_fixed.h) off, i.e. the
+# 16-bit widths of 129..2048 vectors; csrc/kernels/rms_norm/rms_norm_fwd_fixed.h) off, i.e. the
 # register-cached forward, with the compile-time kernels' threads a row forced, or in its run-time
 # form at every width of 64..2048 vectors (gen).
 FWD_FIXED = ("off", "t256", "t512", "gen")

@@ -38,7 +38,7 @@ def eager_geglu(a, b):
 
 # the SiLU with an IEEE division (the default has none) and each grid for both directions (the
 # default: dense; strided or misaligned operands fall back to the persistent forward and the
-# small-block backward); csrc/kernels/swiglu.cu
+# small-block backward); csrc/kernels/glu/glu.cu
 VARIANT_ENV = {
     "liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"},
     "liger_cpp[grid=persistent]": {"LIGER_CPP_GLU_GRID": "persistent"},

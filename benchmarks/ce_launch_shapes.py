@@ -1,7 +1,7 @@
 """Which CE row kernel runs, with which grid and block, per vocabulary size (bf16, 64 rows).
 
-A diagnostic for the launch plan in csrc/kernels/cross_entropy.cu (the cluster size is not in the
-trace: it is grid / rows). Reads the kernels' launch configuration from a torch.profiler trace.
+A diagnostic for the launch plan in csrc/kernels/cross_entropy/cross_entropy.cu (the cluster size is
+not in the trace: it is grid / rows). Reads the kernels' launch configuration from a torch.profiler trace.
 Usage: python benchmarks/ce_launch_shapes.py [V ...]
 """
 

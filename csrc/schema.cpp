@@ -1,6 +1,7 @@
 // The one schema file: every op of the `liger` library is declared here, with
 // its math, shapes and dtypes. Implementations register per device in
-// csrc/cpu/*.cpp and csrc/cuda/*.cpp. Importing liger_cpp._C runs these
+// csrc/aten/cpu/*.cpp and csrc/aten/cuda/*.cpp (composites:
+// csrc/aten/composite, C++ autograd: csrc/aten/autograd). Importing liger_cpp._C runs these
 // static registrations; there is no pybind11 module (abi3-compatible).
 #include <Python.h>
 #include <torch/library.h>
@@ -8,10 +9,14 @@
 #include <string>
 
 #include "build_info.h"
+#include "plan_override.h"
 
 TORCH_LIBRARY(liger, m) {
   // Which backends and CUDA architectures this build contains.
   m.def("build_info() -> str", &liger_cpp::build_info);
+  // Developer override of the launch plans (tests, benchmarks): "key=value,..." forces a plan
+  // choice, "" restores the defaults; returns the previous spec. Keys: kernels/common/plan_override.h.
+  m.def("_set_plan_override(str spec) -> str", &liger_cpp::set_plan_override);
 
   // RMSNorm forward. X: (..., N) float32/float16/bfloat16 (float64 on CPU),
   // unit last stride; W: (N,) of X's dtype or float32, or None.
@@ -91,7 +96,7 @@ TORCH_LIBRARY(liger, m) {
   // logits: (..., V) float32/float16/bfloat16 (float64 on CPU), unit last
   // stride; target: logits.shape[:-1], int64 (int32 accepted, converted);
   // weight: (V,) class weights (any float dtype, used as float32) or None.
-  // Per row r with y = target[r] (math: csrc/host/cross_entropy_core.h), x the
+  // Per row r with y = target[r] (math: csrc/aten/checks/cross_entropy_core.h), x the
   // row after softcap (x <- softcap * tanh(x / softcap) when softcap > 0):
   //   ce[r] = (1 - ls) * w_y * (lse - x_y) + (ls / V) * sum_j w_j * (lse - x_j),
   //   z[r]  = lse_square_scale * lse^2; both 0 for y == ignore_index.
@@ -122,7 +127,7 @@ TORCH_LIBRARY(liger, m) {
   m.def("cross_entropy_scale_grad_(Tensor(a!) grad, Tensor grad_output) -> ()");
 
   // ---- Internal ----
-  // The cross-entropy row step itself (csrc/host/cross_entropy_core.h), for
+  // The cross-entropy row step itself (csrc/aten/checks/cross_entropy_core.h), for
   // tests and benchmarks of the kernels: per-row CE loss, z-loss and argmax
   // (float32, float32, int64) and, with compute_grad, the gradient (logits'
   // dtype; empty otherwise), scaled per row by ce_scale / z_scale (float32, 1
@@ -150,7 +155,7 @@ TORCH_LIBRARY(liger, m) {
       "(Tensor q_out, Tensor k_out)");
   // RoPE backward, the transposed rotation (gradients of the outputs in, of
   // q and k out; cos/sin get no gradient here: rope_fwd's and mrope_fwd's
-  // autograd, with the tables' gradients, is csrc/ops/rope_autograd.cpp):
+  // autograd, with the tables' gradients, is csrc/aten/autograd/rope_autograd.cpp):
   //   dx[j]   = g[j]   cos[j]   + g[j+h] sin[j+h]
   //   dx[j+h] = g[j+h] cos[j+h] - g[j]   sin[j]
   // dq, dk allocated like dq_out, dk_out.
@@ -174,14 +179,14 @@ TORCH_LIBRARY(liger, m) {
   // (rows x V) logits: chunks of `chunk_rows` token rows (0: automatic, the
   // larger of Liger's chunk rows and H / 4, within 64..251 MiB of logits; env
   // LIGER_CPP_FLCE_CHUNK_MB overrides) through
-  // one reused logits buffer (csrc/ops/fused_linear_cross_entropy.cpp).
+  // one reused logits buffer (csrc/aten/composite/fused_linear_cross_entropy.cpp).
   // input: (..., H) float32/float16/bfloat16 (float64 on CPU), unit last
   // stride, M = numel / H rows; weight: (V, H) and bias: (V,) or None, input's
   // dtype; target: M class indices int64 (or int32), any shape; ce_weight: (V,)
   // class weights (any float dtype, used in float32) or None. Per-row math
   // (softcap > 0: x <- softcap * tanh(x / softcap); label smoothing, z-loss
   // lse_square_scale * lse^2, ignore_index) as the CE row step
-  // (csrc/host/cross_entropy_core.h); reductions as Liger's: mean divides the CE
+  // (csrc/aten/checks/cross_entropy_core.h); reductions as Liger's: mean divides the CE
   // part by the sum of ce_weight[y] over non-ignored rows (their count without
   // ce_weight) and the z part by the count; 0, not NaN, when all are ignored.
   // Returns, all float32 unless stated:
@@ -221,7 +226,7 @@ TORCH_LIBRARY(liger, m) {
       "fused_linear_cross_entropy_scale_(Tensor(a!) dX, Tensor(b!) dW, Tensor(c!) dB, Tensor grad_output) "
       "-> ()");
   // Paired preference losses fused with the lm_head, chunked over pairs
-  // (csrc/ops/fused_linear_preference.cpp; Liger's chunked_loss DPO / ORPO /
+  // (csrc/aten/composite/fused_linear_preference.cpp; Liger's chunked_loss DPO / ORPO /
   // CPO / SimPO). input: (2B, T, H), chosen sequences stacked over rejected;
   // weight (V, H), bias (V,) or None, input's dtype (float32/float16/bfloat16,
   // float64 on CPU); target (2B, T) int64/int32. ref_*: the reference model's

@@ -18,6 +18,11 @@ except ImportError as e:  # pragma: no cover - only without a build
 
 from liger_cpp import ops  # noqa: E402,F401  (fake and autograd registrations)
 
+# The developer override of launch plans for a whole process (tests and benchmarks; see
+# liger_cpp._testing.plan_override): an unknown key or value fails here, at import.
+if __import__("os").environ.get("LIGER_CPP_PLAN"):
+    torch.ops.liger._set_plan_override(__import__("os").environ["LIGER_CPP_PLAN"])
+
 
 def env_report() -> str:
     """torch, CUDA, GPU and what this build contains (also `python -m liger_cpp.env`)."""

@@ -1,4 +1,4 @@
-"""The cross-entropy row step (csrc/host/cross_entropy_core.h) through liger::_ce_rows, against a
+"""The cross-entropy row step (csrc/aten/checks/cross_entropy_core.h) through liger::_ce_rows, against a
 float64 PyTorch formula that is itself checked against F.cross_entropy. On CUDA this covers both
 kernels: the cluster kernel (sm_90, aligned rows of >= 2048 classes in up to 16 blocks; V 151936 takes
 8 blocks, bf16 V 262144 16 of 256 threads and fp32 V 262144 16 of 512, the non-portable cluster sizes)

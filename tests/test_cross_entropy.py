@@ -368,8 +368,9 @@ def test_second_backward_errors_when_it_cannot_recompute(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_autograd_is_cpp(device):
-    """The default path's backward runs in C++ (csrc/ops/cross_entropy_autograd.cpp), not as a Python
-    autograd.Function: a Python backward under the GIL cost host time comparable to the kernels."""
+    """The default path's backward runs in C++ (csrc/aten/autograd/cross_entropy_autograd.cpp),
+    not as a Python autograd.Function: a Python backward under the GIL cost host time comparable
+    to the kernels."""
     x0, t = _inputs((3,), 16, torch.float32, device)
     x = x0.clone().requires_grad_(True)
     for reduction in REDUCTIONS:

@@ -347,7 +347,7 @@ def test_one_output_used(device, mrope_case, used, layout):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_autograd_is_cpp(device):
-    """The backward runs in C++ (csrc/ops/rope_autograd.cpp), not as a Python autograd.Function:
+    """The backward runs in C++ (csrc/aten/autograd/rope_autograd.cpp), not as a Python autograd.Function:
     at these kernels' speed a Python backward cost as much as the GPU work of a fwd+bwd step."""
     B, S, H, D = 1, 3, 2, 8
     q = torch.randn(B, H, S, D, device=device, requires_grad=True)

@@ -1,6 +1,6 @@
-"""Cross entropy on given logits: fake kernels for torch.ops.liger.cross_entropy_* (the autograd of
-cross_entropy_fwd is in C++: csrc/ops/cross_entropy_autograd.cpp), the in-place option's autograd, and
-`cross_entropy` (Liger's LigerCrossEntropyFunction, with its options and outputs).
+"""Cross entropy on given logits: fake kernels for torch.ops.liger.cross_entropy_* (the autograd
+of cross_entropy_fwd is in C++: csrc/aten/autograd/cross_entropy_autograd.cpp), the in-place
+option's autograd, and `cross_entropy` (Liger's LigerCrossEntropyFunction, with its options and outputs).
 
 One pass over the logits: the forward computes the loss and, when a gradient is needed, the
 gradient for grad_output = 1 (scaled for the reduction); the backward only scales it by the incoming
@@ -107,7 +107,7 @@ _SECOND_BACKWARD = (
 )
 
 
-# Autograd of cross_entropy_fwd is registered in C++ (csrc/ops/cross_entropy_autograd.cpp, the
+# Autograd of cross_entropy_fwd is registered in C++ (csrc/aten/autograd/cross_entropy_autograd.cpp, the
 # Autograd dispatch key), not with torch.library.register_autograd: as for RoPE, the Python
 # autograd.Function around the op (and a Python backward run under the GIL by the engine's device
 # thread, only to launch one scaling kernel) cost host time comparable to the kernels. Same semantics:

@@ -4,7 +4,7 @@ in C++), and `rope` / `mrope` (Liger's LigerRopeFunction / LigerQwen2VLMRopeFunc
 The kernels rotate q and k in one call and return new tensors laid out like the inputs (HF's
 strided `proj(x).view(B, S, H, D).transpose(1, 2)` views are read without copies and the outputs
 keep that memory layout). The backward is the transposed rotation and needs only cos and sin; the
-autograd formula lives in C++ (csrc/ops/rope_autograd.cpp), with the gradients of cos and sin when
+autograd formula lives in C++ (csrc/aten/autograd/rope_autograd.cpp), with the gradients of cos and sin when
 they require grad.
 """
 
@@ -55,7 +55,7 @@ def _mrope_bwd_fake(dq_out, dk_out, cos, sin, mrope_section, unsqueeze_dim=1):
     return _out_like(dq_out), _out_like(dk_out)
 
 
-# Autograd of rope_fwd / mrope_fwd is registered in C++ (csrc/ops/rope_autograd.cpp, the Autograd
+# Autograd of rope_fwd / mrope_fwd is registered in C++ (csrc/aten/autograd/rope_autograd.cpp, the Autograd
 # dispatch key), not with torch.library.register_autograd: the kernels are short enough that the
 # Python autograd.Function around them (and a Python backward run under the GIL by the engine's
 # device thread) cost as much as the GPU work in a fwd+bwd step.

@@ -1,0 +1,464 @@
+// Fused linear cross entropy: CE(logit_scale * (x @ W^T + b), y) without ever
+// holding the (rows x V) logits. Device-generic orchestration: ATen GEMMs
+// (cuBLAS on CUDA) and the cross-entropy row step (csrc/aten/checks/cross_entropy_core.h),
+// so the same code runs on the CPU (CI) and on CUDA.
+//
+// Per chunk of token rows [s, e):
+//   L      = logit_scale * (x[s:e] @ W^T + b)        one reused chunk buffer, input dtype
+//   ce_rows(L): loss, z-loss, argmax per row, and dL written over L itself
+//              (our own buffer, so in place is safe), scaled by the device
+//              scales (1/N for a mean, grad_output per row, times logit_scale:
+//              the chain rule of the scaling, folded in before rounding)
+//   dX[s:e] = dL @ W                                  mm_out into dX's rows
+//   dW     += dL^T @ x[s:e]                           first chunk beta 0, then beta 1
+//   dB     += column sums of dL                       float32 (float64 for float64)
+// The mean normaliser stays a device tensor: nothing here synchronises with the
+// host on CUDA (the target check is an async assert there).
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <tuple>
+
+#include "aten/checks/common.h"
+#include "aten/checks/cross_entropy_core.h"
+
+namespace liger_cpp {
+namespace {
+
+// Chunk budget when chunk_rows is 0: the chunk's logits take about this many
+// MiB. Every chunk after the first re-reads and re-writes dW in its GEMM's
+// epilogue, so fewer, larger chunks are faster, and rows in multiples of the
+// GEMMs' 128-row tiles waste none: 251 MiB gives 1024-row chunks at V = 128256
+// bf16 (Llama 3's vocabulary). On the H200, fwd+bwd over the three GEMMs at
+// M8192 H4096 / M32768 H2048 / M32768 H4096: 1.062 / 1.111 / 1.050 x against
+// 1.106 / 1.144 / 1.071 x for 240 MiB (912- / 968-row chunks), with the peak
+// within dX + dW + 256 MiB (1317 of 1322 MiB at M8192; benchmarks/results/
+// 2026-11-30-h200-fused_linear_cross_entropy-chunk-1b5a435-{240,251}). 128 MiB was
+// slower still (45.5 against 43.2 ms at 3170160).
+constexpr double kMaxChunkMiB = 251.0;
+// Below that, the chunk takes no more rows than the larger of Liger's chunk at
+// the same shape (next_pow2(ceil(M / ceil(V / H))) rows) and a quarter of dW's
+// bytes (H / 4 rows), and at least kMinChunkMiB. In training the FLCE runs at
+// the step's memory peak (every layer's activations saved), where the chunk
+// adds to it. At Llama 3.2 1B's shape, B8 T2048 (M 16384, H 2048), 1024-row
+// chunks put the step's peak 0.09 GiB above Liger's (26.43 against 26.34 GiB;
+// 69.6 / 69.8 k tokens/s) and 512-row chunks (Liger's) at Liger's (26.34;
+// 68.8 / 68.6 k; Liger 67.9 / 67.1 k) (benchmarks/results/2026-12-01-h200-
+// e2e-1b-b8t2048-chunk-*-fc945a3); at B4 T8192 (M 32768) the peak lies
+// elsewhere (45.19 GiB either way) and 512 rows only cost speed (56.6 against
+// 57.1 k; Liger 56.8 k, -e2e-1b-b4t8192-*-3b7287d), while Liger's own chunk there
+// is 1024 rows. The FLCE alone at M16384 H2048: 44.1 ms (1.205 x T3GEMM, 691
+// MiB) with 512-row chunks, 42.0 (1.147 x, 817 MiB) with 1024, Liger 42.8
+// (1.168 x, 691 MiB) (-fused_linear_cross_entropy-chunkrule-a708369).
+constexpr double kMinChunkMiB = 64.0;
+
+// The automatic budget in MiB; LIGER_CPP_FLCE_CHUNK_MB, when set, replaces it.
+double chunk_budget_mib(int64_t M, int64_t V, int64_t H, int64_t elem_size) {
+  const char* s = std::getenv("LIGER_CPP_FLCE_CHUNK_MB");
+  if (s == nullptr || *s == '\0') {
+    const int64_t liger_chunks = std::max<int64_t>(1, (V + H - 1) / H);
+    int64_t liger_rows = 1;
+    while (liger_rows < (M + liger_chunks - 1) / liger_chunks) liger_rows *= 2;
+    const double rows = std::max(static_cast<double>(liger_rows), static_cast<double>(H) / 4.0);
+    const double mib = rows * static_cast<double>(V) * static_cast<double>(elem_size) / 1048576.0;
+    return std::clamp(mib, kMinChunkMiB, kMaxChunkMiB);
+  }
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (end == s || *end != '\0' || !std::isfinite(v) || !(v > 0))
+    LIGER_FAIL("environment variable LIGER_CPP_FLCE_CHUNK_MB: expected a positive number of MiB, got '", s,
+               "'");
+  return v;
+}
+
+// Rows per chunk. An explicit chunk_rows is used as given (tests force small,
+// uneven chunks). Otherwise: as many rows as the budget allows, a multiple of 8
+// (keeps every chunk of x 16-byte aligned for any H), then evened out over the
+// chunks that count needs, so the last chunk is not a sliver.
+int64_t pick_chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, int64_t requested) {
+  if (M == 0) return 0;
+  if (requested > 0) return std::min(requested, M);
+  const double per_row = static_cast<double>(V) * static_cast<double>(elem_size);
+  int64_t rows = static_cast<int64_t>(std::floor(chunk_budget_mib(M, V, H, elem_size) * 1048576.0 / per_row));
+  if (rows >= 8) rows -= rows % 8;
+  rows = std::max<int64_t>(rows, 1);
+  if (rows >= M) return M;
+  const int64_t chunks = (M + rows - 1) / rows;
+  int64_t even = (M + chunks - 1) / chunks;
+  if (rows >= 8) even = (even + 7) / 8 * 8;
+  return std::min(even, rows);
+}
+
+// Validated, flattened arguments shared by the forward and the backward.
+struct Flce {
+  at::Tensor x;          // [M, H], unit last stride
+  at::Tensor w;          // [V, H], a GEMM-ready layout
+  at::Tensor target;     // [M] int64, contiguous
+  at::Tensor bias;       // [V] input dtype, or undefined
+  at::Tensor ce_weight;  // [V] float32 contiguous, or undefined
+  int64_t M = 0, H = 0, V = 0;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0, lse_square_scale = 0, softcap = 0, logit_scale = 1;
+  Reduction reduction = Reduction::kMean;
+  bool accum_fp32 = false;  // dW accumulated in a float32 buffer (low-precision inputs only)
+  int64_t chunk = 0;
+};
+
+Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target,
+             const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& ce_weight,
+             int64_t ignore_index, double lse_square_scale, double label_smoothing,
+             c10::string_view reduction, double softcap, double logit_scale,
+             std::optional<at::ScalarType> accum_dtype, int64_t chunk_rows) {
+  Flce f;
+  f.reduction = parse_reduction(std::string_view(reduction.data(), reduction.size()));
+  const bool cuda = input.is_cuda();
+  LIGER_CHECK_ARG(input.dim() >= 1, "input", "expected a tensor of shape (..., H), got a scalar");
+  LIGER_CHECK_ARG(input.size(-1) > 0, "input", "expected a non-empty hidden dimension, got shape ",
+                  shape_str(input));
+  LIGER_CHECK_ARG(is_float_type(input.scalar_type(), !cuda), "input", "expected float32, float16 or bfloat16",
+                  cuda ? "" : " (or float64 on CPU)", ", got ", dtype_str(input.scalar_type()));
+  f.H = input.size(-1);
+  LIGER_CHECK_ARG(weight.dim() == 2 && weight.size(1) == f.H, "weight", "expected shape (V, ", f.H,
+                  ") to match input's hidden size, got ", shape_str(weight));
+  LIGER_CHECK_ARG(weight.size(0) > 0, "weight", "expected a non-empty vocabulary dimension, got shape ",
+                  shape_str(weight), " (a parameter not gathered yet, e.g. under DeepSpeed ZeRO-3?)");
+  LIGER_CHECK_ARG(weight.device() == input.device(), "weight", "expected device ", input.device(),
+                  " (input's), got ", weight.device());
+  LIGER_CHECK_ARG(weight.scalar_type() == input.scalar_type(), "weight", "expected input's dtype (",
+                  dtype_str(input.scalar_type()), "), got ", dtype_str(weight.scalar_type()));
+  f.V = weight.size(0);
+  LIGER_CHECK_ARG(target.device() == input.device(), "target", "expected device ", input.device(),
+                  " (input's), got ", target.device());
+  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
+                  "expected int64 (or int32) class indices, got ", dtype_str(target.scalar_type()));
+  f.M = input.numel() / f.H;
+  LIGER_CHECK_ARG(target.numel() == f.M, "target", "expected ", f.M,
+                  " elements (one per row of input, shape ", shape_str(input), "), got shape ",
+                  shape_str(target));
+  if (bias.has_value() && bias->defined()) {
+    const at::Tensor& b = *bias;
+    LIGER_CHECK_ARG(b.dim() == 1 && b.size(0) == f.V, "bias", "expected shape (", f.V,
+                    ",) to match weight's first dimension, got ", shape_str(b));
+    LIGER_CHECK_ARG(b.device() == input.device(), "bias", "expected device ", input.device(),
+                    " (input's), got ", b.device());
+    LIGER_CHECK_ARG(b.scalar_type() == input.scalar_type(), "bias", "expected input's dtype (",
+                    dtype_str(input.scalar_type()), "), got ", dtype_str(b.scalar_type()));
+    f.bias = b;
+  }
+  if (ce_weight.has_value() && ce_weight->defined()) {
+    const at::Tensor& cw = *ce_weight;
+    LIGER_CHECK_ARG(cw.dim() == 1 && cw.size(0) == f.V, "ce_weight", "expected shape (", f.V,
+                    ",) (one weight per class), got ", shape_str(cw));
+    LIGER_CHECK_ARG(cw.device() == input.device(), "ce_weight", "expected device ", input.device(),
+                    " (input's), got ", cw.device());
+    LIGER_CHECK_ARG(at::isFloatingType(cw.scalar_type()), "ce_weight", "expected a floating dtype, got ",
+                    dtype_str(cw.scalar_type()));
+    f.ce_weight = cw.to(at::kFloat).contiguous();
+  }
+  LIGER_CHECK_ARG(label_smoothing >= 0.0 && label_smoothing <= 1.0, "label_smoothing",
+                  "expected a value in [0, 1], got ", label_smoothing);
+  LIGER_CHECK_ARG(std::isfinite(lse_square_scale), "lse_square_scale", "expected a finite value, got ",
+                  lse_square_scale);
+  LIGER_CHECK_ARG(std::isfinite(softcap) && softcap >= 0.0, "softcap",
+                  "expected a positive value (0: no softcap), got ", softcap);
+  LIGER_CHECK_ARG(std::isfinite(logit_scale), "logit_scale", "expected a finite value, got ", logit_scale);
+  LIGER_CHECK_ARG(chunk_rows >= 0, "chunk_rows", "expected a non-negative row count (0: automatic), got ",
+                  chunk_rows);
+  if (accum_dtype.has_value()) {
+    const at::ScalarType a = *accum_dtype;
+    LIGER_CHECK_ARG(a == at::kFloat || (a == at::kDouble && input.scalar_type() == at::kDouble),
+                    "accum_dtype", "expected None or torch.float32, got ", dtype_str(a));
+    f.accum_fp32 =
+        a == at::kFloat && (input.scalar_type() == at::kHalf || input.scalar_type() == at::kBFloat16);
+  }
+  f.ignore_index = ignore_index;
+  f.label_smoothing = label_smoothing;
+  f.lse_square_scale = lse_square_scale;
+  f.softcap = softcap;
+  f.logit_scale = logit_scale;
+
+  f.x = as_rows(input);
+  // Any layout with a unit stride in either dimension feeds cuBLAS directly;
+  // anything else would be copied by every GEMM, so copy once here.
+  f.w = (weight.stride(1) == 1 || weight.stride(0) == 1) ? weight : weight.contiguous();
+  f.target = target.reshape({f.M}).to(at::kLong).contiguous();
+  f.chunk = pick_chunk_rows(f.M, f.V, f.H, input.element_size(), chunk_rows);
+  // The target values are checked by ce_prologue, which every caller runs first.
+  return f;
+}
+
+// Whether ATen's mm/addmm with out_dtype (low-precision inputs, float32 output)
+// works here; set false the first time it throws (a torch without it), after
+// which the float32 accumulation upcasts each chunk's operands instead.
+std::atomic<bool> g_out_dtype_gemm{true};
+
+// dW (+)= dL^T @ xc into a float32 buffer from low-precision dL and xc.
+void accumulate_dw_fp32(at::Tensor& dw32, const at::Tensor& dlt, const at::Tensor& xc, bool first) {
+  if (dw32.is_cuda() && g_out_dtype_gemm.load(std::memory_order_relaxed)) {
+    try {
+      // cuBLAS: bf16/fp16 operands, fp32 accumulation and fp32 C, read back
+      // with beta 1 on later chunks: no rounding to the low dtype at all.
+      if (first)
+        at::mm_out(dw32, dlt, xc, at::kFloat);
+      else
+        at::addmm_out(dw32, dw32, dlt, xc, at::kFloat, 1, 1);
+      return;
+    } catch (const c10::Error&) {
+      // The dtype checks run before any work is queued, so falling back is safe.
+      g_out_dtype_gemm.store(false, std::memory_order_relaxed);
+    }
+  }
+  // CPU (no out_dtype kernels) or an older CUDA torch: exact, but pays a
+  // float32 copy of the chunk's operands and a float32 GEMM.
+  const at::Tensor a = dlt.to(at::kFloat), b = xc.to(at::kFloat);
+  if (first)
+    at::mm_out(dw32, a, b);
+  else
+    dw32.addmm_(a, b);
+}
+
+struct Grads {
+  at::Tensor dx_rows;  // [M, H] input dtype, or undefined
+  at::Tensor dw;       // [V, H] weight dtype or float32 (accum_fp32), or undefined
+  at::Tensor db;       // [V] float32 (float64 for float64), or undefined
+};
+
+// The chunk loop. ce_scale / z_scale: float32 with 1 or M elements (already
+// including logit_scale); weight_sum: ce_prologue's sum of the class weights
+// (one [1] tensor for every chunk), or undefined without class weights. Writes loss_rows (and z_rows, argmax
+// when defined) and, for each defined member of g, that gradient.
+void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_scale,
+                const at::Tensor& weight_sum, at::Tensor& loss_rows, const at::Tensor& z_rows,
+                const at::Tensor& argmax, Grads& g) {
+  const bool want_grad = g.dx_rows.defined() || g.dw.defined() || g.db.defined();
+  if (f.M == 0) return;
+  at::Tensor buf = at::empty({f.chunk, f.V}, f.x.options());
+  const at::Tensor wt = f.w.t();
+  const at::ScalarType acc = f.x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t rows_dim[1] = {0};
+  for (int64_t s = 0; s < f.M; s += f.chunk) {
+    const int64_t n = std::min(f.chunk, f.M - s);
+    const bool first = s == 0;
+    at::Tensor lc = buf.narrow(0, 0, n);
+    const at::Tensor xc = f.x.narrow(0, s, n);
+    // Logits: logit_scale * (xc @ W^T + b), the scale as the GEMM's alpha (and beta for the bias).
+    if (f.bias.defined())
+      at::addmm_out(lc, f.bias, xc, wt, f.logit_scale, f.logit_scale);
+    else if (f.logit_scale == 1.0)
+      at::mm_out(lc, xc, wt);
+    else
+      at::addmm_out(lc, lc, xc, wt, 0.0, f.logit_scale);  // beta 0: lc's old contents are not read
+
+    CeRows r;
+    r.logits = lc;
+    r.target = f.target.narrow(0, s, n);
+    r.weight = f.ce_weight;
+    r.weight_sum = weight_sum;
+    if (want_grad) r.dlogits = lc;
+    r.loss = loss_rows.narrow(0, s, n);
+    if (z_rows.defined()) r.z_loss = z_rows.narrow(0, s, n);
+    if (argmax.defined()) r.argmax = argmax.narrow(0, s, n);
+    r.ce_scale = ce_scale.numel() == 1 ? ce_scale : ce_scale.narrow(0, s, n);
+    r.z_scale = z_scale.numel() == 1 ? z_scale : z_scale.narrow(0, s, n);
+    r.ignore_index = f.ignore_index;
+    r.label_smoothing = f.label_smoothing;
+    r.lse_square_scale = f.lse_square_scale;
+    r.softcap = f.softcap;
+    ce_rows(r);
+    if (!want_grad) continue;
+
+    if (g.dx_rows.defined()) {
+      at::Tensor dxc = g.dx_rows.narrow(0, s, n);
+      at::mm_out(dxc, lc, f.w);
+    }
+    if (g.dw.defined()) {
+      const at::Tensor lt = lc.t();
+      if (f.accum_fp32)
+        accumulate_dw_fp32(g.dw, lt, xc, first);
+      else if (first)
+        at::mm_out(g.dw, lt, xc);  // beta 0: no zero-fill of dW, no read of it
+      else
+        g.dw.addmm_(lt, xc);  // fp32 accumulation inside the GEMM, one rounding per chunk
+    }
+    if (g.db.defined()) {
+      if (first)
+        at::sum_out(g.db, lc, at::IntArrayRef(rows_dim), false, acc);
+      else
+        g.db.add_(at::sum(lc, at::IntArrayRef(rows_dim), false, acc));
+    }
+  }
+}
+
+// Allocates the gradients a loop will write (zeros when there are no rows).
+Grads alloc_grads(const Flce& f, bool compute_dx, bool compute_dw, bool compute_db) {
+  Grads g;
+  auto make = [&](at::IntArrayRef size, const at::TensorOptions& o) {
+    return f.M == 0 ? at::zeros(size, o) : at::empty(size, o);
+  };
+  const at::ScalarType acc = f.x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  if (compute_dx) g.dx_rows = make({f.M, f.H}, f.x.options());
+  if (compute_dw) g.dw = make({f.V, f.H}, f.w.options().dtype(f.accum_fp32 ? at::kFloat : f.w.scalar_type()));
+  if (compute_db && f.bias.defined()) g.db = make({f.V}, f.x.options().dtype(acc));
+  return g;
+}
+
+// Gradients in the dtypes autograd expects: dX with input's shape, dW in
+// weight's dtype, dB in bias's; empty (0,) tensors for those not computed.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> finish_grads(const Flce& f, const at::Tensor& input,
+                                                            const at::Tensor& weight, Grads& g) {
+  // Absent outputs are distinct empty tensors: outputs of an op must not alias each other.
+  auto none = [&] { return at::empty({0}, input.options()); };
+  at::Tensor dx = g.dx_rows.defined() ? g.dx_rows.view(input.sizes()) : none();
+  at::Tensor dw = none();
+  if (g.dw.defined()) {
+    dw = g.dw.scalar_type() == weight.scalar_type() ? g.dw : g.dw.to(weight.scalar_type());
+    g.dw.reset();  // frees the float32 accumulator before returning
+  }
+  at::Tensor db = g.db.defined() ? g.db.to(f.bias.scalar_type()) : none();
+  return {dx, dw, db};
+}
+
+at::Tensor times_logit_scale(const at::Tensor& s, double logit_scale) {
+  return logit_scale == 1.0 ? s : (s * logit_scale).contiguous();
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> flce_fwd(
+    const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& ce_weight, int64_t ignore_index,
+    double lse_square_scale, double label_smoothing, c10::string_view reduction, double softcap,
+    double logit_scale, bool return_z_loss, bool return_token_accuracy, bool return_predicted_tokens,
+    bool compute_dx, bool compute_dw, bool compute_db, std::optional<at::ScalarType> accum_dtype,
+    int64_t chunk_rows) {
+  const c10::DeviceGuard device_guard(input.device());
+  // The GEMMs run in the dtype they are given, whatever autocast state the caller has.
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  Flce f = prepare(input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing,
+                   reduction, softcap, logit_scale, accum_dtype, chunk_rows);
+  const auto f32 = input.options().dtype(at::kFloat);
+  const bool want_argmax = return_token_accuracy || return_predicted_tokens;
+  const bool want_z = return_z_loss || f.lse_square_scale != 0.0;
+
+  // Target check, gradient scales and the class weights' sum: one launch on CUDA.
+  const at::Tensor scales = ce_prologue(f.target, f.ce_weight, f.V, f.ignore_index, f.reduction);
+  const CeScales sc = split_ce_scales(scales, f.ce_weight.defined());
+  at::Tensor loss_rows = at::empty({f.M}, f32);
+  at::Tensor z_rows = want_z ? at::empty({f.M}, f32) : at::Tensor();
+  at::Tensor argmax = want_argmax ? at::empty({f.M}, input.options().dtype(at::kLong)) : at::Tensor();
+  Grads g = alloc_grads(f, compute_dx, compute_dw, compute_db);
+  chunk_loop(f, times_logit_scale(sc.ce, f.logit_scale), times_logit_scale(sc.z, f.logit_scale),
+             sc.weight_sum, loss_rows, z_rows, argmax, g);
+
+  const at::IntArrayRef tshape = target.sizes();
+  at::Tensor loss, z_loss = at::empty({0}, f32), accuracy = at::empty({0}, f32);
+  at::Tensor predicted = at::empty({0}, input.options().dtype(at::kLong));
+  if (f.reduction == Reduction::kNone) {
+    loss = (want_z ? loss_rows + z_rows : loss_rows).view(tshape);
+    if (return_z_loss) z_loss = z_rows.view(tshape);
+  } else {  // mean or sum (ce_prologue's scales are 1 for a sum)
+    at::Tensor z;
+    std::tie(loss, z) = ce_reduce_rows(loss_rows, want_z ? z_rows : at::Tensor(), scales);
+    if (return_z_loss) z_loss = z;
+  }
+  if (return_token_accuracy) {
+    const at::Tensor valid = f.target != f.ignore_index;
+    const at::Tensor correct = ((argmax == f.target) & valid).to(at::kFloat);
+    if (f.reduction == Reduction::kNone) {
+      accuracy = correct.view(tshape);
+    } else {
+      // Mean over the rows that count; 0 (not NaN) when every row is ignored.
+      const at::Tensor n = valid.sum().to(at::kFloat);
+      accuracy = at::where(n > 0, correct.sum() / n.clamp_min(1), at::zeros({}, f32));
+    }
+  }
+  if (return_predicted_tokens) predicted = argmax.view(tshape);
+  auto [dx, dw, db] = finish_grads(f, input, weight, g);
+  return {loss, z_loss, accuracy, predicted, dx, dw, db};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flce_bwd(
+    const at::Tensor& grad_loss, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& ce_weight, int64_t ignore_index,
+    double lse_square_scale, double label_smoothing, c10::string_view reduction, double softcap,
+    double logit_scale, bool compute_dx, bool compute_dw, bool compute_db,
+    std::optional<at::ScalarType> accum_dtype, int64_t chunk_rows) {
+  const c10::DeviceGuard device_guard(input.device());
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  Flce f = prepare(input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing,
+                   reduction, softcap, logit_scale, accum_dtype, chunk_rows);
+  const int64_t want = f.reduction == Reduction::kNone ? f.M : 1;
+  LIGER_CHECK_ARG(grad_loss.device() == input.device(), "grad_loss", "expected device ", input.device(),
+                  " (input's), got ", grad_loss.device());
+  LIGER_CHECK_ARG(at::isFloatingType(grad_loss.scalar_type()), "grad_loss", "expected a floating dtype, got ",
+                  dtype_str(grad_loss.scalar_type()));
+  LIGER_CHECK_ARG(grad_loss.numel() == want, "grad_loss", "expected ", want,
+                  f.reduction == Reduction::kNone ? " elements (one per row: reduction 'none')"
+                                                  : " element (a reduced loss)",
+                  ", got shape ", shape_str(grad_loss));
+  // Per-row gradient scales: the reduction's normaliser times grad_output,
+  // folded into dlogits before any GEMM sums over rows (Liger #488/#968).
+  const CeScales sc = split_ce_scales(ce_prologue(f.target, f.ce_weight, f.V, f.ignore_index, f.reduction),
+                                      f.ce_weight.defined());
+  const at::Tensor g = grad_loss.reshape({want}).to(at::kFloat);
+  const at::Tensor ce_scale = (sc.ce * g * f.logit_scale).contiguous();
+  const at::Tensor z_scale = (sc.z * g * f.logit_scale).contiguous();
+  const auto f32 = input.options().dtype(at::kFloat);
+  at::Tensor loss_rows = at::empty({f.M}, f32);  // written by the row step, not returned
+  at::Tensor z_rows = f.lse_square_scale != 0.0 ? at::empty({f.M}, f32) : at::Tensor();
+  Grads gr = alloc_grads(f, compute_dx, compute_dw, compute_db);
+  if (gr.dx_rows.defined() || gr.dw.defined() || gr.db.defined())
+    chunk_loop(f, ce_scale, z_scale, sc.weight_sum, loss_rows, z_rows, at::Tensor(), gr);
+  return finish_grads(f, input, weight, gr);
+}
+
+// t[r, :] *= g for the gradients computed in the forward (mean / sum): the
+// backward of a reduced loss. Empty tensors are skipped.
+void flce_scale_(const at::Tensor& dX, const at::Tensor& dW, const at::Tensor& dB,
+                 const at::Tensor& grad_output) {
+  LIGER_CHECK_ARG(grad_output.numel() == 1, "grad_output",
+                  "expected one element (a reduced loss), got shape ", shape_str(grad_output));
+  LIGER_CHECK_ARG(at::isFloatingType(grad_output.scalar_type()), "grad_output",
+                  "expected a floating dtype, got ", dtype_str(grad_output.scalar_type()));
+  const char* names[3] = {"dX", "dW", "dB"};
+  const at::Tensor* ts[3] = {&dX, &dW, &dB};
+  for (int i = 0; i < 3; ++i) {
+    const at::Tensor& t = *ts[i];
+    if (t.numel() == 0) continue;
+    LIGER_CHECK_ARG(t.device() == grad_output.device(), names[i], "expected device ", grad_output.device(),
+                    " (grad_output's), got ", t.device());
+    LIGER_CHECK_ARG(t.is_contiguous() && is_float_type(t.scalar_type(), !t.is_cuda()), names[i],
+                    "expected a contiguous floating tensor, got dtype ", dtype_str(t.scalar_type()));
+  }
+  const c10::DeviceGuard device_guard(grad_output.device());
+  const at::Tensor g = grad_output.reshape({1}).to(at::kFloat).contiguous();
+  for (int i = 0; i < 3; ++i) {
+    const at::Tensor& t = *ts[i];
+    if (t.numel() == 0) continue;
+    ce_scale_rows_(t.dim() >= 2 ? t.view({-1, t.size(-1)}) : t.view({1, -1}), g);
+    mark_written(t);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  m.impl("fused_linear_cross_entropy_fwd", &flce_fwd);
+  m.impl("fused_linear_cross_entropy_bwd", &flce_bwd);
+  m.impl("fused_linear_cross_entropy_scale_", &flce_scale_);
+}
+
+#ifdef LIGER_CPP_WITH_CUDA
+TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  m.impl("fused_linear_cross_entropy_fwd", &flce_fwd);
+  m.impl("fused_linear_cross_entropy_bwd", &flce_bwd);
+  m.impl("fused_linear_cross_entropy_scale_", &flce_scale_);
+}
+#endif
+
+}  // namespace liger_cpp
