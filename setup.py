@@ -10,7 +10,7 @@ import glob
 import os
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_GENCODE = [
@@ -111,16 +111,9 @@ def _cmdclass():
     return {"build_ext": BuildExtension.with_options(use_ninja=True)}
 
 
+# Metadata (name, version, dependencies, packages) is in pyproject.toml; this file builds the extension.
 setup(
-    name="liger-cpp",
-    version="0.1.0",
-    description="Exact fused kernels for LLM training (Liger-Kernel's API) in C++/CUDA",
-    packages=find_packages(include=["liger_cpp", "liger_cpp.*"]),
-    package_data={"liger_cpp": ["py.typed"]},
     ext_modules=_extensions(),
     cmdclass=_cmdclass(),
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
-    python_requires=">=3.10",
-    install_requires=["torch>=2.6"],
-    extras_require={"transformers": ["transformers>=4.52"], "test": ["pytest", "numpy"]},
 )

@@ -4,7 +4,7 @@ Importing the package loads the compiled extension ``liger_cpp._C``, which regis
 ``torch.ops.liger.*`` operators (CPU always; CUDA when the build had a CUDA toolkit).
 """
 
-__version__ = "0.1.0"
+import os
 
 import torch  # noqa: F401  (loads libc10/libtorch, which _C links against)
 
@@ -17,11 +17,12 @@ except ImportError as e:  # pragma: no cover - only without a build
     ) from e
 
 from liger_cpp import ops  # noqa: E402,F401  (fake and autograd registrations)
+from liger_cpp._version import __version__  # noqa: E402,F401
 
 # The developer override of launch plans for a whole process (tests and benchmarks; see
 # liger_cpp._testing.plan_override): an unknown key or value fails here, at import.
-if __import__("os").environ.get("LIGER_CPP_PLAN"):
-    torch.ops.liger._set_plan_override(__import__("os").environ["LIGER_CPP_PLAN"])
+if os.environ.get("LIGER_CPP_PLAN"):
+    torch.ops.liger._set_plan_override(os.environ["LIGER_CPP_PLAN"])
 
 
 def env_report() -> str:

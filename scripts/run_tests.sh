@@ -9,5 +9,5 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   $PY -c "import sys, liger_cpp.env as e; i = e.build_info(); print('CUDA kernels:', i.get('cuda'), i.get('cuda_archs')); sys.exit(0 if i.get('cuda') == 'yes' else 1)" \
     || { echo "nvcc is present but the CUDA kernels were not built"; exit 1; }
 fi
-$PY -m ruff check . && $PY -m ruff format --check .
+bash scripts/lint.sh
 $PY -m pytest tests -q -n "${PYTEST_WORKERS:-2}" -p no:cacheprovider

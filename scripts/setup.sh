@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 $PY -m pip install -q --disable-pip-version-check "torch==2.11.0" numpy pytest pytest-xdist ninja \
-  "setuptools>=64,<82" wheel ruff "transformers>=5,<6" accelerate matplotlib "trl>=1,<2" "peft>=0.17,<1" \
+  "setuptools>=64,<82" wheel "ruff==0.17.6" "clang-format==14.0.6" "transformers>=5,<6" accelerate matplotlib "trl>=1,<2" "peft>=0.17,<1" \
   "deepspeed>=0.19,<0.20"
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 t0=$(date +%s)
