@@ -9,6 +9,7 @@
 #   BENCH_ARGS="--quick" is passed to every benchmark.
 #   PROFILE="ce_rows rms_norm" also runs Nsight Compute on those ops (benchmarks/profile_kernels.py;
 #   e.g. ce_rows_151936, rms_fwd_wide, rms_fwd_wide_compile).
+#   SANITIZE=1 runs scripts/gpu_sanitize.py under compute-sanitizer (SANITIZE_TOOLS, default all four).
 #   DEMO="--steps 10" also runs the training demo (python -m liger_cpp.demo) with those arguments.
 # Export LIGER_CPP_COMMIT=<sha of the tree> for the results' commit field: on the device machine
 # `git rev-parse HEAD` named a stale commit (2026-11-30).
@@ -47,6 +48,17 @@ for op in ${PROFILE:-}; do
     python3 benchmarks/profile_kernels.py "$op" 10 >"$OUT/ncu-$op.txt" 2>&1 || echo "ncu $op failed"
   pack
 done
+if [ "${SANITIZE:-0}" = 1 ]; then
+  # compute-sanitizer over every op's default path and kept fallbacks (scripts/gpu_sanitize.py);
+  # without the caching allocator so out-of-bounds accesses inside a cached block are seen.
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool "$tool" \
+      --print-limit 100 python3 scripts/gpu_sanitize.py ${SANITIZE_ARGS:-} >"$OUT/sanitize-$tool.log" 2>&1
+    echo "sanitize $tool rc=$?"
+    pack
+  done
+  python3 scripts/sanitize_summary.py "$OUT"/sanitize-*.log | tee "$OUT/sanitize-summary.txt"
+fi
 if [ -n "${DEMO:-}" ]; then
   timeout 420 python3 -m liger_cpp.demo $DEMO --png "$OUT/demo.png" --json "$OUT/demo.json" >"$OUT/demo.log" 2>&1 \
     || echo "demo failed"

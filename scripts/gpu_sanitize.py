@@ -1,0 +1,167 @@
+"""Representative calls of every op's default path and kept fallbacks, for compute-sanitizer.
+
+    compute-sanitizer --tool memcheck  python3 scripts/gpu_sanitize.py
+    compute-sanitizer --tool racecheck python3 scripts/gpu_sanitize.py --quick
+
+Each case runs forward + backward once on small shapes that still reach the kernel it names (the
+sanitizers slow kernels down 10-100x). Fallbacks are forced through the plan override. Cases are
+listed by name with --list; --only NAME[,NAME] runs a subset. The script itself checks nothing but
+that every call returns finite values: the sanitizer's report is the result (scripts/gpu_check.sh
+SANITIZE=1 runs all four tools and counts errors in liger_cpp's kernels and elsewhere).
+"""
+
+import argparse
+import sys
+
+import torch
+
+import liger_cpp  # noqa: F401
+from liger_cpp._testing import plan_override
+from liger_cpp.chunked_loss import LigerFusedLinearDPOLoss
+from liger_cpp.transformers import (
+    LigerFusedLinearCrossEntropyLoss,
+    liger_cross_entropy,
+    liger_fused_add_rms_norm,
+    liger_geglu,
+    liger_layer_norm,
+    liger_rms_norm,
+    liger_rotary_pos_emb,
+    liger_swiglu,
+)
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run of the script itself
+BF16 = torch.bfloat16
+
+
+def _g(*shape, dtype=BF16):
+    return torch.randn(*shape, device=DEV, dtype=dtype).requires_grad_(True)
+
+
+def _backward(*outs):
+    loss = sum((o.float() * torch.randn_like(o, dtype=torch.float32)).sum() for o in outs)
+    loss.backward()
+
+
+def rms(rows, cols, dtype=BF16, wdtype=None, casting="llama"):
+    def run():
+        x = _g(rows, cols, dtype=dtype)
+        w = _g(cols, dtype=wdtype or dtype)
+        _backward(liger_rms_norm(x, w, 1e-6, 0.0, casting))
+
+    return run
+
+
+def fused_add(rows, cols, dtype=BF16):
+    def run():
+        x, r, w = _g(rows, cols, dtype=dtype), _g(rows, cols, dtype=dtype), _g(cols, dtype=dtype)
+        _backward(*liger_fused_add_rms_norm(x, r, w, 1e-6))
+
+    return run
+
+
+def layer_norm(rows, cols, dtype=BF16):
+    def run():
+        x, w, b = _g(rows, cols, dtype=dtype), _g(cols, dtype=dtype), _g(cols, dtype=dtype)
+        _backward(liger_layer_norm(x, w, b, 1e-6))
+
+    return run
+
+
+def glu(rows, cols, kind="swiglu", dtype=BF16):
+    def run():
+        a, b = _g(rows, cols, dtype=dtype), _g(rows, cols, dtype=dtype)
+        _backward(liger_swiglu(a, b) if kind == "swiglu" else liger_geglu(a, b))
+
+    return run
+
+
+def rope(b, s, hq, hk, d, dtype=BF16):
+    def run():
+        q, k = _g(b, hq, s, d, dtype=dtype), _g(b, hk, s, d, dtype=dtype)
+        f = torch.randn(1, s, d // 2, device=DEV)
+        emb = torch.cat([f, f], -1)
+        _backward(*liger_rotary_pos_emb(q, k, emb.cos(), emb.sin()))
+
+    return run
+
+
+def ce(rows, vocab, dtype=BF16):
+    def run():
+        x = _g(rows, vocab, dtype=dtype)
+        t = torch.randint(0, vocab, (rows,), device=DEV)
+        t[::7] = -100
+        liger_cross_entropy(x, t, label_smoothing=0.1).backward()
+
+    return run
+
+
+def flce(rows, hidden, vocab, dtype=BF16):
+    def run():
+        x, w = _g(rows, hidden, dtype=dtype), _g(vocab, hidden, dtype=dtype)
+        t = torch.randint(0, vocab, (rows,), device=DEV)
+        LigerFusedLinearCrossEntropyLoss()(w, x, t).backward()
+
+    return run
+
+
+def dpo(pairs, seq, hidden, vocab, dtype=BF16):
+    def run():
+        x, w = _g(2 * pairs, seq, hidden, dtype=dtype), _g(vocab, hidden, dtype=dtype)
+        t = torch.randint(0, vocab, (2 * pairs, seq), device=DEV)
+        ref_x, ref_w = torch.randn_like(x).detach(), torch.randn_like(w).detach()
+        loss, _ = LigerFusedLinearDPOLoss()(w, x, t, ref_input=ref_x, ref_weight=ref_w)
+        loss.backward()
+
+    return run
+
+
+# name -> (callable, plan override or {}). Shapes reach the kernels named (see docs/kernels/*.md).
+CASES = {
+    "rms_small_rows": (rms(4096, 64), {}),
+    "rms_4096": (rms(512, 4096), {}),
+    "rms_5120": (rms(512, 5120), {}),
+    "rms_fp32w_gemma": (rms(300, 2048, wdtype=torch.float32, casting="gemma"), {}),
+    "rms_16384": (rms(64, 16384), {}),
+    "rms_32768": (rms(16, 32768), {}),
+    "rms_unaligned": (rms(37, 1000), {}),
+    "rms_fp32": (rms(200, 4096, dtype=torch.float32), {}),
+    "fused_add_4096": (fused_add(512, 4096), {}),
+    "fused_add_unaligned": (fused_add(37, 1000), {}),
+    "layer_norm_4096": (layer_norm(512, 4096), {}),
+    "layer_norm_unaligned": (layer_norm(37, 1000), {}),
+    "layer_norm_wide": (layer_norm(8, 32768), {}),
+    "swiglu": (glu(512, 4096), {}),
+    "swiglu_odd": (glu(37, 1001), {}),
+    "geglu": (glu(512, 4096, "geglu"), {}),
+    "rope": (rope(2, 256, 8, 2, 128), {}),
+    "rope_odd": (rope(1, 37, 5, 1, 92), {}),
+    "ce_32000": (ce(64, 32000), {}),
+    "ce_151936": (ce(16, 151936), {}),
+    "ce_odd": (ce(37, 1001), {}),
+    "flce": (flce(300, 256, 4099), {}),
+    "dpo": (dpo(2, 37, 128, 1001), {}),
+}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--list", action="store_true")
+    p.add_argument("--only", default="")
+    a = p.parse_args()
+    if a.list:
+        print("\n".join(CASES))
+        return 0
+    names = a.only.split(",") if a.only else list(CASES)
+    torch.manual_seed(0)
+    for name in names:
+        fn, override = CASES[name]
+        with plan_override(**override):
+            fn()
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+        print(f"ran {name}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
