@@ -7,10 +7,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "kernels/common/cluster.cuh"
-#include "kernels/common/env_knob.h"
+#include "kernels/common/plan_override.h"
 
 namespace liger_cpp::kernels {
 namespace {
@@ -196,16 +200,35 @@ int binary_version(const void* kern) {
   return fa.binaryVersion;
 }
 
-// Programmatic dependent launch (LIGER_CPP_PDL=on|off, read on every call;
-// default on): `kern` is launched with cudaLaunchAttributeProgrammatic-
-// StreamSerialization where its code for this device is sm_90+, so its blocks
-// may become resident while the previous kernel in the stream finishes (from
-// that kernel's pdl_trigger, or its end) and wait in pdl_wait: the launch gap
-// and block start-up of a short kernel after a long one (the norms' dW
-// reduction, 1.3 us gap + start-up at 16384 x 4096 on the H200) overlap the
-// previous kernel's tail. Every kernel launched this way calls pdl_wait before
-// its first global read, so it is correct whatever precedes it.
-inline bool pdl_enabled() { return env_choice("LIGER_CPP_PDL", {"on", "off"}) != 1; }
+// Programmatic dependent launch (default on): `kern` is launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization where its code for this
+// device is sm_90+, so its blocks may become resident while the previous kernel
+// in the stream finishes (from that kernel's pdl_trigger, or its end) and wait
+// in pdl_wait: the launch gap and block start-up of a short kernel after a long
+// one (the norms' dW reduction) overlap the previous kernel's tail. Every
+// kernel launched this way calls pdl_wait before its first global read, so it
+// is correct whatever precedes it.
+//
+// LIGER_CPP_PDL=off is the user's kill switch, read once per process (a value
+// other than on / off is an error, on every call); the plan override pdl=on|off
+// takes precedence (tests and benchmarks toggle it per call).
+inline bool pdl_env_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LIGER_CPP_PDL");
+    if (e == nullptr || *e == '\0' || std::strcmp(e, "on") == 0) return true;
+    if (std::strcmp(e, "off") == 0) return false;
+    throw std::invalid_argument(
+        std::string("liger_cpp: environment variable LIGER_CPP_PDL: expected on or off (or "
+                    "unset), got '") +
+        e + "'");
+  }();
+  return on;
+}
+
+inline bool pdl_enabled() {
+  const int forced = plan_override::forced(plan_override::Key::kPdl);
+  return forced < 0 ? pdl_env_enabled() : forced == 0;
+}
 
 // Sets *attr to programmatic stream serialization where PDL applies to `kern`
 // (enabled, sm_90+ code here); false, *attr untouched, elsewhere.
