@@ -1,7 +1,7 @@
 // Host-side caches of the driver queries made while planning a launch
-// (occupancy, function attributes), shared by the norm and cross-entropy
-// launchers. In an unnamed namespace, as norm_common.cuh: each .cu gets its
-// own tables.
+// (occupancy, function attributes), shared by the launch plans, and the
+// programmatic-dependent-launch helpers. In an unnamed namespace, as
+// norm_common.cuh: each .cu gets its own tables.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,10 +19,9 @@
 namespace liger_cpp::kernels {
 namespace {
 
-// Host-side caches of the driver calls made while planning a launch. The
-// norm backwards plan on every call (twice: workspace size, then launch; the
-// LayerNorm workspace plans every variant), and each occupancy query or
-// cudaFuncSetAttribute is a driver call, so their results are kept per thread
+// Host-side caches of the driver calls made while planning a launch. Plans
+// run on every call, and each occupancy query or cudaFuncSetAttribute is a
+// driver call, so their results are kept per thread
 // in small fixed tables: no allocation and no locks (each thread fills its own;
 // a miss only repeats the query). Keys include the device: function attributes
 // and occupancy belong to the device's context. Only successes are stored: a
