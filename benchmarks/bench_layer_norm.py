@@ -40,8 +40,8 @@ def eager(x, w, b):
 # with 3 rows fetched ahead by cp.async; tma, the default on sm_90: rows brought into 4
 # shared-memory stages by TMA bulk copies), LIGER_CPP_LN_FWD the cached forward (old; pack, the
 # default: packed 16-byte stores; new: pack with early weight loads), LIGER_CPP_LN_FWD_TY its rows a
-# block (fwd_ty=2: 256-thread blocks at 4096 columns, the default before 128), LIGER_CPP_PDL=off
-# launches the backward and its dW/dB reduction without programmatic dependent launch.
+# block (fwd_ty=2: 256-thread blocks at 4096 columns, the default before 128); the plan override
+# pdl=off launches the backward and its dW/dB reduction without programmatic dependent launch.
 VARIANT_ENV = {
     "liger_cpp[bwd=old]": {"LIGER_CPP_LN_BWD": "old"},
     "liger_cpp[bwd=v3]": {"LIGER_CPP_LN_BWD": "v3"},
@@ -53,7 +53,7 @@ VARIANT_ENV = {
     "liger_cpp[fwd_ty=2]": {"LIGER_CPP_LN_FWD_TY": "2"},
     "liger_cpp[pair=off]": {"LIGER_CPP_LN_BWD_PAIR": "off"},
     "liger_cpp[fwd=old,bwd=v3]": {"LIGER_CPP_LN_FWD": "old", "LIGER_CPP_LN_BWD": "v3"},
-    "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
+    "liger_cpp[bwd=tma,pdl=off]": "pdl=off",
 }
 
 

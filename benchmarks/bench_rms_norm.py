@@ -42,7 +42,7 @@ def eager(x, w):
 # LIGER_CPP_RMS_TMA_STAGES rows in flight per block, default 4, for rows of 64..1024 16-byte
 # vectors, the default from 256; async: rows fetched ahead with cp.async; old: 4 vectors a thread,
 # 16 warps/SM), LIGER_CPP_RMS_DW=smem keeps the old kernel's dW partials in shared memory,
-# LIGER_CPP_PDL=off launches without programmatic dependent launch.
+# The plan override pdl=off launches without programmatic dependent launch.
 # LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
 # Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
@@ -86,7 +86,7 @@ VARIANT_ENV = {
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
     "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
-    "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
+    "liger_cpp[bwd=tma,pdl=off]": "pdl=off",
     "liger_cpp[pairs=off]": {"LIGER_CPP_RMS_TMA_PAIRS": "off"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},

@@ -36,14 +36,10 @@ def eager_geglu(a, b):
     return F.gelu(a, approximate="tanh") * b
 
 
-# the SiLU with an IEEE division (the default has none) and each grid for both directions (the
-# default: dense; strided or misaligned operands fall back to the persistent forward and the
-# small-block backward); csrc/kernels/glu/glu.cu
+# The generic kernels (plan override glu=generic: the path of misaligned operands and of more than
+# 2^31 elements) on the aligned operands that run the dense kernels by default; docs/kernels/glu.md
 VARIANT_ENV = {
-    "liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"},
-    "liger_cpp[grid=persistent]": {"LIGER_CPP_GLU_GRID": "persistent"},
-    "liger_cpp[grid=small]": {"LIGER_CPP_GLU_GRID": "small"},
-    "liger_cpp[grid=dense]": {"LIGER_CPP_GLU_GRID": "dense"},
+    "liger_cpp[glu=generic]": "glu=generic",
 }
 
 
@@ -62,7 +58,7 @@ def variants(op, have_liger):
     else:
         out = {
             "liger_cpp": lambda a, b: geglu(a, b, "tanh"),
-            **{name: (lambda a, b: geglu(a, b, "tanh")) for name in VARIANT_ENV if "grid=" in name},
+            **{name: (lambda a, b: geglu(a, b, "tanh")) for name in VARIANT_ENV},
             "eager": eager_geglu,
             "compile": torch.compile(eager_geglu, dynamic=False),
         }
