@@ -17,13 +17,40 @@
 #include "kernels/common/plan_override.h"
 
 namespace liger_cpp::kernels {
+
+// Programmatic dependent launch (default on): `kern` is launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization where its code for this
+// device is sm_90+, so its blocks may become resident while the previous kernel
+// in the stream finishes (from that kernel's pdl_trigger, or its end) and wait
+// in pdl_wait: the launch gap and block start-up of a short kernel after a long
+// one (the norms' dW reduction) overlap the previous kernel's tail. Every
+// kernel launched this way calls pdl_wait before its first global read, so it
+// is correct whatever precedes it.
+//
+// LIGER_CPP_PDL=off is the user's kill switch, read once per process (outside
+// the unnamed namespace: one flag for every translation unit; a value other
+// than on / off is an error, on every call); the plan override pdl=on|off
+// takes precedence (tests and benchmarks toggle it per call).
+inline bool pdl_env_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LIGER_CPP_PDL");
+    if (e == nullptr || *e == '\0' || std::strcmp(e, "on") == 0) return true;
+    if (std::strcmp(e, "off") == 0) return false;
+    throw std::invalid_argument(
+        std::string("liger_cpp: environment variable LIGER_CPP_PDL: expected on or off (or "
+                    "unset), got '") +
+        e + "'");
+  }();
+  return on;
+}
+
 namespace {
 
 // Host-side caches of the driver calls made while planning a launch. Plans
 // run on every call, and each occupancy query or cudaFuncSetAttribute is a
-// driver call, so their results are kept per thread
-// in small fixed tables: no allocation and no locks (each thread fills its own;
-// a miss only repeats the query). Keys include the device: function attributes
+// driver call, so their results are kept per thread in small fixed tables: no
+// allocation and no locks (each thread fills its own; a miss only repeats the
+// query). Keys include the device: function attributes
 // and occupancy belong to the device's context. Only successes are stored: a
 // failed call is cleared (cudaGetLastError, so no error is left for the
 // launcher's cudaGetLastError to report) and tried again on the next call.
@@ -199,31 +226,7 @@ int binary_version(const void* kern) {
   return fa.binaryVersion;
 }
 
-// Programmatic dependent launch (default on): `kern` is launched with
-// cudaLaunchAttributeProgrammaticStreamSerialization where its code for this
-// device is sm_90+, so its blocks may become resident while the previous kernel
-// in the stream finishes (from that kernel's pdl_trigger, or its end) and wait
-// in pdl_wait: the launch gap and block start-up of a short kernel after a long
-// one (the norms' dW reduction) overlap the previous kernel's tail. Every
-// kernel launched this way calls pdl_wait before its first global read, so it
-// is correct whatever precedes it.
-//
-// LIGER_CPP_PDL=off is the user's kill switch, read once per process (a value
-// other than on / off is an error, on every call); the plan override pdl=on|off
-// takes precedence (tests and benchmarks toggle it per call).
-inline bool pdl_env_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LIGER_CPP_PDL");
-    if (e == nullptr || *e == '\0' || std::strcmp(e, "on") == 0) return true;
-    if (std::strcmp(e, "off") == 0) return false;
-    throw std::invalid_argument(
-        std::string("liger_cpp: environment variable LIGER_CPP_PDL: expected on or off (or "
-                    "unset), got '") +
-        e + "'");
-  }();
-  return on;
-}
-
+// pdl_env_enabled(), unless the plan override says otherwise.
 inline bool pdl_enabled() {
   const int forced = plan_override::forced(plan_override::Key::kPdl);
   return forced < 0 ? pdl_env_enabled() : forced == 0;
