@@ -27,7 +27,7 @@ from harness import (
     fmt_table,
     meta,
     peak_extra_bytes,
-    set_variant_env,
+    set_variant_plan,
     try_import_liger,
     write_json,
 )
@@ -46,8 +46,8 @@ def plan_tag():
     return f"[{spec}]" if spec else ""
 
 
-# Rows of launch-plan overrides ({row name: spec}), filled by --plans.
-VARIANT_ENV = {}
+# Rows forced through the plan override ({row name: {key: value}}), filled by --plans.
+VARIANT_PLAN = {}
 
 
 def variants(have_liger, ours_only=False, plans=()):
@@ -57,7 +57,7 @@ def variants(have_liger, ours_only=False, plans=()):
         "liger_cpp inplace" + tag: lambda x, t: cross_entropy(x, t, inplace=True),
     }
     for spec in plans:
-        VARIANT_ENV[f"liger_cpp[{spec}]"] = spec
+        VARIANT_PLAN[f"liger_cpp[{spec}]"] = dict(kv.split("=") for kv in spec.split(","))
         out[f"liger_cpp[{spec}]"] = lambda x, t: cross_entropy(x, t)
     if ours_only:
         return out
@@ -89,7 +89,7 @@ def run_shape(m, V, fns, C):
     x = torch.randn(m, V, device="cuda", dtype=torch.bfloat16).requires_grad_(True)
     t = torch.randint(0, V, (m,), device="cuda")
     for name, f in fns.items():
-        set_variant_env(VARIANT_ENV, name)
+        set_variant_plan(VARIANT_PLAN, name)
         try:
             with torch.no_grad():
                 x.copy_(torch.randn_like(x))
@@ -109,10 +109,10 @@ def run_shape(m, V, fns, C):
         for name in [n for n in fns if n.startswith("liger_cpp") and "inplace" not in n] + [
             n for n in ("eager", "compile") if n in fns
         ]:
-            set_variant_env(VARIANT_ENV, name)
+            set_variant_plan(VARIANT_PLAN, name)
             ms = bench_ms(lambda f=fns[name], x=x, t=t: f(x, t))
             rows.append(_row(V, m, "fwd (no grad)", name, ms, m * V * 2, C))
-    set_variant_env(VARIANT_ENV, None)
+    set_variant_plan(VARIANT_PLAN, None)
     del x, t
     torch.cuda.empty_cache()
     return rows

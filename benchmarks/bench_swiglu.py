@@ -18,7 +18,7 @@ from harness import (
     copy_bandwidth_gbs,
     fmt_table,
     meta,
-    set_variant_env,
+    set_variant_plan,
     try_import_liger,
     write_json,
 )
@@ -38,16 +38,14 @@ def eager_geglu(a, b):
 
 # The generic kernels (plan override glu=generic: the path of misaligned operands and of more than
 # 2^31 elements) on the aligned operands that run the dense kernels by default; docs/kernels/glu.md
-VARIANT_ENV = {
-    "liger_cpp[glu=generic]": "glu=generic",
-}
+VARIANT_PLAN = {"liger_cpp[glu=generic]": {"glu": "generic"}}
 
 
 def variants(op, have_liger):
     if op == "swiglu":
         out = {
             "liger_cpp": swiglu,
-            **{name: swiglu for name in VARIANT_ENV},
+            **{name: swiglu for name in VARIANT_PLAN},
             "eager": eager_swiglu,
             "compile": torch.compile(eager_swiglu, dynamic=False),
         }
@@ -58,7 +56,7 @@ def variants(op, have_liger):
     else:
         out = {
             "liger_cpp": lambda a, b: geglu(a, b, "tanh"),
-            **{name: (lambda a, b: geglu(a, b, "tanh")) for name in VARIANT_ENV},
+            **{name: (lambda a, b: geglu(a, b, "tanh")) for name in VARIANT_PLAN},
             "eager": eager_geglu,
             "compile": torch.compile(eager_geglu, dynamic=False),
         }
@@ -75,7 +73,7 @@ def run_op(op, m, n, fns, C, modes):
     b = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dc = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     for name, f in fns.items():
-        set_variant_env(VARIANT_ENV, name)
+        set_variant_plan(VARIANT_PLAN, name)
         for mode in modes:
             try:
                 if mode == "fwd":
@@ -111,7 +109,7 @@ def run_op(op, m, n, fns, C, modes):
                     }
                 )
     del a, b, dc
-    set_variant_env(VARIANT_ENV, None)
+    set_variant_plan(VARIANT_PLAN, None)
     # strided rows: the two halves of one fused gate_up projection (Phi-3), forward only
     gate_up = torch.randn(m, 2 * n, device="cuda", dtype=torch.bfloat16)
     ga, gb = gate_up.chunk(2, dim=-1)

@@ -38,19 +38,20 @@ def _git_commit():
 
 
 def set_variant_env(variant_env: dict, name) -> None:
-    """Kernel-variant rows: variant_env maps a row name to {variable: value} (environment
-    variables) or to "key=value,..." (a launch-plan override, liger_cpp._testing; docs/tuning.md).
-    Clears every variable any row sets and, where some row is a plan, the plan override; then
-    applies row `name`'s (nothing for a row not in it, or None)."""
-    for k in {k for env in variant_env.values() if isinstance(env, dict) for k in env}:
+    """Kernel-variant rows: clears every environment variable any row of variant_env ({row name:
+    {variable: value}}) sets, then sets row `name`'s (none for a row not in it, or None)."""
+    for k in {k for env in variant_env.values() for k in env}:
         os.environ.pop(k, None)
-    row = variant_env.get(name, {})
-    if isinstance(row, str) or any(isinstance(env, str) for env in variant_env.values()):
-        from liger_cpp._testing import set_plan_override
+    os.environ.update(variant_env.get(name, {}))
 
-        set_plan_override(row if isinstance(row, str) else "")
-    if isinstance(row, dict):
-        os.environ.update(row)
+
+def set_variant_plan(variant_plan: dict, name) -> None:
+    """Kernel rows forced through the developer plan override (liger_cpp._testing; keys in
+    docs/tuning.md): sets row `name`'s choices ({row name: {key: value}}), clearing every other
+    override (none for a row not in variant_plan, or None)."""
+    from liger_cpp._testing import set_plan_override
+
+    set_plan_override(",".join(f"{k}={v}" for k, v in variant_plan.get(name, {}).items()))
 
 
 _SLEEP_CYCLES_PER_MS = None

@@ -77,4 +77,5 @@ def test_cuda_pdl_environment_kill_switch(value, ok):
     if ok:
         assert "RAN" in out.stdout, out.stdout + out.stderr
     else:
-        assert "LIGER_CPP_PDL: expected on or off" in out.stdout, out.stdout + out.stderr
+        want = "LIGER_CPP_PDL: expected one of on, off (or unset), got 'maybe'"
+        assert want in out.stdout, out.stdout + out.stderr

@@ -37,8 +37,8 @@ inline bool pdl_env_enabled() {
     if (e == nullptr || *e == '\0' || std::strcmp(e, "on") == 0) return true;
     if (std::strcmp(e, "off") == 0) return false;
     throw std::invalid_argument(
-        std::string("liger_cpp: environment variable LIGER_CPP_PDL: expected on or off (or "
-                    "unset), got '") +
+        std::string("liger_cpp: environment variable LIGER_CPP_PDL: expected one of on, "
+                    "off (or unset), got '") +
         e + "'");
   }();
   return on;
