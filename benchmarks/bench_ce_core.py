@@ -3,7 +3,8 @@ i.e. all the work of a CE forward+backward), bf16, 8192 rows x V, against eager
 F.cross_entropy(logits.float()) forward+backward, torch.compile of it, and Liger-Kernel's
 LigerCrossEntropyFunction (when importable; it writes the gradient into its input).
 Bytes (minimum): 2*M*V*2 (read logits, write dlogits). Peak memory above inputs as well.
-Usage: python benchmarks/bench_ce_core.py [--out FILE.json] [--quick]
+Usage: python benchmarks/bench_ce_core.py [--out FILE.json] [--quick] [--plans "SPEC;SPEC"]
+--plans adds a liger_cpp row per launch-plan override (docs/tuning.md), e.g. "ce=cluster;ce=two_pass".
 """
 
 import argparse
@@ -21,13 +22,22 @@ from harness import (
 )
 
 import liger_cpp  # noqa: F401
+from liger_cpp._testing import plan_override
 
 
 def eager(x, y):
     return F.cross_entropy(x.float(), y)
 
 
-def run_v(V, M, C, have_liger, compiled):
+def _with_plan(spec, fn):
+    def run():
+        with plan_override(**dict(kv.split("=") for kv in spec.split(","))):
+            return fn()
+
+    return run
+
+
+def run_v(V, M, C, have_liger, compiled, plans=()):
     rows = []
     x = torch.randn(M, V, device="cuda", dtype=torch.bfloat16)
     y = torch.randint(0, V, (M,), device="cuda")
@@ -38,6 +48,8 @@ def run_v(V, M, C, have_liger, compiled):
         "eager": lambda: eager(xg, y).backward(),
         "compile": lambda: compiled(xg, y).backward(),
     }
+    for spec in plans:
+        fns[f"liger_cpp[{spec}]"] = _with_plan(spec, fns["liger_cpp"])
     if have_liger:
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
 
@@ -68,6 +80,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--plans", default="", help="';'-separated plan overrides as extra rows (ce=cluster;...)")
     args = ap.parse_args()
     have_liger = try_import_liger()
     C = copy_bandwidth_gbs()
@@ -76,7 +89,7 @@ def main():
     compiled = torch.compile(eager, dynamic=False)
     rows = []
     for V in vocab:
-        rows += run_v(V, M, C, have_liger, compiled)
+        rows += run_v(V, M, C, have_liger, compiled, [p for p in args.plans.split(";") if p])
         torch.cuda.empty_cache()
     payload = {"op": "ce_core", "dtype": "bfloat16", "M": M, "copy_GBps": round(C), **meta(), "rows": rows}
     if args.out:

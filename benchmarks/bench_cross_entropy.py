@@ -9,9 +9,11 @@ targets allocated, so it includes the returned gradient (a logits-sized buffer, 
 in-place variants, which write it into the logits). Liger and liger_cpp inplace=True overwrite the
 logits with the gradient, so after the first iteration they run on gradient values (not zeros).
 Usage: python benchmarks/bench_cross_entropy.py [--out FILE.json] [--quick | --vocab V,V] [--ours-only]
---ours-only times liger_cpp alone, its rows named after the LIGER_CPP_CE_* kernel knobs set in the
-environment (e.g. `liger_cpp[cluster=8]`): an A/B of kernel variants is one such run per setting,
-each against its own copy bandwidth C measured in the same process.
+       [--plans "SPEC;SPEC"]
+--plans adds a liger_cpp row per launch-plan override (docs/tuning.md), e.g. `--plans
+"ce=cluster;ce_smem_blocks=4;ce=two_pass"`: the kernels of an A/B in one process, against the same
+copy bandwidth C. --ours-only times liger_cpp alone; with LIGER_CPP_PLAN set for the whole process
+its rows carry that spec in their names.
 """
 
 import argparse
@@ -25,7 +27,7 @@ from harness import (
     fmt_table,
     meta,
     peak_extra_bytes,
-    set_variant_env,
+    set_variant_plan,
     try_import_liger,
     write_json,
 )
@@ -39,24 +41,24 @@ def eager_ce(logits, target):
     return F.cross_entropy(logits.float(), target)
 
 
-def knob_tag():
-    knobs = sorted((k, v) for k, v in os.environ.items() if k.startswith("LIGER_CPP_CE_"))
-    return "[" + ",".join(f"{k[len('LIGER_CPP_CE_') :].lower()}={v}" for k, v in knobs) + "]" if knobs else ""
+def plan_tag():
+    spec = os.environ.get("LIGER_CPP_PLAN", "")
+    return f"[{spec}]" if spec else ""
 
 
-# Rows of the shared-memory cluster kernel (LIGER_CPP_CE_SMEM, read on every call), filled by --smem.
-VARIANT_ENV = {}
+# Rows forced through the plan override ({row name: {key: value}}), filled by --plans.
+VARIANT_PLAN = {}
 
 
-def variants(have_liger, ours_only=False, smem=()):
-    tag = knob_tag()
+def variants(have_liger, ours_only=False, plans=()):
+    tag = plan_tag()
     out = {
         "liger_cpp" + tag: lambda x, t: cross_entropy(x, t),
         "liger_cpp inplace" + tag: lambda x, t: cross_entropy(x, t, inplace=True),
     }
-    for v in smem:
-        VARIANT_ENV[f"liger_cpp[smem={v}]"] = {"LIGER_CPP_CE_SMEM": v}
-        out[f"liger_cpp[smem={v}]"] = lambda x, t: cross_entropy(x, t)
+    for spec in plans:
+        VARIANT_PLAN[f"liger_cpp[{spec}]"] = dict(kv.split("=") for kv in spec.split(","))
+        out[f"liger_cpp[{spec}]"] = lambda x, t: cross_entropy(x, t)
     if ours_only:
         return out
     out["eager"] = eager_ce
@@ -87,7 +89,7 @@ def run_shape(m, V, fns, C):
     x = torch.randn(m, V, device="cuda", dtype=torch.bfloat16).requires_grad_(True)
     t = torch.randint(0, V, (m,), device="cuda")
     for name, f in fns.items():
-        set_variant_env(VARIANT_ENV, name)
+        set_variant_plan(VARIANT_PLAN, name)
         try:
             with torch.no_grad():
                 x.copy_(torch.randn_like(x))
@@ -107,10 +109,10 @@ def run_shape(m, V, fns, C):
         for name in [n for n in fns if n.startswith("liger_cpp") and "inplace" not in n] + [
             n for n in ("eager", "compile") if n in fns
         ]:
-            set_variant_env(VARIANT_ENV, name)
+            set_variant_plan(VARIANT_PLAN, name)
             ms = bench_ms(lambda f=fns[name], x=x, t=t: f(x, t))
             rows.append(_row(V, m, "fwd (no grad)", name, ms, m * V * 2, C))
-    set_variant_env(VARIANT_ENV, None)
+    set_variant_plan(VARIANT_PLAN, None)
     del x, t
     torch.cuda.empty_cache()
     return rows
@@ -120,11 +122,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="V in 32000, 128256 only")
-    ap.add_argument("--ours-only", action="store_true", help="liger_cpp alone (kernel-knob A/B runs)")
+    ap.add_argument("--ours-only", action="store_true", help="liger_cpp alone (kernel A/B runs)")
     ap.add_argument("--vocab", default=None, help="comma-separated V list (overrides --quick)")
-    ap.add_argument(
-        "--smem", default="", help="comma-separated LIGER_CPP_CE_SMEM values as extra rows (off,auto,1,2,4,8)"
-    )
+    ap.add_argument("--plans", default="", help="';'-separated plan overrides as extra rows (ce=cluster;...)")
     args = ap.parse_args()
     have_liger = not args.ours_only and try_import_liger()
     C = copy_bandwidth_gbs()
@@ -132,7 +132,7 @@ def main():
     vocab = [32000, 128256] if args.quick else [32000, 128256, 151936, 262144]
     if args.vocab:
         vocab = [int(v) for v in args.vocab.split(",")]
-    fns = variants(have_liger, args.ours_only, [v for v in args.smem.split(",") if v])
+    fns = variants(have_liger, args.ours_only, [v for v in args.plans.split(";") if v])
     rows = []
     for V in vocab:
         rows += run_shape(m, V, fns, C)

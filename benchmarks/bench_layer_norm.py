@@ -17,6 +17,7 @@ from harness import (
     fmt_table,
     meta,
     set_variant_env,
+    set_variant_plan,
     try_import_liger,
     write_json,
 )
@@ -40,8 +41,9 @@ def eager(x, w, b):
 # with 3 rows fetched ahead by cp.async; tma, the default on sm_90: rows brought into 4
 # shared-memory stages by TMA bulk copies), LIGER_CPP_LN_FWD the cached forward (old; pack, the
 # default: packed 16-byte stores; new: pack with early weight loads), LIGER_CPP_LN_FWD_TY its rows a
-# block (fwd_ty=2: 256-thread blocks at 4096 columns, the default before 128), LIGER_CPP_PDL=off
-# launches the backward and its dW/dB reduction without programmatic dependent launch.
+# block (fwd_ty=2: 256-thread blocks at 4096 columns, the default before 128); pdl=off (the plan
+# override, VARIANT_PLAN) launches the backward and its dW/dB reduction without programmatic
+# dependent launch.
 VARIANT_ENV = {
     "liger_cpp[bwd=old]": {"LIGER_CPP_LN_BWD": "old"},
     "liger_cpp[bwd=v3]": {"LIGER_CPP_LN_BWD": "v3"},
@@ -53,8 +55,10 @@ VARIANT_ENV = {
     "liger_cpp[fwd_ty=2]": {"LIGER_CPP_LN_FWD_TY": "2"},
     "liger_cpp[pair=off]": {"LIGER_CPP_LN_BWD_PAIR": "off"},
     "liger_cpp[fwd=old,bwd=v3]": {"LIGER_CPP_LN_FWD": "old", "LIGER_CPP_LN_BWD": "v3"},
-    "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
+    "liger_cpp[bwd=tma,pdl=off]": {},  # a plan row (VARIANT_PLAN)
 }
+# Rows forced through the plan override (liger_cpp._testing; docs/tuning.md).
+VARIANT_PLAN = {"liger_cpp[bwd=tma,pdl=off]": {"pdl": "off"}}
 
 
 def variants(have_liger):
@@ -90,6 +94,7 @@ def main():
     modes = ("fwd+bwd", "fwd", "bwd") if args.quick else ("fwd+bwd", "fwd")
     for name, f in impls.items():
         set_variant_env(VARIANT_ENV, name)
+        set_variant_plan(VARIANT_PLAN, name)
         for mode in modes:
             if mode == "fwd" and "[bwd=" in name:
                 continue  # a backward variant: the forward does not differ
@@ -132,6 +137,7 @@ def main():
                     }
                 )
     set_variant_env(VARIANT_ENV, None)
+    set_variant_plan(VARIANT_PLAN, None)
     payload = {
         "op": "layer_norm",
         "dtype": "bfloat16",

@@ -20,6 +20,7 @@ from harness import (
     fmt_table,
     meta,
     set_variant_env,
+    set_variant_plan,
     try_import_liger,
     write_json,
 )
@@ -42,7 +43,7 @@ def eager(x, w):
 # LIGER_CPP_RMS_TMA_STAGES rows in flight per block, default 4, for rows of 64..1024 16-byte
 # vectors, the default from 256; async: rows fetched ahead with cp.async; old: 4 vectors a thread,
 # 16 warps/SM), LIGER_CPP_RMS_DW=smem keeps the old kernel's dW partials in shared memory,
-# LIGER_CPP_PDL=off launches without programmatic dependent launch.
+# pdl=off (the plan override, VARIANT_PLAN) launches without programmatic dependent launch.
 # LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
 # FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
 # Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
@@ -86,12 +87,14 @@ VARIANT_ENV = {
     "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
     "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
     "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
-    "liger_cpp[bwd=tma,pdl=off]": {"LIGER_CPP_PDL": "off"},
+    "liger_cpp[bwd=tma,pdl=off]": {},  # a plan row (VARIANT_PLAN)
     "liger_cpp[pairs=off]": {"LIGER_CPP_RMS_TMA_PAIRS": "off"},
     "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
     "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
     "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
 }
+# Rows forced through the plan override (liger_cpp._testing; docs/tuning.md).
+VARIANT_PLAN = {"liger_cpp[bwd=tma,pdl=off]": {"pdl": "off"}}
 
 
 # The rows whose forward differs from the default's (timed fwd and fwd+bwd; the others fwd+bwd only).
@@ -142,6 +145,7 @@ def run_shape(m, n, fns, C, modes, only=None):
         if name == "clone" and "fwd" not in modes:
             continue
         set_variant_env(VARIANT_ENV, name)
+        set_variant_plan(VARIANT_PLAN, name)
         if f == "compile":  # fresh per shape: avoids the recompile limit falling back to eager
             torch._dynamo.reset()
             f = torch.compile(eager, dynamic=False)
@@ -182,6 +186,7 @@ def run_shape(m, n, fns, C, modes, only=None):
                     }
                 )
     set_variant_env(VARIANT_ENV, None)
+    set_variant_plan(VARIANT_PLAN, None)
     del x, w, dy
     torch.cuda.empty_cache()
     return rows

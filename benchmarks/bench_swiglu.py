@@ -18,7 +18,7 @@ from harness import (
     copy_bandwidth_gbs,
     fmt_table,
     meta,
-    set_variant_env,
+    set_variant_plan,
     try_import_liger,
     write_json,
 )
@@ -36,22 +36,16 @@ def eager_geglu(a, b):
     return F.gelu(a, approximate="tanh") * b
 
 
-# the SiLU with an IEEE division (the default has none) and each grid for both directions (the
-# default: dense; strided or misaligned operands fall back to the persistent forward and the
-# small-block backward); csrc/kernels/glu/glu.cu
-VARIANT_ENV = {
-    "liger_cpp[silu=div]": {"LIGER_CPP_GLU_SILU": "div"},
-    "liger_cpp[grid=persistent]": {"LIGER_CPP_GLU_GRID": "persistent"},
-    "liger_cpp[grid=small]": {"LIGER_CPP_GLU_GRID": "small"},
-    "liger_cpp[grid=dense]": {"LIGER_CPP_GLU_GRID": "dense"},
-}
+# The generic kernels (plan override glu=generic: the path of misaligned operands and of more than
+# 2^31 elements) on the aligned operands that run the dense kernels by default; docs/kernels/glu.md
+VARIANT_PLAN = {"liger_cpp[glu=generic]": {"glu": "generic"}}
 
 
 def variants(op, have_liger):
     if op == "swiglu":
         out = {
             "liger_cpp": swiglu,
-            **{name: swiglu for name in VARIANT_ENV},
+            **{name: swiglu for name in VARIANT_PLAN},
             "eager": eager_swiglu,
             "compile": torch.compile(eager_swiglu, dynamic=False),
         }
@@ -62,7 +56,7 @@ def variants(op, have_liger):
     else:
         out = {
             "liger_cpp": lambda a, b: geglu(a, b, "tanh"),
-            **{name: (lambda a, b: geglu(a, b, "tanh")) for name in VARIANT_ENV if "grid=" in name},
+            **{name: (lambda a, b: geglu(a, b, "tanh")) for name in VARIANT_PLAN},
             "eager": eager_geglu,
             "compile": torch.compile(eager_geglu, dynamic=False),
         }
@@ -79,7 +73,7 @@ def run_op(op, m, n, fns, C, modes):
     b = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dc = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     for name, f in fns.items():
-        set_variant_env(VARIANT_ENV, name)
+        set_variant_plan(VARIANT_PLAN, name)
         for mode in modes:
             try:
                 if mode == "fwd":
@@ -115,7 +109,7 @@ def run_op(op, m, n, fns, C, modes):
                     }
                 )
     del a, b, dc
-    set_variant_env(VARIANT_ENV, None)
+    set_variant_plan(VARIANT_PLAN, None)
     # strided rows: the two halves of one fused gate_up projection (Phi-3), forward only
     gate_up = torch.randn(m, 2 * n, device="cuda", dtype=torch.bfloat16)
     ga, gb = gate_up.chunk(2, dim=-1)

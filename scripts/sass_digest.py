@@ -6,7 +6,10 @@
 
 Runs `cuobjdump --dump-sass` (the CUDA toolkit; no GPU needed), splits the listing per function and
 hashes each function's instructions (encodings included). --compare prints the kernels that are new,
-gone or changed and exits 1 when any kernel present in both differs.
+gone or changed and exits 1 when any kernel present in both differs. --compare with --by-body matches
+kernels by their instructions instead of their names: a kernel renamed (e.g. a template parameter
+removed) with the same machine code counts as identical and is printed as "renamed old -> new"; it
+exits 1 when any kernel's body is not in the earlier digest.
 """
 
 import argparse
@@ -69,11 +72,34 @@ def digest(path: str, arch: str) -> dict[str, str]:
     return out
 
 
+def compare_bodies(before: dict[str, str], now: dict[str, str], arch: str) -> int:
+    names_of: dict[str, list[str]] = {}
+    for k, h in before.items():
+        names_of.setdefault(h, []).append(k)
+    same = sum(1 for k, h in now.items() if before.get(k) == h)
+    renamed = sorted((names_of[h], k) for k, h in now.items() if before.get(k) != h and h in names_of)
+    new_bodies = sorted(k for k, h in now.items() if h not in names_of)
+    kept = set(now.values())
+    gone = sorted(k for k, h in before.items() if h not in kept)
+    for k in gone:
+        print("gone   ", k)
+    for old, k in renamed:
+        print("renamed", " | ".join(sorted(old)), "->", k)
+    for k in new_bodies:
+        print("NEW BODY", k)
+    print(
+        f"{arch}: {same} identical, {len(renamed)} renamed with the same body, {len(new_bodies)} new bodies, "
+        f"{len(gone)} bodies gone"
+    )
+    return 1 if new_bodies else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("binary")
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--compare", help="a digest JSON written earlier by this script")
+    p.add_argument("--by-body", action="store_true", help="with --compare: match kernels by SASS body")
     a = p.parse_args()
     now = digest(a.binary, a.arch)
     if not a.compare:
@@ -81,6 +107,8 @@ def main() -> int:
         print(f"{len(now)} {a.arch} kernels", file=sys.stderr)
         return 0
     before = json.load(open(a.compare))
+    if a.by_body:
+        return compare_bodies(before, now, a.arch)
     gone = sorted(set(before) - set(now))
     new = sorted(set(now) - set(before))
     changed = sorted(k for k in set(now) & set(before) if now[k] != before[k])

@@ -1,8 +1,9 @@
 """The cross-entropy row step (csrc/aten/checks/cross_entropy_core.h) through liger::_ce_rows, against a
-float64 PyTorch formula that is itself checked against F.cross_entropy. On CUDA this covers both
-kernels: the cluster kernel (sm_90, aligned rows of >= 2048 classes in up to 16 blocks; V 151936 takes
-8 blocks, bf16 V 262144 16 of 256 threads and fp32 V 262144 16 of 512, the non-portable cluster sizes)
-and the two-pass kernel (everything else: V 123, 5125-odd rows)."""
+float64 PyTorch formula that is itself checked against F.cross_entropy. On CUDA the default plan runs
+the shared-memory cluster kernel (sm_90, aligned rows of >= 2048 classes, 1-8 blocks a row) and the
+two-pass kernel (everything else: V 123, 5125-odd rows); test_cuda_each_row_kernel forces each kernel
+through the plan override, the register cluster kernel included (bf16 V 262144 in 16 blocks of 256
+threads and fp32 V 262144 in 16 of 512: the non-portable cluster sizes)."""
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from conftest import DEVICES
 
 import liger_cpp  # noqa: F401
+from liger_cpp._testing import plan_override
 
 ULP = {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
 
@@ -98,6 +100,19 @@ def test_rows_against_reference(device, shape, dtype, opt):
     tol = ULP[dtype] * rg.abs() + 4e-6 * rg.abs().max() * (dtype == torch.float32) + 1e-30
     bad = err > tol + (ULP[dtype] if dtype != torch.float32 else 0) * rg.abs().max() * 2**-8
     assert not bad.any(), f"max err {err.max():.3e}, at {bad.nonzero()[:3].tolist()}"
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="CUDA")
+@pytest.mark.parametrize("plan", ["ce=smem", "ce=cluster", "ce=two_pass"])
+@pytest.mark.parametrize(
+    "shape", [(37, 2048), (5, 32000), (2, 151936), (2, 262144)], ids=lambda s: f"{s[0]}x{s[1]}"
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("opt", ["plain", "all"])
+def test_cuda_each_row_kernel(plan, shape, dtype, opt):
+    key, value = plan.split("=")
+    with plan_override(**{key: value}):
+        test_rows_against_reference("cuda", shape, dtype, opt)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -17,6 +17,7 @@ from reference import cross_entropy_argmax_ref, cross_entropy_ref
 from utils import assert_close_to_ref
 
 import liger_cpp  # noqa: F401
+from liger_cpp._testing import plan_override
 from liger_cpp.ops.cross_entropy import cross_entropy
 from liger_cpp.transformers import CrossEntropyOutput, LigerCrossEntropyLoss, liger_cross_entropy
 
@@ -158,22 +159,36 @@ def test_cuda_llm_shapes(dtype, shape, V, opts):
         _check(x0, t, w, reduction=reduction, **opts)
 
 
-# LIGER_CPP_CE_SMEM (read on every call) picks the sm_90 row kernel: the shared-memory cluster kernel
-# (the default; TMA bulk copies of each block's slice) with the automatic or a forced number of
-# blocks per row, or the register cluster kernel (off). Rows too long for the shared memory (e.g.
-# float32 V = 151936 in one block) take the register kernel, so those cases check the fallback.
+# Every CUDA row kernel through the plan override (csrc/kernels/cross_entropy/cross_entropy.cu's plan,
+# docs/kernels/cross_entropy.md): the shared-memory cluster kernel (the sm_90 default; TMA bulk copies
+# of each block's slice) with its automatic or a forced number of blocks per row, the register
+# cluster kernel (ce=cluster) and the two-pass kernel (ce=two_pass; the only one off sm_90 and below
+# 2048 classes). A slice too large for shared memory (float32 V = 151936 in one block) takes the
+# register kernel, so that case checks the fallback.
+CE_PLANS = [
+    {},
+    {"ce": "cluster"},
+    {"ce": "two_pass"},
+    {"ce_smem_blocks": "1"},
+    {"ce_smem_blocks": "2"},
+    {"ce_smem_blocks": "4"},
+    {"ce_smem_blocks": "8"},
+]
+CE_PLAN_IDS = [",".join(f"{k}={v}" for k, v in p.items()) or "default" for p in CE_PLANS]
+
+
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("smem", ["off", "auto", "1", "2", "4", "8"])
+@pytest.mark.parametrize("plan", CE_PLANS, ids=CE_PLAN_IDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,V", [((3, 41), 2048), ((37,), 32000), ((5, 9), 151936), ((1,), 4104)])
 @pytest.mark.parametrize("opts", [{}, {"label_smoothing": 0.1, "lse_square_scale": 1e-4, "softcap": 30.0}])
-def test_cuda_smem_kernel(monkeypatch, smem, dtype, shape, V, opts):
-    monkeypatch.setenv("LIGER_CPP_CE_SMEM", smem)
+def test_cuda_row_kernels(plan, dtype, shape, V, opts):
     x0, t = _inputs(shape, V, dtype, "cuda")
     w = torch.rand(V, device="cuda") + 0.1 if opts else None
-    for reduction in REDUCTIONS:
-        _check(x0, t, w, reduction=reduction, **opts)
-    _check(x0, t, w, inplace=True, **opts)
+    with plan_override(**plan):
+        for reduction in REDUCTIONS:
+            _check(x0, t, w, reduction=reduction, **opts)
+        _check(x0, t, w, inplace=True, **opts)
 
 
 @pytest.mark.parametrize("device", DEVICES)

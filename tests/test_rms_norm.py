@@ -18,6 +18,7 @@ from utils import (
 )
 
 import liger_cpp  # noqa: F401
+from liger_cpp._testing import plan_override
 from liger_cpp.ops.rms_norm import rms_norm
 from liger_cpp.transformers import LigerRMSNorm, LigerRMSNormForGemma, liger_rms_norm
 
@@ -323,11 +324,12 @@ def test_cuda_tma(monkeypatch, shape, dtype, wkind, mode, offset):
     _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda", check_rstd=True)
 
 
-# Programmatic dependent launch (LIGER_CPP_PDL, default on) changes when kernels start, never what
-# they compute: the TMA backwards and their dW reductions give the same bits with it off.
+# Programmatic dependent launch (plan override pdl=on|off; LIGER_CPP_PDL the user's kill switch, read
+# once) changes when kernels start, never what they compute: the TMA backwards and their dW
+# reductions give the same bits with it off.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_pdl_same_bits(monkeypatch, dtype):
+def test_cuda_pdl_same_bits(dtype):
     from liger_cpp.ops.layer_norm import layer_norm
 
     x = torch.randn(3000, 4096, device="cuda", dtype=dtype, requires_grad=True)
@@ -336,9 +338,9 @@ def test_cuda_pdl_same_bits(monkeypatch, dtype):
     dy = torch.randn_like(x)
     grads = {}
     for pdl in ("on", "off"):
-        monkeypatch.setenv("LIGER_CPP_PDL", pdl)
-        rms = torch.autograd.grad(rms_norm(x, w, 1e-6), [x, w], dy)
-        ln = torch.autograd.grad(layer_norm(x, w, b, 1e-6), [x, w, b], dy)
+        with plan_override(pdl=pdl):
+            rms = torch.autograd.grad(rms_norm(x, w, 1e-6), [x, w], dy)
+            ln = torch.autograd.grad(layer_norm(x, w, b, 1e-6), [x, w, b], dy)
         grads[pdl] = rms + ln
     for a, c in zip(grads["on"], grads["off"]):
         assert torch.equal(a, c)
@@ -583,7 +585,6 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
         ("LIGER_CPP_RMS_TMA_PAIRS", "rms_tma"),
         ("LIGER_CPP_RMS_FWD_CH", "rms_fwd_gen"),
-        ("LIGER_CPP_PDL", "rms_tma"),
         ("LIGER_CPP_LN_BWD", "ln_bwd"),
         ("LIGER_CPP_LN_FWD_TY", "ln_bwd"),
         ("LIGER_CPP_LN_BWD_PAIR", "ln_bwd"),
@@ -593,7 +594,6 @@ def test_default_is_safe_in_a_residual(device):
         ("LIGER_CPP_RMS_FWD_L1HINT", "rms_fwd_wide"),
         ("LIGER_CPP_RMS_FWD_FIXED", "rms_fwd"),
         ("LIGER_CPP_RMS_BWD_ROWS", "rms_bwd_wide"),
-        ("LIGER_CPP_GLU_SILU", "swiglu"),
     ],
 )
 def test_cuda_unknown_kernel_knob_is_an_error(monkeypatch, var, op):

@@ -12,6 +12,7 @@ from reference import geglu_ref, swiglu_ref
 from utils import assert_close_to_ref
 
 import liger_cpp  # noqa: F401
+from liger_cpp._testing import plan_override
 from liger_cpp.ops.geglu import geglu
 from liger_cpp.ops.swiglu import swiglu
 from liger_cpp.transformers import (
@@ -131,66 +132,83 @@ def test_cuda_large(shape, dtype, kind):
     _run_case(kind, shape, dtype, "cuda", layout="chunked")
 
 
-# Both CUDA SiLU forms (LIGER_CPP_GLU_SILU, read on every call; see swiglu.cu's silu_rcp):
-# rcp (the default, no IEEE division) and div: same references and tolerances, extremes included.
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", ["rcp", "div"])
-@pytest.mark.parametrize("shape", CUDA_SHAPES + [(1, 769), (3, 5125), (2, 5, 123)])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_silu_variants(monkeypatch, variant, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_GLU_SILU", variant)
-    kind = KINDS[0]
-    _run_case(kind, shape, dtype, "cuda")
-    _run_case(kind, shape, dtype, "cuda", in_place=True)
-    if len(shape) == 2 and shape[0] > 1:
-        _run_case(kind, shape, dtype, "cuda", layout="chunked")
-    a = torch.tensor(
-        [
-            [
-                -1e4,
-                -100.0,
-                -88.5,
-                -87.5,
-                -20.0,
-                0.0,
-                20.0,
-                100.0,
-                1e4,
-                float("inf"),
-                float("-inf"),
-                float("nan"),
-            ]
-        ],
-        device="cuda",
-    )
-    b = torch.ones_like(a)
-    torch.testing.assert_close(swiglu(a, b), swiglu_ref(a, b), equal_nan=True)
+# The CUDA kernels (csrc/kernels/glu/glu.cu's plan, docs/kernels/glu.md): by default the dense
+# kernels (one row) and their row variant (16-byte aligned strided rows), the generic kernels for
+# misaligned operands (offset, odd chunked halves: one element an access); with the plan override
+# glu=generic the generic kernels with 16-byte vectors too (the path of more than 2^31 elements, on
+# small tensors). Shapes with more tiles than resident blocks, ragged ends, rows with ragged ends on
+# the vector path (rowpad), in place (da, db into a, b) and strided rows.
+GLU_PLANS = [{}, {"glu": "generic"}]
+GLU_PLAN_IDS = ["default", "generic"]
 
 
-# The CUDA grids (LIGER_CPP_GLU_GRID, read on every call; see swiglu.cu) for both directions:
-# persistent blocks walking tiles of several vectors a thread; small blocks of one vector a thread,
-# one tile each; the dense small-block kernels (the default; 32-bit indices; strided aligned rows
-# through their row variant; misaligned operands fall back to the persistent forward and the
-# small backward). Shapes with
-# more tiles than resident blocks, ragged ends, rows with ragged ends on the vector path (rowpad),
-# misaligned inputs (offset and odd chunked halves: the VEC = 1 kernels), in place (da, db into
-# a, b) and strided rows.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("grid", ["persistent", "small", "dense"])
+@pytest.mark.parametrize("plan", GLU_PLANS, ids=GLU_PLAN_IDS)
 @pytest.mark.parametrize(
     "shape",
     [(4096, 1024), (3, 14336), (1, 1000003), (1, 4000037), (1, 769), (3, 5125), (2, 5, 123), (1000, 1001)],
 )
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
-def test_cuda_grids(monkeypatch, grid, shape, dtype, kind):
-    monkeypatch.setenv("LIGER_CPP_GLU_GRID", grid)
-    for layout in ("contiguous", "rowpad", "offset"):
-        _run_case(kind, shape, dtype, "cuda", layout=layout)
-    _run_case(kind, shape, dtype, "cuda", in_place=True)
-    _run_case(kind, shape, dtype, "cuda", layout="offset", in_place=True)
-    if len(shape) == 2 and shape[0] > 1:
-        _run_case(kind, shape, dtype, "cuda", layout="chunked")
+def test_cuda_kernels(plan, shape, dtype, kind):
+    with plan_override(**plan):
+        for layout in ("contiguous", "rowpad", "offset"):
+            _run_case(kind, shape, dtype, "cuda", layout=layout)
+        _run_case(kind, shape, dtype, "cuda", in_place=True)
+        _run_case(kind, shape, dtype, "cuda", layout="offset", in_place=True)
+        if len(shape) == 2 and shape[0] > 1:
+            _run_case(kind, shape, dtype, "cuda", layout="chunked")
+
+
+# SiLU's sigmoid without an IEEE division (glu_act.cuh): the extremes (exp overflow, inf, NaN) in
+# every kernel family, against PyTorch.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("plan", GLU_PLANS, ids=GLU_PLAN_IDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_silu_extremes(plan, dtype):
+    vals = [
+        -1e4,
+        -100.0,
+        -88.5,
+        -87.5,
+        -20.0,
+        0.0,
+        20.0,
+        100.0,
+        1e4,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+    ]
+    a = torch.tensor([vals * 3], device="cuda", dtype=dtype)
+    b = torch.ones_like(a)
+    with plan_override(**plan):
+        for aa, bb in ((a, b), (a[:, 1:], b[:, 1:])):  # aligned, and one element off (the VEC = 1 kernels)
+            torch.testing.assert_close(swiglu(aa, bb), swiglu_ref(aa, bb), equal_nan=True)
+
+
+# More than 2^31 - 1 tiles of the generic backward (one tile a block, the grid capped at 2^31 - 1
+# blocks walking the rest grid-stride) and the generic forward: 2^31 + 3 rows of one element, a and b
+# interleaved in one (rows, 2) tensor (not 16-byte aligned: one element an access). Checked on rows
+# at both ends and around 2^31.
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+def test_cuda_over_2_31_tiles():
+    if torch.cuda.get_device_properties(0).total_memory < 48 * 2**30:
+        pytest.skip("needs about 30 GiB of GPU memory")
+    rows = 2**31 + 3
+    ab = torch.randn(rows, 2, device="cuda", dtype=torch.bfloat16)
+    a, b = ab[:, :1], ab[:, 1:]
+    c = torch.ops.liger.swiglu_fwd(a, b, False)
+    dc = torch.ones(rows, 1, device="cuda", dtype=torch.bfloat16)
+    da, db = torch.ops.liger.swiglu_bwd(dc, a, b)
+    idx = torch.tensor([0, 1, 2**31 - 2, 2**31 - 1, 2**31, 2**31 + 1, rows - 1], device="cuda")
+    idx = torch.cat([idx, torch.randint(0, rows, (1000,), device="cuda")])
+    a64 = a[idx].double().requires_grad_(True)
+    b64 = b[idx].double().requires_grad_(True)
+    c64 = swiglu_ref(a64, b64)
+    c64.backward(torch.ones_like(c64))
+    for got, want in ((c[idx], c64), (da[idx], a64.grad), (db[idx], b64.grad)):
+        torch.testing.assert_close(got.double(), want.detach(), rtol=2**-7, atol=1e-5, equal_nan=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -6,8 +6,8 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/cross_entropy_core.h"
-#include "kernels/cross_entropy/cross_entropy.h"
 #include "aten/cuda/cuda_common.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 
 namespace liger_cpp {
 

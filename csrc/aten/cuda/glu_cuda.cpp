@@ -6,8 +6,8 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/glu_checks.h"
-#include "kernels/glu/glu.h"
 #include "aten/cuda/cuda_common.h"
+#include "kernels/glu/glu.h"
 
 namespace liger_cpp {
 namespace {

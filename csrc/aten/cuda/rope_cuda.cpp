@@ -9,8 +9,8 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/rope_checks.h"
-#include "kernels/rope/rope.h"
 #include "aten/cuda/cuda_common.h"
+#include "kernels/rope/rope.h"
 
 namespace liger_cpp {
 namespace {

@@ -1,26 +1,56 @@
 // Host-side caches of the driver queries made while planning a launch
-// (occupancy, function attributes), shared by the norm and cross-entropy
-// launchers. In an unnamed namespace, as norm_common.cuh: each .cu gets its
-// own tables.
+// (occupancy, function attributes), shared by the launch plans, and the
+// programmatic-dependent-launch helpers. In an unnamed namespace, as
+// norm_common.cuh: each .cu gets its own tables.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "kernels/common/cluster.cuh"
-#include "kernels/common/env_knob.h"
+#include "kernels/common/plan_override.h"
 
 namespace liger_cpp::kernels {
+
+// Programmatic dependent launch (default on): `kern` is launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization where its code for this
+// device is sm_90+, so its blocks may become resident while the previous kernel
+// in the stream finishes (from that kernel's pdl_trigger, or its end) and wait
+// in pdl_wait: the launch gap and block start-up of a short kernel after a long
+// one (the norms' dW reduction) overlap the previous kernel's tail. Every
+// kernel launched this way calls pdl_wait before its first global read, so it
+// is correct whatever precedes it.
+//
+// LIGER_CPP_PDL=off is the user's kill switch, read once per process (outside
+// the unnamed namespace: one flag for every translation unit; a value other
+// than on / off is an error, on every call); the plan override pdl=on|off
+// takes precedence (tests and benchmarks toggle it per call).
+inline bool pdl_env_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LIGER_CPP_PDL");
+    if (e == nullptr || *e == '\0' || std::strcmp(e, "on") == 0) return true;
+    if (std::strcmp(e, "off") == 0) return false;
+    throw std::invalid_argument(
+        std::string("liger_cpp: environment variable LIGER_CPP_PDL: expected one of on, "
+                    "off (or unset), got '") +
+        e + "'");
+  }();
+  return on;
+}
+
 namespace {
 
-// Host-side caches of the driver calls made while planning a launch. The
-// norm backwards plan on every call (twice: workspace size, then launch; the
-// LayerNorm workspace plans every variant), and each occupancy query or
-// cudaFuncSetAttribute is a driver call, so their results are kept per thread
-// in small fixed tables: no allocation and no locks (each thread fills its own;
-// a miss only repeats the query). Keys include the device: function attributes
+// Host-side caches of the driver calls made while planning a launch. Plans
+// run on every call, and each occupancy query or cudaFuncSetAttribute is a
+// driver call, so their results are kept per thread in small fixed tables: no
+// allocation and no locks (each thread fills its own; a miss only repeats the
+// query). Keys include the device: function attributes
 // and occupancy belong to the device's context. Only successes are stored: a
 // failed call is cleared (cudaGetLastError, so no error is left for the
 // launcher's cudaGetLastError to report) and tried again on the next call.
@@ -196,16 +226,11 @@ int binary_version(const void* kern) {
   return fa.binaryVersion;
 }
 
-// Programmatic dependent launch (LIGER_CPP_PDL=on|off, read on every call;
-// default on): `kern` is launched with cudaLaunchAttributeProgrammatic-
-// StreamSerialization where its code for this device is sm_90+, so its blocks
-// may become resident while the previous kernel in the stream finishes (from
-// that kernel's pdl_trigger, or its end) and wait in pdl_wait: the launch gap
-// and block start-up of a short kernel after a long one (the norms' dW
-// reduction, 1.3 us gap + start-up at 16384 x 4096 on the H200) overlap the
-// previous kernel's tail. Every kernel launched this way calls pdl_wait before
-// its first global read, so it is correct whatever precedes it.
-inline bool pdl_enabled() { return env_choice("LIGER_CPP_PDL", {"on", "off"}) != 1; }
+// pdl_env_enabled(), unless the plan override says otherwise.
+inline bool pdl_enabled() {
+  const int forced = plan_override::forced(plan_override::Key::kPdl);
+  return forced < 0 ? pdl_env_enabled() : forced == 0;
+}
 
 // Sets *attr to programmatic stream serialization where PDL applies to `kern`
 // (enabled, sm_90+ code here); false, *attr untouched, elsewhere.

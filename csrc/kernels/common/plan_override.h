@@ -24,7 +24,11 @@
 namespace liger_cpp::kernels::plan_override {
 
 enum class Key : int {
-  kExample,  // placeholder until the first plan declares its keys; replace, do not keep
+  // Programmatic dependent launch and the GLU / cross-entropy plans (docs/tuning.md).
+  kPdl,
+  kGlu,
+  kCe,
+  kCeSmemBlocks,
   kCount
 };
 
@@ -35,7 +39,12 @@ struct KeyInfo {
 };
 
 inline constexpr KeyInfo kKeys[] = {
-    {"example", {"a", "b"}, "placeholder"},
+    {"pdl",
+     {"on", "off"},
+     "programmatic dependent launch of the kernels that use it (default: LIGER_CPP_PDL)"},
+    {"glu", {"generic"}, "SwiGLU/GeGLU: the generic int64 kernels (16-byte vectors where aligned)"},
+    {"ce", {"two_pass", "cluster", "smem"}, "cross-entropy row kernel, where it can run"},
+    {"ce_smem_blocks", {"1", "2", "4", "8"}, "cross-entropy smem kernel: blocks (a cluster) per row"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 

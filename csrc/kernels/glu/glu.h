@@ -19,10 +19,8 @@
 
 namespace liger_cpp::kernels {
 
-// kSiluRcp is kernel-internal: SiLU with the sigmoid's reciprocal taken without
-// an IEEE division, which glu_fwd/glu_bwd run for kSilu unless
-// LIGER_CPP_GLU_SILU=div (see swiglu.cu); callers pass kSilu.
-enum class GluAct : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2, kSiluRcp = 3 };
+// The activation (the ATen side's GluKind, same values).
+enum class GluAct : int { kSilu = 0, kGeluTanh = 1, kGeluErf = 2 };
 
 struct GluFwdArgs {
   const void* a;
@@ -52,6 +50,8 @@ struct GluBwdArgs {
   DType dtype;  // of every tensor
 };
 
+// Plan (glu.cu: which kernel and grid, from the shape, the alignment and the device) and
+// launch, once per call.
 cudaError_t glu_fwd(const GluFwdArgs& a, int sm_count, cudaStream_t stream);
 cudaError_t glu_bwd(const GluBwdArgs& a, int sm_count, cudaStream_t stream);
 

@@ -1,4 +1,5 @@
-// RoPE / mRoPE forward and backward kernel (see rope.h for the math).
+// RoPE / mRoPE forward and backward kernel (see rope.h for the math), its launch
+// plan and launch (which build runs for which layout: docs/kernels/rope.md).
 //
 // Memory-bound: every element of q and k is read once and written once, so the
 // kernel is built to keep many independent 16-byte loads in flight.
@@ -222,46 +223,67 @@ bool vec_ok(const RopeArgs& a, int64_t v, int elem, int cs_elem) {
          a.sin_ss % v == 0;
 }
 
-template <typename T, typename C, int V>
-cudaError_t launch(const RopeArgs& a, int sm_count, cudaStream_t stream) {
-  const int64_t slots = a.head_dim / 2 / V;
-  const int64_t groups_q = ceil_div(a.q.heads, kHeads), groups_k = ceil_div(a.k.heads, kHeads);
-  const int64_t groups = groups_q + groups_k;
-  const int64_t total = a.batch * a.seq * groups * slots;
-  const int64_t want = ceil_div(total, kThreads);
+// One call's launch: the vector width, the index type and the grid.
+struct RopePlan {
+  int vec;  // V: elements per access, the widest legal (vec_ok)
+  int64_t slots, groups_q, groups, total;
+  int64_t grid;
+  bool idx64;  // 64-bit index arithmetic (the loop's indices reach 2^32)
+};
+
+// The plan for q/k elements of `elem` bytes and cos/sin of `cs_elem` bytes.
+RopePlan plan_rope(const RopeArgs& a, int elem, int cs_elem, int sm_count) {
+  RopePlan p{};
+  const int max_vec = 16 / elem;
+  p.vec = max_vec >= 8 && vec_ok(a, 8, elem, cs_elem) ? 8
+          : vec_ok(a, 4, elem, cs_elem)               ? 4
+          : vec_ok(a, 2, elem, cs_elem)               ? 2
+                                                      : 1;
+  p.slots = a.head_dim / 2 / p.vec;
+  p.groups_q = ceil_div(a.q.heads, kHeads);
+  p.groups = p.groups_q + ceil_div(a.k.heads, kHeads);
+  p.total = a.batch * a.seq * p.groups * p.slots;
+  const int64_t want = ceil_div(p.total, kThreads);
   // Enough blocks for many waves of resident blocks; beyond that the grid-stride loop.
   const int64_t cap = static_cast<int64_t>(sm_count > 0 ? sm_count : 132) * (2048 / kThreads) * 16;
-  const int64_t grid = want < cap ? want : cap;
-  const int64_t reach = total + grid * kThreads;  // largest index value the loop forms
-  if (reach < (int64_t{1} << 32)) {
-    using I = uint32_t;
-    if (a.backward)
-      rope_kernel<T, C, V, true, I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-          a, I(total), I(slots), I(groups_q), I(groups), I(a.seq));
-    else
-      rope_kernel<T, C, V, false, I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-          a, I(total), I(slots), I(groups_q), I(groups), I(a.seq));
-  } else {
-    using I = uint64_t;
-    if (a.backward)
-      rope_kernel<T, C, V, true, I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-          a, I(total), I(slots), I(groups_q), I(groups), I(a.seq));
-    else
-      rope_kernel<T, C, V, false, I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-          a, I(total), I(slots), I(groups_q), I(groups), I(a.seq));
-  }
+  p.grid = want < cap ? want : cap;
+  const int64_t reach = p.total + p.grid * kThreads;  // largest index value the loop forms
+  p.idx64 = reach >= (int64_t{1} << 32);
+  return p;
+}
+
+template <typename T, typename C, int V, typename I>
+cudaError_t launch_kernel(const RopePlan& p, const RopeArgs& a, cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(p.grid);
+  if (a.backward)
+    rope_kernel<T, C, V, true, I>
+        <<<grid, kThreads, 0, stream>>>(a, I(p.total), I(p.slots), I(p.groups_q), I(p.groups), I(a.seq));
+  else
+    rope_kernel<T, C, V, false, I>
+        <<<grid, kThreads, 0, stream>>>(a, I(p.total), I(p.slots), I(p.groups_q), I(p.groups), I(a.seq));
   return cudaGetLastError();
 }
 
+template <typename T, typename C, int V>
+cudaError_t launch_vec(const RopePlan& p, const RopeArgs& a, cudaStream_t stream) {
+  return p.idx64 ? launch_kernel<T, C, V, uint64_t>(p, a, stream)
+                 : launch_kernel<T, C, V, uint32_t>(p, a, stream);
+}
+
 template <typename T, typename C>
-cudaError_t launch_widest(const RopeArgs& a, int sm_count, cudaStream_t stream) {
-  constexpr int kMax = 16 / static_cast<int>(sizeof(T));
-  constexpr int e = static_cast<int>(sizeof(T)), ce = static_cast<int>(sizeof(C));
-  if constexpr (kMax >= 8)
-    if (vec_ok(a, 8, e, ce)) return launch<T, C, 8>(a, sm_count, stream);
-  if (vec_ok(a, 4, e, ce)) return launch<T, C, 4>(a, sm_count, stream);
-  if (vec_ok(a, 2, e, ce)) return launch<T, C, 2>(a, sm_count, stream);
-  return launch<T, C, 1>(a, sm_count, stream);
+cudaError_t launch(const RopePlan& p, const RopeArgs& a, cudaStream_t stream) {
+  switch (p.vec) {
+    case 8:
+      if constexpr (16 / sizeof(T) >= 8) return launch_vec<T, C, 8>(p, a, stream);
+      break;
+    case 4:
+      return launch_vec<T, C, 4>(p, a, stream);
+    case 2:
+      return launch_vec<T, C, 2>(p, a, stream);
+    case 1:
+      return launch_vec<T, C, 1>(p, a, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -274,8 +296,9 @@ cudaError_t rope(const RopeArgs& a, int sm_count, cudaStream_t stream) {
   if (a.cs_dtype != DType::kFloat32 && a.cs_dtype != a.dtype) return cudaErrorInvalidValue;
   return dispatch_dtype(a.dtype, [&](auto tv) {
     using T = decltype(tv);
-    if (a.cs_dtype == DType::kFloat32) return launch_widest<T, float>(a, sm_count, stream);
-    return launch_widest<T, T>(a, sm_count, stream);
+    const int elem = static_cast<int>(sizeof(T));
+    if (a.cs_dtype == DType::kFloat32) return launch<T, float>(plan_rope(a, elem, 4, sm_count), a, stream);
+    return launch<T, T>(plan_rope(a, elem, elem, sm_count), a, stream);
   });
 }
 
