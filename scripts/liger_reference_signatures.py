@@ -23,7 +23,7 @@ SKIP_PARTS = ("backends", "cutile", "cutedsl", "cute", "megatron", "testing", "_
 SKIP_MODULES = {"liger_kernel.ops.fused_moe_kernels", "liger_kernel.ops.configure", "liger_kernel.functional"}
 # Private names that Hugging Face, TRL, Axolotl or LLaMA-Factory import.
 PRIVATE_KEPT = {"_apply_liger_kernel", "_apply_liger_kernel_to_instance", "_FSDPForwardRedirection"}
-CONSTANTS = {"MODEL_TYPE_TO_APPLY_LIGER_FN", "PEFT_AVAILABLE"}
+CONSTANTS = {"MODEL_TYPE_TO_APPLY_LIGER_FN", "PEFT_AVAILABLE", "torch_to_triton_dtype"}
 
 
 def params(fn, drop):
@@ -89,8 +89,10 @@ def scan(mod, source, known_functions, known_modules, is_package):
                 fwd = _method(node, "forward")
                 entry = {"kind": "autograd_function"}
                 if fwd is not None:
-                    decos = [ast.unparse(d) for d in fwd.decorator_list]
-                    entry["apply"] = params(fwd, 2 if "classmethod" in decos else 1)
+                    # forward(ctx, ...), classmethod forward(cls, ctx, ...), or the bases' static
+                    # forward(cls, ctx, ...): .apply takes what follows ctx.
+                    first = [a.arg for a in fwd.args.args[:2]]
+                    entry["apply"] = params(fwd, first.index("ctx") + 1 if "ctx" in first else 1)
                 names[node.name] = entry
             elif _is_module_class(node, known_modules):
                 known_modules.add(node.name)
@@ -128,11 +130,14 @@ def scan(mod, source, known_functions, known_modules, is_package):
                     and node.value.attr == "apply"
                 ):  # liger_fused_linear_dpo = LigerFusedLinearDPOFunction.apply
                     names[t.id] = {"kind": "apply_of", "function": ast.unparse(node.value.value)}
-    for node in tree.body if is_package else ():  # a package's re-exports (a module's imports are its own)
+    # A package's re-exports; a module's imports are its own, except the private names other
+    # projects import through it (Axolotl: _FSDPForwardRedirection from ...trainer.orpo_trainer).
+    top = [n for node in tree.body for n in ([node] + (node.body if isinstance(node, ast.Try) else []))]
+    for node in top:  # (imports guarded by try: count too, e.g. transformers.trainer's)
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("liger_kernel"):
             for a in node.names:
                 local = a.asname or a.name
-                if local.startswith("_") and local not in PRIVATE_KEPT:
+                if (local.startswith("_") or not is_package) and local not in PRIVATE_KEPT:
                     continue
                 names.setdefault(local, {"kind": "alias", "target": f"{node.module}.{a.name}"})
     return names
