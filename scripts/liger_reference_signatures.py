@@ -75,9 +75,9 @@ def scan(mod, source, known_functions, known_modules, is_package):
         if isinstance(node, ast.FunctionDef):
             if node.name.startswith("_") and node.name not in PRIVATE_KEPT:
                 continue
-            if node.name.endswith("_kernel") or any(
-                ast.unparse(d).startswith(("triton.", "tl.")) for d in node.decorator_list
-            ):
+            triton_kernel = node.name.endswith("_kernel") and mod.startswith("liger_kernel.ops")
+            decorators = [ast.unparse(d) for d in node.decorator_list]
+            if triton_kernel or any(d.startswith(("triton.", "tl.")) for d in decorators):
                 continue
             names[node.name] = {"kind": "function", "params": params(node, 0)}
         elif isinstance(node, ast.ClassDef):

@@ -137,6 +137,7 @@ def _raiser(msg: str, sig: inspect.Signature, name: str, qualname: str, module: 
     stub.__signature__ = sig
     stub.__name__, stub.__qualname__, stub.__module__ = name, qualname, module
     stub.__doc__ = msg
+    stub._liger_cpp_missing = True
     return stub
 
 
@@ -266,8 +267,8 @@ class _Finder(importlib.abc.MetaPathFinder):
     """Makes the reference's liger_kernel modules that have no file here (after the path finders)."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if not fullname.startswith("liger_kernel.") or fullname not in MODULES:
-            return None
+        if not fullname.startswith("liger_kernel.") or not (fullname in MODULES or _is_package(fullname)):
+            return None  # (a package of the reference may have no names of its own, or no __init__)
         pkg = _is_package(fullname)
         spec = importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=pkg)
         if pkg:
