@@ -126,14 +126,18 @@ def liger_geglu(a, b):
 
 _OURS = liger_fused_linear_cross_entropy
 _WARNED = []
+_SAVED = []  # the patched forward's own fused loss, while a replacement is routed in
 
 
 def _route_patched_forward(fn) -> None:
     from liger_cpp.transformers import causal_lm
 
     if fn is _OURS:
-        causal_lm.liger_fused_linear_cross_entropy = _cpp.liger_fused_linear_cross_entropy
+        if _SAVED:
+            causal_lm.liger_fused_linear_cross_entropy = _SAVED.pop()
         return
+    if not _SAVED:
+        _SAVED.append(causal_lm.liger_fused_linear_cross_entropy)
 
     def routed(input, weight, target, bias=None, *, logit_scale=1.0, **kwargs):
         if logit_scale != 1.0:  # Granite: not expressible through Liger-Kernel's signature
