@@ -35,16 +35,29 @@ def _same_tree(installed: str, source: str) -> bool:
     return True
 
 
-def install_compat(target: str) -> None:
-    """pip install --no-deps --target `target` ./compat (the build leaves compat/ as it was)."""
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
-        + ["--no-build-isolation", "--target", target, COMPAT],
-        check=True,
-        capture_output=True,
+def staged_source(workdir: str) -> str:
+    """A copy of compat/ (with the liger_cpp/_version.py its setup.py reads) under workdir: pip's
+    in-tree build then writes nothing into the checkout, and parallel test workers do not share a
+    build directory."""
+    shutil.copytree(
+        COMPAT,
+        os.path.join(workdir, "compat"),
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
     )
-    for leftover in ("build", "liger_kernel.egg-info"):
-        shutil.rmtree(os.path.join(COMPAT, leftover), ignore_errors=True)
+    os.makedirs(os.path.join(workdir, "liger_cpp"))
+    shutil.copy(os.path.join(REPO, "liger_cpp", "_version.py"), os.path.join(workdir, "liger_cpp"))
+    return os.path.join(workdir, "compat")
+
+
+def install_compat(target: str) -> None:
+    """pip install --no-deps --target `target` ./compat (from a staged copy of compat/)."""
+    with tempfile.TemporaryDirectory(prefix="liger_kernel_src_") as work:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
+            + ["--no-build-isolation", "--target", target, staged_source(work)],
+            check=True,
+            capture_output=True,
+        )
 
 
 def ensure_compat() -> str:

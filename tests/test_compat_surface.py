@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import torch
-from compat_env import COMPAT, REPO, ensure_compat
+from compat_env import COMPAT, REPO, ensure_compat, staged_source
 
 ensure_compat()
 
@@ -88,11 +88,10 @@ def test_pip_install_and_uninstall(tmp_path):
     )
     py = str(venv / "bin" / "python")
     pip = [py, "-m", "pip", "--disable-pip-version-check", "-q"]
+    src = staged_source(str(tmp_path))  # compat/ as in the checkout, built outside it
     subprocess.run(
-        pip + ["install", "--no-deps", "--no-build-isolation", COMPAT], check=True, capture_output=True
+        pip + ["install", "--no-deps", "--no-build-isolation", src], check=True, capture_output=True
     )
-    for leftover in ("build", "liger_kernel.egg-info"):
-        subprocess.run(["rm", "-rf", os.path.join(COMPAT, leftover)], check=True)
     site = subprocess.check_output(
         [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
     )
