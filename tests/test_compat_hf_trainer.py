@@ -61,7 +61,7 @@ def dataset(n=8, t=10):
     return rows
 
 
-def train(model, out_dir, liger: bool):
+def train(model, out_dir, liger: bool, cuda_bf16: bool = False):
     args = transformers.TrainingArguments(
         output_dir=str(out_dir),
         max_steps=2,
@@ -73,7 +73,8 @@ def train(model, out_dir, liger: bool):
         logging_steps=1,
         report_to="none",
         save_strategy="no",
-        use_cpu=True,
+        use_cpu=not cuda_bf16,
+        bf16=cuda_bf16,  # autocast, fp32 master weights
         seed=0,
         dataloader_num_workers=0,
         disable_tqdm=True,
@@ -121,3 +122,21 @@ def test_trainer_unsupported_model_type_trains_unpatched(tmp_path):
     with pytest.warns(UserWarning, match="no Liger kernels for model_type 'gpt2'.*unpatched"):
         losses, _, ops = train(model, tmp_path, liger=True)
     assert len(losses) == 2 and not ops
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA: the same training in bf16 on a GPU")
+@pytest.mark.parametrize("model_type", ["llama", "gemma"])
+def test_trainer_use_liger_kernel_cuda_bf16(model_type, tmp_path):
+    ref = build(model_type).cuda()
+    model = build(model_type).cuda()
+    model.load_state_dict(ref.state_dict())
+    losses0, _, _ = train(ref, tmp_path / "hf", liger=False, cuda_bf16=True)
+    try:
+        losses1, _, ops1 = train(model, tmp_path / "liger", liger=True, cuda_bf16=True)
+    finally:
+        mp.revert_liger_kernel()
+        mp.revert_liger_kernel(model=model)
+    assert set(OPS[model_type]) <= ops1, sorted(ops1)
+    # bf16 GEMMs and activations in both runs, rounded at different points: Liger-Kernel's bf16
+    # convergence tests compare losses to 1e-2.
+    torch.testing.assert_close(torch.tensor(losses1), torch.tensor(losses0), rtol=1e-2, atol=1e-2)

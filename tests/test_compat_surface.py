@@ -567,3 +567,18 @@ def test_silu_mul_multipliers_and_fused_linear_cross_entropy_tuple():
     loss, z, acc, pred = ops.LigerFusedLinearCrossEntropyFunction.apply(x, w, t)
     torch.testing.assert_close(loss, torch.nn.functional.cross_entropy((x @ w.T).float(), t).to(loss.dtype))
     assert z is None and acc is None and pred is None
+
+
+def test_chunked_loss_results_have_liger_shapes():
+    """(loss, metrics) with Liger-Kernel's metric tuples: DPO, CPO, SimPO 7 (logps, logits means,
+    nll, rewards), ORPO 9 (+ log_odds_ratio, log_odds_chosen), KTO 6 (sums)."""
+    from liger_kernel.chunked_loss import functional as kcf
+
+    for name, n in [("dpo", 7), ("orpo", 9), ("cpo", 7), ("simpo", 7), ("kto", 6)]:
+        values = _chunked_cases()[name]
+        loss, metrics = getattr(kcf, f"liger_fused_linear_{name}")(**values)
+        assert loss.dim() == 0 and isinstance(metrics, tuple) and len(metrics) == n, (name, len(metrics))
+        assert all(isinstance(m, torch.Tensor) for m in metrics)
+    B = _chunked_cases()["dpo"]["target"].shape[0] // 2
+    _, m = kcf.liger_fused_linear_dpo(**_chunked_cases()["dpo"])
+    assert [tuple(t.shape) for t in m] == [(B,), (B,), (), (), (), (B,), (B,)]
