@@ -582,3 +582,93 @@ def test_chunked_loss_results_have_liger_shapes():
     B = _chunked_cases()["dpo"]["target"].shape[0] // 2
     _, m = kcf.liger_fused_linear_dpo(**_chunked_cases()["dpo"])
     assert [tuple(t.shape) for t in m] == [(B,), (B,), (), (), (), (B,), (B,)]
+
+
+def test_rope_variants_of_liger():
+    """liger_kernel.transformers.rope's GPT-OSS (whole head, cos / sin of width head_dim / 2) and
+    Qwen3-VL vision ((seq, heads, head_dim) layout, float32 math) replacements."""
+    from liger_kernel.transformers.rope import liger_rotary_pos_emb_gpt_oss, liger_rotary_pos_emb_vision
+
+    g, r = _data(4)
+
+    def rotate(x, cos, sin):  # HF's rotate-half formula
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
+
+    q, k, f = r(2, 4, 5, 8), r(2, 2, 5, 8), r(1, 5, 4)
+    got = liger_rotary_pos_emb_gpt_oss(q, k, f.cos(), f.sin())
+    cos, sin = torch.cat([f.cos()] * 2, -1)[:, None], torch.cat([f.sin()] * 2, -1)[:, None]
+    _close_tol = dict(rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got[0], rotate(q, cos, sin), **_close_tol)
+    torch.testing.assert_close(got[1], rotate(k, cos, sin), **_close_tol)
+    qv, kv, fv = r(5, 3, 8).to(torch.bfloat16), r(5, 3, 8).to(torch.bfloat16), r(5, 4)
+    cv, sv = torch.cat([fv.cos()] * 2, -1), torch.cat([fv.sin()] * 2, -1)
+    got = liger_rotary_pos_emb_vision(qv, kv, cv, sv)
+    assert got[0].dtype == torch.bfloat16 and got[0].shape == qv.shape
+    want = rotate(qv.double(), cv[:, None], sv[:, None]).to(torch.bfloat16)
+    torch.testing.assert_close(got[0], want, rtol=1.6e-2, atol=1e-2)
+
+
+def test_fsdp_forward_redirection():
+    """_FSDPForwardRedirection runs a method inside the wrapper's forward (FSDP1's all-gather
+    around it), and the wrapped module's forward is its own again afterwards."""
+    from liger_kernel.transformers.fsdp import _FSDPForwardRedirection
+
+    events = []
+
+    class Wrapper(torch.nn.Module):  # stands in for FullyShardedDataParallel: hooks around forward
+        def __init__(self, inner):
+            super().__init__()
+            self._fsdp_wrapped_module = inner
+
+        def forward(self, *args, **kwargs):
+            events.append("gather")
+            out = self._fsdp_wrapped_module(*args, **kwargs)
+            events.append("release")
+            return out
+
+    inner = torch.nn.Linear(3, 2)
+    wrapper = Wrapper(inner)
+
+    def method(module, x, scale=1.0):
+        events.append("method")
+        return module(x) * scale
+
+    x = torch.randn(4, 3)
+    out = _FSDPForwardRedirection()(wrapper, method, inner, x, scale=2.0)
+    assert events == ["gather", "method", "release"]
+    torch.testing.assert_close(out, inner(x) * 2.0)
+    assert "forward" not in vars(inner)
+
+
+@pytest.mark.parametrize("num_items", [None, 5])
+def test_liger_for_causal_lm_loss(num_items, monkeypatch):
+    """Axolotl's generic forward calls LigerForCausalLMLoss(hidden_states, lm_head_weight, labels,
+    hidden_size, ...): HF's ForCausalLMLoss, through liger_kernel.transformers.functional at call
+    time (a replacement there applies; kwargs outside its signature are dropped)."""
+    from liger_kernel.transformers import functional
+    from liger_kernel.transformers.model.loss_utils import LigerForCausalLMLoss
+
+    g, r = _data(6)
+    h, w = r(2, 5, 6).requires_grad_(True), r(9, 6)
+    labels = torch.randint(0, 9, (2, 5), generator=g)
+    labels[0, :2] = -100
+    n = None if num_items is None else torch.tensor(num_items)
+    target = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:].reshape(-1)
+    logits = (h @ w.T).reshape(-1, 9)
+    want = torch.nn.functional.cross_entropy(logits, target, reduction="sum" if n is not None else "mean")
+    want = want / n if n is not None else want
+    calls = []
+    fn = functional.liger_fused_linear_cross_entropy
+    monkeypatch.setattr(
+        functional, "liger_fused_linear_cross_entropy", lambda *a, **k: calls.append(k) or fn(*a, **k)
+    )
+    got = LigerForCausalLMLoss(h, w, labels, 6, num_items_in_batch=n, not_an_option=1, accum_dtype=None)
+    torch.testing.assert_close(got, want)
+    assert len(calls) == 1 and "not_an_option" not in calls[0]
+    out = LigerForCausalLMLoss(h, w, labels, 6, num_items_in_batch=n, return_token_accuracy=True)
+    torch.testing.assert_close(out.loss, want)
+    valid = target != -100
+    torch.testing.assert_close(
+        out.token_accuracy, ((logits.argmax(-1) == target) & valid).sum() / valid.sum()
+    )
