@@ -1,6 +1,6 @@
 """Hugging Face transformers (5.x) integration with Liger-Kernel's names: ``apply_liger_kernel_to_*``.
 
-What each flag patches (per model type, see ``_SPECS``):
+What each flag patches (per model type, see ``specs.SPECS``):
 
 * ``rms_norm``: every RMSNorm of the model (decoder, q/k norms, vision / projector norms of the
   same class) -> ``LigerRMSNorm`` (Gemma's offset / casting where the model has them);
