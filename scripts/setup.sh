@@ -12,4 +12,7 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then ex
 t0=$(date +%s)
 MAX_JOBS=${MAX_JOBS:-2} $PY -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 echo "liger_cpp build: $(( $(date +%s) - t0 )) s"
+# The liger-kernel compatibility package (import name liger_kernel, backed by liger_cpp): what the
+# tests/test_compat_*.py integration tests run Hugging Face / TRL through, as a user would.
+$PY -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps ./compat
 $PY -m liger_cpp.env

@@ -398,8 +398,14 @@ def test_bad_inputs(device):
         LigerFusedLinearDPOLoss(loss_type="nope")
     with pytest.raises(ValueError, match="ref_input"):
         LigerFusedLinearDPOLoss()(w, x, t, b)
-    with pytest.raises(RuntimeError, match="argument 'label_smoothing'"):
-        LigerFusedLinearDPOLoss(loss_type="exo_pair")(w, x, t, b, rx, rw, rb)
+    # As Liger-Kernel: a label_smoothing the loss type is undefined for is a ValueError at
+    # construction (and from the functional); the raw op's check is a RuntimeError (below).
+    with pytest.raises(ValueError, match="argument 'label_smoothing'.*exo_pair"):
+        LigerFusedLinearDPOLoss(loss_type="exo_pair")
+    with pytest.raises(ValueError, match="argument 'label_smoothing'.*robust"):
+        LigerFusedLinearDPOLoss(loss_type="robust", label_smoothing=0.5)
+    with pytest.raises(ValueError, match="argument 'label_smoothing'"):
+        liger_fused_linear_dpo(x, w, t, b, rx, rw, rb, loss_type="sigmoid", label_smoothing=1.5)
     bad_t = t.clone()
     bad_t[1, 2] = 20  # V = 20
     op = torch.ops.liger.fused_linear_preference_fwd

@@ -62,17 +62,18 @@ def _ds_config(stage):
 
 
 def _count_flce_calls():
-    """Wraps liger_cpp's FLCE op (looked up at call time by the patched forward); returns the counter."""
-    from liger_cpp.transformers import functional
+    """Wraps liger_cpp's FLCE op (the patched forward calls causal_lm's module attribute); returns
+    the counter."""
+    from liger_cpp.transformers import causal_lm
 
     calls = [0]
-    fn = functional.liger_fused_linear_cross_entropy
+    fn = causal_lm.liger_fused_linear_cross_entropy
 
     def counted(*args, **kwargs):
         calls[0] += 1
         return fn(*args, **kwargs)
 
-    functional.liger_fused_linear_cross_entropy = counted
+    causal_lm.liger_fused_linear_cross_entropy = counted
     return calls
 
 

@@ -10,6 +10,7 @@ from hf_models import single_thread  # noqa: E402,F401  (autouse fixture)
 
 from liger_cpp import demo  # noqa: E402
 from liger_cpp.transformers import monkey_patch as mp  # noqa: E402
+from liger_cpp.transformers.monkey_patch import revert  # noqa: E402
 
 
 def test_corpus_is_shipped_bytes():
@@ -33,7 +34,7 @@ def test_worker_runs_match_and_report(capsys):
     try:
         for run in ("hf", "liger"):
             results[run] = demo.worker(argparse.Namespace(run=run, **vars(args)))
-        assert mp._ORIGINALS  # the liger run patched Llama
+        assert revert._ORIGINALS  # the liger run patched Llama
     finally:
         mp.revert_liger_kernel()
     hf, lg = results["hf"], results["liger"]

@@ -172,41 +172,35 @@ def test_return_dict_false_and_skip_logits():
     torch.testing.assert_close(out.loss, t0[0], **TOL)
 
 
-def test_cross_entropy_patches_only_the_models_loss():
+def _spy(monkeypatch, calls):
+    """Record the liger_cpp loss functions the patched forward calls (by their module attribute)."""
+    for name in ("liger_cross_entropy", "liger_fused_linear_cross_entropy"):
+        fn = getattr(causal_lm, name)
+        monkeypatch.setattr(causal_lm, name, lambda *a, _f=fn, _n=name, **k: calls.append(_n) or _f(*a, **k))
+
+
+def test_cross_entropy_patches_only_the_models_loss(monkeypatch):
     ce = F.cross_entropy
     ref, model = pair("qwen2", "ce")
     lt.apply_liger_kernel_to_llama(cross_entropy=True, fused_linear_cross_entropy=False)  # class level
     assert F.cross_entropy is ce and torch.nn.functional.cross_entropy is ce
     ids, labels = batch()
     calls = []
-    orig = causal_lm.liger_fn
-
-    def spy(name):
-        calls.append(name)
-        return orig(name)
-
-    causal_lm.liger_fn = spy
-    try:
-        o0, g0 = run(ref, ids, labels, num_items_in_batch=torch.tensor(11))
-        o1, g1 = run(model, ids, labels, num_items_in_batch=torch.tensor(11))
-    finally:
-        causal_lm.liger_fn = orig
+    _spy(monkeypatch, calls)
+    o0, g0 = run(ref, ids, labels, num_items_in_batch=torch.tensor(11))
+    o1, g1 = run(model, ids, labels, num_items_in_batch=torch.tensor(11))
     assert calls == ["liger_cross_entropy"]
     same(o1, g1, o0, g0)
     torch.testing.assert_close(o1.logits, o0.logits, **TOL)
 
 
-def test_flce_is_what_runs():
+def test_flce_is_what_runs(monkeypatch):
     ref, model = pair("llama")
     calls = []
-    orig = causal_lm.liger_fn
-    causal_lm.liger_fn = lambda name: calls.append(name) or orig(name)
-    try:
-        run(model, *batch())
-        model.eval()
-        model(input_ids=batch()[0], labels=batch()[1])  # eval: HF's loss on materialised logits
-    finally:
-        causal_lm.liger_fn = orig
+    _spy(monkeypatch, calls)
+    run(model, *batch())
+    model.eval()
+    model(input_ids=batch()[0], labels=batch()[1])  # eval: HF's loss on materialised logits
     assert calls == ["liger_fused_linear_cross_entropy"]
 
 

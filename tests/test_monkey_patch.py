@@ -22,8 +22,8 @@ from hf_models import (  # noqa: E402
 from torch import nn  # noqa: E402
 
 import liger_cpp.transformers as lt  # noqa: E402
-from liger_cpp.transformers import causal_lm  # noqa: E402
 from liger_cpp.transformers import monkey_patch as mp  # noqa: E402
+from liger_cpp.transformers.monkey_patch import instance, revert, specs  # noqa: E402
 
 OFF = {"rope": False, "cross_entropy": False, "fused_linear_cross_entropy": False}
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -37,17 +37,17 @@ def assert_grads(g1, g0):
 
 
 def hf_module(model_type):
-    return importlib.import_module(mp._SPECS[model_type].module)
+    return importlib.import_module(specs.SPECS[model_type].module)
 
 
 def assert_patched(model, model_type, layer_norm=True):
     """Every RMSNorm / gated MLP (/ vision LayerNorm) of the model is liger_cpp's."""
-    spec = mp._SPECS[model_type]
-    hf_norm = mp._original(hf_module(model_type), spec.norm)
+    spec = specs.SPECS[model_type]
+    hf_norm = revert.original(hf_module(model_type), spec.norm)
     mods = list(model.modules())
     assert not any(type(m) is hf_norm for m in mods)
     assert sum(isinstance(m, lt.LigerRMSNorm) for m in mods) >= 5
-    _, layers = mp._text_model(model)
+    _, layers = instance._text_model(model)
     for layer in layers:
         mlp = layer.mlp if isinstance(layer.mlp, LIGER_MLPS) else layer.mlp.experts
         assert isinstance(mlp, LIGER_MLPS), type(mlp)
@@ -111,7 +111,7 @@ def test_class_level_matches_hf(model_type):
     model = build(model_type)
     assert_patched(model, model_type)
     if model_type.startswith("gemma"):
-        norm = mp._text_model(model)[0].norm
+        norm = instance._text_model(model)[0].norm
         assert (norm.offset, norm.casting_mode) == (1.0, "gemma")
         assert norm.in_place is False
     model.load_state_dict(ref_model.state_dict())
@@ -165,20 +165,27 @@ def test_flag_errors_change_nothing():
     model = build("glm4")
     with pytest.raises(NotImplementedError, match="rope=False"):
         lt.apply_liger_kernel_to_glm4(rope=True, model=model)
-    assert not mp._ORIGINALS
+    assert not revert._ORIGINALS
     assert_unpatched(model)
 
 
-def test_bad_flags_are_type_errors():
+def test_bad_flags_apply_strict_entry_points_lenient():
+    """liger_cpp's apply functions reject an unknown flag; _apply_liger_kernel(_to_instance), which
+    Hugging Face's Trainer calls with one config for every model type, drops the flags a model
+    type's apply function does not take, with one warning naming them (as Liger-Kernel)."""
     with pytest.raises(TypeError, match="swigluu"):
         lt.apply_liger_kernel_to_llama(swigluu=True)
-    with pytest.raises(TypeError, match="swiglu"):
-        lt._apply_liger_kernel("gemma", swiglu=True)  # Gemma takes geglu
-    with pytest.raises(TypeError, match="layer_norm"):
-        lt._apply_liger_kernel("qwen2_5_vl", layer_norm=True)  # no LayerNorm in Qwen2.5-VL
-    with pytest.raises(TypeError, match="nope"):
-        lt._apply_liger_kernel_to_instance(build("qwen2"), nope=1)
-    assert hf_module("gemma").GemmaMLP.__name__ == "GemmaMLP"
+    with pytest.warns(UserWarning, match=r"\['swiglu'\] do not apply to model_type 'gemma'") as rec:
+        lt._apply_liger_kernel("gemma", swiglu=True, geglu=False, **OFF)  # Gemma takes geglu
+    assert len([w for w in rec if "do not apply" in str(w.message)]) == 1
+    assert hf_module("gemma").GemmaMLP.__name__ == "GemmaMLP"  # geglu=False was applied
+    assert hf_module("gemma").GemmaRMSNorm is lt.LigerRMSNormForGemma
+    with pytest.warns(UserWarning, match=r"\['layer_norm', 'nope'\]"):
+        lt._apply_liger_kernel("qwen2_5_vl", layer_norm=True, nope=1, **OFF)  # no LayerNorm in Qwen2.5-VL
+    model = build("qwen2")
+    with pytest.warns(UserWarning, match=r"\['nope'\] do not apply"):
+        lt._apply_liger_kernel_to_instance(model, nope=1, rope=False)
+    assert_patched(model, "qwen2")
 
 
 def test_wrong_model_is_a_clear_error_and_not_half_patched():
@@ -202,7 +209,7 @@ def test_revert_restores_everything():
     forward = mod.Qwen3ForCausalLM.forward
     lt.apply_liger_kernel_to_qwen3()
     assert mod.Qwen3RMSNorm is lt.LigerRMSNorm and mod.Qwen3MLP is lt.LigerSwiGLUMLP
-    assert mod.apply_rotary_pos_emb is causal_lm.liger_fn("liger_rotary_pos_emb")
+    assert mod.apply_rotary_pos_emb is lt.liger_rotary_pos_emb
     assert mod.Qwen3ForCausalLM.forward._liger_mode == "flce"
     lt.apply_liger_kernel_to_qwen3(fused_linear_cross_entropy=False, cross_entropy=True)  # again: CE mode
     assert mod.Qwen3ForCausalLM.forward._liger_mode == "ce"
@@ -215,7 +222,7 @@ def test_revert_restores_everything():
     assert hf_module("llama").LlamaRMSNorm is lt.LigerRMSNorm  # other types stay patched
     lt.revert_liger_kernel()
     assert hf_module("llama").LlamaRMSNorm.__name__ == "LlamaRMSNorm"
-    assert not mp._ORIGINALS
+    assert not revert._ORIGINALS
     with pytest.raises(ValueError, match="unknown model_type"):
         lt.revert_liger_kernel("gpt2")
 
@@ -260,10 +267,10 @@ def test_liger_nn_layer_norm_matches_torch():
     )
 
 
-@pytest.mark.parametrize("model_type", [t for t in MODEL_TYPES if mp._SPECS[t].rope])
+@pytest.mark.parametrize("model_type", [t for t in MODEL_TYPES if specs.SPECS[t].rope])
 def test_patched_rope_functions_match_hf(model_type):
     mod = hf_module(model_type)
-    hf = {fn: vars(mod)[fn] for fn, _ in mp._SPECS[model_type].rope if fn in vars(mod)}
+    hf = {fn: vars(mod)[fn] for fn, _ in specs.SPECS[model_type].rope if fn in vars(mod)}
     lt.MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](**dict(OFF, rope=True))
     assert hf
     g = torch.Generator().manual_seed(0)

@@ -496,6 +496,7 @@ def test_functional_signatures():
         "sin",
         "position_ids",
         "unsqueeze_dim",
+        "rotary_dim",
     ]
     assert list(inspect.signature(functional.liger_rope).parameters) == list(
         inspect.signature(liger_rotary_pos_emb).parameters

@@ -34,7 +34,7 @@ class LigerFusedLinearDPOLoss(torch.nn.Module):
         discopop_tau: float = 0.05,
     ):
         super().__init__()
-        check_dpo_loss_type(loss_type)
+        check_dpo_loss_type(loss_type, label_smoothing)
         self.ignore_index, self.beta, self.alpha = ignore_index, beta, alpha
         self.compute_nll_loss, self.compiled, self.use_ref_model = compute_nll_loss, compiled, use_ref_model
         self.average_log_prob, self.chunk_size, self.loss_type = average_log_prob, chunk_size, loss_type

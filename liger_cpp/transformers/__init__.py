@@ -41,7 +41,6 @@ from liger_cpp.transformers.monkey_patch import (  # noqa: F401
     apply_liger_kernel_to_qwen2_vl,
     apply_liger_kernel_to_qwen3,
     apply_liger_kernel_to_qwen3_moe,
-    liger_partial_rotary_pos_emb,
     revert_liger_kernel,
 )
 from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb  # noqa: F401
@@ -52,7 +51,7 @@ from liger_cpp.transformers.rms_norm import (  # noqa: F401
     LigerRMSNormForGemma3,
     LigerRMSNormForOlmo2,
 )
-from liger_cpp.transformers.rope import liger_rotary_pos_emb  # noqa: F401
+from liger_cpp.transformers.rope import liger_partial_rotary_pos_emb, liger_rotary_pos_emb  # noqa: F401
 from liger_cpp.transformers.swiglu import (  # noqa: F401
     LigerBlockSparseTop2MLP,
     LigerExpertsSwiGLUMixin,

@@ -35,13 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
-def liger_fn(name: str) -> Callable:
-    """``liger_cpp.transformers.functional.<name>``, looked up at call time (so tests may patch it)."""
-    from liger_cpp.transformers import functional
-
-    return getattr(functional, name)
-
+from liger_cpp.transformers.functional import liger_cross_entropy, liger_fused_linear_cross_entropy
 
 _WARNED: set = set()
 
@@ -80,6 +74,54 @@ def _autocast(*tensors):
     return tensors
 
 
+def _flce_loss(
+    hidden_states,
+    lm_head_weight,
+    labels,
+    lm_head_bias,
+    *,
+    shift_labels,
+    num_items_in_batch,
+    ignore_index,
+    softcap,
+    logit_scale,
+    accum_dtype,
+    use_token_scaling,
+    return_token_accuracy,
+    return_predicted_tokens,
+):
+    """(loss, token_accuracy or None, predicted_tokens or None) of HF's ForCausalLMLoss through the
+    fused linear cross entropy."""
+    target = _shifted_targets(labels, shift_labels, ignore_index).to(hidden_states.device)
+    hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
+    if hidden.shape[0] != target.shape[0]:
+        raise ValueError(
+            f"liger_cpp: {hidden.shape[0]} hidden-state positions but {target.shape[0]} labels "
+            "(with logits_to_keep, pass labels / shift_labels for the kept positions only)"
+        )
+    hidden, weight, bias = _autocast(hidden, lm_head_weight, lm_head_bias)
+    # Liger's later options by keyword, only when asked for: the call stays valid for a functional
+    # without them (use_token_scaling: DFT, TRL's loss_type="dft").
+    extra = {"use_token_scaling": True} if use_token_scaling else {}
+    out = liger_fused_linear_cross_entropy(
+        hidden,
+        weight,
+        target,
+        bias=bias,
+        ignore_index=ignore_index,
+        reduction="mean" if num_items_in_batch is None else "sum",
+        softcap=softcap,
+        accum_dtype=accum_dtype,
+        return_token_accuracy=return_token_accuracy,
+        return_predicted_tokens=return_predicted_tokens,
+        logit_scale=logit_scale,
+        **extra,
+    )
+    if not (return_token_accuracy or return_predicted_tokens):
+        return _normalise(out, num_items_in_batch), None, None
+    return _normalise(out.loss, num_items_in_batch), out.token_accuracy, out.predicted_tokens
+
+
 def liger_for_causal_lm_loss(
     hidden_states: Tensor,
     lm_head_weight: Tensor,
@@ -93,58 +135,71 @@ def liger_for_causal_lm_loss(
     logit_scale: float = 1.0,
     accum_dtype: Optional[torch.dtype] = None,
     return_token_accuracy: bool = False,
+    use_token_scaling: bool = False,
+    return_predicted_tokens: bool = False,
 ):
     """HF's ForCausalLMLoss on ``softcap(logit_scale * lm_head(hidden_states))`` without building the
     logits: fused linear cross entropy, mean over the non-ignored targets, or their sum divided by
-    ``num_items_in_batch`` when given (gradient accumulation). Returns the fp32 loss, or
-    ``(loss, token_accuracy)`` with ``return_token_accuracy``."""
-    target = _shifted_targets(labels, shift_labels, ignore_index).to(hidden_states.device)
-    hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
-    if hidden.shape[0] != target.shape[0]:
-        raise ValueError(
-            f"liger_cpp: {hidden.shape[0]} hidden-state positions but {target.shape[0]} labels "
-            "(with logits_to_keep, pass labels / shift_labels for the kept positions only)"
-        )
-    hidden, weight, bias = _autocast(hidden, lm_head_weight, lm_head_bias)
-    out = liger_fn("liger_fused_linear_cross_entropy")(
-        hidden,
-        weight,
-        target,
-        bias=bias,
+    ``num_items_in_batch`` when given (gradient accumulation); with ``use_token_scaling`` each
+    token's loss is scaled by the detached probability of its target (DFT).
+
+    Returns the fp32 loss; ``(loss, token_accuracy)`` with ``return_token_accuracy``;
+    ``(loss, token_accuracy, predicted_tokens)`` with ``return_predicted_tokens`` (accuracy None
+    unless asked for; predicted tokens -1 where the target is ignored)."""
+    loss, acc, pred = _flce_loss(
+        hidden_states,
+        lm_head_weight,
+        labels,
+        lm_head_bias,
+        shift_labels=shift_labels,
+        num_items_in_batch=num_items_in_batch,
         ignore_index=ignore_index,
-        reduction="mean" if num_items_in_batch is None else "sum",
         softcap=softcap,
-        accum_dtype=accum_dtype,
-        return_token_accuracy=return_token_accuracy,
         logit_scale=logit_scale,
+        accum_dtype=accum_dtype,
+        use_token_scaling=use_token_scaling,
+        return_token_accuracy=return_token_accuracy,
+        return_predicted_tokens=return_predicted_tokens,
     )
-    if return_token_accuracy:
-        return _normalise(out.loss, num_items_in_batch), out.token_accuracy
-    return _normalise(out, num_items_in_batch)
+    if return_predicted_tokens:
+        return loss, acc, pred
+    return (loss, acc) if return_token_accuracy else loss
 
 
 def _cross_entropy_loss(
-    logits, labels, vocab_size, *, shift_labels, num_items_in_batch, ignore_index, return_token_accuracy
+    logits,
+    labels,
+    vocab_size,
+    *,
+    shift_labels,
+    num_items_in_batch,
+    ignore_index,
+    return_token_accuracy,
+    return_predicted_tokens,
 ):
-    """HF's ForCausalLMLoss on materialised logits, with liger_cpp's cross entropy (fp32 loss)."""
+    """(loss, token_accuracy or None, predicted_tokens or None) of HF's ForCausalLMLoss on
+    materialised logits, with liger_cpp's cross entropy (fp32 loss)."""
     target = _shifted_targets(labels, shift_labels, ignore_index).to(logits.device)
-    out = liger_fn("liger_cross_entropy")(
+    out = liger_cross_entropy(
         logits.reshape(-1, vocab_size),
         target,
         ignore_index=ignore_index,
         reduction="mean" if num_items_in_batch is None else "sum",
         return_token_accuracy=return_token_accuracy,
+        return_predicted_tokens=return_predicted_tokens,
     )
-    loss, acc = (out.loss, out.token_accuracy) if return_token_accuracy else (out, None)
-    loss = _normalise(loss.float(), num_items_in_batch)
-    return (loss, acc) if return_token_accuracy else loss
+    if not (return_token_accuracy or return_predicted_tokens):
+        return _normalise(out.float(), num_items_in_batch), None, None
+    return _normalise(out.loss.float(), num_items_in_batch), out.token_accuracy, out.predicted_tokens
 
 
-def _token_accuracy(logits: Tensor, labels, shift_labels, ignore_index: int) -> Tensor:
+def _accuracy_and_predictions(logits: Tensor, labels, shift_labels, ignore_index: int, want_acc, want_pred):
+    """Token accuracy and predicted tokens (-1 where the target is ignored) of HF's logits."""
     target = _shifted_targets(labels, shift_labels, ignore_index).to(logits.device)
     pred = logits.detach().reshape(-1, logits.shape[-1]).argmax(dim=-1)
     valid = target != ignore_index
-    return ((pred == target) & valid).sum().float() / valid.sum()
+    acc = ((pred == target) & valid).sum().float() / valid.sum() if want_acc else None
+    return acc, torch.where(valid, pred, -1) if want_pred else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,23 +351,29 @@ _ACC_CLASSES: dict = {}
 
 
 def _with_accuracy(cls):
-    """A subclass of HF's output class with Liger's extra ``token_accuracy`` field."""
+    """A subclass of HF's output class with Liger's extra fields ``token_accuracy`` and
+    ``predicted_tokens`` (as Liger-Kernel's LigerCausalLMOutputWithPast)."""
     if cls not in _ACC_CLASSES:
         _ACC_CLASSES[cls] = dataclasses.make_dataclass(
             f"Liger{cls.__name__}",
-            [("token_accuracy", Optional[Tensor], dataclasses.field(default=None))],
+            [
+                ("token_accuracy", Optional[Tensor], dataclasses.field(default=None)),
+                ("predicted_tokens", Optional[Tensor], dataclasses.field(default=None)),
+            ],
             bases=(cls,),
         )
     return _ACC_CLASSES[cls]
 
 
-def _rebuild(out, token_accuracy=None, drop_logits=False):
+def _rebuild(out, token_accuracy=None, predicted_tokens=None, drop_logits=False):
     fields = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
     if drop_logits:
         fields["logits"] = None
-    if token_accuracy is None:
+    if token_accuracy is None and predicted_tokens is None:
         return type(out)(**fields)
-    return _with_accuracy(type(out))(**fields, token_accuracy=token_accuracy)
+    return _with_accuracy(type(out))(
+        **fields, token_accuracy=token_accuracy, predicted_tokens=predicted_tokens
+    )
 
 
 def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
@@ -325,7 +386,16 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
     names = list(sig.parameters)
 
     @functools.wraps(orig)
-    def forward(self, *args, skip_logits=None, return_token_accuracy=False, accum_dtype=None, **kwargs):
+    def forward(
+        self,
+        *args,
+        skip_logits=None,
+        return_token_accuracy=False,
+        return_predicted_tokens=False,
+        use_token_scaling=False,
+        accum_dtype=None,
+        **kwargs,
+    ):
         try:
             bound = sig.bind(self, *args, **kwargs).arguments
         except TypeError:
@@ -357,11 +427,19 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
                     "loss path is kept."
                 )
                 ours = False
+        if use_token_scaling and has_labels and not (ours and mode == "flce"):
+            # As Liger-Kernel's forward: token scaling is an option of the fused path only.
+            _warn_once(
+                "liger_cpp: use_token_scaling=True applies to the fused linear cross entropy only "
+                "(training with labels, or skip_logits=True); this loss is the unscaled cross entropy."
+            )
         if not ours:
             out = orig(self, *args, **kwargs)
-            if return_token_accuracy and has_labels and getattr(out, "logits", None) is not None:
-                acc = _token_accuracy(out.logits, labels, shift_labels, kwargs.get("ignore_index", -100))
-                out = _rebuild(out, token_accuracy=acc)
+            want = (return_token_accuracy, return_predicted_tokens)
+            if any(want) and has_labels and getattr(out, "logits", None) is not None:
+                ignore_index = kwargs.get("ignore_index", -100)
+                acc, pred = _accuracy_and_predictions(out.logits, labels, shift_labels, ignore_index, *want)
+                out = _rebuild(out, token_accuracy=acc, predicted_tokens=pred)
             return out
 
         if labels is None and "labels" not in names[1 : 1 + len(args)]:
@@ -372,6 +450,7 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
         result = {}
         config = self.config
         capture = _HeadCapture() if mode == "flce" else None
+        extras = return_token_accuracy or return_predicted_tokens
 
         def loss_function(logits=None, labels=None, vocab_size=None, **kw):
             opts = dict(
@@ -379,6 +458,7 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
                 num_items_in_batch=kw.get("num_items_in_batch"),
                 ignore_index=kw.get("ignore_index", -100),
                 return_token_accuracy=return_token_accuracy,
+                return_predicted_tokens=return_predicted_tokens,
             )
             if mode == "flce":
                 scale = spec.logit_scale(config)
@@ -386,26 +466,44 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
                 if spec.softcap_optional and softcaps[0] is not None:
                     softcaps = (None, softcaps[0])
                 softcap = _matching_softcap(logits, capture.probe, softcaps, scale, type(self))
-                flce_opts = dict(softcap=softcap, logit_scale=scale, accum_dtype=accum_dtype, **opts)
+                flce_opts = dict(
+                    softcap=softcap,
+                    logit_scale=scale,
+                    accum_dtype=accum_dtype,
+                    use_token_scaling=use_token_scaling,
+                    **opts,
+                )
+
+                def fused(hidden, weight, bias):
+                    loss, acc, pred = _flce_loss(hidden, weight, labels, bias, **flce_opts)
+                    # Tensors only (DeepSpeed's hooks see this as lm_head's output under ZeRO-3).
+                    return tuple(t for t in (loss, acc, pred) if t is not None) if extras else loss
+
                 if zero3_head is None:
-                    weight, bias = head_params
-                    loss = liger_for_causal_lm_loss(capture.hidden, weight, labels, bias, **flce_opts)
-                else:
-
-                    def fused(hidden):  # lm_head's forward: its weight is gathered here
-                        head = zero3_head
-                        return liger_for_causal_lm_loss(hidden, head.weight, labels, head.bias, **flce_opts)
-
-                    loss = _call_as_forward(zero3_head, fused, capture.hidden)
-            else:
-                loss = _cross_entropy_loss(logits, labels, vocab_size, **opts)
-            if return_token_accuracy:
-                loss, result["token_accuracy"] = loss
+                    out = fused(capture.hidden, *head_params)
+                else:  # lm_head's forward: DeepSpeed gathers its weight around this call
+                    head = zero3_head
+                    out = _call_as_forward(head, lambda h: fused(h, head.weight, head.bias), capture.hidden)
+                if not extras:
+                    return out
+                out = iter(out)
+                loss = next(out)
+                result["token_accuracy"] = next(out) if return_token_accuracy else None
+                result["predicted_tokens"] = next(out) if return_predicted_tokens else None
+                return loss
+            loss, result["token_accuracy"], result["predicted_tokens"] = _cross_entropy_loss(
+                logits, labels, vocab_size, **opts
+            )
             return loss
 
         with _replaced(self, loss_function, capture):
             out = orig(self, *args, return_dict=True, **kwargs)
-        out = _rebuild(out, token_accuracy=result.get("token_accuracy"), drop_logits=mode == "flce")
+        out = _rebuild(
+            out,
+            token_accuracy=result.get("token_accuracy"),
+            predicted_tokens=result.get("predicted_tokens"),
+            drop_logits=mode == "flce",
+        )
         return out if return_dict else out.to_tuple()
 
     forward._liger_original = orig

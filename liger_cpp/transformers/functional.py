@@ -14,10 +14,9 @@ from liger_cpp.ops.geglu import geglu as _geglu
 from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
 from liger_cpp.ops.rms_norm import rms_norm as _rms_norm
 from liger_cpp.ops.rope import mrope as _mrope
-from liger_cpp.ops.rope import rope as _rope
 from liger_cpp.ops.swiglu import swiglu as _swiglu
 from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb  # noqa: F401
-from liger_cpp.transformers.rope import liger_rotary_pos_emb  # noqa: F401
+from liger_cpp.transformers.rope import liger_rotary_pos_emb
 
 
 def liger_cross_entropy(
@@ -109,9 +108,11 @@ def liger_rope(
     sin: Tensor,
     position_ids: Optional[Tensor] = None,
     unsqueeze_dim: int = 1,
+    rotary_dim: Optional[int] = None,
 ) -> tuple[Tensor, Tensor]:
-    """HF rotate-half RoPE on q and k, out of place (see ``liger_cpp.ops.rope.rope``)."""
-    return _rope(q, k, cos, sin, position_ids=position_ids, unsqueeze_dim=unsqueeze_dim)
+    """HF rotate-half RoPE on q and k, out of place (see ``liger_cpp.ops.rope.rope``); with a
+    partial `rotary_dim` as ``liger_cpp.transformers.rope.liger_rotary_pos_emb``."""
+    return liger_rotary_pos_emb(q, k, cos, sin, position_ids, unsqueeze_dim, rotary_dim)
 
 
 def liger_qwen2vl_mrope(

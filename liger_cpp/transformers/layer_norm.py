@@ -8,7 +8,20 @@ from liger_cpp.ops.layer_norm import layer_norm
 
 
 class LigerLayerNorm(nn.Module):
-    def __init__(self, hidden_size: int, eps: float = 1e-6, bias: bool = False, init_fn: str = "ones"):
+    """LayerNorm over the last dimension with Liger-Kernel's constructor. `impl`, `mode` and
+    `backend` (Liger-Kernel's choice among its own kernel implementations) are accepted and kept as
+    attributes; liger_cpp has one implementation per device."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        eps: float = 1e-6,
+        bias: bool = False,
+        init_fn: str = "ones",
+        impl=None,
+        mode=None,
+        backend=None,
+    ):
         super().__init__()
         if init_fn not in ("ones", "zeros"):
             raise ValueError(f"liger_cpp: argument 'init_fn': expected 'ones' or 'zeros', got {init_fn!r}")
@@ -19,6 +32,8 @@ class LigerLayerNorm(nn.Module):
         # Liger-Kernel: a bias parameter (random-initialised when bias=True, else zeros, as Liger does).
         self.bias = nn.Parameter(torch.randn(hidden_size) if bias else torch.zeros(hidden_size))
         self.variance_epsilon = eps
+        self.impl = backend if impl is None else impl
+        self.mode = mode
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return layer_norm(hidden_states, self.weight, self.bias, self.variance_epsilon)

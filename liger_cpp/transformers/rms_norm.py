@@ -14,6 +14,9 @@ class LigerRMSNorm(nn.Module):
     the gradient wherever that tensor also flows elsewhere (any `h + norm(h)` residual, Gemma 2's
     sandwich norms), and autograd cannot detect it. Pass `in_place=True` only for pre-norm
     layouts whose norm output feeds a single op (Llama's).
+
+    `row_mode` (Liger-Kernel's choice of its row or block kernel) is accepted and kept as an
+    attribute; liger_cpp's launch plan is chosen from the shape, and the result is the same.
     """
 
     def __init__(
@@ -24,6 +27,7 @@ class LigerRMSNorm(nn.Module):
         casting_mode: str = "llama",
         init_fn: str = "ones",
         in_place: bool = False,
+        row_mode=None,
         elementwise_affine: bool = True,
     ):
         super().__init__()
@@ -44,6 +48,7 @@ class LigerRMSNorm(nn.Module):
         self.offset = offset
         self.casting_mode = casting_mode
         self.in_place = in_place
+        self.row_mode = row_mode
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return rms_norm(
@@ -67,18 +72,32 @@ class LigerRMSNormForGemma(LigerRMSNorm):
     """Gemma's RMSNorm: y = norm(x) * (1 + w) in fp32, weight initialised to zeros."""
 
     def __init__(
-        self, hidden_size, eps=1e-6, offset=1.0, casting_mode="gemma", init_fn="zeros", in_place=False
+        self,
+        hidden_size,
+        eps=1e-6,
+        offset=1.0,
+        casting_mode="gemma",
+        init_fn="zeros",
+        in_place=False,
+        row_mode=None,
     ):
-        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
 
 
 class LigerRMSNormForGemma2(LigerRMSNormForGemma):
     """Gemma 2 sandwich norms: the incoming gradient is shared with the residual, so never in place."""
 
     def __init__(
-        self, hidden_size, eps=1e-6, offset=1.0, casting_mode="gemma", init_fn="zeros", in_place=False
+        self,
+        hidden_size,
+        eps=1e-6,
+        offset=1.0,
+        casting_mode="gemma",
+        init_fn="zeros",
+        in_place=False,
+        row_mode=None,
     ):
-        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
 
 
 class LigerRMSNormForGemma3(LigerRMSNorm):
@@ -94,6 +113,13 @@ class LigerRMSNormForOlmo2(LigerRMSNorm):
     the incoming gradient is shared with the residual)."""
 
     def __init__(
-        self, hidden_size, eps=1e-6, offset=0.0, casting_mode="llama", init_fn="ones", in_place=False
+        self,
+        hidden_size,
+        eps=1e-6,
+        offset=0.0,
+        casting_mode="llama",
+        init_fn="ones",
+        in_place=False,
+        row_mode=None,
     ):
-        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place)
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)

@@ -42,14 +42,15 @@ class LigerSwiGLUMLP(nn.Module):
 
     `in_place` lets the backward write its gradients into the gate and up projections' outputs
     (see `liger_cpp.ops.swiglu.swiglu`): None (default) when no forward hook can hold those
-    outputs (see `outputs_private`), True / False always / never."""
+    outputs (see `outputs_private`), True / False always / never. `intermediate_size` overrides
+    config.intermediate_size (Liger-Kernel's argument)."""
 
-    def __init__(self, config, in_place: bool | None = None):
+    def __init__(self, config, intermediate_size=None, in_place: bool | None = None):
         super().__init__()
         _check_act(config)
         self.config = config
         self.hidden_size = config.hidden_size
-        self.intermediate_size = config.intermediate_size
+        self.intermediate_size = config.intermediate_size if intermediate_size is None else intermediate_size
         bias = bool(getattr(config, "mlp_bias", False))
         self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=bias)
         self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=bias)

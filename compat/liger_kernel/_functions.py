@@ -1,0 +1,176 @@
+"""Liger-Kernel's autograd Function names with their ``.apply`` argument order and defaults, on
+liger_cpp's ops (whose autograd is registered with torch.library, not Python autograd Functions).
+
+Each class only has ``apply``; its result is Liger-Kernel's (for the cross-entropy family the
+4-tuple (loss, z_loss, token_accuracy, predicted_tokens), unrequested entries None). The one
+deliberate difference: ``in_place`` defaults to False (liger_cpp's documented safety choice), and
+cross entropy never overwrites its logits with the gradient.
+"""
+
+from liger_cpp.chunked_loss.functional import (
+    liger_fused_linear_cpo,
+    liger_fused_linear_dpo,
+    liger_fused_linear_kto,
+    liger_fused_linear_orpo,
+    liger_fused_linear_simpo,
+)
+from liger_cpp.ops.cross_entropy import cross_entropy as _cross_entropy
+from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm as _fused_add_rms_norm
+from liger_cpp.ops.geglu import geglu as _geglu
+from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
+from liger_cpp.ops.rms_norm import rms_norm as _rms_norm
+from liger_cpp.ops.swiglu import swiglu as _swiglu
+from liger_cpp.transformers import functional as _functional
+from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb
+from liger_cpp.transformers.rope import liger_rotary_pos_emb
+
+
+def _four(out, loss_only: bool):
+    if loss_only:
+        return out, None, None, None
+    return out.loss, out.z_loss, out.token_accuracy, out.predicted_tokens
+
+
+class LigerCrossEntropyFunction:
+    @staticmethod
+    def apply(
+        _input,
+        target,
+        weight,
+        ignore_index=-100,
+        lse_square_scale=0.0,
+        label_smoothing=0.0,
+        reduction="mean",
+        softcap=None,
+        return_z_loss=False,
+        return_token_accuracy=False,
+        return_predicted_tokens=False,
+    ):
+        out = _cross_entropy(
+            _input,
+            target,
+            weight,
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
+            lse_square_scale=lse_square_scale,
+            softcap=softcap,
+            reduction=reduction,
+            return_z_loss=return_z_loss,
+            return_token_accuracy=return_token_accuracy,
+            return_predicted_tokens=return_predicted_tokens,
+        )
+        return _four(out, not (return_z_loss or return_token_accuracy or return_predicted_tokens))
+
+
+class LigerFusedLinearCrossEntropyFunction:
+    @staticmethod
+    def apply(
+        _input,
+        weight,
+        target,
+        bias=None,
+        ce_weight=None,
+        ignore_index=-100,
+        lse_square_scale=0.0,
+        label_smoothing=0.0,
+        reduction="mean",
+        softcap=None,
+        return_z_loss=False,
+        accum_dtype=None,
+        use_token_scaling=False,
+        return_token_accuracy=False,
+        return_predicted_tokens=False,
+        ce_impl=None,
+        ce_mode=None,
+        chunk_mem_const=None,
+    ):
+        """`ce_impl` / `ce_mode` (Liger-Kernel's inner kernel choice) and `chunk_mem_const` (its chunk
+        sizing constant) are accepted and not used: liger_cpp has one implementation and sizes its
+        chunks itself."""
+        extra = {"use_token_scaling": True} if use_token_scaling else {}
+        out = _functional.liger_fused_linear_cross_entropy(
+            _input,
+            weight,
+            target,
+            bias=bias,
+            ce_weight=ce_weight,
+            ignore_index=ignore_index,
+            lse_square_scale=lse_square_scale,
+            label_smoothing=label_smoothing,
+            reduction=reduction,
+            softcap=softcap,
+            return_z_loss=return_z_loss,
+            accum_dtype=accum_dtype,
+            return_token_accuracy=return_token_accuracy,
+            return_predicted_tokens=return_predicted_tokens,
+            **extra,
+        )
+        return _four(out, not (return_z_loss or return_token_accuracy or return_predicted_tokens))
+
+
+class LigerRMSNormFunction:
+    @staticmethod
+    def apply(X, W, eps, offset=0.0, casting_mode="llama", in_place=False, row_mode=None):
+        """`row_mode` (Liger-Kernel's row or block kernel) is accepted and not used."""
+        return _rms_norm(X, W, eps, offset=offset, casting_mode=casting_mode, in_place=in_place)
+
+
+class LigerFusedAddRMSNormFunction:
+    @staticmethod
+    def apply(X, R, W, eps, offset=0.0, casting_mode="llama", in_place=False):
+        return _fused_add_rms_norm(X, R, W, eps, offset=offset, casting_mode=casting_mode, in_place=in_place)
+
+
+class LigerLayerNormFunction:
+    @staticmethod
+    def apply(X, W, B, eps):
+        return _layer_norm(X, W, B, eps)
+
+
+class LigerRopeFunction:
+    @staticmethod
+    def apply(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=None):
+        return liger_rotary_pos_emb(q, k, cos, sin, position_ids, unsqueeze_dim, rotary_dim)
+
+
+class LigerQwen2VLMRopeFunction:
+    @staticmethod
+    def apply(q, k, cos, sin, mrope_section, unsqueeze_dim=1):
+        return liger_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section, unsqueeze_dim)
+
+
+class LigerSiLUMulFunction:
+    @staticmethod
+    def apply(a, b, gate_multiplier=1.0, down_multiplier=1.0):
+        """silu(a * gate_multiplier) * b * down_multiplier (Falcon-H1's multipliers, applied around
+        liger_cpp's fused silu(a) * b)."""
+        if gate_multiplier != 1.0:
+            a = a * gate_multiplier
+        out = _swiglu(a, b)
+        return out * down_multiplier if down_multiplier != 1.0 else out
+
+
+class LigerGELUMulFunction:
+    @staticmethod
+    def apply(a, b):
+        return _geglu(a, b, approximate="tanh")
+
+
+class LigerFusedLinearDPOFunction:
+    apply = staticmethod(liger_fused_linear_dpo)
+
+
+class LigerFusedLinearORPOFunction:
+    apply = staticmethod(liger_fused_linear_orpo)
+
+
+class LigerFusedLinearCPOFunction:
+    apply = staticmethod(liger_fused_linear_cpo)
+
+
+class LigerFusedLinearSimPOFunction:
+    apply = staticmethod(liger_fused_linear_simpo)
+
+
+class LigerFusedLinearKTOFunction:
+    apply = staticmethod(liger_fused_linear_kto)

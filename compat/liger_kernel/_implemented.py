@@ -1,0 +1,107 @@
+"""What of Liger-Kernel's surface liger_cpp implements: Liger-Kernel's qualified name -> the object
+("module:attribute") that stands for it. The modules of this package with code of their own
+(transformers.functional, transformers.monkey_patch, transformers.model.loss_utils, ...) define their
+names directly; everything else of the reference not listed here is a NotImplementedError stub.
+
+liger_cpp's own modules and classes are used as they are (the same class objects: isinstance checks
+and patched models agree with liger_cpp); where Liger-Kernel's calling convention differs from
+liger_cpp's (the autograd Functions' ``.apply``), ``_functions`` adapts it.
+"""
+
+import importlib
+
+_T = "liger_kernel.transformers"
+_C = "liger_kernel.chunked_loss"
+_O = "liger_kernel.ops"
+
+IMPLEMENTED = {
+    # modules (nn.Module classes), by Liger-Kernel's defining module
+    f"{_T}.cross_entropy.LigerCrossEntropyLoss": "liger_cpp.transformers.cross_entropy:LigerCrossEntropyLoss",
+    f"{_T}.fused_linear_cross_entropy.LigerFusedLinearCrossEntropyLoss": (
+        "liger_cpp.transformers.fused_linear_cross_entropy:LigerFusedLinearCrossEntropyLoss"
+    ),
+    f"{_T}.rms_norm.LigerRMSNorm": "liger_cpp.transformers.rms_norm:LigerRMSNorm",
+    f"{_T}.rms_norm.LigerRMSNormForGemma": "liger_cpp.transformers.rms_norm:LigerRMSNormForGemma",
+    f"{_T}.rms_norm.LigerRMSNormForGemma2": "liger_cpp.transformers.rms_norm:LigerRMSNormForGemma2",
+    f"{_T}.rms_norm.LigerRMSNormForGemma3": "liger_cpp.transformers.rms_norm:LigerRMSNormForGemma3",
+    f"{_T}.rms_norm.LigerRMSNormForOlmo2": "liger_cpp.transformers.rms_norm:LigerRMSNormForOlmo2",
+    # same constructor and defaults as Liger-Kernel's: llama casting, ones, never in place
+    f"{_T}.rms_norm.LigerRMSNormForGlm4": "liger_cpp.transformers.rms_norm:LigerRMSNormForOlmo2",
+    # same constructor and defaults as Liger-Kernel's: offset 1, gemma casting, zeros, never in place
+    f"{_T}.rms_norm.LigerRMSNormForQwen3Next": "liger_cpp.transformers.rms_norm:LigerRMSNormForGemma2",
+    f"{_T}.layer_norm.LigerLayerNorm": "liger_cpp.transformers.layer_norm:LigerLayerNorm",
+    f"{_T}.fused_add_rms_norm.LigerFusedAddRMSNorm": (
+        "liger_cpp.transformers.fused_add_rms_norm:LigerFusedAddRMSNorm"
+    ),
+    f"{_T}.swiglu.LigerSwiGLUMLP": "liger_cpp.transformers.swiglu:LigerSwiGLUMLP",
+    f"{_T}.swiglu.LigerPhi3SwiGLUMLP": "liger_cpp.transformers.swiglu:LigerPhi3SwiGLUMLP",
+    f"{_T}.swiglu.LigerQwen3MoeSwiGLUMLP": "liger_cpp.transformers.swiglu:LigerQwen3MoeSwiGLUMLP",
+    f"{_T}.swiglu.LigerBlockSparseTop2MLP": "liger_cpp.transformers.swiglu:LigerBlockSparseTop2MLP",
+    f"{_T}.geglu.LigerGEGLUMLP": "liger_cpp.transformers.geglu:LigerGEGLUMLP",
+    f"{_T}.qwen2vl_mrope.liger_multimodal_rotary_pos_emb": (
+        "liger_cpp.transformers.qwen2vl_mrope:liger_multimodal_rotary_pos_emb"
+    ),
+    f"{_T}.auto_model.AutoLigerKernelForCausalLM": (
+        "liger_cpp.transformers.auto_model:AutoLigerKernelForCausalLM"
+    ),
+    # chunked losses: liger_cpp's modules and functionals have Liger-Kernel's signatures
+    **{
+        f"{_C}.{m}.{cls}": f"liger_cpp.chunked_loss.losses:{cls}"
+        for m, cls in [
+            ("dpo_loss", "LigerFusedLinearDPOLoss"),
+            ("orpo_loss", "LigerFusedLinearORPOLoss"),
+            ("cpo_loss", "LigerFusedLinearCPOLoss"),
+            ("simpo_loss", "LigerFusedLinearSimPOLoss"),
+            ("kto_loss", "LigerFusedLinearKTOLoss"),
+        ]
+    },
+    **{
+        f"{_C}.functional.liger_fused_linear_{n}": f"liger_cpp.chunked_loss.functional:liger_fused_linear_{n}"
+        for n in ("dpo", "orpo", "cpo", "simpo", "kto")
+    },
+    **{
+        f"{_C}.{m}.{cls}": f"liger_kernel._functions:{cls}"
+        for m, cls in [
+            ("dpo_loss", "LigerFusedLinearDPOFunction"),
+            ("orpo_loss", "LigerFusedLinearORPOFunction"),
+            ("cpo_loss", "LigerFusedLinearCPOFunction"),
+            ("simpo_loss", "LigerFusedLinearSimPOFunction"),
+            ("kto_loss", "LigerFusedLinearKTOFunction"),
+        ]
+    },
+}
+
+# liger_kernel.ops autograd Functions (adapters with Liger-Kernel's .apply order), in liger_kernel.ops
+# and in their defining modules.
+_OPS_FUNCTIONS = {
+    "cross_entropy": "LigerCrossEntropyFunction",
+    "fused_linear_cross_entropy": "LigerFusedLinearCrossEntropyFunction",
+    "rms_norm": "LigerRMSNormFunction",
+    "fused_add_rms_norm": "LigerFusedAddRMSNormFunction",
+    "layer_norm": "LigerLayerNormFunction",
+    "rope": "LigerRopeFunction",
+    "qwen2vl_mrope": "LigerQwen2VLMRopeFunction",
+    "swiglu": "LigerSiLUMulFunction",
+    "geglu": "LigerGELUMulFunction",
+}
+for _mod, _cls in _OPS_FUNCTIONS.items():
+    IMPLEMENTED[f"{_O}.{_mod}.{_cls}"] = f"liger_kernel._functions:{_cls}"
+    IMPLEMENTED[f"{_O}.{_cls}"] = f"liger_kernel._functions:{_cls}"
+
+
+def _load(target: str):
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def implementation(module: str, name: str):
+    """liger_cpp's object for Liger-Kernel's `module`.`name`, or None."""
+    target = IMPLEMENTED.get(f"{module}.{name}")
+    if target is not None:
+        return _load(target)
+    if module == f"{_T}.monkey_patch" and name.startswith("apply_liger_kernel_to_"):
+        # Every model type liger_cpp patches, as soon as liger_cpp has it.
+        from liger_cpp.transformers import monkey_patch
+
+        return getattr(monkey_patch, name, None)
+    return None

@@ -1,0 +1,301 @@
+"""TRL with use_liger_kernel=True, through the compatibility package (import name liger_kernel).
+
+The installed TRL (1.16) applies Liger-Kernel's layer kernels through Hugging Face's Trainer
+(_apply_liger_kernel_to_instance with fused_linear_cross_entropy=False) and computes its losses with
+its own fused LM head: SFTTrainer (loss_type nll and dft, mean_token_accuracy logged), DPOTrainer and
+KTOTrainer train a few steps on liger_cpp's RMSNorm / SwiGLU / RoPE with TRL's losses and metrics
+without Liger. Older TRL (up to 1.10, the releases that call Liger-Kernel's losses) is covered by
+its exact calls: LigerFusedLinearDPOLoss / LigerFusedLinearKTOLoss as dpo_trainer.py / kto_trainer.py
+construct and call them, and the model keyword arguments sft_trainer.py passes (skip_logits,
+return_token_accuracy, use_token_scaling), against float64 references."""
+
+import inspect
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+transformers = pytest.importorskip("transformers")
+trl = pytest.importorskip("trl")
+datasets = pytest.importorskip("datasets")
+tokenizers = pytest.importorskip("tokenizers")
+
+from compat_env import ensure_compat  # noqa: E402
+
+ensure_compat()
+
+from hf_models import (  # noqa: E402
+    VOCAB,
+    batch,
+    build,
+    single_thread,  # noqa: F401  (autouse fixture)
+)
+
+from liger_cpp.transformers import functional as cpp_functional  # noqa: E402
+from liger_cpp.transformers import monkey_patch as mp  # noqa: E402
+
+LAYER_OPS = {"rms_norm_fwd", "rms_norm_bwd", "swiglu_fwd", "rope_fwd", "rope_bwd"}
+CONFIG = {"rope": True, "rms_norm": True, "swiglu": True, "geglu": True}  # geglu: not a Llama flag
+HAS_TOKEN_SCALING = (
+    "use_token_scaling" in inspect.signature(cpp_functional.liger_fused_linear_cross_entropy).parameters
+)
+NEEDS_DFT = pytest.mark.skipif(
+    not HAS_TOKEN_SCALING,
+    reason="liger_cpp's fused linear cross entropy has no use_token_scaling yet (TRL's DFT loss; added by "
+    "the opslayer change): runs once it is merged",
+)
+
+
+def tokenizer():
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="t3"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="t0", bos_token="t1", eos_token="t2", unk_token="t3"
+    )
+
+
+def _text(g, n):
+    return " ".join(f"t{int(i)}" for i in torch.randint(8, VOCAB, (n,), generator=g))
+
+
+def _common(out_dir, liger, **kw):
+    return dict(
+        output_dir=str(out_dir),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        optim="sgd",
+        learning_rate=0.5,
+        lr_scheduler_type="constant",
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        use_liger_kernel=liger,
+        liger_kernel_config=dict(CONFIG) if liger else None,
+        **kw,
+    )
+
+
+def _run(trainer):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        trainer.train()
+    ops = {e.key.split("::", 1)[1] for e in prof.key_averages() if e.key.startswith("liger::")}
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    return logs, ops
+
+
+def _compare(make_trainer, tmp_path, metrics):
+    """The same training with and without use_liger_kernel: liger_cpp's layer ops ran, and the
+    logged loss and metrics agree. (The reference model of DPO / KTO, a copy of the initial model,
+    is not patched: Hugging Face's Trainer patches the trained model.)"""
+    ref = build("llama")
+    model = build("llama")
+    model.load_state_dict(ref.state_dict())
+    logs0, ops0 = _run(make_trainer(ref, tmp_path / "plain", False))
+    assert not ops0
+    try:
+        with pytest.warns(UserWarning, match=r"\['geglu'\] do not apply to model_type 'llama'"):
+            logs1, ops1 = _run(make_trainer(model, tmp_path / "liger", True))
+    finally:
+        mp.revert_liger_kernel()
+    assert LAYER_OPS <= ops1, sorted(ops1)
+    assert "fused_linear_cross_entropy_fwd" not in ops1  # TRL keeps its own fused LM head
+    assert len(logs0) == len(logs1) == 2
+    for key in ("loss", *metrics):
+        got = torch.tensor([h[key] for h in logs1])
+        want = torch.tensor([h[key] for h in logs0])
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=lambda m, key=key: f"{key}: {m}")
+
+
+@pytest.mark.parametrize("loss_type", ["nll", "dft"])
+def test_sft_trainer(loss_type, tmp_path):
+    g = torch.Generator().manual_seed(0)
+    rows = [{"input_ids": torch.randint(8, VOCAB, (9 + i % 3,), generator=g).tolist()} for i in range(8)]
+
+    def make(model, out_dir, liger):
+        args = trl.SFTConfig(**_common(out_dir, liger, loss_type=loss_type))
+        ds = datasets.Dataset.from_list(rows)
+        return trl.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer())
+
+    _compare(make, tmp_path, ["mean_token_accuracy"])
+
+
+def test_dpo_trainer(tmp_path):
+    g = torch.Generator().manual_seed(1)
+    rows = [{"prompt": _text(g, 4), "chosen": _text(g, 3 + i % 2), "rejected": _text(g, 4)} for i in range(8)]
+
+    def make(model, out_dir, liger):
+        args = trl.DPOConfig(**_common(out_dir, liger, beta=0.1, max_length=16))
+        ds = datasets.Dataset.from_list(rows)
+        return trl.DPOTrainer(
+            model=model, ref_model=build("llama"), args=args, train_dataset=ds, processing_class=tokenizer()
+        )
+
+    _compare(make, tmp_path, ["rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen"])
+
+
+def test_kto_trainer(tmp_path):
+    g = torch.Generator().manual_seed(2)
+    rows = [{"prompt": _text(g, 4), "completion": _text(g, 3 + i % 2), "label": i % 2 == 0} for i in range(8)]
+
+    def make(model, out_dir, liger):
+        args = trl.KTOConfig(**_common(out_dir, liger, beta=0.1, max_length=16))
+        ds = datasets.Dataset.from_list(rows)
+        return trl.KTOTrainer(
+            model=model, ref_model=build("llama"), args=args, train_dataset=ds, processing_class=tokenizer()
+        )
+
+    _compare(make, tmp_path, ["kl", "rewards/chosen", "rewards/rejected"])
+
+
+# --------------------------------------------------------------------------------------------
+# the calls of TRL <= 1.10 (sft_trainer.py, dpo_trainer.py, kto_trainer.py)
+
+
+def _logps(logits, labels, average=False):
+    """Per-sequence sum (or mean) of log p(label) over the non-ignored (label != -100) positions."""
+    mask = labels != -100
+    lp = torch.log_softmax(logits, -1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    s = (lp * mask).sum(-1)
+    return s / mask.sum(-1) if average else s
+
+
+def _lm_batch(seed, b, t, h=16, v=24):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    hidden = r(b, t + 1, h).requires_grad_(True)  # the base model's last_hidden_state
+    weight = (r(v, h) / math.sqrt(h)).requires_grad_(True)
+    bias = (0.1 * r(v)).requires_grad_(True)
+    labels = torch.randint(0, v, (b, t + 1), generator=g)
+    completion_mask = torch.ones(b, t + 1, dtype=torch.bool)
+    completion_mask[:, :3] = False  # the prompt
+    completion_mask[1, -2:] = False  # padding
+    labels[~completion_mask] = -100  # TRL: labels[completion_mask == 0] = -100
+    ref = (r(b, t + 1, h), r(v, h) / math.sqrt(h), 0.1 * r(v))
+    return hidden, weight, bias, labels, ref
+
+
+def test_trl_dpo_trainer_calls():
+    from liger_kernel.chunked_loss import LigerFusedLinearDPOLoss
+
+    beta = 0.1
+    liger_loss = LigerFusedLinearDPOLoss(beta=beta, loss_type="sigmoid")  # dpo_trainer.py L834
+    hidden, weight, bias, labels, (rh, rw, rb) = _lm_batch(0, 4, 7)  # 2 pairs, chosen over rejected
+    # dpo_trainer.py L1287: positional, (lin_weight, _input, target, bias, ref_input, ref_weight, ref_bias)
+    loss, metrics = liger_loss(weight, hidden[:, :-1], labels[:, 1:], bias, rh[:, :-1], rw, rb)
+    chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss, cr, rr = metrics
+    logits = hidden[:, :-1] @ weight.T + bias
+    ref_logits = (rh[:, :-1] @ rw.T + rb).detach()
+    pi, ref = _logps(logits, labels[:, 1:]), _logps(ref_logits, labels[:, 1:])
+    n = pi.shape[0] // 2
+    margin = (pi[:n] - ref[:n]) - (pi[n:] - ref[n:])
+    want = -F.logsigmoid(beta * margin).mean()
+    torch.testing.assert_close(loss.double(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(chosen_logps.double(), pi[:n].detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rejected_logps.double(), pi[n:].detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cr.double(), beta * (pi[:n] - ref[:n]).detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rr.double(), beta * (pi[n:] - ref[n:]).detach(), rtol=1e-5, atol=1e-6)
+    numel = n * logits.shape[1] * logits.shape[2]
+    torch.testing.assert_close(
+        chosen_logits_mean.double(), logits[:n].sum().detach() / numel, rtol=1e-5, atol=1e-6
+    )
+    torch.testing.assert_close(
+        rejected_logits_mean.double(), logits[n:].sum().detach() / numel, rtol=1e-5, atol=1e-6
+    )
+    assert float(nll_loss) == 0.0  # compute_nll_loss=False
+    g = torch.autograd.grad(loss, (hidden, weight, bias))
+    g_ref = torch.autograd.grad(want, (hidden, weight, bias))
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-6)
+
+
+def test_trl_kto_trainer_calls():
+    from liger_kernel.chunked_loss import LigerFusedLinearKTOLoss
+
+    beta = 0.1
+    liger_loss = LigerFusedLinearKTOLoss(beta=beta, use_ref_model=True)  # kto_trainer.py L978
+    hidden, weight, bias, labels, (rh, rw, rb) = _lm_batch(1, 4, 6)
+    label = torch.tensor([True, False, True, False])
+    kl = torch.tensor(0.05, dtype=torch.float64)
+    loss, metrics = liger_loss(
+        _input=hidden[:, :-1],
+        lin_weight=weight,
+        target=labels[:, 1:],
+        bias=bias,
+        preference_labels=label,
+        ref_input=rh[:, :-1],
+        ref_weight=rw,
+        ref_bias=rb,
+        kl=kl,
+    )
+    chosen_logps_sum, rejected_logps_sum, chosen_logits_sum, rejected_logits_sum, crs, rrs = metrics
+    logits = hidden[:, :-1] @ weight.T + bias
+    pi = _logps(logits, labels[:, 1:])
+    ref = _logps((rh[:, :-1] @ rw.T + rb).detach(), labels[:, 1:])
+    ratio = pi - ref
+    losses = torch.where(
+        label, 1 - torch.sigmoid(beta * (ratio - kl)), 1 - torch.sigmoid(beta * (kl - ratio))
+    )
+    want = losses.sum() / len(label)
+    torch.testing.assert_close(loss.double(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(chosen_logps_sum.double(), pi[label].sum().detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rejected_logps_sum.double(), pi[~label].sum().detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(chosen_logits_sum.double(), logits[label].sum().detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        rejected_logits_sum.double(), logits[~label].sum().detach(), rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(crs.double(), beta * ratio[label].sum().detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rrs.double(), beta * ratio[~label].sum().detach(), rtol=1e-5, atol=1e-6)
+    g = torch.autograd.grad(loss, (hidden, weight, bias))
+    g_ref = torch.autograd.grad(want, (hidden, weight, bias))
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-6)
+
+
+def _sft_reference(model, ids, labels, dft):
+    """TRL's SFT loss on HF's logits: NLL, or DFT (each token's loss times its detached probability)."""
+    logits = model(input_ids=ids).logits
+    target = F.pad(labels, (0, 1), value=-100)[:, 1:].reshape(-1)
+    logp = torch.log_softmax(logits.float().reshape(-1, logits.shape[-1]), -1)
+    valid = target != -100
+    lp = logp.gather(-1, target.clamp(min=0)[:, None])[:, 0]
+    per_token = -lp * (lp.detach().exp() if dft else 1.0)
+    acc = (logits.reshape(-1, logits.shape[-1]).argmax(-1) == target)[valid].float().mean()
+    return (per_token * valid).sum() / valid.sum(), acc
+
+
+@pytest.mark.parametrize("loss_type", ["nll", pytest.param("dft", marks=NEEDS_DFT)])
+def test_trl_sft_trainer_model_kwargs(loss_type):
+    """sft_trainer.py L1717-1733 (TRL <= 1.10): HF's apply_liger_kernel, then the model called with
+    skip_logits, return_token_accuracy=True and use_token_scaling, reading outputs.token_accuracy."""
+    from transformers.integrations.liger import apply_liger_kernel
+
+    ref = build("llama")
+    model = build("llama")
+    model.load_state_dict(ref.state_dict())
+    apply_liger_kernel(model, {})  # Trainer.train() with use_liger_kernel=True, no config
+    try:
+        ids, labels = batch()
+        want, want_acc = _sft_reference(ref, ids, labels, loss_type == "dft")
+        out = model(
+            input_ids=ids,
+            labels=labels,
+            skip_logits=True,
+            return_token_accuracy=True,
+            use_token_scaling=loss_type == "dft",
+        )
+        assert out.logits is None
+        torch.testing.assert_close(out.loss, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.token_accuracy, want_acc)
+        g1 = torch.autograd.grad(out.loss, list(model.parameters()))
+        g0 = torch.autograd.grad(want, list(ref.parameters()))
+        for a, b in zip(g1, g0):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    finally:
+        mp.revert_liger_kernel()
