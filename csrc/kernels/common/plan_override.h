@@ -24,7 +24,10 @@
 namespace liger_cpp::kernels::plan_override {
 
 enum class Key : int {
-  kExample,  // placeholder until the first plan declares its keys; replace, do not keep
+  // The norms (csrc/kernels/rms_norm/rms_norm_plan.cu, csrc/kernels/layer_norm/layer_norm_plan.cu).
+  kRmsFwd,
+  kRmsBwd,
+  kLnBwd,
   kCount
 };
 
@@ -35,7 +38,14 @@ struct KeyInfo {
 };
 
 inline constexpr KeyInfo kKeys[] = {
-    {"example", {"a", "b"}, "placeholder"},
+    // The norms: a forced kernel runs where it can take the call, else the plan chooses.
+    {"rms_fwd", {"cached", "l2hint"}, "RMSNorm / FusedAddRMSNorm forward kernel (RmsFwdKernel)"},
+    {"rms_bwd",
+     {"tma", "pipe", "cached", "generic"},
+     "RMSNorm / FusedAddRMSNorm backward kernel (RmsBwdKernel)"},
+    {"ln_bwd",
+     {"tma", "tma_unpaired", "pipe16", "pipe", "generic"},
+     "LayerNorm backward kernel (LnBwdKernel)"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 
