@@ -45,6 +45,15 @@ def set_variant_env(variant_env: dict, name) -> None:
     os.environ.update(variant_env.get(name, {}))
 
 
+def set_variant_plan(variant_plan: dict, name) -> None:
+    """Kernel rows forced through the developer plan override (liger_cpp._testing; keys in
+    docs/tuning.md): sets row `name`'s choices ({row name: {key: value}}), clearing every other
+    override (none for a row not in variant_plan, or None)."""
+    from liger_cpp._testing import set_plan_override
+
+    set_plan_override(",".join(f"{k}={v}" for k, v in variant_plan.get(name, {}).items()))
+
+
 _SLEEP_CYCLES_PER_MS = None
 _FLUSH = None
 
