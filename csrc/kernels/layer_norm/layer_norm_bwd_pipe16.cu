@@ -43,9 +43,8 @@ __device__ __forceinline__ float2 group_sum2_1bar(float a, float b, float2 (*scr
 // ONE 16-byte vector per thread (VEC = 16 / sizeof(T) columns; so rows up to
 // BLOCK vectors), one named barrier per row that only the row's group waits on
 // (group_sum2_1bar). x and dy come STAGES - 1 rows ahead (STAGES =
-// kPipe16Stages, the one build; a template parameter, so that its SASS is the
-// one measured) with cp.async into
-// this thread's own shared-memory slots: the bytes in flight cost no registers
+// kPipe16Stages: the one build) with cp.async into this thread's own
+// shared-memory slots: the bytes in flight cost no registers
 // (the 2 x VEC fp32 dW/dB accumulators take 16 for 16-bit types), and since
 // each thread reads back only what it copied, cp.async.wait_group is the only
 // synchronisation they need. (The next row in registers instead measured

@@ -12,7 +12,7 @@ namespace {
 // dw[c] = sum_g partial[g][c] in a fixed order: 32 columns per block, the
 // blockDim.y threads of a column each sum a strided slice, then a fixed tree.
 // The slice is loaded 8 rows at a time before they are added (in order): one
-// load at a time was a chain of ~17 L2 round trips (9 us for 264 x 4096).
+// load at a time was a chain of ~17 L2 round trips.
 template <typename WT>
 __global__ void __launch_bounds__(512)
     reduce_partials(const float* __restrict__ partial, int64_t groups, int64_t cols, WT* __restrict__ dw) {
@@ -44,9 +44,8 @@ __global__ void __launch_bounds__(512)
 }
 
 // As reduce_partials, for rows of a multiple of 4 floats (16-byte aligned):
-// after the backward, the reduction's time is latency (at 264 x 4096 it ran
-// 3.7 us, about 4 us past the backward's end even with PDL: ~17 loads a
-// thread in batches, then a 4-barrier tree). Here a block of 256 threads
+// after the backward, the reduction's time is latency (reduce_partials: ~17
+// loads a thread in batches, then a 4-barrier tree). Here a block of 256 threads
 // takes 16 columns: thread t loads float4 lane t & 3 of rows g, g + 64, ...
 // (g = t >> 2), all of a batch in flight at once (one L2 round trip for up to
 // 512 groups), sums them in row order; then ONE barrier and each column's 64
