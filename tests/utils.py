@@ -79,18 +79,31 @@ def forced(**choices):
 
 
 def cuda_kernels(fn):
-    """The liger_cpp CUDA kernels fn() launches (names without their template arguments), in order."""
+    """The liger_cpp CUDA kernels fn() launches, in order, by name without template arguments (from
+    the profiler's trace, as benchmarks/kernel_breakdown.py reads it)."""
+    import json
+    import os
+    import tempfile
+
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    finally:
+        os.unlink(path)
     names = []
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA or "liger_cpp" not in e.name:
+    for e in sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"]):
+        if "liger_cpp" not in e["name"]:
             continue
         # demangled ("...::rms_bwd_tma<__nv_bfloat16, ...>(...)") or not ("...11rms_bwd_tmaI13__nv_...")
-        m = re.search(r"((?:rms|ln)_(?:fwd|bwd)_[a-z0-9_]+?|reduce_partials4?)(?=<|I|\()", e.name)
-        names.append(m.group(1) if m else e.name)
+        m = re.search(r"((?:rms|ln)_(?:fwd|bwd)_[a-z0-9_]+?|reduce_partials4?)(?=<|I|\()", e["name"])
+        names.append(m.group(1) if m else e["name"])
     return names
 
 
