@@ -164,9 +164,9 @@ def _run_forward_layout_cases(shape, dtype):
 # they run: cached (the register-cached forward: 2 vectors a thread up to 128 vectors, 4 above, the
 # 40-register build for 512-thread rows where y has x's dtype; it takes rows up to 4096 vectors) and
 # l2hint (the two-pass wide-row forward, with L1 priorities above 64 KiB rows). Shapes: 16 rows a
-# block, several, one; 512-thread rows (16384 bf16); the wide rows (24584 bf16: a ragged last pass,
-# 65536: L1 priorities); widths that are not whole vectors (1000 for 16-bit x, 16390: the generic
-# forward).
+# block, several, one; 512-thread rows (16384 bf16); 125 vectors (1000 bf16: the last warp partly
+# idle); the wide rows (24584 bf16: a ragged last pass, 65536: L1 priorities); a width that is not
+# whole vectors (16390: the generic forward).
 FWD_KERNELS = [None, "cached", "l2hint"]
 FWD_SHAPES = [
     (4096, 64),
