@@ -322,18 +322,19 @@ TORCH_LIBRARY(liger, m) {
   // LigerFusedLinearScaledCrossEntropy, TRL's selective_log_softmax), without the logits:
   // z = (input @ weight^T + bias) / temperature; logprobs = z_y - lse(z) (float32, target's shape,
   // 0 for ignore_index); entropy = lse(z) - sum_j softmax(z)_j z_j (float32, with
-  // return_entropy, else (0,)); lse: float32 lse(z) (with return_entropy, for the backward; else (0,)).
+  // return_entropy, else (0,)); stats: float32 (M, 2) per row (max z, log sum exp(z - max)) with
+  // return_entropy, for the backward (else (0,)).
   m.def(
       "fused_linear_logprobs_fwd(Tensor input, Tensor weight, Tensor target, Tensor? bias=None, "
       "float temperature=1., int ignore_index=-100, bool return_entropy=False, int chunk_rows=0) -> "
-      "(Tensor logprobs, Tensor entropy, Tensor lse)");
+      "(Tensor logprobs, Tensor entropy, Tensor stats)");
   // Its backward: the gradients of sum(grad_logprobs * logprobs + grad_entropy * entropy) (either
   // may be None) w.r.t. input, weight and bias, rerunning the chunk loop:
-  //   dz_j = g_lp (onehot_j - p_j) - g_ent p_j (z_j - (lse - entropy)), then / temperature.
-  // lse and entropy: the forward's (needed with grad_entropy).
+  //   dz_j = g_lp (onehot_j - p_j) - g_ent p_j (z_j - (lse(z) - entropy)), then / temperature.
+  // stats and entropy: the forward's (needed with grad_entropy).
   m.def(
       "fused_linear_logprobs_bwd(Tensor? grad_logprobs, Tensor? grad_entropy, Tensor input, Tensor weight, "
-      "Tensor target, Tensor? bias, Tensor? lse, Tensor? entropy, float temperature=1., int ignore_index=-100, "
+      "Tensor target, Tensor? bias, Tensor? stats, Tensor? entropy, float temperature=1., int ignore_index=-100, "
       "int chunk_rows=0, bool compute_dx=True, bool compute_dw=True, bool compute_db=True) -> (Tensor dX, "
       "Tensor dW, Tensor dB)");
 

@@ -33,3 +33,20 @@ __all__ = [
     "liger_fused_linear_orpo",
     "liger_fused_linear_simpo",
 ]
+
+# ---- RL and distillation losses ----
+from liger_cpp.chunked_loss.cosine_similarity_loss import (  # noqa: F401,E402
+    LigerFusedLinearCosineSimilarityLoss,
+    liger_fused_linear_cosine,
+)
+from liger_cpp.chunked_loss.grpo_loss import LigerFusedLinearGRPOLoss, liger_fused_linear_grpo  # noqa: F401,E402
+from liger_cpp.chunked_loss.jsd_loss import LigerFusedLinearJSDLoss, liger_fused_linear_jsd  # noqa: F401,E402
+
+__all__ += [
+    "LigerFusedLinearCosineSimilarityLoss",
+    "LigerFusedLinearGRPOLoss",
+    "LigerFusedLinearJSDLoss",
+    "liger_fused_linear_cosine",
+    "liger_fused_linear_grpo",
+    "liger_fused_linear_jsd",
+]

@@ -133,12 +133,12 @@ inline std::vector<c10::IValue> rerun(const Replay* r, const char* op,
   return stack;
 }
 
-// t * g in t's dtype (float32 math, float64 for float64; one rounding): the traced path. g is one
-// element, or t's shape.
+// t * g in t's dtype (float32 math, float64 for float64; one rounding): the traced path. g is a
+// scalar (the loss's gradient), or has t's number of elements (reduction none).
 inline at::Tensor scaled(const at::Tensor& t, const at::Tensor& g) {
-  if (!t.defined() || t.numel() == 0) return t;
+  if (!t.defined() || t.sym_numel() == 0) return t;
   const auto acc = t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor gg = g.numel() == 1 ? g.reshape({}).to(acc) : g.to(acc);
+  const at::Tensor gg = g.dim() == 0 ? g.to(acc) : g.to(acc).reshape_symint(t.sym_sizes());
   return (t.to(acc) * gg).to(t.scalar_type());
 }
 
@@ -234,7 +234,7 @@ struct FwdGradFunction : public torch::autograd::Function<FwdGradFunction> {
                    "its liger_cpp Python entry point (which sets the flags from requires_grad)");
     }
     if (!any) return out;
-    std::vector<at::Tensor> grads = ctx->get_saved_variables();
+    // Checked before the saved gradients are unpacked: the first backward scaled them in place.
     if (ctx->saved_data["consumed"].toBool()) {
       // A second backward: rerun the op for the gradients needed, then scale them functionally.
       std::vector<std::pair<size_t, c10::IValue>> flags;
@@ -245,6 +245,7 @@ struct FwdGradFunction : public torch::autograd::Function<FwdGradFunction> {
         if (need[i]) out[i] = scaled(again[spec.grad_out[i]].toTensor(), g);
       return out;
     }
+    std::vector<at::Tensor> grads = ctx->get_saved_variables();
     bool traced = tracing(g);
     for (const at::Tensor& t : grads) traced |= tracing(t);
     if (traced) {
@@ -254,7 +255,7 @@ struct FwdGradFunction : public torch::autograd::Function<FwdGradFunction> {
     }
     // Scale the forward's buffers in place and hand them out (AccumulateGrad can take them as .grad).
     ctx->saved_data["consumed"] = true;
-    if (g.numel() == 1) {
+    if (g.dim() == 0) {
       scale_in_place(grads[0], grads[1], grads[2], g);
     } else {
       TORCH_CHECK(spec.elementwise_grad_output, "liger_cpp: ", spec.name, ": expected a scalar grad_output");
