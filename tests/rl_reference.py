@@ -147,9 +147,14 @@ def distillation_reference(xs, ws, xt, wt, target, bs=None, bt=None, *, loss="js
     s_logits = head_logits(xs, ws, bs)
     with torch.no_grad():
         t_logits = head_logits(xt, wt, bt)
-    valid = target != ignore_index
+    if target is None:  # Liger's LigerFusedLinearJSD without shift_labels: every row counts, no hard loss
+        valid = torch.ones(s_logits.shape[0], dtype=torch.bool)
+        hard = torch.zeros((), dtype=acc)
+    else:
+        valid = target != ignore_index
     n = valid.sum().clamp(min=1)
-    hard = F.cross_entropy(s_logits.to(acc), target, ignore_index=ignore_index, reduction="sum") / n
+    if target is not None:
+        hard = F.cross_entropy(s_logits.to(acc), target, ignore_index=ignore_index, reduction="sum") / n
     if wt.shape[0] > ws.shape[0]:
         pad = torch.zeros(s_logits.shape[0], wt.shape[0] - ws.shape[0], dtype=s_logits.dtype)
         s_logits = torch.cat([s_logits, pad], dim=-1)

@@ -2,7 +2,8 @@
 and their functional entry points (Liger's LigerJSDFunction, LigerKLDivLossFunction,
 LigerTVDLossFunction). One C++ pass writes the loss and the input's gradient for grad_output 1; the
 C++ autograd (csrc/aten/autograd/divergence_autograd.cpp) scales it in the backward and hands it out.
-Losses are float32. Only the first argument gets a gradient (Liger's).
+Losses are float32. Only the first argument gets a gradient (Liger's); the second is passed as is (not
+detached) so that a second backward can rerun the op from it.
 """
 
 from typing import Optional
@@ -62,7 +63,7 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
     whose shift_labels is not ignore_index (all rows without labels)."""
     check_device(input, "input")
     return torch.ops.liger.jsd_fwd(
-        input, target.detach(), shift_labels, float(beta), int(ignore_index), _needs_grad(input)
+        input, target, shift_labels, float(beta), int(ignore_index), _needs_grad(input)
     )[0]
 
 
@@ -72,7 +73,7 @@ def kl_div(input: Tensor, target: Tensor, reduction: str = "batchmean", log_targ
     clamps the target before its log (Liger's). No gradient to the target."""
     check_device(input, "input")
     return torch.ops.liger.kl_div_fwd(
-        input, target.detach(), _reduction(reduction), bool(log_target), float(eps), _needs_grad(input)
+        input, target, _reduction(reduction), bool(log_target), float(eps), _needs_grad(input)
     )[0]
 
 
@@ -82,5 +83,5 @@ def tvd(p: Tensor, q: Tensor, shift_labels: Optional[Tensor] = None, reduction: 
     shift_labels is ignore_index excluded; batchmean / mean divide by the rows counted (times V)."""
     check_device(p, "p")
     return torch.ops.liger.tvd_fwd(
-        p, q.detach(), shift_labels, _reduction(reduction), int(ignore_index), _needs_grad(p)
+        p, q, shift_labels, _reduction(reduction), int(ignore_index), _needs_grad(p)
     )[0]

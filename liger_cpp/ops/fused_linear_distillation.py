@@ -93,11 +93,13 @@ def fused_linear_distillation(
     out = torch.ops.liger.fused_linear_distillation_fwd(
         student_input,
         student_weight,
-        teacher_input.detach(),
-        teacher_weight.detach(),
+        # The teacher gets no gradient (no edge of the op's autograd node); not detached, so that a
+        # second backward (retain_graph) can rerun the op from these same tensors.
+        teacher_input,
+        teacher_weight,
         target,
         student_bias,
-        None if teacher_bias is None else teacher_bias.detach(),
+        teacher_bias,
         loss,
         float(weight_hard_loss),
         float(weight_soft_loss),

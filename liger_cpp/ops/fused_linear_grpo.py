@@ -174,7 +174,9 @@ def fused_linear_grpo(
         input, weight, bias, ref_input, ref_weight, ref_bias
     )
     detach = [None if t is None else t.detach() for t in (ref_per_token_logps, old_per_token_logps)]
-    refs = [None if t is None else t.detach() for t in (ref_input, ref_weight, ref_bias)]
+    # The reference model gets no gradient (no edge of the op's autograd node); not detached, so that
+    # a second backward (retain_graph) can rerun the op from these same tensors.
+    refs = (ref_input, ref_weight, ref_bias)
     grad = torch.is_grad_enabled()
     out = torch.ops.liger.fused_linear_grpo_fwd(
         input,

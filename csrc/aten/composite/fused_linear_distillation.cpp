@@ -50,13 +50,13 @@ DistillResult distill_fwd(const at::Tensor& student_input, const at::Tensor& stu
                   chunk_rows);
   heads::check_head(student_input, student_weight, student_bias, "student_input", "student_weight",
                     "student_bias");
-  heads::check_head(teacher_input, teacher_weight, teacher_bias, "teacher_input", "teacher_weight",
-                    "teacher_bias");
   LIGER_CHECK_ARG(teacher_input.device() == student_input.device() &&
                       teacher_input.scalar_type() == student_input.scalar_type(),
                   "teacher_input", "expected student_input's device and dtype (",
                   dtype_str(student_input.scalar_type()), "), got ", teacher_input.device(), " ",
                   dtype_str(teacher_input.scalar_type()));
+  heads::check_head(teacher_input, teacher_weight, teacher_bias, "teacher_input", "teacher_weight",
+                    "teacher_bias");
   const int64_t Hs = student_input.size(-1), Ht = teacher_input.size(-1);
   const int64_t M = student_input.numel() / Hs;
   const int64_t Vs = student_weight.size(0), Vt = teacher_weight.size(0);
