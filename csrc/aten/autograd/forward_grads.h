@@ -255,6 +255,8 @@ struct FwdGradFunction : public torch::autograd::Function<FwdGradFunction> {
     }
     // Scale the forward's buffers in place and hand them out (AccumulateGrad can take them as .grad).
     ctx->saved_data["consumed"] = true;
+    for (int i = 0; i < 3; ++i)
+      if (!need[i]) grads[i] = at::Tensor();  // not scaled (slots may share one tensor)
     if (g.dim() == 0) {
       scale_in_place(grads[0], grads[1], grads[2], g);
     } else {
