@@ -287,14 +287,18 @@ TORCH_LIBRARY(liger, m) {
   // fused_linear_preference_fwd. chunk_rows: logits rows per chunk (0: automatic).
   m.def(
       "fused_linear_grpo_fwd(Tensor input, Tensor weight, Tensor selected_token_ids, Tensor attention_mask, "
-      "Tensor advantages, Tensor? bias=None, Tensor? ref_per_token_logps=None, Tensor? old_per_token_logps=None, "
+      "Tensor advantages, Tensor? bias=None, Tensor? ref_per_token_logps=None, Tensor? "
+      "old_per_token_logps=None, "
       "Tensor? ref_input=None, Tensor? ref_weight=None, Tensor? ref_bias=None, Tensor? vllm_is_ratio=None, "
       "Tensor? loss_normalizer=None, str loss_type=\"dapo\", str importance_sampling_level=\"token\", "
-      "float beta=0.04, float epsilon_low=0.2, float epsilon_high=0.2, float? delta=None, float temperature=1., "
+      "float beta=0.04, float epsilon_low=0.2, float epsilon_high=0.2, float? delta=None, float "
+      "temperature=1., "
       "int? max_completion_length=None, bool use_bias_correction_kl=False, float sapo_temperature_pos=1., "
-      "float sapo_temperature_neg=1.05, float vespo_k_pos=2., float vespo_lambda_pos=3., float vespo_k_neg=3., "
+      "float sapo_temperature_neg=1.05, float vespo_k_pos=2., float vespo_lambda_pos=3., float "
+      "vespo_k_neg=3., "
       "float vespo_lambda_neg=2., int chunk_rows=0, bool compute_dx=False, bool compute_dw=False, "
-      "bool compute_db=False) -> (Tensor loss, Tensor kl, Tensor clip_ratio, Tensor per_token_logps, Tensor dX, "
+      "bool compute_db=False) -> (Tensor loss, Tensor kl, Tensor clip_ratio, Tensor per_token_logps, Tensor "
+      "dX, "
       "Tensor dW, Tensor dB)");
   // Distillation of a teacher head into a student head (Liger's LigerFusedLinearJSDLoss,
   // LigerFusedLinearCosineSimilarityLoss, LigerFusedLinearJSD): student_input (..., Hs) with
@@ -316,7 +320,8 @@ TORCH_LIBRARY(liger, m) {
       "Tensor teacher_weight, Tensor? target, Tensor? student_bias=None, Tensor? teacher_bias=None, "
       "str loss=\"jsd\", float weight_hard_loss=0.5, float weight_soft_loss=0.5, float beta=0.5, "
       "int ignore_index=-100, float temperature=1., bool mask_soft=True, int chunk_rows=0, "
-      "bool compute_dx=False, bool compute_dw=False, bool compute_db=False) -> (Tensor loss, Tensor soft_loss, "
+      "bool compute_dx=False, bool compute_dw=False, bool compute_db=False) -> (Tensor loss, Tensor "
+      "soft_loss, "
       "Tensor hard_loss, Tensor dX, Tensor dW, Tensor dB)");
   // Per-token log-probabilities of the given tokens at a temperature (Liger's
   // LigerFusedLinearScaledCrossEntropy, TRL's selective_log_softmax), without the logits:
@@ -334,7 +339,8 @@ TORCH_LIBRARY(liger, m) {
   // stats and entropy: the forward's (needed with grad_entropy).
   m.def(
       "fused_linear_logprobs_bwd(Tensor? grad_logprobs, Tensor? grad_entropy, Tensor input, Tensor weight, "
-      "Tensor target, Tensor? bias, Tensor? stats, Tensor? entropy, float temperature=1., int ignore_index=-100, "
+      "Tensor target, Tensor? bias, Tensor? stats, Tensor? entropy, float temperature=1., int "
+      "ignore_index=-100, "
       "int chunk_rows=0, bool compute_dx=True, bool compute_dw=True, bool compute_db=True) -> (Tensor dX, "
       "Tensor dW, Tensor dB)");
 
@@ -347,7 +353,8 @@ TORCH_LIBRARY(liger, m) {
   //   beta 0: sum P (Y - X); beta 1: sum Q (X - Y); else sum beta P Y + (1 - beta) Q X - M log M,
   //   M = beta P + (1 - beta) Q; divided by the rows counted (all rows without labels).
   m.def(
-      "jsd_fwd(Tensor input, Tensor target, Tensor? shift_labels=None, float beta=0.5, int ignore_index=-100, "
+      "jsd_fwd(Tensor input, Tensor target, Tensor? shift_labels=None, float beta=0.5, int "
+      "ignore_index=-100, "
       "bool compute_grad=True) -> (Tensor loss, Tensor dinput)");
   // KL divergence (nn.KLDivLoss's): input log-probs, target probs (log-probs with log_target);
   //   element loss = target (log max(target, eps) - input), or exp(target) (target - input);

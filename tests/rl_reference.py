@@ -11,7 +11,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-
 from utils import ULP, assert_close_to_ref
 
 
@@ -31,10 +30,32 @@ def token_logps(x, w, b, ids, temperature=1.0):
     return lps.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
 
-def grpo_reference(x, w, b, ids, mask, adv, *, ref_lp=None, old_lp=None, ref_head=None, vllm=None,
-                   num_items=None, beta=0.04, eps_low=0.2, eps_high=0.2, loss_type="dapo", max_len=None,
-                   level="token", sapo_pos=1.0, sapo_neg=1.05, temperature=1.0, delta=None, bias_kl=False,
-                   vespo=(2.0, 3.0, 3.0, 2.0)):  # fmt: skip
+def grpo_reference(
+    x,
+    w,
+    b,
+    ids,
+    mask,
+    adv,
+    *,
+    ref_lp=None,
+    old_lp=None,
+    ref_head=None,
+    vllm=None,
+    num_items=None,
+    beta=0.04,
+    eps_low=0.2,
+    eps_high=0.2,
+    loss_type="dapo",
+    max_len=None,
+    level="token",
+    sapo_pos=1.0,
+    sapo_neg=1.05,
+    temperature=1.0,
+    delta=None,
+    bias_kl=False,
+    vespo=(2.0, 3.0, 3.0, 2.0),
+):
     """(loss, metrics, per_token_logps) of Liger's LigerFusedLinearGRPOLoss (ppo_loss_fn)."""
     acc = acc_dtype(x)
     lp = token_logps(x, w, b, ids, temperature)
@@ -74,7 +95,9 @@ def grpo_reference(x, w, b, ids, mask, adv, *, ref_lp=None, old_lp=None, ref_hea
             nonneg = A >= 0
             k = torch.where(nonneg, torch.full_like(A, k_pos), torch.full_like(A, k_neg))
             lam = torch.where(nonneg, torch.full_like(A, l_pos), torch.full_like(A, l_neg)).clamp(min=1e-4)
-            phi = torch.exp(lam + k * logw - lam * torch.exp(logw)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+            phi = torch.exp(lam + k * logw - lam * torch.exp(logw)).nan_to_num(
+                nan=0.0, posinf=0.0, neginf=0.0
+            )
         ptl = -phi * A * lp
     else:
         c2 = torch.clamp(c1, 1 - eps_low, 1 + eps_high)
@@ -138,8 +161,22 @@ def cosine_soft_rows(s_logits, t_logits, beta, temperature):
     return beta * (1 - F.cosine_similarity(s, t, dim=-1))
 
 
-def distillation_reference(xs, ws, xt, wt, target, bs=None, bt=None, *, loss="jsd", weight_hard=0.5,
-                           weight_soft=0.5, beta=0.5, ignore_index=-100, temperature=1.0):  # fmt: skip
+def distillation_reference(
+    xs,
+    ws,
+    xt,
+    wt,
+    target,
+    bs=None,
+    bt=None,
+    *,
+    loss="jsd",
+    weight_hard=0.5,
+    weight_soft=0.5,
+    beta=0.5,
+    ignore_index=-100,
+    temperature=1.0,
+):
     """(loss, soft, hard) of Liger's LigerFusedLinearDistillationBase with the JSD / cosine loss.
     xs (M, Hs), xt (M, Ht); a teacher vocabulary larger than the student's zero-pads the student's
     logits; the hard loss is the student's CE at temperature 1."""

@@ -43,8 +43,24 @@ def _make(device, dtype, M=94, Hs=31, Ht=37, Vs=123, Vt=123, bias=True, n_ignore
     return xs, ws, bs, xt, wt, bt, t.to(device)
 
 
-def _run(fn, device, dtype, *, loss="jsd", weight_hard=0.5, weight_soft=0.5, beta=0.5, temperature=1.0,
-         grad_out=1.0, frozen_w=False, bias=True, dw_ulps=None, no_target=False, parts=True, **make):  # fmt: skip
+def _run(
+    fn,
+    device,
+    dtype,
+    *,
+    loss="jsd",
+    weight_hard=0.5,
+    weight_soft=0.5,
+    beta=0.5,
+    temperature=1.0,
+    grad_out=1.0,
+    frozen_w=False,
+    bias=True,
+    dw_ulps=None,
+    no_target=False,
+    parts=True,
+    **make,
+):
     xs, ws, bs, xt, wt, bt, t = _make(device, dtype, bias=bias, **make)
     if frozen_w:
         ws.requires_grad_(False)
@@ -56,13 +72,26 @@ def _run(fn, device, dtype, *, loss="jsd", weight_hard=0.5, weight_soft=0.5, bet
     for rdt in (torch.float64, lo):
         rs, rw, rb = leaf(xs, rdt), leaf(ws, rdt), leaf(bs, rdt)
         flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
-        r = distillation_reference(flat(rs), rw, flat(xt.to(rdt)), wt.to(rdt), None if no_target else t.reshape(-1),
-                                   rb, None if bt is None else bt.to(rdt), loss=loss, weight_hard=weight_hard,
-                                   weight_soft=weight_soft, beta=beta, temperature=temperature)  # fmt: skip
+        r = distillation_reference(
+            flat(rs),
+            rw,
+            flat(xt.to(rdt)),
+            wt.to(rdt),
+            None if no_target else t.reshape(-1),
+            rb,
+            None if bt is None else bt.to(rdt),
+            loss=loss,
+            weight_hard=weight_hard,
+            weight_soft=weight_soft,
+            beta=beta,
+            temperature=temperature,
+        )
         (r[0] * grad_out).backward()
         res[rdt] = (r, rs, rw, rb)
     r64, rlo = res[torch.float64], res[lo]
-    for name, out, i in (("loss", total, 0), ("soft_loss", soft, 1), ("hard_loss", hard, 2))[: 3 if parts else 1]:
+    for name, out, i in (("loss", total, 0), ("soft_loss", soft, 1), ("hard_loss", hard, 2))[
+        : 3 if parts else 1
+    ]:
         assert out.dtype == torch.float32 and out.shape == ()
         tol_close(name, out, r64[0][i], rlo[0][i], dtype)
     tol_close("dX", xs.grad, r64[1].grad, rlo[1].grad, dtype)
@@ -77,25 +106,49 @@ def _run(fn, device, dtype, *, loss="jsd", weight_hard=0.5, weight_soft=0.5, bet
 
 def _op(loss="jsd", mask_soft=None, chunk_rows=0, **kw):
     def fn(xs, ws, xt, wt, t, bs, bt):
-        return fused_linear_distillation(xs, ws, xt, wt, t, bs, bt, loss=loss, chunk_rows=chunk_rows,
-                                         mask_soft=(loss == "jsd") if mask_soft is None else mask_soft, **kw)  # fmt: skip
+        return fused_linear_distillation(
+            xs,
+            ws,
+            xt,
+            wt,
+            t,
+            bs,
+            bt,
+            loss=loss,
+            chunk_rows=chunk_rows,
+            mask_soft=(loss == "jsd") if mask_soft is None else mask_soft,
+            **kw,
+        )
 
     return fn
 
 
 def _kw(weight_hard=0.5, weight_soft=0.5, beta=0.5, temperature=1.0):
-    return dict(weight_hard_loss=weight_hard, weight_soft_loss=weight_soft, beta=beta, temperature=temperature)
+    return dict(
+        weight_hard_loss=weight_hard, weight_soft_loss=weight_soft, beta=beta, temperature=temperature
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] + ([torch.float16] if CUDA_OK else []), ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16] + ([torch.float16] if CUDA_OK else []), ids=str
+)
 @pytest.mark.parametrize("loss", ["jsd", "cosine"])
 @pytest.mark.parametrize("beta", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("temperature", [1.0, 2.0])
 def test_losses(device, dtype, loss, beta, temperature):
     opts = _kw(beta=beta, temperature=temperature)
-    _run(_op(loss, chunk_rows=40, **opts), device, dtype, loss=loss, beta=beta, temperature=temperature,
-         weight_hard=0.5, weight_soft=0.5, dw_ulps=acc_ulps(dtype, 3))  # fmt: skip
+    _run(
+        _op(loss, chunk_rows=40, **opts),
+        device,
+        dtype,
+        loss=loss,
+        beta=beta,
+        temperature=temperature,
+        weight_hard=0.5,
+        weight_soft=0.5,
+        dw_ulps=acc_ulps(dtype, 3),
+    )
 
 
 OPTIONS = [
@@ -139,14 +192,29 @@ def test_chunk_rows(device, chunk_rows, loss):
 def test_modules_and_functionals(device, cls):
     loss = "jsd" if cls is LigerFusedLinearJSDLoss else "cosine"
     xs, ws, bs, xt, wt, bt, t = _make(device, torch.float32)
-    mod = cls(weight_hard_loss=0.2, weight_soft_loss=0.8, beta=0.4, temperature=1.5, return_soft_hard_loss=True)
+    mod = cls(
+        weight_hard_loss=0.2, weight_soft_loss=0.8, beta=0.4, temperature=1.5, return_soft_hard_loss=True
+    )
     total, soft, hard = mod(xs, ws, xt, wt, t, bs, bt)
-    e = distillation_reference(xs.detach().double(), ws.double(), xt.double(), wt.double(), t, bs.double(),
-                               bt.double(), loss=loss, weight_hard=0.2, weight_soft=0.8, beta=0.4,
-                               temperature=1.5)  # fmt: skip
+    e = distillation_reference(
+        xs.detach().double(),
+        ws.double(),
+        xt.double(),
+        wt.double(),
+        t,
+        bs.double(),
+        bt.double(),
+        loss=loss,
+        weight_hard=0.2,
+        weight_soft=0.8,
+        beta=0.4,
+        temperature=1.5,
+    )
     for a, b in zip((total, soft, hard), e):
         torch.testing.assert_close(a, b.float(), rtol=1e-5, atol=1e-6)
-    only = cls(weight_hard_loss=0.2, weight_soft_loss=0.8, beta=0.4, temperature=1.5)(xs, ws, xt, wt, t, bs, bt)
+    only = cls(weight_hard_loss=0.2, weight_soft_loss=0.8, beta=0.4, temperature=1.5)(
+        xs, ws, xt, wt, t, bs, bt
+    )
     torch.testing.assert_close(only, total)
     fn = liger_fused_linear_jsd if loss == "jsd" else liger_fused_linear_cosine
     # Liger's Function.apply order: (..., true_labels, student_bias, teacher_bias, weight_hard_loss,
@@ -155,11 +223,25 @@ def test_modules_and_functionals(device, cls):
     for a, b in zip(out, (total, soft, hard)):
         torch.testing.assert_close(a, b)
     params = list(inspect.signature(cls.__init__).parameters)[1:]
-    assert params == ["weight_hard_loss", "weight_soft_loss", "beta", "ignore_index", "temperature", "compiled",
-                      "chunk_size", "return_soft_hard_loss"]  # fmt: skip
+    assert params == [
+        "weight_hard_loss",
+        "weight_soft_loss",
+        "beta",
+        "ignore_index",
+        "temperature",
+        "compiled",
+        "chunk_size",
+        "return_soft_hard_loss",
+    ]
     assert list(inspect.signature(cls.forward).parameters)[1:] == [
-        "student_input", "student_weight", "teacher_input", "teacher_weight", "true_labels", "student_bias",
-        "teacher_bias"]  # fmt: skip
+        "student_input",
+        "student_weight",
+        "teacher_input",
+        "teacher_weight",
+        "true_labels",
+        "student_bias",
+        "teacher_bias",
+    ]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -175,8 +257,19 @@ def test_transformers_fused_linear_jsd(device, dtype, beta, labels):
         loss = mod(xs, ws, xt, wt, t)
         return loss, loss, torch.zeros((), device=loss.device)
 
-    _run(fn, device, dtype, bias=False, beta=beta, temperature=0.8, weight_hard=0.0, weight_soft=1.0,
-         no_target=not labels, parts=False, dw_ulps=acc_ulps(dtype, 1))  # fmt: skip
+    _run(
+        fn,
+        device,
+        dtype,
+        bias=False,
+        beta=beta,
+        temperature=0.8,
+        weight_hard=0.0,
+        weight_soft=1.0,
+        no_target=not labels,
+        parts=False,
+        dw_ulps=acc_ulps(dtype, 1),
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -195,8 +288,9 @@ def test_gradcheck_float64_cpu():
         xs, ws, bs, xt, wt, bt, t = _make("cpu", torch.float64, M=6, Hs=4, Ht=5, Vs=7, Vt=9, n_ignored=2)
 
         def f(xs, ws, bs, loss=loss, beta=beta, xt=xt, wt=wt, bt=bt, t=t):
-            return fused_linear_distillation(xs, ws, xt, wt, t, bs, bt, loss=loss, beta=beta, temperature=1.3,
-                                             chunk_rows=4)[0]  # fmt: skip
+            return fused_linear_distillation(
+                xs, ws, xt, wt, t, bs, bt, loss=loss, beta=beta, temperature=1.3, chunk_rows=4
+            )[0]
 
         # the per-row losses are float32 even for float64 inputs: a larger step keeps their rounding out
         assert torch.autograd.gradcheck(f, (xs, ws, bs), eps=1e-3, atol=2e-3, rtol=2e-3)
@@ -207,10 +301,16 @@ def test_gradcheck_float64_cpu():
 def test_opcheck(device, dtype):
     xs, ws, bs, xt, wt, bt, t = _make(device, dtype, M=10, Hs=8, Ht=6, Vs=20, Vt=24, n_ignored=2)
     op = torch.ops.liger.fused_linear_distillation_fwd
-    torch.library.opcheck(op, (xs, ws, xt, wt, t, bs, bt),
-                          {"compute_dx": True, "compute_dw": True, "compute_db": True, "chunk_rows": 3})  # fmt: skip
-    torch.library.opcheck(op, (xs.detach(), ws, xt, wt, None),
-                          {"loss": "cosine", "compute_dw": True, "beta": 1.0, "temperature": 2.0})  # fmt: skip
+    torch.library.opcheck(
+        op,
+        (xs, ws, xt, wt, t, bs, bt),
+        {"compute_dx": True, "compute_dw": True, "compute_db": True, "chunk_rows": 3},
+    )
+    torch.library.opcheck(
+        op,
+        (xs.detach(), ws, xt, wt, None),
+        {"loss": "cosine", "compute_dw": True, "beta": 1.0, "temperature": 2.0},
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 from conftest import CUDA_OK, DEVICES
-from rl_reference import acc_ulps, grpo_reference, leaf, tol_close, token_logps
+from rl_reference import acc_ulps, grpo_reference, leaf, token_logps, tol_close
 
 from liger_cpp.chunked_loss import LigerFusedLinearGRPOLoss, liger_fused_linear_grpo
 from liger_cpp.ops.fused_linear_grpo import LOSS_TYPES, fused_linear_grpo
@@ -22,8 +22,9 @@ from liger_cpp.ops.fused_linear_grpo import LOSS_TYPES, fused_linear_grpo
 SEQ_OK = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 
 
-def _make(device, dtype, B=3, T=47, H=31, V=123, bias=True, level="token", temperature=1.0, zero_row=False,
-          seed=0):  # fmt: skip
+def _make(
+    device, dtype, B=3, T=47, H=31, V=123, bias=True, level="token", temperature=1.0, zero_row=False, seed=0
+):
     if dtype == torch.float64 and device != "cpu":
         pytest.skip("float64 is CPU-only: the CUDA row kernels take float32, float16 and bfloat16")
     gen = torch.Generator().manual_seed(seed)
@@ -46,25 +47,56 @@ def _make(device, dtype, B=3, T=47, H=31, V=123, bias=True, level="token", tempe
     sign = torch.where(torch.rand(B, T, generator=gen) < 0.5, -1.0, 1.0).double()
     if level == "token":
         near = torch.rand(B, T, generator=gen) < 0.5
-        mag = torch.where(near, 0.1 * torch.rand(B, T, generator=gen), 0.5 + 0.5 * torch.rand(B, T, generator=gen))
+        mag = torch.where(
+            near, 0.1 * torch.rand(B, T, generator=gen), 0.5 + 0.5 * torch.rand(B, T, generator=gen)
+        )
         shift = sign * mag.double()
     else:  # per-sequence offsets well inside / outside [log 0.8, log 1.2], small token noise
         offs = torch.tensor([0.02, 0.7, -0.75, -0.04, 0.9][:B] + [0.0] * max(0, B - 5), dtype=torch.float64)
         shift = offs.unsqueeze(1) + 0.02 * (torch.rand(B, T, generator=gen).double() - 0.5)
     old = (lp64 - shift).float()
     ref_lp = (lp64 + 0.3 * rn(B, T)).float()
-    ref_head = (rn(B, T, H + 2), rn(V, H + 2, scale=2.0 / math.sqrt(H + 2)), rn(V, scale=0.5) if bias else None)
+    ref_head = (
+        rn(B, T, H + 2),
+        rn(V, H + 2, scale=2.0 / math.sqrt(H + 2)),
+        rn(V, scale=0.5) if bias else None,
+    )
     to = lambda t: None if t is None else t.to(device)  # noqa: E731
     xd = x.to(device, dtype).requires_grad_(True)
     wd = w.to(device, dtype).requires_grad_(True)
     bd = b.to(device, dtype).requires_grad_(True) if bias else None
     refs = tuple(None if t is None else t.to(device, dtype) for t in ref_head)
-    return dict(x=xd, w=wd, b=bd, ids=to(ids), mask=to(mask), adv=to(adv), old=to(old), ref_lp=to(ref_lp),
-                ref_head=refs)  # fmt: skip
+    return dict(
+        x=xd,
+        w=wd,
+        b=bd,
+        ids=to(ids),
+        mask=to(mask),
+        adv=to(adv),
+        old=to(old),
+        ref_lp=to(ref_lp),
+        ref_head=refs,
+    )
 
 
-def _run(device, dtype, *, ref="given", with_old=True, vllm_shape=None, num_items=None, chunk_rows=0,
-         bias=True, frozen_w=False, grad_out=1.0, B=3, T=47, zero_row=False, dw_ulps=None, **opts):  # fmt: skip
+def _run(
+    device,
+    dtype,
+    *,
+    ref="given",
+    with_old=True,
+    vllm_shape=None,
+    num_items=None,
+    chunk_rows=0,
+    bias=True,
+    frozen_w=False,
+    grad_out=1.0,
+    B=3,
+    T=47,
+    zero_row=False,
+    dw_ulps=None,
+    **opts,
+):
     """Runs fused_linear_grpo and the reference in float64 and in the input's precision; compares the
     loss, every metric, the log-probs and the gradients of input, weight and bias."""
     level = opts.get("importance_sampling_level", "token")
@@ -90,23 +122,52 @@ def _run(device, dtype, *, ref="given", with_old=True, vllm_shape=None, num_item
         temperature=temperature,
         delta=kw.get("delta"),
         bias_kl=kw.get("use_bias_correction_kl", False),
-        vespo=(kw.get("vespo_k_pos", 2.0), kw.get("vespo_lambda_pos", 3.0), kw.get("vespo_k_neg", 3.0),
-               kw.get("vespo_lambda_neg", 2.0)),  # fmt: skip
+        vespo=(
+            kw.get("vespo_k_pos", 2.0),
+            kw.get("vespo_lambda_pos", 3.0),
+            kw.get("vespo_k_neg", 3.0),
+            kw.get("vespo_lambda_neg", 2.0),
+        ),
     )
     ref_lp = d["ref_lp"] if ref == "given" else None
     ref_in = d["ref_head"] if ref == "model" else (None, None, None)
     old = d["old"] if with_old else None
-    loss, kl, clip, lp = fused_linear_grpo(d["x"], d["w"], d["ids"], d["mask"], d["adv"], d["b"], ref_lp, old, *ref_in,
-                                           vllm, num_items, use_ref_model=ref != "none", chunk_rows=chunk_rows,
-                                           **kw)  # fmt: skip
+    loss, kl, clip, lp = fused_linear_grpo(
+        d["x"],
+        d["w"],
+        d["ids"],
+        d["mask"],
+        d["adv"],
+        d["b"],
+        ref_lp,
+        old,
+        *ref_in,
+        vllm,
+        num_items,
+        use_ref_model=ref != "none",
+        chunk_rows=chunk_rows,
+        **kw,
+    )
     (loss * grad_out).backward()
     res = {}
     lo = torch.float32 if dtype == torch.float64 else dtype
     for rdt in (torch.float64, lo):
         x, w, b = leaf(d["x"], rdt), leaf(d["w"], rdt), leaf(d["b"], rdt)
         head = tuple(leaf(t, rdt) for t in d["ref_head"]) if ref == "model" else None
-        rl, rm, rlp = grpo_reference(x, w, b, d["ids"], d["mask"], d["adv"], ref_lp=ref_lp, old_lp=old, ref_head=head,
-                                     vllm=vllm, num_items=num_items, **ref_kw)  # fmt: skip
+        rl, rm, rlp = grpo_reference(
+            x,
+            w,
+            b,
+            d["ids"],
+            d["mask"],
+            d["adv"],
+            ref_lp=ref_lp,
+            old_lp=old,
+            ref_head=head,
+            vllm=vllm,
+            num_items=num_items,
+            **ref_kw,
+        )
         (rl * grad_out).backward()
         res[rdt] = (rl, rm, rlp, x, w, b)
     r64, rlo = res[torch.float64], res[lo]
@@ -143,12 +204,22 @@ def _extra(lt):
 
 # ---------------------------------------------------------------- every loss type
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] + ([torch.float16] if CUDA_OK else []), ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16] + ([torch.float16] if CUDA_OK else []), ids=str
+)
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 @pytest.mark.parametrize("loss_type,level", list(_cases()))
 def test_loss_types(device, dtype, beta, loss_type, level):
-    _run(device, dtype, loss_type=loss_type, importance_sampling_level=level, beta=beta, epsilon_high=0.28,
-         dw_ulps=acc_ulps(dtype, 1), **_extra(loss_type))  # fmt: skip
+    _run(
+        device,
+        dtype,
+        loss_type=loss_type,
+        importance_sampling_level=level,
+        beta=beta,
+        epsilon_high=0.28,
+        dw_ulps=acc_ulps(dtype, 1),
+        **_extra(loss_type),
+    )
 
 
 # ---------------------------------------------------------------- options
@@ -156,13 +227,24 @@ OPTIONS = [
     {"loss_type": "grpo", "delta": 1.5},
     {"loss_type": "dapo", "delta": 1.5, "importance_sampling_level": "sequence"},
     {"loss_type": "dapo", "use_bias_correction_kl": True, "beta": 0.1},
-    {"loss_type": "bnpo", "use_bias_correction_kl": True, "beta": 0.1, "importance_sampling_level": "sequence"},
+    {
+        "loss_type": "bnpo",
+        "use_bias_correction_kl": True,
+        "beta": 0.1,
+        "importance_sampling_level": "sequence",
+    },
     {"loss_type": "dapo", "vllm_shape": "B"},
     {"loss_type": "dapo", "vllm_shape": "B1", "beta": 0.1},
     {"loss_type": "grpo", "vllm_shape": "BT", "importance_sampling_level": "sequence"},
     {"loss_type": "vespo", "vllm_shape": "BT"},
-    {"loss_type": "vespo", "vllm_shape": "B1", "vespo_k_pos": 1.5, "vespo_lambda_pos": 2.0, "vespo_k_neg": 2.5,
-     "vespo_lambda_neg": 1.0},  # fmt: skip
+    {
+        "loss_type": "vespo",
+        "vllm_shape": "B1",
+        "vespo_k_pos": 1.5,
+        "vespo_lambda_pos": 2.0,
+        "vespo_k_neg": 2.5,
+        "vespo_lambda_neg": 1.0,
+    },
     {"loss_type": "sapo", "vllm_shape": "BT", "sapo_temperature_pos": 0.8, "sapo_temperature_neg": 1.3},
     {"loss_type": "cispo", "epsilon_high": 1.3, "vllm_shape": "B"},
     {"loss_type": "luspo", "importance_sampling_level": "sequence", "beta": 0.0},
@@ -172,8 +254,13 @@ OPTIONS = [
     {"loss_type": "dapo", "temperature": 0.7},
     {"loss_type": "grpo", "temperature": 1.3, "importance_sampling_level": "sequence", "beta": 0.1},
     {"loss_type": "dapo", "ref": "model", "beta": 0.1},
-    {"loss_type": "grpo", "ref": "model", "beta": 0.1, "importance_sampling_level": "sequence",
-     "use_bias_correction_kl": True},  # fmt: skip
+    {
+        "loss_type": "grpo",
+        "ref": "model",
+        "beta": 0.1,
+        "importance_sampling_level": "sequence",
+        "use_bias_correction_kl": True,
+    },
     {"loss_type": "dapo", "ref": "none", "beta": 0.04},
     {"loss_type": "bnpo", "with_old": False},
     {"loss_type": "grpo", "with_old": False, "importance_sampling_level": "sequence"},
@@ -206,7 +293,12 @@ def test_options_bfloat16(device, opt):
 # two-phase path), 47 is one sequence per chunk, 100 two (not dividing B = 3), 200 the whole batch.
 CHUNK_CASES = [
     {"loss_type": "dapo"},
-    {"loss_type": "grpo", "importance_sampling_level": "sequence", "beta": 0.1, "use_bias_correction_kl": True},
+    {
+        "loss_type": "grpo",
+        "importance_sampling_level": "sequence",
+        "beta": 0.1,
+        "use_bias_correction_kl": True,
+    },
     {"loss_type": "vespo", "vllm_shape": "BT"},
     {"loss_type": "bnpo", "ref": "model", "beta": 0.1, "importance_sampling_level": "sequence"},
     {"loss_type": "luspo", "beta": 0.1},
@@ -228,24 +320,64 @@ def test_chunking_does_not_change_the_result(device, level):
     for chunk_rows in (0, 5, 47, 100):
         for p in (d["x"], d["w"], d["b"]):
             p.grad = None
-        loss, kl, clip, lp = fused_linear_grpo(d["x"], d["w"], d["ids"], d["mask"], d["adv"], d["b"], d["ref_lp"],
-                                               d["old"], loss_type="grpo", importance_sampling_level=level,
-                                               chunk_rows=chunk_rows)  # fmt: skip
+        loss, kl, clip, lp = fused_linear_grpo(
+            d["x"],
+            d["w"],
+            d["ids"],
+            d["mask"],
+            d["adv"],
+            d["b"],
+            d["ref_lp"],
+            d["old"],
+            loss_type="grpo",
+            importance_sampling_level=level,
+            chunk_rows=chunk_rows,
+        )
         loss.backward()
-        outs.append((loss.detach(), kl, clip, lp, d["x"].grad.clone(), d["w"].grad.clone(), d["b"].grad.clone()))
+        outs.append(
+            (loss.detach(), kl, clip, lp, d["x"].grad.clone(), d["w"].grad.clone(), d["b"].grad.clone())
+        )
     for o in outs[1:]:
         for a, e in zip(o, outs[0]):
             torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------- the Liger API
-LIGER_INIT = ["beta", "compiled", "use_ref_model", "chunk_size", "epsilon_low", "epsilon_high", "loss_type",
-              "max_completion_length", "importance_sampling_level", "sapo_temperature_pos", "sapo_temperature_neg",
-              "temperature", "delta", "use_bias_correction_kl", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
-              "vespo_lambda_neg"]  # fmt: skip
-LIGER_FORWARD = ["_input", "lin_weight", "selected_token_ids", "attention_mask", "advantages", "bias",
-                 "ref_per_token_logps", "old_per_token_logps", "ref_input", "ref_weight", "ref_bias", "vllm_is_ratio",
-                 "num_items_in_batch"]  # fmt: skip
+LIGER_INIT = [
+    "beta",
+    "compiled",
+    "use_ref_model",
+    "chunk_size",
+    "epsilon_low",
+    "epsilon_high",
+    "loss_type",
+    "max_completion_length",
+    "importance_sampling_level",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
+    "temperature",
+    "delta",
+    "use_bias_correction_kl",
+    "vespo_k_pos",
+    "vespo_lambda_pos",
+    "vespo_k_neg",
+    "vespo_lambda_neg",
+]
+LIGER_FORWARD = [
+    "_input",
+    "lin_weight",
+    "selected_token_ids",
+    "attention_mask",
+    "advantages",
+    "bias",
+    "ref_per_token_logps",
+    "old_per_token_logps",
+    "ref_input",
+    "ref_weight",
+    "ref_bias",
+    "vllm_is_ratio",
+    "num_items_in_batch",
+]
 
 
 def test_liger_signatures():
@@ -264,16 +396,40 @@ def test_module_and_functional_metrics(device, beta):
     mod = LigerFusedLinearGRPOLoss(beta=beta, loss_type="bnpo", compiled=False, chunk_size=3)
     loss, metrics = mod(d["x"], d["w"], d["ids"], d["mask"], d["adv"], d["b"], d["ref_lp"], d["old"])
     assert isinstance(metrics, tuple) and len(metrics) == (2 if beta else 1)
-    ref = grpo_reference(leaf(d["x"], torch.float64), leaf(d["w"], torch.float64), leaf(d["b"], torch.float64),
-                         d["ids"], d["mask"], d["adv"], ref_lp=d["ref_lp"], old_lp=d["old"], beta=beta,
-                         loss_type="bnpo")  # fmt: skip
+    ref = grpo_reference(
+        leaf(d["x"], torch.float64),
+        leaf(d["w"], torch.float64),
+        leaf(d["b"], torch.float64),
+        d["ids"],
+        d["mask"],
+        d["adv"],
+        ref_lp=d["ref_lp"],
+        old_lp=d["old"],
+        beta=beta,
+        loss_type="bnpo",
+    )
     torch.testing.assert_close(loss, ref[0].float(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(metrics[-1], ref[1][-1].float())  # TRL: metrics[-1] is the clip ratio
     if beta:
         torch.testing.assert_close(metrics[0], ref[1][0].float(), rtol=1e-5, atol=1e-6)  # metrics[0]: kl
     # Liger's functional alias takes the Function's positional order (beta after ref_bias).
-    loss2, metrics2 = liger_fused_linear_grpo(d["x"], d["w"], d["ids"], d["mask"], d["adv"], d["b"], d["ref_lp"],
-                                              d["old"], None, None, None, beta, 0.2, 0.2, "bnpo")  # fmt: skip
+    loss2, metrics2 = liger_fused_linear_grpo(
+        d["x"],
+        d["w"],
+        d["ids"],
+        d["mask"],
+        d["adv"],
+        d["b"],
+        d["ref_lp"],
+        d["old"],
+        None,
+        None,
+        None,
+        beta,
+        0.2,
+        0.2,
+        "bnpo",
+    )
     torch.testing.assert_close(loss2, loss)
     for a, e in zip(metrics2, metrics):
         torch.testing.assert_close(a, e)
@@ -308,14 +464,27 @@ def test_gradcheck_float64_cpu():
     # The log-probs are float32 even for float64 inputs: a larger step keeps their rounding out. Not
     # vespo (and cispo only with its clipped weight constant): their weights are detached by
     # definition, so the loss's gradient is not its numerical derivative.
-    for opts in ({"loss_type": "dapo", "beta": 0.1}, {"loss_type": "grpo", "importance_sampling_level": "sequence",
-                 "use_bias_correction_kl": True, "beta": 0.1}, {"loss_type": "sapo"}, {"loss_type": "cispo"},
-                 {"loss_type": "luspo", "delta": 1.5}, {"loss_type": "bnpo", "temperature": 0.7}):  # fmt: skip
-        d = _make("cpu", torch.float64, B=2, T=5, H=4, V=7, level=opts.get("importance_sampling_level", "token"))
+    for opts in (
+        {"loss_type": "dapo", "beta": 0.1},
+        {
+            "loss_type": "grpo",
+            "importance_sampling_level": "sequence",
+            "use_bias_correction_kl": True,
+            "beta": 0.1,
+        },
+        {"loss_type": "sapo"},
+        {"loss_type": "cispo"},
+        {"loss_type": "luspo", "delta": 1.5},
+        {"loss_type": "bnpo", "temperature": 0.7},
+    ):
+        d = _make(
+            "cpu", torch.float64, B=2, T=5, H=4, V=7, level=opts.get("importance_sampling_level", "token")
+        )
 
         def f(x, w, b, opts=opts, d=d):
-            return fused_linear_grpo(x, w, d["ids"], d["mask"], d["adv"], b, d["ref_lp"], d["old"], chunk_rows=4,
-                                     **opts)[0]  # fmt: skip
+            return fused_linear_grpo(
+                x, w, d["ids"], d["mask"], d["adv"], b, d["ref_lp"], d["old"], chunk_rows=4, **opts
+            )[0]
 
         assert torch.autograd.gradcheck(f, (d["x"], d["w"], d["b"]), eps=1e-3, atol=2e-3, rtol=2e-3)
 
@@ -326,14 +495,36 @@ def test_opcheck(device, dtype):
     d = _make(device, dtype, B=2, T=6, H=8, V=20)
     op = torch.ops.liger.fused_linear_grpo_fwd
     rx, rw, rb = d["ref_head"]
-    torch.library.opcheck(op, (d["x"], d["w"], d["ids"], d["mask"], d["adv"], d["b"]),
-                          {"old_per_token_logps": d["old"], "ref_per_token_logps": d["ref_lp"], "compute_dx": True,
-                           "compute_dw": True, "compute_db": True, "loss_type": "grpo"})  # fmt: skip
-    torch.library.opcheck(op, (d["x"].detach(), d["w"], d["ids"], d["mask"], d["adv"], d["b"].detach()),
-                          {"ref_input": rx, "ref_weight": rw, "ref_bias": rb, "importance_sampling_level": "sequence",
-                           "use_bias_correction_kl": True, "compute_dw": True, "chunk_rows": 4})  # fmt: skip
-    torch.library.opcheck(op, (d["x"].detach(), d["w"].detach(), d["ids"], d["mask"], d["adv"]),
-                          {"loss_type": "vespo", "vllm_is_ratio": torch.ones(2, 6, device=device)})  # fmt: skip
+    torch.library.opcheck(
+        op,
+        (d["x"], d["w"], d["ids"], d["mask"], d["adv"], d["b"]),
+        {
+            "old_per_token_logps": d["old"],
+            "ref_per_token_logps": d["ref_lp"],
+            "compute_dx": True,
+            "compute_dw": True,
+            "compute_db": True,
+            "loss_type": "grpo",
+        },
+    )
+    torch.library.opcheck(
+        op,
+        (d["x"].detach(), d["w"], d["ids"], d["mask"], d["adv"], d["b"].detach()),
+        {
+            "ref_input": rx,
+            "ref_weight": rw,
+            "ref_bias": rb,
+            "importance_sampling_level": "sequence",
+            "use_bias_correction_kl": True,
+            "compute_dw": True,
+            "chunk_rows": 4,
+        },
+    )
+    torch.library.opcheck(
+        op,
+        (d["x"].detach(), d["w"].detach(), d["ids"], d["mask"], d["adv"]),
+        {"loss_type": "vespo", "vllm_is_ratio": torch.ones(2, 6, device=device)},
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -375,8 +566,9 @@ def test_bad_inputs(device):
     with pytest.raises(ValueError, match="max_completion_length"):
         fused_linear_grpo(x, w, ids, mask, adv, loss_type="dr_grpo", use_ref_model=False)
     with pytest.raises(ValueError, match="sequence-level"):
-        fused_linear_grpo(x, w, ids, mask, adv, loss_type="cispo", importance_sampling_level="sequence",
-                          use_ref_model=False)  # fmt: skip
+        fused_linear_grpo(
+            x, w, ids, mask, adv, loss_type="cispo", importance_sampling_level="sequence", use_ref_model=False
+        )
     with pytest.raises(ValueError, match="importance_sampling_level"):
         fused_linear_grpo(x, w, ids, mask, adv, importance_sampling_level="tok", use_ref_model=False)
     op = torch.ops.liger.fused_linear_grpo_fwd
@@ -391,19 +583,33 @@ def test_bad_inputs(device):
         ((x, w, ids, mask, adv, b[:3]), {}, "argument 'bias'"),
         ((x, w, ids.float(), mask, adv), {}, "argument 'selected_token_ids'"),
         ((x, w, ids, mask, adv), {"loss_type": "ppo"}, "argument 'loss_type'"),
-        ((x, w, ids, mask, adv), {"importance_sampling_level": "seq"}, "argument 'importance_sampling_level'"),
-        ((x, w, ids, mask, adv), {"loss_type": "sapo", "importance_sampling_level": "sequence"},
-         "argument 'importance_sampling_level'"),  # fmt: skip
+        (
+            (x, w, ids, mask, adv),
+            {"importance_sampling_level": "seq"},
+            "argument 'importance_sampling_level'",
+        ),
+        (
+            (x, w, ids, mask, adv),
+            {"loss_type": "sapo", "importance_sampling_level": "sequence"},
+            "argument 'importance_sampling_level'",
+        ),
         ((x, w, ids, mask, adv), {"loss_type": "dr_grpo"}, "argument 'max_completion_length'"),
         ((x, w, ids, mask, adv), {"temperature": 0.0}, "argument 'temperature'"),
         ((x, w, ids, mask, adv), {"delta": 0.0}, "argument 'delta'"),
         ((x, w, ids, mask, adv), {"chunk_rows": -1}, "argument 'chunk_rows'"),
         ((x, w, ids, mask, adv), {"old_per_token_logps": d["old"][:, :3]}, "argument 'old_per_token_logps'"),
         ((x, w, ids, mask, adv), {"ref_per_token_logps": d["old"][:1]}, "argument 'ref_per_token_logps'"),
-        ((x, w, ids, mask, adv), {"vllm_is_ratio": torch.ones(2, 3, device=device)}, "argument 'vllm_is_ratio'"),
+        (
+            (x, w, ids, mask, adv),
+            {"vllm_is_ratio": torch.ones(2, 3, device=device)},
+            "argument 'vllm_is_ratio'",
+        ),
         ((x, w, ids, mask, adv), {"ref_weight": d["ref_head"][1]}, "argument 'ref_input'"),
-        ((x, w, ids, mask, adv), {"ref_input": d["ref_head"][0], "ref_weight": d["ref_head"][1][:5]},
-         "argument 'ref_weight'"),  # fmt: skip
+        (
+            (x, w, ids, mask, adv),
+            {"ref_input": d["ref_head"][0], "ref_weight": d["ref_head"][1][:5]},
+            "argument 'ref_weight'",
+        ),
         ((x, w, ids, mask, adv), {"ref_input": d["ref_head"][0]}, "argument 'ref_input'"),
     ]
     if device == "cpu":
@@ -433,13 +639,30 @@ def test_one_65536_token_completion_cuda(level):
     mask[0, -1000:] = 0
     adv = torch.tensor([0.7], device=dev)
     with torch.no_grad():
-        lp_ref = torch.cat([token_logps(x[0, i : i + blk], w, None, ids[0, i : i + blk]) for i in range(0, T, blk)])
+        lp_ref = torch.cat(
+            [token_logps(x[0, i : i + blk], w, None, ids[0, i : i + blk]) for i in range(0, T, blk)]
+        )
     old = (lp_ref - 0.05).unsqueeze(0)
-    loss, kl, clip, lp = fused_linear_grpo(x, w, ids, mask, adv, None, None, old, loss_type="dapo",
-                                           importance_sampling_level=level, use_ref_model=False)  # fmt: skip
+    loss, kl, clip, lp = fused_linear_grpo(
+        x,
+        w,
+        ids,
+        mask,
+        adv,
+        None,
+        None,
+        old,
+        loss_type="dapo",
+        importance_sampling_level=level,
+        use_ref_model=False,
+    )
     loss.backward()
     torch.testing.assert_close(lp[0], lp_ref, rtol=0, atol=2e-2)
-    c1 = torch.exp(lp_ref - old[0]) if level == "token" else torch.exp(((lp_ref - old[0]) * mask[0]).sum() / mask.sum())
+    c1 = (
+        torch.exp(lp_ref - old[0])
+        if level == "token"
+        else torch.exp(((lp_ref - old[0]) * mask[0]).sum() / mask.sum())
+    )
     ptl = -torch.min(c1 * 0.7, c1.clamp(0.8, 1.2) * 0.7).expand(T)
     expect = (ptl * mask[0]).sum() / mask.sum()
     torch.testing.assert_close(loss, expect, rtol=2e-3, atol=1e-5)

@@ -23,7 +23,9 @@ def _skip64(device, dtype):
 
 def _logprobs(BT, V, device, dtype, seed, scale=2.0):
     gen = torch.Generator().manual_seed(seed)
-    return torch.log_softmax(torch.randn(BT, V, generator=gen, dtype=torch.float64) * scale, -1).to(device, dtype)
+    return torch.log_softmax(torch.randn(BT, V, generator=gen, dtype=torch.float64) * scale, -1).to(
+        device, dtype
+    )
 
 
 def _labels(BT, device, n_ignored=3, seed=5):
@@ -39,7 +41,11 @@ def _compare(fn, ref, inputs, dtype, grad_shape=None, name="loss"):
     x, y = inputs
     x = x.detach().requires_grad_(True)
     out = fn(x, y)
-    g = torch.full((), 2.5) if out.dim() == 0 else torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    g = (
+        torch.full((), 2.5)
+        if out.dim() == 0
+        else torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    )
     out.backward(g.to(out.device, out.dtype))
     lo = torch.float32 if dtype == torch.float64 else dtype
     res = {}
@@ -63,8 +69,12 @@ def test_jsd(device, dtype, beta, labels):
     BT, V = 37, 123
     q, p = _logprobs(BT, V, device, dtype, 0), _logprobs(BT, V, device, dtype, 1)
     sl = _labels(BT, device) if labels else None
-    _compare(lambda a, b: LigerJSD(beta=beta)(a, b, sl), lambda a, b: liger_jsd_reference(a, b, sl, beta=beta),
-             (q, p), dtype)  # fmt: skip
+    _compare(
+        lambda a, b: LigerJSD(beta=beta)(a, b, sl),
+        lambda a, b: liger_jsd_reference(a, b, sl, beta=beta),
+        (q, p),
+        dtype,
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -94,7 +104,9 @@ def test_kl_div(device, dtype, reduction, log_target):
     def ref(a, b):  # PyTorch's own KL divergence (Liger's eps clamp only matters where the target is 0)
         return F.kl_div(a, b, reduction=reduction, log_target=log_target)
 
-    _compare(lambda a, b: LigerKLDIVLoss(reduction=reduction, log_target=log_target)(a, b), ref, (q, p), dtype)
+    _compare(
+        lambda a, b: LigerKLDIVLoss(reduction=reduction, log_target=log_target)(a, b), ref, (q, p), dtype
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -138,8 +150,12 @@ def test_tvd(device, dtype, reduction, labels):
     BT, V = 31, 123
     p, q = _logprobs(BT, V, device, dtype, 0).exp(), _logprobs(BT, V, device, dtype, 1).exp()
     sl = _labels(BT, device) if labels else None
-    _compare(lambda a, b: LigerTVDLoss(reduction=reduction)(a, b, sl),
-             lambda a, b: tvd_reference(a, b, sl, reduction), (p, q), dtype)  # fmt: skip
+    _compare(
+        lambda a, b: LigerTVDLoss(reduction=reduction)(a, b, sl),
+        lambda a, b: tvd_reference(a, b, sl, reduction),
+        (p, q),
+        dtype,
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -182,7 +198,9 @@ def test_gradcheck_float64_cpu():
     # the losses are float32 even for float64 inputs: a larger step keeps their rounding out
     kw = dict(eps=1e-3, atol=1e-3, rtol=1e-3)
     assert torch.autograd.gradcheck(lambda a: liger_jsd(a, p, sl, beta=0.3), (q,), **kw)
-    assert torch.autograd.gradcheck(lambda a: liger_kl_div(a, p, reduction="none", log_target=True), (q,), **kw)
+    assert torch.autograd.gradcheck(
+        lambda a: liger_kl_div(a, p, reduction="none", log_target=True), (q,), **kw
+    )
     pp = p.exp().detach().requires_grad_(True)
     qq = q.detach().exp() + 0.3  # held: a second backward (gradcheck's reentrancy check) reruns the op
     assert torch.autograd.gradcheck(lambda a: liger_tvd(a, qq, sl), (pp,), **kw)
@@ -195,7 +213,9 @@ def test_opcheck(device):
     sl = torch.tensor([1, -100, 2, 3, 4, -100], device=device)
     torch.library.opcheck(torch.ops.liger.jsd_fwd, (q, p, sl, 0.4, -100, True))
     torch.library.opcheck(torch.ops.liger.kl_div_fwd, (q, p, "none", True, 1e-10, True))
-    torch.library.opcheck(torch.ops.liger.tvd_fwd, (q.exp().detach().requires_grad_(True), p.exp(), sl, "mean"))
+    torch.library.opcheck(
+        torch.ops.liger.tvd_fwd, (q.exp().detach().requires_grad_(True), p.exp(), sl, "mean")
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -206,8 +226,10 @@ def test_torch_compile_fullgraph(device):
     sl = torch.tensor([1, -100, 2, 3, 4, -100], device=device)
 
     def f(q):
-        return liger_jsd(q * 1.0, p, sl) + LigerKLDIVLoss(reduction="none", log_target=True)(q, p).sum() + liger_tvd(
-            q.exp(), p.exp(), sl
+        return (
+            liger_jsd(q * 1.0, p, sl)
+            + LigerKLDIVLoss(reduction="none", log_target=True)(q, p).sum()
+            + liger_tvd(q.exp(), p.exp(), sl)
         )
 
     cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")

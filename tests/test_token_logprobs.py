@@ -27,8 +27,16 @@ def _make(device, dtype, M=94, H=31, V=123, bias=True, n_ignored=7, lead=None, s
     gen = torch.Generator().manual_seed(seed)
     shape = lead or (M,)
     x = (torch.randn(*shape, H, generator=gen, dtype=torch.float64)).to(device, dtype).requires_grad_(True)
-    w = (torch.randn(V, H, generator=gen, dtype=torch.float64) * 2 / math.sqrt(H)).to(device, dtype).requires_grad_()
-    b = (torch.randn(V, generator=gen, dtype=torch.float64) * 0.5).to(device, dtype).requires_grad_() if bias else None
+    w = (
+        (torch.randn(V, H, generator=gen, dtype=torch.float64) * 2 / math.sqrt(H))
+        .to(device, dtype)
+        .requires_grad_()
+    )
+    b = (
+        (torch.randn(V, generator=gen, dtype=torch.float64) * 0.5).to(device, dtype).requires_grad_()
+        if bias
+        else None
+    )
     t = torch.randint(0, V, shape, generator=gen)
     if n_ignored:
         t.view(-1)[torch.randperm(t.numel(), generator=gen)[:n_ignored]] = -100
@@ -38,14 +46,17 @@ def _make(device, dtype, M=94, H=31, V=123, bias=True, n_ignored=7, lead=None, s
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64] + ([torch.float16] if CUDA_OK else []),
-                         ids=str)  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float64] + ([torch.float16] if CUDA_OK else []), ids=str
+)
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("grads", ["both", "logprobs", "entropy", "no_entropy"])
 def test_logprobs_and_entropy(device, dtype, temperature, grads):
     x, w, b, t, g_lp, g_ent = _make(device, dtype)
     entropy = grads != "no_entropy"
-    out = fused_linear_token_logprobs(x, w, t, b, temperature=temperature, return_entropy=entropy, chunk_rows=40)
+    out = fused_linear_token_logprobs(
+        x, w, t, b, temperature=temperature, return_entropy=entropy, chunk_rows=40
+    )
     lp, ent = out if entropy else (out, None)
     assert lp.dtype == torch.float32 and lp.shape == t.shape
     total = (lp * g_lp).sum() if grads != "entropy" else 0.0
@@ -74,8 +85,9 @@ def test_logprobs_and_entropy(device, dtype, temperature, grads):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("opt", [{"bias": False}, {"lead": (2, 47)}, {"n_ignored": 94}, {"M": 1, "n_ignored": 0}],
-                         ids=str)  # fmt: skip
+@pytest.mark.parametrize(
+    "opt", [{"bias": False}, {"lead": (2, 47)}, {"n_ignored": 94}, {"M": 1, "n_ignored": 0}], ids=str
+)
 @pytest.mark.parametrize("chunk_rows", [0, 7])
 def test_shapes_and_options(device, opt, chunk_rows):
     x, w, b, t, g_lp, g_ent = _make(device, torch.float32, **opt)
@@ -132,8 +144,10 @@ def test_opcheck(device):
     torch.library.opcheck(fwd, (x, w, t, b, 0.7, -100, True, 3))
     torch.library.opcheck(fwd, (x, w, t, None, 1.0, -100, False, 0))
     _, ent, stats = fwd(x.detach(), w.detach(), t, b.detach(), 0.7, -100, True, 3)
-    torch.library.opcheck(torch.ops.liger.fused_linear_logprobs_bwd,
-                          (g_lp, g_ent, x.detach(), w.detach(), t, b.detach(), stats, ent, 0.7, -100, 3))  # fmt: skip
+    torch.library.opcheck(
+        torch.ops.liger.fused_linear_logprobs_bwd,
+        (g_lp, g_ent, x.detach(), w.detach(), t, b.detach(), stats, ent, 0.7, -100, 3),
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)

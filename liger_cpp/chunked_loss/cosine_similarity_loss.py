@@ -34,9 +34,22 @@ def liger_fused_linear_cosine(
     return_soft_hard_loss=False,
 ):
     """Liger's LigerFusedLinearCosineSimilarityFunction.apply, argument for argument."""
-    return _distill("cosine", student_input, student_weight, teacher_input, teacher_weight, true_labels,
-                    student_bias, teacher_bias, weight_hard_loss, weight_soft_loss, beta, ignore_index,
-                    temperature, return_soft_hard_loss)  # fmt: skip
+    return _distill(
+        "cosine",
+        student_input,
+        student_weight,
+        teacher_input,
+        teacher_weight,
+        true_labels,
+        student_bias,
+        teacher_bias,
+        weight_hard_loss,
+        weight_soft_loss,
+        beta,
+        ignore_index,
+        temperature,
+        return_soft_hard_loss,
+    )
 
 
 class LigerFusedLinearCosineSimilarityLoss(torch.nn.Module):
@@ -70,6 +83,19 @@ class LigerFusedLinearCosineSimilarityLoss(torch.nn.Module):
         student_bias: Optional[Tensor] = None,
         teacher_bias: Optional[Tensor] = None,
     ):
-        return _distill("cosine", student_input, student_weight, teacher_input, teacher_weight, true_labels,
-                        student_bias, teacher_bias, self.weight_hard_loss, self.weight_soft_loss, self.beta,
-                        self.ignore_index, self.temperature, self.return_soft_hard_loss)  # fmt: skip
+        return _distill(
+            "cosine",
+            student_input,
+            student_weight,
+            teacher_input,
+            teacher_weight,
+            true_labels,
+            student_bias,
+            teacher_bias,
+            self.weight_hard_loss,
+            self.weight_soft_loss,
+            self.beta,
+            self.ignore_index,
+            self.temperature,
+            self.return_soft_hard_loss,
+        )

@@ -118,14 +118,21 @@ class LigerFusedLinearGRPOLoss(torch.nn.Module):
     ):
         super().__init__()
         if loss_type not in LOSS_TYPES:
-            raise ValueError(f"liger_cpp: argument 'loss_type': expected one of {LOSS_TYPES}, got {loss_type!r}")
+            raise ValueError(
+                f"liger_cpp: argument 'loss_type': expected one of {LOSS_TYPES}, got {loss_type!r}"
+            )
         if sapo_temperature_pos <= 0:
             raise ValueError(f"sapo_temperature_pos must be positive, got {sapo_temperature_pos}")
         if sapo_temperature_neg <= 0:
             raise ValueError(f"sapo_temperature_neg must be positive, got {sapo_temperature_neg}")
         if delta is not None and delta <= 0:
             raise ValueError(f"delta must be positive, got {delta}")
-        self.beta, self.compiled, self.use_ref_model, self.chunk_size = beta, compiled, use_ref_model, chunk_size
+        self.beta, self.compiled, self.use_ref_model, self.chunk_size = (
+            beta,
+            compiled,
+            use_ref_model,
+            chunk_size,
+        )
         self.epsilon_low, self.epsilon_high, self.loss_type = epsilon_low, epsilon_high, loss_type
         self.max_completion_length = max_completion_length
         self.importance_sampling_level = importance_sampling_level

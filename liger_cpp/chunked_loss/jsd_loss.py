@@ -18,9 +18,22 @@ from torch import Tensor
 from liger_cpp.ops.fused_linear_distillation import fused_linear_distillation
 
 
-def _distill(loss, student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias,
-             teacher_bias, weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
-             return_soft_hard_loss):  # fmt: skip
+def _distill(
+    loss,
+    student_input,
+    student_weight,
+    teacher_input,
+    teacher_weight,
+    true_labels,
+    student_bias,
+    teacher_bias,
+    weight_hard_loss,
+    weight_soft_loss,
+    beta,
+    ignore_index,
+    temperature,
+    return_soft_hard_loss,
+):
     total, soft, hard = fused_linear_distillation(
         student_input,
         student_weight,
@@ -58,9 +71,22 @@ def liger_fused_linear_jsd(
     return_soft_hard_loss=False,
 ):
     """Liger's LigerFusedLinearJSDFunction.apply, argument for argument."""
-    return _distill("jsd", student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias,
-                    teacher_bias, weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
-                    return_soft_hard_loss)  # fmt: skip
+    return _distill(
+        "jsd",
+        student_input,
+        student_weight,
+        teacher_input,
+        teacher_weight,
+        true_labels,
+        student_bias,
+        teacher_bias,
+        weight_hard_loss,
+        weight_soft_loss,
+        beta,
+        ignore_index,
+        temperature,
+        return_soft_hard_loss,
+    )
 
 
 class LigerFusedLinearJSDLoss(torch.nn.Module):
@@ -94,6 +120,19 @@ class LigerFusedLinearJSDLoss(torch.nn.Module):
         student_bias: Optional[Tensor] = None,
         teacher_bias: Optional[Tensor] = None,
     ):
-        return _distill("jsd", student_input, student_weight, teacher_input, teacher_weight, true_labels,
-                        student_bias, teacher_bias, self.weight_hard_loss, self.weight_soft_loss, self.beta,
-                        self.ignore_index, self.temperature, self.return_soft_hard_loss)  # fmt: skip
+        return _distill(
+            "jsd",
+            student_input,
+            student_weight,
+            teacher_input,
+            teacher_weight,
+            true_labels,
+            student_bias,
+            teacher_bias,
+            self.weight_hard_loss,
+            self.weight_soft_loss,
+            self.beta,
+            self.ignore_index,
+            self.temperature,
+            self.return_soft_hard_loss,
+        )

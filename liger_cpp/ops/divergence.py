@@ -56,8 +56,13 @@ def _reduction(reduction: str) -> str:
     return reduction
 
 
-def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, beta: float = 0.5,
-        ignore_index: int = -100) -> Tensor:  # fmt: skip
+def jsd(
+    input: Tensor,
+    target: Tensor,
+    shift_labels: Optional[Tensor] = None,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+) -> Tensor:
     """Generalized JSD of log-probabilities: input = log Q (student), target = log P (teacher), rows
     along the last dimension; beta 0: KL(P || Q), beta 1: KL(Q || P); summed and divided by the rows
     whose shift_labels is not ignore_index (all rows without labels)."""
@@ -67,8 +72,9 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
     )[0]
 
 
-def kl_div(input: Tensor, target: Tensor, reduction: str = "batchmean", log_target: bool = False,
-           eps: float = 1e-10) -> Tensor:  # fmt: skip
+def kl_div(
+    input: Tensor, target: Tensor, reduction: str = "batchmean", log_target: bool = False, eps: float = 1e-10
+) -> Tensor:
     """nn.KLDivLoss's KL(target || input) with input in log space (target too with log_target); eps
     clamps the target before its log (Liger's). No gradient to the target."""
     check_device(input, "input")
@@ -77,8 +83,13 @@ def kl_div(input: Tensor, target: Tensor, reduction: str = "batchmean", log_targ
     )[0]
 
 
-def tvd(p: Tensor, q: Tensor, shift_labels: Optional[Tensor] = None, reduction: str = "batchmean",
-        ignore_index: int = -100) -> Tensor:  # fmt: skip
+def tvd(
+    p: Tensor,
+    q: Tensor,
+    shift_labels: Optional[Tensor] = None,
+    reduction: str = "batchmean",
+    ignore_index: int = -100,
+) -> Tensor:
     """Total variation distance 0.5 |p - q| (gradient w.r.t. p; 0 where p == q), rows whose
     shift_labels is ignore_index excluded; batchmean / mean divide by the rows counted (times V)."""
     check_device(p, "p")

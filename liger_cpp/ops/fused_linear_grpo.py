@@ -166,10 +166,14 @@ def fused_linear_grpo(
             )
             ref_input = ref_weight = ref_bias = None
         if ref_input is not None and ref_weight is None:
-            raise ValueError("liger_cpp: argument 'ref_weight': required with ref_input (the reference model)")
+            raise ValueError(
+                "liger_cpp: argument 'ref_weight': required with ref_input (the reference model)"
+            )
     else:
         ref_per_token_logps = ref_input = ref_weight = ref_bias = None
-    normalizer = dapo_normalizer(attention_mask, num_items_in_batch) if loss_type in _DAPO_NORMALIZED else None
+    normalizer = (
+        dapo_normalizer(attention_mask, num_items_in_batch) if loss_type in _DAPO_NORMALIZED else None
+    )
     input, weight, bias, ref_input, ref_weight, ref_bias = _autocast_cast(
         input, weight, bias, ref_input, ref_weight, ref_bias
     )

@@ -18,8 +18,9 @@ from liger_cpp.ops._common import check_device
 
 
 @torch.library.register_fake("liger::fused_linear_logprobs_fwd")
-def _fwd_fake(input, weight, target, bias=None, temperature=1.0, ignore_index=-100, return_entropy=False,
-              chunk_rows=0):  # fmt: skip
+def _fwd_fake(
+    input, weight, target, bias=None, temperature=1.0, ignore_index=-100, return_entropy=False, chunk_rows=0
+):
     torch._check(
         weight.dim() == 2 and weight.shape[1] == input.shape[-1],
         lambda: "liger_cpp: argument 'weight': expected shape (V, H)",
@@ -36,8 +37,22 @@ def _fwd_fake(input, weight, target, bias=None, temperature=1.0, ignore_index=-1
 
 
 @torch.library.register_fake("liger::fused_linear_logprobs_bwd")
-def _bwd_fake(grad_logprobs, grad_entropy, input, weight, target, bias, stats, entropy, temperature=1.0,
-              ignore_index=-100, chunk_rows=0, compute_dx=True, compute_dw=True, compute_db=True):  # fmt: skip
+def _bwd_fake(
+    grad_logprobs,
+    grad_entropy,
+    input,
+    weight,
+    target,
+    bias,
+    stats,
+    entropy,
+    temperature=1.0,
+    ignore_index=-100,
+    chunk_rows=0,
+    compute_dx=True,
+    compute_dw=True,
+    compute_db=True,
+):
     dx = input.new_empty(input.shape if compute_dx else (0,))
     dw = weight.new_empty(weight.shape) if compute_dw else input.new_empty((0,))
     db = bias.new_empty(bias.shape) if (compute_db and bias is not None) else input.new_empty((0,))
@@ -62,7 +77,14 @@ def fused_linear_token_logprobs(
     if temperature <= 0:
         raise ValueError(f"liger_cpp: argument 'temperature': expected a positive value, got {temperature}")
     logp, entropy, _ = torch.ops.liger.fused_linear_logprobs_fwd(
-        input, weight, target, bias, float(temperature), int(ignore_index), bool(return_entropy), int(chunk_rows)
+        input,
+        weight,
+        target,
+        bias,
+        float(temperature),
+        int(ignore_index),
+        bool(return_entropy),
+        int(chunk_rows),
     )
     return (logp, entropy) if return_entropy else logp
 
@@ -75,8 +97,15 @@ class LigerFusedLinearScaledCrossEntropyFunction:
     accepted and ignored."""
 
     @staticmethod
-    def apply(_input, weight, target, temperature=1.0, ignore_index=-100, m_tiles_per_cluster=1,
-              return_entropy=False):  # fmt: skip
+    def apply(
+        _input,
+        weight,
+        target,
+        temperature=1.0,
+        ignore_index=-100,
+        m_tiles_per_cluster=1,
+        return_entropy=False,
+    ):
         out = fused_linear_token_logprobs(
             _input, weight, target, None, temperature, ignore_index, return_entropy=return_entropy
         )

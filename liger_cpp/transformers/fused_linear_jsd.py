@@ -40,8 +40,9 @@ def liger_fused_linear_jsd(
 
 
 class LigerFusedLinearJSD(torch.nn.Module):
-    def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0,
-                 accum_dtype=None):  # fmt: skip
+    def __init__(
+        self, jsd_beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0, accum_dtype=None
+    ):
         super().__init__()
         if temperature == 0:
             raise ValueError("temperature must not be 0")
@@ -52,7 +53,21 @@ class LigerFusedLinearJSD(torch.nn.Module):
             accum_dtype,
         )
 
-    def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor, teacher_weight: Tensor,
-                shift_labels: Optional[Tensor] = None) -> Tensor:  # fmt: skip
-        return liger_fused_linear_jsd(student_input, student_weight, teacher_input, teacher_weight, shift_labels,
-                                      self.jsd_beta, self.ignore_index, self.temperature)  # fmt: skip
+    def forward(
+        self,
+        student_input: Tensor,
+        student_weight: Tensor,
+        teacher_input: Tensor,
+        teacher_weight: Tensor,
+        shift_labels: Optional[Tensor] = None,
+    ) -> Tensor:
+        return liger_fused_linear_jsd(
+            student_input,
+            student_weight,
+            teacher_input,
+            teacher_weight,
+            shift_labels,
+            self.jsd_beta,
+            self.ignore_index,
+            self.temperature,
+        )

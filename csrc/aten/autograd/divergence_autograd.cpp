@@ -30,19 +30,20 @@ Pair finish(fwdgrad::Call& call, const at::Tensor& x) {
 Pair jsd_autograd(const at::Tensor& input, const at::Tensor& target, const Opt& shift_labels, double beta,
                   int64_t ignore_index, bool compute_grad) {
   static const fwdgrad::OpSpec& s = spec_of("liger::jsd_fwd", false);
-  fwdgrad::Call call{&s, c10::impl::boxArgs(input, target, shift_labels, beta, ignore_index, compute_grad), {}};
+  fwdgrad::Call call{
+      &s, c10::impl::boxArgs(input, target, shift_labels, beta, ignore_index, compute_grad), {}};
   return finish(call, input);
 }
 
-Pair kl_div_autograd(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction, bool log_target,
-                     double eps, bool compute_grad) {
+Pair kl_div_autograd(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
+                     bool log_target, double eps, bool compute_grad) {
   static const fwdgrad::OpSpec& s = spec_of("liger::kl_div_fwd", true);
   fwdgrad::Call call{&s, c10::impl::boxArgs(input, target, reduction, log_target, eps, compute_grad), {}};
   return finish(call, input);
 }
 
-Pair tvd_autograd(const at::Tensor& p, const at::Tensor& q, const Opt& shift_labels, c10::string_view reduction,
-                  int64_t ignore_index, bool compute_grad) {
+Pair tvd_autograd(const at::Tensor& p, const at::Tensor& q, const Opt& shift_labels,
+                  c10::string_view reduction, int64_t ignore_index, bool compute_grad) {
   static const fwdgrad::OpSpec& s = spec_of("liger::tvd_fwd", true);
   fwdgrad::Call call{&s, c10::impl::boxArgs(p, q, shift_labels, reduction, ignore_index, compute_grad), {}};
   return finish(call, p);

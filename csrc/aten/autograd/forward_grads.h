@@ -20,8 +20,8 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,8 +32,8 @@ namespace liger_cpp::fwdgrad {
 
 // Fake or functional tensors (torch.compile, AOT autograd, opcheck): only functional code then.
 inline bool tracing(const at::Tensor& t) {
-  return t.defined() &&
-         t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+  return t.defined() && t.key_set().has_any(
+                            c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
 }
 
 inline const c10::OperatorHandle& find_op(const char* name) {
@@ -47,11 +47,11 @@ struct Replay {
   struct Weak {
     size_t index;
     WeakImpl impl;
-    uint32_t version;
+    int64_t version;
   };
   struct Strong {
     size_t index;
-    uint32_t version;
+    int64_t version;
   };
   explicit Replay(const c10::OperatorHandle& o) : op(o) {}
   c10::OperatorHandle op;
@@ -158,11 +158,11 @@ inline void scale_in_place(at::Tensor& dx, at::Tensor& dw, at::Tensor& db, const
 
 // How one op returns its forward-computed gradients.
 struct OpSpec {
-  const char* name;             // "liger::..." for messages
+  const char* name;  // "liger::..." for messages
   const c10::OperatorHandle* op;
-  size_t grad_out[3];           // output indices of the gradients of diff inputs 0, 1, 2
-  int flag_arg[3];              // argument indices of their compute_* flags (-1: none)
-  std::vector<size_t> weak;     // arguments held weakly for a rerun
+  size_t grad_out[3];                    // output indices of the gradients of diff inputs 0, 1, 2
+  int flag_arg[3];                       // argument indices of their compute_* flags (-1: none)
+  std::vector<size_t> weak;              // arguments held weakly for a rerun
   bool elementwise_grad_output = false;  // grad_output may have the gradient's shape (reduction none)
 };
 
@@ -222,16 +222,18 @@ struct FwdGradFunction : public torch::autograd::Function<FwdGradFunction> {
     torch::autograd::variable_list out(4);
     const at::Tensor& g = grad_outputs[0];
     if (!g.defined()) return out;
-    const OpSpec& spec = *reinterpret_cast<const OpSpec*>(static_cast<intptr_t>(ctx->saved_data["spec"].toInt()));
+    const OpSpec& spec =
+        *reinterpret_cast<const OpSpec*>(static_cast<intptr_t>(ctx->saved_data["spec"].toInt()));
     const std::vector<int64_t> edge = ctx->saved_data["edges"].toIntVector();
     bool need[3], any = false;
     for (int i = 0; i < 3; ++i) {
       need[i] = edge[i] >= 0 && ctx->needs_input_grad(static_cast<size_t>(edge[i]));
       any |= need[i];
       if (need[i] && !ctx->saved_data[std::string("computed") + static_cast<char>('0' + i)].toBool())
-        LIGER_FAIL(spec.name,
-                   " ran with its compute_* flag for an input that now needs a gradient unset; call it through "
-                   "its liger_cpp Python entry point (which sets the flags from requires_grad)");
+        LIGER_FAIL(
+            spec.name,
+            " ran with its compute_* flag for an input that now needs a gradient unset; call it through "
+            "its liger_cpp Python entry point (which sets the flags from requires_grad)");
     }
     if (!any) return out;
     // Checked before the saved gradients are unpacked: the first backward scaled them in place.
@@ -273,7 +275,8 @@ struct FwdGradFunction : public torch::autograd::Function<FwdGradFunction> {
 
 // Runs `call` through FwdGradFunction; returns the op's outputs, the loss with its history.
 inline std::vector<c10::IValue> apply(Call& call, const std::optional<at::Tensor>& d0,
-                                      const std::optional<at::Tensor>& d1, const std::optional<at::Tensor>& d2) {
+                                      const std::optional<at::Tensor>& d1,
+                                      const std::optional<at::Tensor>& d2) {
   torch::autograd::variable_list r = FwdGradFunction::apply(d0, d1, d2, &call);
   call.outputs[0] = std::move(r[0]);
   return std::move(call.outputs);

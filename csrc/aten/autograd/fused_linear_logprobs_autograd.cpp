@@ -19,10 +19,10 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Opt = std::optional<at::Tensor>;
 using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-using FwdSig = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const Opt&, double, int64_t, bool,
-                      int64_t);
-using BwdSig = Triple(const Opt&, const Opt&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const Opt&,
-                      const Opt&, const Opt&, double, int64_t, int64_t, bool, bool, bool);
+using FwdSig = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const Opt&, double, int64_t,
+                      bool, int64_t);
+using BwdSig = Triple(const Opt&, const Opt&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                      const Opt&, const Opt&, const Opt&, double, int64_t, int64_t, bool, bool, bool);
 
 const c10::TypedOperatorHandle<FwdSig>& fwd_op() {
   static const auto op =
@@ -39,11 +39,13 @@ constexpr int kNumArgs = 9;  // forward's arguments after ctx, the result pointe
 
 struct LogprobsFunction : public torch::autograd::Function<LogprobsFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
-                               const at::Tensor& target, const Opt& bias, double temperature, int64_t ignore_index,
-                               bool return_entropy, int64_t chunk_rows, at::Tensor* stats_out) {
+                               const at::Tensor& target, const Opt& bias, double temperature,
+                               int64_t ignore_index, bool return_entropy, int64_t chunk_rows,
+                               at::Tensor* stats_out) {
     auto [logp, entropy, stats] = [&] {
       const at::AutoDispatchBelowADInplaceOrView below;
-      return fwd_op().call(input, weight, target, bias, temperature, ignore_index, return_entropy, chunk_rows);
+      return fwd_op().call(input, weight, target, bias, temperature, ignore_index, return_entropy,
+                           chunk_rows);
     }();
     ctx->set_materialize_grads(false);
     const bool has_bias = bias.has_value() && bias->defined();
@@ -68,11 +70,11 @@ struct LogprobsFunction : public torch::autograd::Function<LogprobsFunction> {
     const variable_list s = ctx->get_saved_variables();
     const Opt bias = has_bias ? Opt(s[3]) : std::nullopt;
     auto opt = [](const at::Tensor& t) { return t.defined() ? Opt(t) : std::nullopt; };
-    auto [dx, dw, db] = bwd_op().call(opt(g_lp), opt(g_ent), s[0], s[1], s[2], bias,
-                                      g_ent.defined() ? Opt(s[4]) : std::nullopt,
-                                      g_ent.defined() ? Opt(s[5]) : std::nullopt, ctx->saved_data["temperature"].toDouble(),
-                                      ctx->saved_data["ignore_index"].toInt(), ctx->saved_data["chunk_rows"].toInt(),
-                                      need_x, need_w, need_b);
+    auto [dx, dw, db] =
+        bwd_op().call(opt(g_lp), opt(g_ent), s[0], s[1], s[2], bias,
+                      g_ent.defined() ? Opt(s[4]) : std::nullopt, g_ent.defined() ? Opt(s[5]) : std::nullopt,
+                      ctx->saved_data["temperature"].toDouble(), ctx->saved_data["ignore_index"].toInt(),
+                      ctx->saved_data["chunk_rows"].toInt(), need_x, need_w, need_b);
     if (need_x) out[0] = dx;
     if (need_w) out[1] = dw;
     if (need_b) out[3] = db;
@@ -84,8 +86,8 @@ Triple logprobs_fwd_autograd(const at::Tensor& input, const at::Tensor& weight, 
                              const Opt& bias, double temperature, int64_t ignore_index, bool return_entropy,
                              int64_t chunk_rows) {
   at::Tensor stats;
-  variable_list r = LogprobsFunction::apply(input, weight, target, bias, temperature, ignore_index, return_entropy,
-                                            chunk_rows, &stats);
+  variable_list r = LogprobsFunction::apply(input, weight, target, bias, temperature, ignore_index,
+                                            return_entropy, chunk_rows, &stats);
   return {r[0], r[1], stats};
 }
 

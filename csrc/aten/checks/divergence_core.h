@@ -10,12 +10,12 @@
 namespace liger_cpp {
 
 struct DistillRows {
-  at::Tensor s;        // [rows, cols] raw student logits, unit column stride; the gradient is written here
-  at::Tensor t;        // [rows, cols] raw teacher logits, s's dtype
-  at::Tensor target;   // [rows] int64, or undefined
-  at::Tensor soft;     // [rows] float32 out
-  at::Tensor hard;     // [rows] float32 out
-  at::Tensor scales;   // [2] float32 (soft, hard gradient scales), or undefined: no gradient
+  at::Tensor s;       // [rows, cols] raw student logits, unit column stride; the gradient is written here
+  at::Tensor t;       // [rows, cols] raw teacher logits, s's dtype
+  at::Tensor target;  // [rows] int64, or undefined
+  at::Tensor soft;    // [rows] float32 out
+  at::Tensor hard;    // [rows] float32 out
+  at::Tensor scales;  // [2] float32 (soft, hard gradient scales), or undefined: no gradient
   int64_t student_cols = 0;
   int64_t ignore_index = -100;
   double inv_temperature = 1.0, beta = 0.5;
@@ -26,11 +26,11 @@ void distill_rows(const DistillRows& a);
 void distill_rows_cpu(const DistillRows& a);
 
 struct LogprobRows {
-  at::Tensor z;        // [rows, cols] tempered logits, unit column stride (the backward writes dz here)
-  at::Tensor target;   // [rows] int64
-  at::Tensor logp;     // [rows] float32 (forward out)
-  at::Tensor entropy;  // [rows] float32 (forward out; backward in)
-  at::Tensor stats;    // [rows, 2] float32 (forward out; backward in)
+  at::Tensor z;            // [rows, cols] tempered logits, unit column stride (the backward writes dz here)
+  at::Tensor target;       // [rows] int64
+  at::Tensor logp;         // [rows] float32 (forward out)
+  at::Tensor entropy;      // [rows] float32 (forward out; backward in)
+  at::Tensor stats;        // [rows, 2] float32 (forward out; backward in)
   at::Tensor g_lp, g_ent;  // [rows] float32 or undefined (backward)
   double scale = 1.0;      // backward: the gradient's factor (1 / temperature)
   int64_t ignore_index = -100;

@@ -17,19 +17,21 @@ namespace liger_cpp::heads {
 
 // Checks one head: input (..., H) (or exactly `dims` dimensions when dims > 0) of a float dtype
 // (float64 only on the CPU), weight (V, H) and bias (V,) or None of input's dtype and device.
-inline void check_head(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                       const char* iname, const char* wname, const char* bname, int64_t dims = 0) {
+inline void check_head(const at::Tensor& input, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, const char* iname, const char* wname,
+                       const char* bname, int64_t dims = 0) {
   const bool cuda = input.is_cuda();
   if (dims > 0)
-    LIGER_CHECK_ARG(input.dim() == dims, iname, "expected ", dims, " dimensions (", dims == 3 ? "B, T, H" : "M, H",
-                    "), got shape ", shape_str(input));
+    LIGER_CHECK_ARG(input.dim() == dims, iname, "expected ", dims, " dimensions (",
+                    dims == 3 ? "B, T, H" : "M, H", "), got shape ", shape_str(input));
   LIGER_CHECK_ARG(input.dim() >= 1 && input.size(-1) > 0, iname, "expected shape (..., H) with H > 0, got ",
                   shape_str(input));
   LIGER_CHECK_ARG(is_float_type(input.scalar_type(), !cuda), iname, "expected float32, float16 or bfloat16",
                   cuda ? "" : " (or float64 on CPU)", ", got ", dtype_str(input.scalar_type()));
   const int64_t H = input.size(-1);
-  LIGER_CHECK_ARG(weight.dim() == 2 && weight.size(1) == H && weight.size(0) > 0, wname, "expected shape (V, ",
-                  H, ") with V > 0 (", iname, "'s hidden size), got ", shape_str(weight),
+  LIGER_CHECK_ARG(weight.dim() == 2 && weight.size(1) == H && weight.size(0) > 0, wname,
+                  "expected shape (V, ", H, ") with V > 0 (", iname, "'s hidden size), got ",
+                  shape_str(weight),
                   weight.numel() == 0 ? " (a parameter not gathered yet, e.g. under DeepSpeed ZeRO-3?)" : "");
   LIGER_CHECK_ARG(weight.device() == input.device(), wname, "expected device ", input.device(), " (", iname,
                   "'s), got ", weight.device());
@@ -150,7 +152,7 @@ inline Grads alloc_grads(const at::Tensor& x_rows, const at::Tensor& weight, con
 // The op's (dX, dW, dB) outputs: dX in input's shape, dW in weight's dtype, dB in bias's; distinct
 // empty (0,) tensors for those not computed (outputs of an op must not alias each other).
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> finish_grads(Grads& g, const at::Tensor& input,
-                                                                    const at::Tensor& bias) {
+                                                                   const at::Tensor& bias) {
   auto none = [&] { return at::empty({0}, input.options()); };
   at::Tensor dx = g.dx.defined() ? g.dx.view(input.sizes()) : none();
   at::Tensor dw = g.dw.defined() ? g.dw : none();

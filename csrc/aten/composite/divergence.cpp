@@ -34,10 +34,11 @@ struct Rows {
   int64_t rows = 0, V = 0;
 };
 
-Rows prepare(const at::Tensor& x, const at::Tensor& y, const std::optional<at::Tensor>& labels, const char* xname,
-             const char* yname) {
+Rows prepare(const at::Tensor& x, const at::Tensor& y, const std::optional<at::Tensor>& labels,
+             const char* xname, const char* yname) {
   const bool cuda = x.is_cuda();
-  LIGER_CHECK_ARG(x.dim() >= 1 && x.size(-1) > 0, xname, "expected shape (..., V) with V > 0, got ", shape_str(x));
+  LIGER_CHECK_ARG(x.dim() >= 1 && x.size(-1) > 0, xname, "expected shape (..., V) with V > 0, got ",
+                  shape_str(x));
   LIGER_CHECK_ARG(is_float_type(x.scalar_type(), !cuda), xname, "expected float32, float16 or bfloat16",
                   cuda ? "" : " (or float64 on CPU)", ", got ", dtype_str(x.scalar_type()));
   LIGER_CHECK_ARG(y.sizes() == x.sizes(), yname, "expected ", xname, "'s shape ", shape_str(x), ", got ",
@@ -51,8 +52,8 @@ Rows prepare(const at::Tensor& x, const at::Tensor& y, const std::optional<at::T
   r.V = x.size(-1);
   r.rows = r.x.size(0);
   if (labels.has_value() && labels->defined()) {
-    LIGER_CHECK_ARG(labels->numel() == r.rows, "shift_labels", "expected ", r.rows, " elements (one per row of ",
-                    xname, "), got shape ", shape_str(*labels));
+    LIGER_CHECK_ARG(labels->numel() == r.rows, "shift_labels", "expected ", r.rows,
+                    " elements (one per row of ", xname, "), got shape ", shape_str(*labels));
     LIGER_CHECK_ARG(labels->scalar_type() == at::kLong || labels->scalar_type() == at::kInt, "shift_labels",
                     "expected int64 (or int32), got ", dtype_str(labels->scalar_type()));
     LIGER_CHECK_ARG(labels->device() == x.device(), "shift_labels", "expected device ", x.device(), ", got ",
@@ -105,8 +106,8 @@ std::tuple<at::Tensor, at::Tensor> run(const Rows& r, const at::Tensor& like, Di
 std::tuple<at::Tensor, at::Tensor> jsd_fwd(const at::Tensor& input, const at::Tensor& target,
                                            const std::optional<at::Tensor>& shift_labels, double beta,
                                            int64_t ignore_index, bool compute_grad) {
-  LIGER_CHECK_ARG(std::isfinite(beta) && beta >= 0.0 && beta <= 1.0, "beta", "expected a value in [0, 1], got ",
-                  beta);
+  LIGER_CHECK_ARG(std::isfinite(beta) && beta >= 0.0 && beta <= 1.0, "beta",
+                  "expected a value in [0, 1], got ", beta);
   const Rows r = prepare(input, target, shift_labels, "input", "target");
   const at::Tensor scale = inv_or_zero(counted(r, ignore_index));
   return run(r, input, DivKind::kJsd, false, scale, compute_grad, beta, 0.0, false, ignore_index);
@@ -126,8 +127,9 @@ std::tuple<at::Tensor, at::Tensor> kl_div_fwd(const at::Tensor& input, const at:
 }
 
 std::tuple<at::Tensor, at::Tensor> tvd_fwd(const at::Tensor& p, const at::Tensor& q,
-                                           const std::optional<at::Tensor>& shift_labels, c10::string_view reduction,
-                                           int64_t ignore_index, bool compute_grad) {
+                                           const std::optional<at::Tensor>& shift_labels,
+                                           c10::string_view reduction, int64_t ignore_index,
+                                           bool compute_grad) {
   const Red red = parse_red(reduction);
   const Rows r = prepare(p, q, shift_labels, "p", "q");
   const at::Tensor n = counted(r, ignore_index);

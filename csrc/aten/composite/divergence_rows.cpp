@@ -14,10 +14,11 @@ namespace liger_cpp {
     cpu(a);                                 \
   } while (0)
 #else
-#define LIGER_DIV_DISPATCH(t, cpu, cuda, a)                                                               \
-  do {                                                                                                    \
-    if ((t).is_cuda()) LIGER_FAIL("argument 'input' is on ", (t).device(), ", but this build has no CUDA kernels"); \
-    cpu(a);                                                                                               \
+#define LIGER_DIV_DISPATCH(t, cpu, cuda, a)                                                        \
+  do {                                                                                             \
+    if ((t).is_cuda())                                                                             \
+      LIGER_FAIL("argument 'input' is on ", (t).device(), ", but this build has no CUDA kernels"); \
+    cpu(a);                                                                                        \
   } while (0)
 #endif
 
@@ -28,6 +29,8 @@ void logprob_rows_fwd(const LogprobRows& a) {
 void logprob_rows_bwd(const LogprobRows& a) {
   LIGER_DIV_DISPATCH(a.z, logprob_rows_bwd_cpu, logprob_rows_bwd_cuda, a);
 }
-void pointwise_div(const PointwiseDiv& a) { LIGER_DIV_DISPATCH(a.x, pointwise_div_cpu, pointwise_div_cuda, a); }
+void pointwise_div(const PointwiseDiv& a) {
+  LIGER_DIV_DISPATCH(a.x, pointwise_div_cpu, pointwise_div_cuda, a);
+}
 
 }  // namespace liger_cpp

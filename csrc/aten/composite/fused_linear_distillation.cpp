@@ -32,16 +32,18 @@ using DistillResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
 
 DistillResult distill_fwd(const at::Tensor& student_input, const at::Tensor& student_weight,
                           const at::Tensor& teacher_input, const at::Tensor& teacher_weight,
-                          const std::optional<at::Tensor>& target, const std::optional<at::Tensor>& student_bias,
-                          const std::optional<at::Tensor>& teacher_bias, c10::string_view loss, double weight_hard_loss,
-                          double weight_soft_loss, double beta, int64_t ignore_index, double temperature,
-                          bool mask_soft, int64_t chunk_rows, bool compute_dx, bool compute_dw, bool compute_db) {
+                          const std::optional<at::Tensor>& target,
+                          const std::optional<at::Tensor>& student_bias,
+                          const std::optional<at::Tensor>& teacher_bias, c10::string_view loss,
+                          double weight_hard_loss, double weight_soft_loss, double beta, int64_t ignore_index,
+                          double temperature, bool mask_soft, int64_t chunk_rows, bool compute_dx,
+                          bool compute_dw, bool compute_db) {
   const c10::DeviceGuard device_guard(student_input.device());
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const std::string_view kind(loss.data(), loss.size());
   LIGER_CHECK_ARG(kind == "jsd" || kind == "cosine", "loss", "expected 'jsd' or 'cosine', got '", kind, "'");
-  LIGER_CHECK_ARG(std::isfinite(beta) && beta >= 0.0 && beta <= 1.0, "beta", "expected a value in [0, 1], got ",
-                  beta);
+  LIGER_CHECK_ARG(std::isfinite(beta) && beta >= 0.0 && beta <= 1.0, "beta",
+                  "expected a value in [0, 1], got ", beta);
   LIGER_CHECK_ARG(std::isfinite(temperature) && temperature > 0.0, "temperature",
                   "expected a positive value, got ", temperature);
   LIGER_CHECK_ARG(std::isfinite(weight_hard_loss) && std::isfinite(weight_soft_loss), "weight_hard_loss",
@@ -63,11 +65,12 @@ DistillResult distill_fwd(const at::Tensor& student_input, const at::Tensor& stu
   LIGER_CHECK_ARG(teacher_input.numel() / Ht == M, "teacher_input", "expected ", M,
                   " rows (student_input's), got shape ", shape_str(teacher_input));
   LIGER_CHECK_ARG(Vt >= Vs, "teacher_weight", "expected at least the student's ", Vs,
-                  " classes (a larger teacher vocabulary is the padded one), got shape ", shape_str(teacher_weight));
+                  " classes (a larger teacher vocabulary is the padded one), got shape ",
+                  shape_str(teacher_weight));
   at::Tensor tgt;
   if (target.has_value() && target->defined()) {
-    LIGER_CHECK_ARG(target->numel() == M, "true_labels", "expected ", M, " elements (one per row), got shape ",
-                    shape_str(*target));
+    LIGER_CHECK_ARG(target->numel() == M, "true_labels", "expected ", M,
+                    " elements (one per row), got shape ", shape_str(*target));
     LIGER_CHECK_ARG(target->scalar_type() == at::kLong || target->scalar_type() == at::kInt, "true_labels",
                     "expected int64 (or int32) class indices, got ", dtype_str(target->scalar_type()));
     LIGER_CHECK_ARG(target->device() == student_input.device(), "true_labels", "expected device ",
@@ -97,7 +100,8 @@ DistillResult distill_fwd(const at::Tensor& student_input, const at::Tensor& stu
     d.beta = beta;
     d.loss = kind == "cosine" ? 1 : 0;
     d.mask_soft = mask_soft;
-    if (want_grad) d.scales = at::stack({weight_soft_loss / n, weight_hard_loss / n}).to(at::kFloat).contiguous();
+    if (want_grad)
+      d.scales = at::stack({weight_soft_loss / n, weight_hard_loss / n}).to(at::kFloat).contiguous();
     for (int64_t r0 = 0; r0 < M; r0 += R) {
       const int64_t rows = std::min(R, M - r0);
       at::Tensor ls = sbuf.narrow(0, 0, rows), lt = tbuf.narrow(0, 0, rows);

@@ -57,12 +57,13 @@ enum class Grpo { kGrpo, kBnpo, kDrGrpo, kDapo, kCispo, kSapo, kLuspo, kVespo };
 
 Grpo parse_grpo_type(std::string_view s) {
   static const std::pair<const char*, Grpo> names[] = {
-      {"grpo", Grpo::kGrpo},   {"bnpo", Grpo::kBnpo},   {"dr_grpo", Grpo::kDrGrpo}, {"dapo", Grpo::kDapo},
-      {"cispo", Grpo::kCispo}, {"sapo", Grpo::kSapo},   {"luspo", Grpo::kLuspo},    {"vespo", Grpo::kVespo}};
+      {"grpo", Grpo::kGrpo},   {"bnpo", Grpo::kBnpo}, {"dr_grpo", Grpo::kDrGrpo}, {"dapo", Grpo::kDapo},
+      {"cispo", Grpo::kCispo}, {"sapo", Grpo::kSapo}, {"luspo", Grpo::kLuspo},    {"vespo", Grpo::kVespo}};
   for (const auto& [n, t] : names)
     if (s == n) return t;
-  LIGER_FAIL("argument 'loss_type': expected one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo, got '",
-             s, "'");
+  LIGER_FAIL(
+      "argument 'loss_type': expected one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo, got '", s,
+      "'");
 }
 
 struct GrpoOpts {
@@ -91,7 +92,7 @@ struct GroupIn {
 };
 
 struct GroupOut {
-  at::Tensor k;  // [S, L] dLoss / dlp
+  at::Tensor k;                  // [S, L] dLoss / dlp
   at::Tensor loss, kl, clipped;  // () sums: sum w l, sum m kl, sum m clipped
 };
 
@@ -123,14 +124,15 @@ at::Tensor vespo_phi(const GrpoOpts& o, const GroupIn& in, const at::Tensor& lr,
   const at::Tensor logw = s.clamp(lo, 20.0);
   const at::Tensor nonneg = A >= 0.0;
   const at::Tensor k = at::where(nonneg, at::full_like(A, o.vk_pos), at::full_like(A, o.vk_neg));
-  const at::Tensor lam = at::where(nonneg, at::full_like(A, o.vl_pos), at::full_like(A, o.vl_neg)).clamp_min(1e-4);
+  const at::Tensor lam =
+      at::where(nonneg, at::full_like(A, o.vl_pos), at::full_like(A, o.vl_neg)).clamp_min(1e-4);
   return at::nan_to_num(at::exp(lam + k * logw - lam * at::exp(logw)), 0.0, 0.0, 0.0);
 }
 
 GroupOut grpo_math(const GrpoOpts& o, const Globals& g, const GroupIn& in) {
   const at::Tensor& lp = in.lp;
   const at::Tensor& mask = in.mask;
-  const at::Tensor A = in.adv.unsqueeze(1);                    // [S, 1]
+  const at::Tensor A = in.adv.unsqueeze(1);                       // [S, 1]
   const at::Tensor nprime = in.nseq.clamp_min(1.0).unsqueeze(1);  // [S, 1]
   const at::Tensor w = reduction_weights(o, g, in);
   const at::Tensor lr = in.old.defined() ? lp - in.old : at::zeros_like(lp);
@@ -227,17 +229,20 @@ at::Tensor per_token_arg(const std::optional<at::Tensor>& t, const char* name, i
   if (!t.has_value() || !t->defined()) return at::Tensor();
   LIGER_CHECK_ARG(t->dim() == 2 && t->size(0) == B && t->size(1) == T, name, "expected shape (", B, ", ", T,
                   ") (selected_token_ids'), got ", shape_str(*t));
-  LIGER_CHECK_ARG(t->device() == input.device(), name, "expected device ", input.device(), ", got ", t->device());
+  LIGER_CHECK_ARG(t->device() == input.device(), name, "expected device ", input.device(), ", got ",
+                  t->device());
   LIGER_CHECK_ARG(at::isFloatingType(t->scalar_type()), name, "expected a floating dtype, got ",
                   dtype_str(t->scalar_type()));
   return t->to(at::kFloat);
 }
 
-using GrpoResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using GrpoResult =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& selected_token_ids,
                     const at::Tensor& attention_mask, const at::Tensor& advantages,
-                    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& ref_per_token_logps,
+                    const std::optional<at::Tensor>& bias,
+                    const std::optional<at::Tensor>& ref_per_token_logps,
                     const std::optional<at::Tensor>& old_per_token_logps,
                     const std::optional<at::Tensor>& ref_input, const std::optional<at::Tensor>& ref_weight,
                     const std::optional<at::Tensor>& ref_bias, const std::optional<at::Tensor>& vllm_is_ratio,
@@ -259,18 +264,23 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
   LIGER_CHECK_ARG(!(o.seq && (o.type == Grpo::kCispo || o.type == Grpo::kSapo || o.type == Grpo::kVespo)),
                   "importance_sampling_level", "'sequence' is not supported for loss_type '",
                   std::string_view(loss_type.data(), loss_type.size()), "' (Liger's rule); use 'token'");
-  const std::pair<double, const char*> finite[] = {
-      {beta, "beta"},           {epsilon_low, "epsilon_low"},           {epsilon_high, "epsilon_high"},
-      {vespo_k_pos, "vespo_k_pos"}, {vespo_lambda_pos, "vespo_lambda_pos"}, {vespo_k_neg, "vespo_k_neg"},
-      {vespo_lambda_neg, "vespo_lambda_neg"}};
+  const std::pair<double, const char*> finite[] = {{beta, "beta"},
+                                                   {epsilon_low, "epsilon_low"},
+                                                   {epsilon_high, "epsilon_high"},
+                                                   {vespo_k_pos, "vespo_k_pos"},
+                                                   {vespo_lambda_pos, "vespo_lambda_pos"},
+                                                   {vespo_k_neg, "vespo_k_neg"},
+                                                   {vespo_lambda_neg, "vespo_lambda_neg"}};
   for (const auto& [v, n] : finite) LIGER_CHECK_ARG(std::isfinite(v), n, "expected a finite value, got ", v);
-  LIGER_CHECK_ARG(std::isfinite(temperature) && temperature > 0.0, "temperature", "expected a positive value, got ",
-                  temperature);
+  LIGER_CHECK_ARG(std::isfinite(temperature) && temperature > 0.0, "temperature",
+                  "expected a positive value, got ", temperature);
   LIGER_CHECK_ARG(std::isfinite(sapo_temperature_pos) && sapo_temperature_pos > 0.0, "sapo_temperature_pos",
                   "expected a positive value, got ", sapo_temperature_pos);
   LIGER_CHECK_ARG(std::isfinite(sapo_temperature_neg) && sapo_temperature_neg > 0.0, "sapo_temperature_neg",
                   "expected a positive value, got ", sapo_temperature_neg);
-  if (delta) LIGER_CHECK_ARG(std::isfinite(*delta) && *delta > 0.0, "delta", "expected a positive value, got ", *delta);
+  if (delta)
+    LIGER_CHECK_ARG(std::isfinite(*delta) && *delta > 0.0, "delta", "expected a positive value, got ",
+                    *delta);
   if (o.type == Grpo::kDrGrpo)
     LIGER_CHECK_ARG(max_completion_length.has_value() && *max_completion_length > 0, "max_completion_length",
                     "expected a positive length for loss_type 'dr_grpo' (its normaliser is B x "
@@ -294,18 +304,20 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
   heads::check_head(input, weight, bias, "_input", "weight", "bias", 3);
   const int64_t B = input.size(0), T = input.size(1), H = input.size(2), V = weight.size(0), M = B * T;
   LIGER_CHECK_ARG(B > 0, "_input", "expected a non-empty batch, got shape ", shape_str(input));
-  LIGER_CHECK_ARG(selected_token_ids.dim() == 2 && selected_token_ids.size(0) == B && selected_token_ids.size(1) == T,
-                  "selected_token_ids", "expected shape (", B, ", ", T, ") (_input's first two dimensions), got ",
-                  shape_str(selected_token_ids));
-  LIGER_CHECK_ARG(selected_token_ids.scalar_type() == at::kLong || selected_token_ids.scalar_type() == at::kInt,
-                  "selected_token_ids", "expected int64 (or int32) token ids, got ",
-                  dtype_str(selected_token_ids.scalar_type()));
+  LIGER_CHECK_ARG(
+      selected_token_ids.dim() == 2 && selected_token_ids.size(0) == B && selected_token_ids.size(1) == T,
+      "selected_token_ids", "expected shape (", B, ", ", T, ") (_input's first two dimensions), got ",
+      shape_str(selected_token_ids));
+  LIGER_CHECK_ARG(
+      selected_token_ids.scalar_type() == at::kLong || selected_token_ids.scalar_type() == at::kInt,
+      "selected_token_ids", "expected int64 (or int32) token ids, got ",
+      dtype_str(selected_token_ids.scalar_type()));
   LIGER_CHECK_ARG(selected_token_ids.device() == input.device(), "selected_token_ids", "expected device ",
                   input.device(), ", got ", selected_token_ids.device());
   LIGER_CHECK_ARG(attention_mask.dim() == 2 && attention_mask.size(0) == B && attention_mask.size(1) == T,
                   "attention_mask", "expected shape (", B, ", ", T, "), got ", shape_str(attention_mask));
-  LIGER_CHECK_ARG(attention_mask.device() == input.device(), "attention_mask", "expected device ", input.device(),
-                  ", got ", attention_mask.device());
+  LIGER_CHECK_ARG(attention_mask.device() == input.device(), "attention_mask", "expected device ",
+                  input.device(), ", got ", attention_mask.device());
   LIGER_CHECK_ARG(advantages.dim() == 1 && advantages.size(0) == B, "advantages", "expected shape (", B,
                   ",) (one advantage per sequence), got ", shape_str(advantages));
   LIGER_CHECK_ARG(advantages.device() == input.device() && at::isFloatingType(advantages.scalar_type()),
@@ -316,9 +328,10 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
   at::Tensor vllm;
   if (vllm_is_ratio.has_value() && vllm_is_ratio->defined()) {
     const at::Tensor& v = *vllm_is_ratio;
-    const bool ok = (v.dim() == 1 && v.size(0) == B) || (v.dim() == 2 && v.size(0) == B && (v.size(1) == 1 || v.size(1) == T));
-    LIGER_CHECK_ARG(ok, "vllm_is_ratio", "expected shape (", B, ",), (", B, ", 1) or (", B, ", ", T, "), got ",
-                    shape_str(v));
+    const bool ok = (v.dim() == 1 && v.size(0) == B) ||
+                    (v.dim() == 2 && v.size(0) == B && (v.size(1) == 1 || v.size(1) == T));
+    LIGER_CHECK_ARG(ok, "vllm_is_ratio", "expected shape (", B, ",), (", B, ", 1) or (", B, ", ", T,
+                    "), got ", shape_str(v));
     LIGER_CHECK_ARG(v.device() == input.device() && at::isFloatingType(v.scalar_type()), "vllm_is_ratio",
                     "expected a floating tensor on ", input.device(), ", got ", dtype_str(v.scalar_type()));
     vllm = (v.dim() == 1 ? v.unsqueeze(1) : v).to(at::kFloat);
@@ -331,13 +344,14 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
     LIGER_CHECK_ARG(ref_input.has_value() && ref_input->defined(), "ref_input",
                     "expected the reference model's hidden states (B, T, H') with ref_weight, got None");
     heads::check_head(*ref_input, *ref_weight, ref_bias, "ref_input", "ref_weight", "ref_bias", 3);
-    LIGER_CHECK_ARG(ref_input->size(0) == B && ref_input->size(1) == T, "ref_input", "expected shape (", B, ", ",
-                    T, ", H'), got ", shape_str(*ref_input));
+    LIGER_CHECK_ARG(ref_input->size(0) == B && ref_input->size(1) == T, "ref_input", "expected shape (", B,
+                    ", ", T, ", H'), got ", shape_str(*ref_input));
     LIGER_CHECK_ARG(ref_input->device() == input.device() && ref_input->scalar_type() == input.scalar_type(),
                     "ref_input", "expected _input's device and dtype, got ", ref_input->device(), " ",
                     dtype_str(ref_input->scalar_type()));
     LIGER_CHECK_ARG(ref_weight->size(0) == V, "ref_weight", "expected ", V,
-                    " rows (weight's vocabulary: the token ids index both), got shape ", shape_str(*ref_weight));
+                    " rows (weight's vocabulary: the token ids index both), got shape ",
+                    shape_str(*ref_weight));
     rx = as_rows(*ref_input);
     rw = heads::gemm_ready(*ref_weight);
     rb = heads::opt(ref_bias);
@@ -376,9 +390,15 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
 
   if (M > 0) {
     const double inv_t = 1.0 / temperature;
-    const int64_t R = heads::chunk_rows(M, V, std::max(H, rx.defined() ? rx.size(1) : H), input.element_size(),
-                                        chunk_rows);
-    const bool whole = T <= R;  // chunks of whole sequences
+    const int64_t R =
+        heads::chunk_rows(M, V, std::max(H, rx.defined() ? rx.size(1) : H), input.element_size(), chunk_rows);
+    // Chunks of whole sequences where they fit the budget, or (automatic plan) where one sequence's
+    // logits take at most 512 MiB: GRPO's completions of ~1k tokens at V ~150k then run one
+    // sequence (1024 rows) per chunk rather than pieces of 512 rows, whose GEMMs are less efficient
+    // and whose sequence-level losses would need the two-phase path.
+    const bool whole = T <= R || (chunk_rows == 0 && static_cast<double>(T) * static_cast<double>(V) *
+                                                             static_cast<double>(input.element_size()) <=
+                                                         512.0 * 1048576.0);
     const int64_t seqs = whole ? std::min(B, std::max<int64_t>(1, R / T)) : 1;
     const int64_t piece = whole ? T : heads::even_chunk(T, R);
     const bool two_phase = !whole && (o.seq || o.type == Grpo::kVespo);

@@ -40,8 +40,9 @@ Prepared prepare(const at::Tensor& input, const at::Tensor& weight, const at::Te
   p.H = input.size(-1);
   p.M = input.numel() / p.H;
   p.V = weight.size(0);
-  LIGER_CHECK_ARG(target.numel() == p.M, "target", "expected ", p.M, " elements (one per row of input, shape ",
-                  shape_str(input), "), got shape ", shape_str(target));
+  LIGER_CHECK_ARG(target.numel() == p.M, "target", "expected ", p.M,
+                  " elements (one per row of input, shape ", shape_str(input), "), got shape ",
+                  shape_str(target));
   LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
                   "expected int64 (or int32) token ids, got ", dtype_str(target.scalar_type()));
   LIGER_CHECK_ARG(target.device() == input.device(), "target", "expected device ", input.device(), ", got ",
@@ -111,8 +112,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> logprobs_bwd(
   const Prepared p = prepare(input, weight, target, bias, temperature, ignore_index, chunk_rows);
   auto rows_of = [&](const std::optional<at::Tensor>& g, const char* name) -> at::Tensor {
     if (!g.has_value() || !g->defined()) return at::Tensor();
-    LIGER_CHECK_ARG(g->numel() == p.M && at::isFloatingType(g->scalar_type()) && g->device() == input.device(),
-                    name, "expected ", p.M, " floating elements on ", input.device(), ", got shape ", shape_str(*g));
+    LIGER_CHECK_ARG(
+        g->numel() == p.M && at::isFloatingType(g->scalar_type()) && g->device() == input.device(), name,
+        "expected ", p.M, " floating elements on ", input.device(), ", got shape ", shape_str(*g));
     return g->reshape({p.M}).to(at::kFloat).contiguous();
   };
   const at::Tensor g_lp = rows_of(grad_logprobs, "grad_logprobs");
@@ -121,10 +123,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> logprobs_bwd(
   if (g_ent.defined()) {
     LIGER_CHECK_ARG(stats.has_value() && stats->defined() && stats->dim() == 2 && stats->size(0) == p.M &&
                         stats->size(1) == 2 && stats->scalar_type() == at::kFloat,
-                    "stats", "expected the forward's float32 (", p.M, ", 2) row statistics with grad_entropy");
+                    "stats", "expected the forward's float32 (", p.M,
+                    ", 2) row statistics with grad_entropy");
     LIGER_CHECK_ARG(entropy.has_value() && entropy->defined() && entropy->numel() == p.M &&
                         entropy->scalar_type() == at::kFloat,
-                    "entropy", "expected the forward's float32 entropy (", p.M, " elements) with grad_entropy");
+                    "entropy", "expected the forward's float32 entropy (", p.M,
+                    " elements) with grad_entropy");
     st = stats->contiguous();
     ent = entropy->reshape({p.M}).contiguous();
   }

@@ -71,7 +71,8 @@ __device__ __forceinline__ float pdiff(float p, float a, float b) { return p > 0
 
 template <typename T, int VE>
 __device__ __forceinline__ void zero_row(T* d, int64_t cols) {
-  for (int64_t j = static_cast<int64_t>(threadIdx.x) * VE; j < cols; j += static_cast<int64_t>(blockDim.x) * VE) {
+  for (int64_t j = static_cast<int64_t>(threadIdx.x) * VE; j < cols;
+       j += static_cast<int64_t>(blockDim.x) * VE) {
     Vec<T, VE> z;
 #pragma unroll
     for (int e = 0; e < VE; ++e) z.v[e] = from_float<T>(0.f);
@@ -88,7 +89,8 @@ __global__ void distill_kernel(DistillRowsArgs a) {
   const float invT = a.inv_temperature, beta = a.beta;
   const bool cosine = a.loss == 1;
   const float lb = beta > 0.f ? logf(beta) : -INFINITY, l1b = beta < 1.f ? log1pf(-beta) : -INFINITY;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * VE, j_first = static_cast<int64_t>(threadIdx.x) * VE;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
+                j_first = static_cast<int64_t>(threadIdx.x) * VE;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     T* s = static_cast<T*>(a.s) + r * a.s_row_stride;
     const T* t = static_cast<const T*>(a.t) + r * a.t_row_stride;
@@ -236,7 +238,8 @@ template <typename T, int VE>
 __global__ void logprob_fwd_kernel(LogprobRowsArgs a) {
   __shared__ float scratch[32];
   const int64_t V = a.cols;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * VE, j_first = static_cast<int64_t>(threadIdx.x) * VE;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
+                j_first = static_cast<int64_t>(threadIdx.x) * VE;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T* z = static_cast<const T*>(a.z) + r * a.row_stride;
     const int64_t y = a.target[r];
@@ -273,7 +276,8 @@ __global__ void logprob_fwd_kernel(LogprobRowsArgs a) {
 template <typename T, int VE>
 __global__ void logprob_bwd_kernel(LogprobRowsArgs a) {
   const int64_t V = a.cols;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * VE, j_first = static_cast<int64_t>(threadIdx.x) * VE;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
+                j_first = static_cast<int64_t>(threadIdx.x) * VE;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     T* z = static_cast<T*>(a.z) + r * a.row_stride;
     const int64_t y = a.target[r];
@@ -309,7 +313,8 @@ __global__ void pointwise_kernel(PointwiseDivArgs a) {
   const int64_t V = a.cols;
   const float beta = a.beta, eps = a.eps;
   const float scale = a.grad ? a.grad_scale[0] : 0.f;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * VE, j_first = static_cast<int64_t>(threadIdx.x) * VE;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
+                j_first = static_cast<int64_t>(threadIdx.x) * VE;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T* x = static_cast<const T*>(a.x) + r * a.x_row_stride;
     const T* yv = static_cast<const T*>(a.y) + r * a.y_row_stride;
@@ -377,12 +382,15 @@ int threads_for(int64_t cols, int ve) {
   return 128;
 }
 
-unsigned grid_for(int64_t rows) { return static_cast<unsigned>(rows < (int64_t{1} << 30) ? rows : (int64_t{1} << 30)); }
+unsigned grid_for(int64_t rows) {
+  return static_cast<unsigned>(rows < (int64_t{1} << 30) ? rows : (int64_t{1} << 30));
+}
 
 template <typename T>
 bool rows_aligned(const void* p, int64_t row_stride, int64_t cols) {
   constexpr int VE = 16 / sizeof(T);
-  return p == nullptr || (is_aligned(p, 16) && (row_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0 && cols % VE == 0);
+  return p == nullptr ||
+         (is_aligned(p, 16) && (row_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0 && cols % VE == 0);
 }
 
 }  // namespace
@@ -392,7 +400,8 @@ cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream) {
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int VE = 16 / sizeof(T);
-    const bool vec = rows_aligned<T>(a.s, a.s_row_stride, a.cols) && rows_aligned<T>(a.t, a.t_row_stride, a.cols);
+    const bool vec =
+        rows_aligned<T>(a.s, a.s_row_stride, a.cols) && rows_aligned<T>(a.t, a.t_row_stride, a.cols);
     if (vec)
       distill_kernel<T, VE><<<grid_for(a.rows), threads_for(a.cols, VE), 0, stream>>>(a);
     else
@@ -432,7 +441,8 @@ cudaError_t pointwise_div_rows(const PointwiseDivArgs& a, cudaStream_t stream) {
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int VE = 16 / sizeof(T);
-    const bool vec = rows_aligned<T>(a.x, a.x_row_stride, a.cols) && rows_aligned<T>(a.y, a.y_row_stride, a.cols) &&
+    const bool vec = rows_aligned<T>(a.x, a.x_row_stride, a.cols) &&
+                     rows_aligned<T>(a.y, a.y_row_stride, a.cols) &&
                      rows_aligned<T>(a.grad, a.grad_row_stride, a.cols);
     if (vec)
       pointwise_kernel<T, VE><<<grid_for(a.rows), threads_for(a.cols, VE), 0, stream>>>(a);
