@@ -3,7 +3,9 @@ loss variants), ORPO, CPO, SimPO (chunks of pairs) and KTO (unpaired, chunks of 
 Gradients are computed in the forward, chunk by chunk, in C++ (torch.ops.liger.fused_linear_preference_fwd,
 fused_linear_kto_fwd); the (tokens x V) logits never exist at once.
 
-Not implemented yet: JSD, cosine-similarity distillation, GRPO.
+RL and distillation: GRPO and its variants (LigerFusedLinearGRPOLoss), JSD and cosine-similarity
+distillation (LigerFusedLinearJSDLoss, LigerFusedLinearCosineSimilarityLoss), in C++ too
+(torch.ops.liger.fused_linear_grpo_fwd, fused_linear_distillation_fwd).
 """
 
 from liger_cpp.chunked_loss.functional import (  # noqa: F401
