@@ -203,12 +203,20 @@ def _extra(lt):
 
 
 # ---------------------------------------------------------------- every loss type
+# Every loss type and level with and without the KL term in float32; the 16-bit dtypes with it (on
+# the CPU bfloat16 only: the CI budget).
+def _type_cases():
+    for lt, level in _cases():
+        for beta in (0.0, 0.04):
+            yield torch.float32, beta, lt, level
+            if beta:
+                yield torch.bfloat16, beta, lt, level
+                if CUDA_OK:
+                    yield torch.float16, beta, lt, level
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize(
-    "dtype", [torch.float32, torch.bfloat16] + ([torch.float16] if CUDA_OK else []), ids=str
-)
-@pytest.mark.parametrize("beta", [0.0, 0.04])
-@pytest.mark.parametrize("loss_type,level", list(_cases()))
+@pytest.mark.parametrize("dtype,beta,loss_type,level", list(_type_cases()), ids=str)
 def test_loss_types(device, dtype, beta, loss_type, level):
     _run(
         device,
@@ -275,9 +283,16 @@ OPTIONS = [
 ]
 
 
+# float64 inputs (the CPU's exact path) for a representative subset.
+F64 = (0, 2, 3, 7, 12, 13, 17, 18, 22, 26)
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("opt", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize(
+    "dtype,opt",
+    [(torch.float32, o) for o in OPTIONS] + [(torch.float64, OPTIONS[i]) for i in F64],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) if isinstance(o, dict) else str(o),
+)
 def test_options(device, dtype, opt):
     _run(device, dtype, **opt)
 
@@ -289,7 +304,7 @@ def test_options_bfloat16(device, opt):
 
 
 # ---------------------------------------------------------------- chunking
-# T = 47: 7 and 20 split each sequence into pieces (the sequence-level and vespo losses then run the
+# T = 47: 9 and 20 split each sequence into pieces (the sequence-level and vespo losses then run the
 # two-phase path), 47 is one sequence per chunk, 100 two (not dividing B = 3), 200 the whole batch.
 CHUNK_CASES = [
     {"loss_type": "dapo"},
@@ -306,7 +321,7 @@ CHUNK_CASES = [
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("chunk_rows", [7, 20, 47, 100, 200])
+@pytest.mark.parametrize("chunk_rows", [9, 20, 47, 100, 200])
 @pytest.mark.parametrize("case", CHUNK_CASES, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_chunk_rows(device, chunk_rows, case):
     _run(device, torch.float32, chunk_rows=chunk_rows, **case)
@@ -675,3 +690,65 @@ def test_one_65536_token_completion_cuda(level):
             lb = (-torch.min(cb * 0.7, cb.clamp(0.8, 1.2) * 0.7) * mask[0, i : i + blk]).sum() / mask.sum()
             lb.backward()
             torch.testing.assert_close(x.grad[0, i : i + blk].float(), xb.grad, rtol=3e-2, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_trl_grpo_trainer_call_pattern(device, beta):
+    """TRL's GRPOTrainer with use_liger_kernel (TRL 1.10): its constructor keywords, its keyword call,
+    metrics[0] read as the KL (when beta != 0) and metrics[-1] as the clip ratio."""
+    d = _make(device, torch.float32, temperature=0.9)
+    gen = torch.Generator().manual_seed(3)
+    is_ratio = torch.exp(0.2 * torch.randn(3, 47, generator=gen)).to(device)
+    loss_fn = LigerFusedLinearGRPOLoss(
+        beta=beta,
+        epsilon_low=0.2,
+        epsilon_high=0.28,
+        temperature=0.9,
+        use_ref_model=beta != 0.0,
+        loss_type="dapo",
+        max_completion_length=47,
+        importance_sampling_level="token",
+        delta=None,
+        use_bias_correction_kl=False,
+        sapo_temperature_pos=1.0,
+        sapo_temperature_neg=1.05,
+        vespo_k_pos=2.0,
+        vespo_lambda_pos=3.0,
+        vespo_k_neg=3.0,
+        vespo_lambda_neg=2.0,
+    )
+    loss, metrics = loss_fn(
+        _input=d["x"],
+        lin_weight=d["w"],
+        selected_token_ids=d["ids"],
+        attention_mask=d["mask"],
+        advantages=d["adv"],
+        bias=d["b"],
+        old_per_token_logps=d["old"],
+        ref_per_token_logps=d["ref_lp"] if beta != 0.0 else None,
+        vllm_is_ratio=is_ratio,
+    )
+    loss.backward()
+    x, w, b = (leaf(t, torch.float64) for t in (d["x"], d["w"], d["b"]))
+    rl, rm, _ = grpo_reference(
+        x,
+        w,
+        b,
+        d["ids"],
+        d["mask"],
+        d["adv"],
+        ref_lp=d["ref_lp"] if beta else None,
+        old_lp=d["old"],
+        vllm=is_ratio,
+        beta=beta,
+        eps_high=0.28,
+        temperature=0.9,
+    )
+    rl.backward()
+    torch.testing.assert_close(loss, rl.float(), rtol=1e-5, atol=1e-6)
+    if beta != 0.0:
+        torch.testing.assert_close(metrics[0], rm[0].float(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(metrics[-1], rm[-1].float())
+    torch.testing.assert_close(d["x"].grad, x.grad.float(), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(d["w"].grad, w.grad.float(), rtol=1e-4, atol=1e-6)

@@ -13,6 +13,8 @@
 namespace liger_cpp::kernels {
 namespace {
 
+constexpr int kMaxThreads = 1024;  // threads_for()'s largest block (and at most 64 registers a thread)
+
 // Sum / max over the block (blockDim.x a multiple of 32); every thread gets the result and must
 // call. scratch: 32 floats in shared memory.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
@@ -83,7 +85,7 @@ __device__ __forceinline__ void zero_row(T* d, int64_t cols) {
 // ---------------------------------------------------------------------------------------- distill
 
 template <typename T, int VE>
-__global__ void distill_kernel(DistillRowsArgs a) {
+__global__ void __launch_bounds__(kMaxThreads) distill_kernel(DistillRowsArgs a) {
   __shared__ float scratch[32];
   const int64_t V = a.cols, Vs = a.student_cols;
   const float invT = a.inv_temperature, beta = a.beta;
@@ -235,7 +237,7 @@ struct OnlineH {
 };
 
 template <typename T, int VE>
-__global__ void logprob_fwd_kernel(LogprobRowsArgs a) {
+__global__ void __launch_bounds__(kMaxThreads) logprob_fwd_kernel(LogprobRowsArgs a) {
   __shared__ float scratch[32];
   const int64_t V = a.cols;
   const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
@@ -274,7 +276,7 @@ __global__ void logprob_fwd_kernel(LogprobRowsArgs a) {
 }
 
 template <typename T, int VE>
-__global__ void logprob_bwd_kernel(LogprobRowsArgs a) {
+__global__ void __launch_bounds__(kMaxThreads) logprob_bwd_kernel(LogprobRowsArgs a) {
   const int64_t V = a.cols;
   const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
                 j_first = static_cast<int64_t>(threadIdx.x) * VE;
@@ -308,7 +310,7 @@ __global__ void logprob_bwd_kernel(LogprobRowsArgs a) {
 // ------------------------------------------------------------------------------------- pointwise
 
 template <typename T, int VE>
-__global__ void pointwise_kernel(PointwiseDivArgs a) {
+__global__ void __launch_bounds__(kMaxThreads) pointwise_kernel(PointwiseDivArgs a) {
   __shared__ float scratch[32];
   const int64_t V = a.cols;
   const float beta = a.beta, eps = a.eps;
@@ -376,7 +378,7 @@ __global__ void pointwise_kernel(PointwiseDivArgs a) {
 
 int threads_for(int64_t cols, int ve) {
   const int64_t vecs = ceil_div(cols, ve);
-  if (vecs >= 4096) return 1024;
+  if (vecs >= 4096) return kMaxThreads;
   if (vecs >= 1024) return 512;
   if (vecs >= 256) return 256;
   return 128;
