@@ -59,7 +59,7 @@ class LigerFusedLinearJSD(torch.nn.Module):
         student_weight: Tensor,
         teacher_input: Tensor,
         teacher_weight: Tensor,
-        shift_labels: Optional[Tensor] = None,
+        shift_labels: Optional[Tensor],
     ) -> Tensor:
         return liger_fused_linear_jsd(
             student_input,
