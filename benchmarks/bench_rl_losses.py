@@ -23,7 +23,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from harness import bench_ms, fmt_table, meta, peak_extra_bytes, try_import_liger, write_json
+from harness import bench_ms, fmt_table, meta, peak_extra_bytes, write_json
 
 import liger_cpp
 from liger_cpp import chunked_loss as cl
@@ -35,6 +35,16 @@ LONG_T = 65536
 BETA, EPS_LO, EPS_HI = 0.04, 0.2, 0.28
 JSD_KW = {"weight_hard_loss": 0.0, "weight_soft_loss": 1.0, "beta": 0.5, "temperature": 0.9}  # TRL's GKD
 MiB = 1 << 20
+
+
+def real_liger_importable():
+    """Liger-Kernel itself (not liger_cpp's compatibility package, whose liger_kernel is liger_cpp)."""
+    try:
+        import liger_kernel
+
+        return "liger.cpp" not in str(liger_kernel.__version__)
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return False
 
 
 # ---------------------------------------------------------------- eager references (full logits)
@@ -161,8 +171,20 @@ def jsd_variants(have_liger):
         mod = cl.LigerFusedLinearJSDLoss(**JSD_KW)
         return lambda d: mod(d["xs"], d["ws"], d["xt"], d["wt"], d["t"])
 
+    def ours_rows():  # the row kernel with a block per row (the plan-override A/B of its grid)
+        from liger_cpp._testing import plan_override
+
+        f = ours()
+
+        def g(d):
+            with plan_override(div_grid="rows"):
+                return f(d)
+
+        return g
+
     out = {
         "liger_cpp": ours,
+        "liger_cpp[div_grid=rows]": ours_rows,
         "eager": lambda: lambda d: eager_jsd(d["xs"], d["ws"], d["xt"], d["wt"], d["t"]),
     }
     if have_liger:
@@ -386,7 +408,7 @@ def main():
             write_json(args.out, {"op": "rl_losses_cpu_check", "rows": rows})
         return
     t0 = time.perf_counter()
-    have_liger = try_import_liger()
+    have_liger = real_liger_importable()
     rows = (
         grpo_rows(have_liger, ref_model=False) + grpo_rows(have_liger, ref_model=True) + jsd_rows(have_liger)
     )
@@ -397,6 +419,7 @@ def main():
         **meta(),
         "liger_cpp_version": liger_cpp.__version__,
         "liger_importable": have_liger,
+        "liger_version": __import__("liger_kernel").__version__ if have_liger else None,
         "grpo": {"loss_type": "dapo", "beta": BETA, "epsilon_high": EPS_HI},
         "jsd": JSD_KW,
         "rows": rows,

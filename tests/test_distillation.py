@@ -412,3 +412,29 @@ def test_trl_gkd_call_pattern(device):
     torch.testing.assert_close(loss, e.float(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(xs.grad, rs.grad.float(), rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(ws.grad, rw.grad.float(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs CUDA")
+@pytest.mark.parametrize("grid", ["l2", "rows"])
+@pytest.mark.parametrize("loss", ["jsd", "cosine"])
+def test_row_kernel_grids_cuda(grid, loss):
+    """The distillation row kernel's two grids (div_grid): persistent blocks looping over more rows
+    than they are (V 32008: a padded teacher vocabulary, 16-byte rows), and a block per row."""
+    from liger_cpp._testing import plan_override
+
+    with plan_override(div_grid=grid):
+        _run(
+            _op(loss, **_kw(beta=0.4, temperature=0.8)),
+            "cuda",
+            torch.bfloat16,
+            loss=loss,
+            beta=0.4,
+            temperature=0.8,
+            M=3000,
+            Hs=64,
+            Ht=96,
+            Vs=32000,
+            Vt=32008,
+            n_ignored=100,
+            dw_ulps=acc_ulps(torch.bfloat16, 4),
+        )
