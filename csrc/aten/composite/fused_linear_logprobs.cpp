@@ -53,6 +53,7 @@ Prepared prepare(const at::Tensor& input, const at::Tensor& weight, const at::Te
   p.target = target.reshape({p.M}).to(at::kLong).contiguous();
   check_ce_target_values(p.target, p.V, ignore_index);
   p.R = heads::chunk_rows(p.M, p.V, p.H, input.element_size(), chunk_rows);
+  if (chunk_rows == 0) p.R = heads::even_chunk(p.M, p.R);  // no sliver of a last chunk
   return p;
 }
 
