@@ -689,7 +689,9 @@ def test_one_65536_token_completion_cuda(level):
             cb = torch.exp(lpb - old[0, i : i + blk])
             lb = (-torch.min(cb * 0.7, cb.clamp(0.8, 1.2) * 0.7) * mask[0, i : i + blk]).sum() / mask.sum()
             lb.backward()
-            torch.testing.assert_close(x.grad[0, i : i + blk].float(), xb.grad, rtol=3e-2, atol=1e-6)
+            # bf16 dlogits and dX: errors relative to the row sums' size, not to each element's
+            atol = 2e-2 * xb.grad.abs().max().item()
+            torch.testing.assert_close(x.grad[0, i : i + blk].float(), xb.grad, rtol=3e-2, atol=atol)
 
 
 @pytest.mark.parametrize("device", DEVICES)
