@@ -64,6 +64,39 @@ __device__ __forceinline__ float2 block_lse(const Online& o, float* scratch) {
   return make_float2(M, logf(s));
 }
 
+// exp and log of the distillation kernel's element passes. FAST (2-byte logits, whose gradient is
+// rounded to 2^-8 / 2^-11): the MUFU's ex2 / lg2 (relative error ~2^-22, and the product with log2 e
+// rounded once) instead of the precise expf / logf; the row statistics (pass 1) stay precise.
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+template <bool FAST>
+__device__ __forceinline__ float exp_(float x) {
+  if constexpr (FAST) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * kLog2e));
+    return r;
+  }
+  return expf(x);
+}
+
+template <bool FAST>
+__device__ __forceinline__ float log_(float x) {
+  if constexpr (FAST) {
+    float r;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r * kLn2;
+  }
+  return logf(x);
+}
+
+// log M of the mixture M = beta P + (1 - beta) S from the two probabilities (one log, no
+// logaddexp): -inf where both underflow, and those terms are 0 (pdiff).
+template <bool FAST>
+__device__ __forceinline__ float log_mix(float P, float S, float beta) {
+  const float M = beta * P + (1.f - beta) * S;
+  return M > 0.f ? log_<FAST>(M) : -INFINITY;
+}
+
 __device__ __forceinline__ float logaddexp(float a, float b) {
   const float m = fmaxf(a, b);
   if (m == -INFINITY) return -INFINITY;
@@ -88,11 +121,11 @@ __device__ __forceinline__ void zero_row(T* d, int64_t cols) {
 
 template <typename T, int VE>
 __global__ void __launch_bounds__(kMaxThreads) distill_kernel(DistillRowsArgs a) {
+  constexpr bool FAST = sizeof(T) == 2;
   __shared__ float scratch[32];
   const int64_t V = a.cols, Vs = a.student_cols;
   const float invT = a.inv_temperature, beta = a.beta;
   const bool cosine = a.loss == 1;
-  const float lb = beta > 0.f ? logf(beta) : -INFINITY, l1b = beta < 1.f ? log1pf(-beta) : -INFINITY;
   const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
                 j_first = static_cast<int64_t>(threadIdx.x) * VE;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
@@ -153,13 +186,13 @@ __global__ void __launch_bounds__(kMaxThreads) distill_kernel(DistillRowsArgs a)
         for (int e = 0; e < VE; ++e) {
           const float lS = (to_float<T>(sv.v[e]) * invT - ls.x) - ls.y;
           const float lP = (to_float<T>(tv.v[e]) * invT - lt.x) - lt.y;
-          const float S = expf(lS), P = expf(lP);
+          const float S = exp_<FAST>(lS), P = exp_<FAST>(lP);
           if (beta == 0.f) {
             acc += pdiff(P, lP, lS);
           } else if (beta == 1.f) {
             acc += pdiff(S, lS, lP);
           } else {
-            const float lM = logaddexp(lP + lb, lS + l1b);
+            const float lM = log_mix<FAST>(P, S, beta);
             const float ks = pdiff(S, lS, lM);
             acc += beta * pdiff(P, lP, lM) + (1.f - beta) * ks;
             acck += ks;
@@ -191,19 +224,19 @@ __global__ void __launch_bounds__(kMaxThreads) distill_kernel(DistillRowsArgs a)
           d = cs * (-beta) * (zt / (nu * nv) - c * zs / (nu * nu));
         } else {
           const float lS = (zs - ls.x) - ls.y, lP = (zt - lt.x) - lt.y;
-          const float S = expf(lS), P = expf(lP);
+          const float S = exp_<FAST>(lS), P = exp_<FAST>(lP);
           if (beta == 0.f) {
             acc0 += pdiff(P, lP, lS);
             d = cs * (S - P);
           } else if (beta == 1.f) {
             d = cs * (S > 0.f ? S * ((lS - lP) - K) : 0.f);
           } else {
-            const float lM = logaddexp(lP + lb, lS + l1b);
+            const float lM = log_mix<FAST>(P, S, beta);
             d = cs * (1.f - beta) * (S > 0.f ? S * ((lS - lM) - K) : 0.f);
           }
         }
         if (ch != 0.f && j < Vs) {
-          const float p = expf((sx - lh.x) - lh.y);
+          const float p = exp_<FAST>((sx - lh.x) - lh.y);
           d += ch * (j == y ? p - 1.f : p);  // p_y - 1 formed before the scaling
         }
         out.v[e] = from_float<T>(j < Vs ? d : 0.f);
