@@ -269,6 +269,105 @@ TORCH_LIBRARY(liger, m) {
       "(Tensor loss, Tensor chosen_logps_sum, Tensor rejected_logps_sum, Tensor chosen_logits_sum, "
       "Tensor rejected_logits_sum, Tensor chosen_rewards_sum, Tensor rejected_rewards_sum, Tensor dX, "
       "Tensor dW, Tensor dB)");
+
+  // ---- RL and distillation losses fused with the lm_head (csrc/aten/composite/fused_linear_grpo.cpp,
+  // fused_linear_distillation.cpp, fused_linear_logprobs.cpp; C++ autograd in csrc/aten/autograd) ----
+  // GRPO and its variants (Liger's LigerFusedLinearGRPOLoss): input (B, T, H), weight (V, H), bias
+  // (V,) or None, input's dtype (float32/float16/bfloat16, float64 on CPU); selected_token_ids (B, T)
+  // int64/int32 in [0, V); attention_mask (B, T) any dtype (used as float32); advantages (B,).
+  // Per-token log-probs at `temperature` of the selected tokens; ref_per_token_logps /
+  // old_per_token_logps (B, T) or None; ref_input (B, T, H') with ref_weight (V, H') and ref_bias:
+  // the reference model, run chunk by chunk without gradient (not together with
+  // ref_per_token_logps); without either the reference is the policy itself (KL 0). vllm_is_ratio
+  // (B,), (B, 1) or (B, T); loss_normalizer: the dapo / cispo / vespo divisor (one element; None:
+  // max(sum(mask), 1)). loss_type grpo, bnpo, dr_grpo (max_completion_length), dapo, cispo, sapo,
+  // luspo, vespo; importance_sampling_level token or sequence (not for cispo, sapo, vespo). The
+  // formulas are the composite's file comment (Liger's, which follow TRL's). Returns float32 loss (),
+  // kl () (0 when beta == 0), clip_ratio (), per_token_logps (B, T); dX, dW, dB as
+  // fused_linear_preference_fwd. chunk_rows: logits rows per chunk (0: automatic).
+  m.def(
+      "fused_linear_grpo_fwd(Tensor input, Tensor weight, Tensor selected_token_ids, Tensor attention_mask, "
+      "Tensor advantages, Tensor? bias=None, Tensor? ref_per_token_logps=None, Tensor? "
+      "old_per_token_logps=None, "
+      "Tensor? ref_input=None, Tensor? ref_weight=None, Tensor? ref_bias=None, Tensor? vllm_is_ratio=None, "
+      "Tensor? loss_normalizer=None, str loss_type=\"dapo\", str importance_sampling_level=\"token\", "
+      "float beta=0.04, float epsilon_low=0.2, float epsilon_high=0.2, float? delta=None, float "
+      "temperature=1., "
+      "int? max_completion_length=None, bool use_bias_correction_kl=False, float sapo_temperature_pos=1., "
+      "float sapo_temperature_neg=1.05, float vespo_k_pos=2., float vespo_lambda_pos=3., float "
+      "vespo_k_neg=3., "
+      "float vespo_lambda_neg=2., int chunk_rows=0, bool compute_dx=False, bool compute_dw=False, "
+      "bool compute_db=False) -> (Tensor loss, Tensor kl, Tensor clip_ratio, Tensor per_token_logps, Tensor "
+      "dX, "
+      "Tensor dW, Tensor dB)");
+  // Distillation of a teacher head into a student head (Liger's LigerFusedLinearJSDLoss,
+  // LigerFusedLinearCosineSimilarityLoss, LigerFusedLinearJSD): student_input (..., Hs) with
+  // student_weight (Vs, Hs), teacher_input (..., Ht) with teacher_weight (Vt, Ht), Vt >= Vs (the
+  // student's logits are zero-padded to Vt, as Liger), the same rows; target: one class index per
+  // row (in [0, Vs) or ignore_index) or None (every row counts, no hard loss). Per row,
+  // s = student logits, t = teacher logits (the teacher without gradient):
+  //   hard = lse(s) - s_y (cross entropy at temperature 1, over the student's Vs classes)
+  //   loss "jsd": with S = softmax(s / temperature), P = softmax(t / temperature):
+  //     beta 0: KL(P || S); beta 1: KL(S || P); else beta KL(P || M) + (1 - beta) KL(S || M),
+  //     M = beta P + (1 - beta) S
+  //   loss "cosine": beta (1 - cos(s / temperature, t / temperature))
+  // n = number of rows whose target is not ignore_index (all rows without target), at least 1;
+  // soft_loss = sum over those rows (over every row when mask_soft is False: Liger's cosine) / n,
+  // hard_loss = sum over those rows / n, loss = weight_hard_loss * hard + weight_soft_loss * soft.
+  // float32 (), (), (); dX, dW, dB (student's) as fused_linear_preference_fwd.
+  m.def(
+      "fused_linear_distillation_fwd(Tensor student_input, Tensor student_weight, Tensor teacher_input, "
+      "Tensor teacher_weight, Tensor? target, Tensor? student_bias=None, Tensor? teacher_bias=None, "
+      "str loss=\"jsd\", float weight_hard_loss=0.5, float weight_soft_loss=0.5, float beta=0.5, "
+      "int ignore_index=-100, float temperature=1., bool mask_soft=True, int chunk_rows=0, "
+      "bool compute_dx=False, bool compute_dw=False, bool compute_db=False) -> (Tensor loss, Tensor "
+      "soft_loss, "
+      "Tensor hard_loss, Tensor dX, Tensor dW, Tensor dB)");
+  // Per-token log-probabilities of the given tokens at a temperature (Liger's
+  // LigerFusedLinearScaledCrossEntropy, TRL's selective_log_softmax), without the logits:
+  // z = (input @ weight^T + bias) / temperature; logprobs = z_y - lse(z) (float32, target's shape,
+  // 0 for ignore_index); entropy = lse(z) - sum_j softmax(z)_j z_j (float32, with
+  // return_entropy, else (0,)); stats: float32 (M, 2) per row (max z, log sum exp(z - max)) with
+  // return_entropy, for the backward (else (0,)).
+  m.def(
+      "fused_linear_logprobs_fwd(Tensor input, Tensor weight, Tensor target, Tensor? bias=None, "
+      "float temperature=1., int ignore_index=-100, bool return_entropy=False, int chunk_rows=0) -> "
+      "(Tensor logprobs, Tensor entropy, Tensor stats)");
+  // Its backward: the gradients of sum(grad_logprobs * logprobs + grad_entropy * entropy) (either
+  // may be None) w.r.t. input, weight and bias, rerunning the chunk loop:
+  //   dz_j = g_lp (onehot_j - p_j) - g_ent p_j (z_j - (lse(z) - entropy)), then / temperature.
+  // stats and entropy: the forward's (needed with grad_entropy).
+  m.def(
+      "fused_linear_logprobs_bwd(Tensor? grad_logprobs, Tensor? grad_entropy, Tensor input, Tensor weight, "
+      "Tensor target, Tensor? bias, Tensor? stats, Tensor? entropy, float temperature=1., int "
+      "ignore_index=-100, "
+      "int chunk_rows=0, bool compute_dx=True, bool compute_dw=True, bool compute_db=True) -> (Tensor dX, "
+      "Tensor dW, Tensor dB)");
+
+  // ---- Divergences of given distributions (Liger's LigerJSD, LigerKLDIVLoss, LigerTVDLoss) ----
+  // input, target: (..., V) float32/float16/bfloat16 (float64 on CPU), the same shape and dtype,
+  // unit last stride; rows = numel / V. shift_labels: one index per row or None; rows whose label is
+  // ignore_index contribute nothing. Loss float32; dinput (compute_grad; else (0,)) in input's dtype:
+  // the gradient of the loss for grad_output 1 (reduction "none": of loss.sum()).
+  // JSD of log-probabilities: X = input = log Q (student), Y = target = log P (teacher):
+  //   beta 0: sum P (Y - X); beta 1: sum Q (X - Y); else sum beta P Y + (1 - beta) Q X - M log M,
+  //   M = beta P + (1 - beta) Q; divided by the rows counted (all rows without labels).
+  m.def(
+      "jsd_fwd(Tensor input, Tensor target, Tensor? shift_labels=None, float beta=0.5, int "
+      "ignore_index=-100, "
+      "bool compute_grad=True) -> (Tensor loss, Tensor dinput)");
+  // KL divergence (nn.KLDivLoss's): input log-probs, target probs (log-probs with log_target);
+  //   element loss = target (log max(target, eps) - input), or exp(target) (target - input);
+  //   reduction none (input's shape), sum, mean (/ numel), batchmean (/ rows). No target gradient.
+  m.def(
+      "kl_div_fwd(Tensor input, Tensor target, str reduction=\"batchmean\", bool log_target=False, "
+      "float eps=1e-10, bool compute_grad=True) -> (Tensor loss, Tensor dinput)");
+  // Total variation distance: element loss 0.5 |p - q|, gradient w.r.t. p 0.5 sign(p - q);
+  // reduction none (p's shape, 0 for ignored rows), sum, mean (/ (rows counted * V)), batchmean
+  // (/ rows counted).
+  m.def(
+      "tvd_fwd(Tensor p, Tensor q, Tensor? shift_labels=None, str reduction=\"batchmean\", "
+      "int ignore_index=-100, bool compute_grad=True) -> (Tensor loss, Tensor dp)");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

@@ -115,6 +115,61 @@ def dpo(pairs, seq, hidden, vocab, dtype=BF16):
     return run
 
 
+def grpo(seqs, seq, hidden, vocab, dtype=BF16, **kw):
+    from liger_cpp.ops import fused_linear_grpo
+
+    def run():
+        x, w = _g(seqs, seq, hidden, dtype=dtype), _g(vocab, hidden, dtype=dtype)
+        ids = torch.randint(0, vocab, (seqs, seq), device=DEV)
+        mask = torch.ones(seqs, seq, device=DEV)
+        mask[0, seq // 2 :] = 0
+        adv = torch.randn(seqs, device=DEV)
+        old = -torch.rand(seqs, seq, device=DEV) * 5
+        ref_x, ref_w = torch.randn_like(x).detach(), torch.randn_like(w).detach()
+        loss = fused_linear_grpo(x, w, ids, mask, adv, None, None, old, ref_x, ref_w, **kw)[0]
+        loss.backward()
+
+    return run
+
+
+def distill(rows, hs, ht, vs, vt, loss="jsd", beta=0.5, dtype=BF16):
+    from liger_cpp.ops import fused_linear_distillation
+
+    def run():
+        xs, ws = _g(rows, hs, dtype=dtype), _g(vs, hs, dtype=dtype)
+        xt, wt = torch.randn(rows, ht, device=DEV, dtype=dtype), torch.randn(vt, ht, device=DEV, dtype=dtype)
+        t = torch.randint(0, vs, (rows,), device=DEV)
+        t[::5] = -100
+        fused_linear_distillation(xs, ws, xt, wt, t, loss=loss, beta=beta, temperature=0.9)[0].backward()
+
+    return run
+
+
+def logprobs(rows, hidden, vocab, dtype=BF16):
+    from liger_cpp.ops import fused_linear_token_logprobs
+
+    def run():
+        x, w = _g(rows, hidden, dtype=dtype), _g(vocab, hidden, dtype=dtype)
+        t = torch.randint(0, vocab, (rows,), device=DEV)
+        t[::7] = -100
+        _backward(*fused_linear_token_logprobs(x, w, t, temperature=0.8, return_entropy=True))
+
+    return run
+
+
+def divergences(rows, vocab, dtype=BF16):
+    from liger_cpp.ops import jsd, kl_div, tvd
+
+    def run():
+        q = torch.log_softmax(torch.randn(rows, vocab, device=DEV), -1).to(dtype).requires_grad_(True)
+        p = torch.log_softmax(torch.randn(rows, vocab, device=DEV), -1).to(dtype)
+        sl = torch.randint(0, vocab, (rows,), device=DEV)
+        sl[::3] = -100
+        _backward(jsd(q, p, sl, beta=0.3), kl_div(q, p, "none", True), tvd(q.exp(), p.exp(), sl, "sum"))
+
+    return run
+
+
 # name -> (callable, plan override or {}). Shapes reach the kernels named (see docs/kernels/*.md).
 CASES = {
     "rms_small_rows": (rms(4096, 64), {}),
@@ -156,6 +211,19 @@ CASES = {
     "ce_cluster": (ce(64, 32000), {"ce": "cluster"}),
     "ce_smem_1": (ce(16, 151936), {"ce_smem_blocks": "1"}),
     "no_pdl": (rms(512, 4096), {"pdl": "off"}),
+    # RL / distillation (docs/kernels/rl_losses.md): GRPO through the CE row step, in one chunk and
+    # in pieces of a sequence (two phases for sequence-level sampling), the distillation row kernel
+    # (aligned with a padded teacher vocabulary, odd widths, both grids), log-probs with entropy, the
+    # divergences of given distributions.
+    "grpo": (grpo(2, 37, 64, 4096), {}),
+    "grpo_pieces_sequence": (grpo(1, 300, 64, 1001, chunk_rows=64, importance_sampling_level="sequence"), {}),
+    "distill_jsd": (distill(300, 64, 96, 4096, 4104), {}),
+    "distill_jsd_rows_grid": (distill(300, 64, 96, 4096, 4104, beta=0.0), {"div_grid": "rows"}),
+    "distill_cosine_odd": (distill(37, 32, 48, 1001, 1001, loss="cosine"), {}),
+    "logprobs_entropy": (logprobs(300, 64, 4096), {}),
+    "logprobs_entropy_odd": (logprobs(37, 32, 1001), {}),
+    "divergences": (divergences(64, 4096), {}),
+    "divergences_odd": (divergences(37, 1001), {}),
 }
 
 

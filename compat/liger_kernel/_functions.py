@@ -8,13 +8,19 @@ cross entropy never overwrites its logits with the gradient.
 """
 
 from liger_cpp.chunked_loss.functional import (
+    liger_fused_linear_cosine,
     liger_fused_linear_cpo,
     liger_fused_linear_dpo,
+    liger_fused_linear_grpo,
+    liger_fused_linear_jsd,
     liger_fused_linear_kto,
     liger_fused_linear_orpo,
     liger_fused_linear_simpo,
 )
 from liger_cpp.ops.cross_entropy import cross_entropy as _cross_entropy
+from liger_cpp.ops.divergence import jsd as _jsd
+from liger_cpp.ops.divergence import kl_div as _kl_div
+from liger_cpp.ops.divergence import tvd as _tvd
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm as _fused_add_rms_norm
 from liger_cpp.ops.geglu import geglu as _geglu
 from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
@@ -174,3 +180,61 @@ class LigerFusedLinearSimPOFunction:
 
 class LigerFusedLinearKTOFunction:
     apply = staticmethod(liger_fused_linear_kto)
+
+
+class LigerFusedLinearGRPOFunction:
+    apply = staticmethod(liger_fused_linear_grpo)
+
+
+class LigerFusedLinearJSDFunction:
+    apply = staticmethod(liger_fused_linear_jsd)
+
+
+class LigerFusedLinearCosineSimilarityFunction:
+    apply = staticmethod(liger_fused_linear_cosine)
+
+
+class LigerJSDFunction:
+    @staticmethod
+    def apply(_input, target, shift_labels=None, beta=0.5, ignore_index=-100, jsd_impl=None, jsd_mode=None):
+        return _jsd(_input, target, shift_labels, beta, ignore_index)
+
+
+class LigerKLDivLossFunction:
+    @staticmethod
+    def apply(y_pred, y_true, reduction="batchmean", log_target=False, eps=1e-10):
+        return _kl_div(y_pred, y_true, reduction, log_target, eps)
+
+
+class LigerTVDLossFunction:
+    @staticmethod
+    def apply(p, q, shift_labels=None, reduction="batchmean", ignore_index=-100):
+        return _tvd(p, q, shift_labels, reduction, ignore_index)
+
+
+class LigerFusedLinearJSDOps:  # liger_kernel.ops.fused_linear_jsd.LigerFusedLinearJSDFunction
+    @staticmethod
+    def apply(
+        student_input,
+        student_weight,
+        teacher_input,
+        teacher_weight,
+        shift_labels=None,
+        jsd_beta=0.5,
+        ignore_index=-100,
+        temperature=1.0,
+        accum_dtype=None,
+        jsd_impl=None,
+        jsd_mode=None,
+    ):
+        return _functional.liger_fused_linear_jsd(
+            student_input,
+            student_weight,
+            teacher_input,
+            teacher_weight,
+            shift_labels,
+            jsd_beta=jsd_beta,
+            ignore_index=ignore_index,
+            temperature=temperature,
+            accum_dtype=accum_dtype,
+        )

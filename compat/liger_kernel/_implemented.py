@@ -69,6 +69,39 @@ IMPLEMENTED = {
             ("kto_loss", "LigerFusedLinearKTOFunction"),
         ]
     },
+    # RL and distillation losses (chunked_loss), the divergences of given distributions (transformers)
+    **{
+        f"{_C}.{m}.{cls}": f"liger_cpp.chunked_loss.{m}:{cls}"
+        for m, cls in [
+            ("grpo_loss", "LigerFusedLinearGRPOLoss"),
+            ("jsd_loss", "LigerFusedLinearJSDLoss"),
+            ("cosine_similarity_loss", "LigerFusedLinearCosineSimilarityLoss"),
+        ]
+    },
+    **{
+        f"{_C}.functional.liger_fused_linear_{n}": f"liger_cpp.chunked_loss.functional:liger_fused_linear_{n}"
+        for n in ("grpo", "jsd", "cosine")
+    },
+    **{
+        f"{_C}.{m}.{cls}": f"liger_kernel._functions:{cls}"
+        for m, cls in [
+            ("grpo_loss", "LigerFusedLinearGRPOFunction"),
+            ("jsd_loss", "LigerFusedLinearJSDFunction"),
+            ("cosine_similarity_loss", "LigerFusedLinearCosineSimilarityFunction"),
+        ]
+    },
+    f"{_T}.jsd.LigerJSD": "liger_cpp.transformers.jsd:LigerJSD",
+    f"{_T}.kl_div.LigerKLDIVLoss": "liger_cpp.transformers.kl_div:LigerKLDIVLoss",
+    f"{_T}.tvd.LigerTVDLoss": "liger_cpp.transformers.tvd:LigerTVDLoss",
+    f"{_T}.fused_linear_jsd.LigerFusedLinearJSD": (
+        "liger_cpp.transformers.fused_linear_jsd:LigerFusedLinearJSD"
+    ),
+    f"{_O}.fused_linear_scaled_cross_entropy.LigerFusedLinearScaledCrossEntropyFunction": (
+        "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyFunction"
+    ),
+    f"{_O}.LigerFusedLinearScaledCrossEntropyFunction": (
+        "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyFunction"
+    ),
 }
 
 # liger_kernel.ops autograd Functions (adapters with Liger-Kernel's .apply order), in liger_kernel.ops
@@ -83,10 +116,18 @@ _OPS_FUNCTIONS = {
     "qwen2vl_mrope": "LigerQwen2VLMRopeFunction",
     "swiglu": "LigerSiLUMulFunction",
     "geglu": "LigerGELUMulFunction",
+    "jsd": "LigerJSDFunction",
+    "kl_div": "LigerKLDivLossFunction",
+    "tvd": "LigerTVDLossFunction",
 }
 for _mod, _cls in _OPS_FUNCTIONS.items():
     IMPLEMENTED[f"{_O}.{_mod}.{_cls}"] = f"liger_kernel._functions:{_cls}"
     IMPLEMENTED[f"{_O}.{_cls}"] = f"liger_kernel._functions:{_cls}"
+# liger_kernel.ops' LigerFusedLinearJSDFunction (not chunked_loss's, of the same name)
+IMPLEMENTED[f"{_O}.fused_linear_jsd.LigerFusedLinearJSDFunction"] = (
+    "liger_kernel._functions:LigerFusedLinearJSDOps"
+)
+IMPLEMENTED[f"{_O}.LigerFusedLinearJSDFunction"] = "liger_kernel._functions:LigerFusedLinearJSDOps"
 
 
 def _load(target: str):

@@ -3,7 +3,9 @@ loss variants), ORPO, CPO, SimPO (chunks of pairs) and KTO (unpaired, chunks of 
 Gradients are computed in the forward, chunk by chunk, in C++ (torch.ops.liger.fused_linear_preference_fwd,
 fused_linear_kto_fwd); the (tokens x V) logits never exist at once.
 
-Not implemented yet: JSD, cosine-similarity distillation, GRPO.
+RL and distillation: GRPO and its variants (LigerFusedLinearGRPOLoss), JSD and cosine-similarity
+distillation (LigerFusedLinearJSDLoss, LigerFusedLinearCosineSimilarityLoss), in C++ too
+(torch.ops.liger.fused_linear_grpo_fwd, fused_linear_distillation_fwd).
 """
 
 from liger_cpp.chunked_loss.functional import (  # noqa: F401
@@ -32,4 +34,21 @@ __all__ = [
     "liger_fused_linear_kto",
     "liger_fused_linear_orpo",
     "liger_fused_linear_simpo",
+]
+
+# ---- RL and distillation losses ----
+from liger_cpp.chunked_loss.cosine_similarity_loss import (  # noqa: F401,E402
+    LigerFusedLinearCosineSimilarityLoss,
+    liger_fused_linear_cosine,
+)
+from liger_cpp.chunked_loss.grpo_loss import LigerFusedLinearGRPOLoss, liger_fused_linear_grpo  # noqa: F401,E402
+from liger_cpp.chunked_loss.jsd_loss import LigerFusedLinearJSDLoss, liger_fused_linear_jsd  # noqa: F401,E402
+
+__all__ += [
+    "LigerFusedLinearCosineSimilarityLoss",
+    "LigerFusedLinearGRPOLoss",
+    "LigerFusedLinearJSDLoss",
+    "liger_fused_linear_cosine",
+    "liger_fused_linear_grpo",
+    "liger_fused_linear_jsd",
 ]

@@ -274,3 +274,9 @@ def liger_fused_linear_kto(
         chunk_size=chunk_size,
     )
     return out[0], tuple(out[1:])
+
+
+# ---- RL and distillation losses (Liger's functional aliases) ----
+from liger_cpp.chunked_loss.cosine_similarity_loss import liger_fused_linear_cosine  # noqa: E402,F401
+from liger_cpp.chunked_loss.grpo_loss import liger_fused_linear_grpo  # noqa: E402,F401
+from liger_cpp.chunked_loss.jsd_loss import liger_fused_linear_jsd  # noqa: E402,F401

@@ -2,8 +2,15 @@
 functional entry points that call them."""
 
 from liger_cpp.ops.cross_entropy import cross_entropy  # noqa: F401
+from liger_cpp.ops.divergence import jsd, kl_div, tvd  # noqa: F401,E402
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm  # noqa: F401
 from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: F401
+from liger_cpp.ops.fused_linear_distillation import fused_linear_distillation  # noqa: F401,E402
+from liger_cpp.ops.fused_linear_grpo import fused_linear_grpo  # noqa: F401,E402
+from liger_cpp.ops.fused_linear_logprobs import (  # noqa: F401,E402
+    LigerFusedLinearScaledCrossEntropyFunction,
+    fused_linear_token_logprobs,
+)
 from liger_cpp.ops.fused_linear_preference import fused_linear_preference  # noqa: F401
 from liger_cpp.ops.geglu import geglu  # noqa: F401
 from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401

@@ -181,3 +181,45 @@ __all__ = [
     "liger_rope",
     "liger_swiglu",
 ]
+
+
+# ---- Divergences and distillation (appended with the RL / distillation losses) ----
+from liger_cpp.ops.divergence import jsd as _jsd  # noqa: E402
+from liger_cpp.ops.divergence import kl_div as _kl_div  # noqa: E402
+from liger_cpp.ops.divergence import tvd as _tvd  # noqa: E402
+from liger_cpp.transformers.fused_linear_jsd import liger_fused_linear_jsd  # noqa: E402,F401
+
+
+def liger_jsd(
+    input: Tensor,
+    target: Tensor,
+    shift_labels: Optional[Tensor] = None,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+) -> Tensor:
+    """Liger's liger_jsd: generalized JSD of log-probabilities (see liger_cpp.ops.divergence.jsd)."""
+    return _jsd(input, target, shift_labels, beta, ignore_index)
+
+
+def liger_kl_div(
+    input: Tensor,
+    target: Tensor,
+    size_average: bool = True,
+    reduce: bool = True,
+    reduction: str = "mean",
+    log_target: bool = False,
+    eps: float = 1e-10,
+) -> Tensor:
+    """Liger's liger_kl_div (size_average / reduce are accepted and ignored, as Liger's)."""
+    return _kl_div(input, target, reduction, log_target, eps)
+
+
+def liger_tvd(
+    input: Tensor,
+    target: Tensor,
+    shift_labels: Optional[Tensor] = None,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+) -> Tensor:
+    """Liger's liger_tvd (reduction default "mean", the module's "batchmean")."""
+    return _tvd(input, target, shift_labels, reduction, ignore_index)

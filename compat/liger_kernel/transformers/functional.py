@@ -129,6 +129,50 @@ _WARNED = []
 _SAVED = []  # the patched forward's own fused loss, while a replacement is routed in
 
 
+def liger_jsd(input, target, shift_labels=None, beta: float = 0.5, ignore_index: int = -100):
+    return _cpp.liger_jsd(input, target, shift_labels, beta=beta, ignore_index=ignore_index)
+
+
+def liger_kl_div(
+    input,
+    target,
+    size_average: bool = True,
+    reduce: bool = True,
+    reduction: str = "mean",
+    log_target: bool = False,
+    eps: float = 1e-10,
+):
+    return _cpp.liger_kl_div(input, target, reduction=reduction, log_target=log_target, eps=eps)
+
+
+def liger_tvd(input, target, shift_labels=None, reduction: str = "mean", ignore_index: int = -100):
+    return _cpp.liger_tvd(input, target, shift_labels, reduction=reduction, ignore_index=ignore_index)
+
+
+def liger_fused_linear_jsd(
+    student_input,
+    student_weight,
+    teacher_input,
+    teacher_weight,
+    shift_labels=None,
+    jsd_beta: float = 0.5,
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+    accum_dtype=None,
+):
+    return _cpp.liger_fused_linear_jsd(
+        student_input,
+        student_weight,
+        teacher_input,
+        teacher_weight,
+        shift_labels,
+        jsd_beta=jsd_beta,
+        ignore_index=ignore_index,
+        temperature=temperature,
+        accum_dtype=accum_dtype,
+    )
+
+
 def _route_patched_forward(fn) -> None:
     from liger_cpp.transformers import causal_lm
 

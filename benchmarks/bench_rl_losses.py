@@ -1,0 +1,464 @@
+"""RL and distillation losses fused with the lm_head (bf16, fwd+bwd): GRPO (liger_cpp's
+LigerFusedLinearGRPOLoss) and JSD distillation (LigerFusedLinearJSDLoss) against eager PyTorch (full
+logits, TRL's formulas: selective_log_softmax and GRPOTrainer's dapo loss; GKD's generalized JSD) and
+Liger-Kernel's chunked losses when importable (compiled=True and compiled=False, first step and
+steady state), in one run.
+
+Floor: the GEMMs themselves, timed in this run with torch.matmul at the same shapes: the policy's
+logits x @ W^T, dX = dL @ W and dW = dL^T @ x (6*M*H*V FLOPs), plus the reference model's (or the
+teacher's) forward logits (2*M*H'*V). Per row: median ms of a steady fwd+bwd, x floor, the first
+call's ms (a fresh process's first call of that implementation at that shape: what a training run's
+first step pays), peak memory above the inputs (it includes the returned dX and dW) and |loss - eager|.
+GRPO also: peak memory as completions grow (2..16 x 1024 tokens, dX subtracted), and one 65,536-token
+completion.
+
+Shapes: GRPO 8 completions x 1024 tokens, H 4096, V 151936 (Qwen's vocabulary), ref_per_token_logps
+given and a reference model in the loop; JSD 8192 tokens, student H 2048, teacher H 4096, V 151936.
+--device cpu: tiny fp32 shapes, each eager formula against liger_cpp (no timing).
+Usage: python benchmarks/bench_rl_losses.py [--out FILE.json] [--quick] [--device cpu]
+"""
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+from harness import bench_ms, fmt_table, meta, peak_extra_bytes, write_json
+
+import liger_cpp
+from liger_cpp import chunked_loss as cl
+
+GRPO_SHAPE = (8, 1024, 4096, 151936)  # completions, T, H, V
+JSD_SHAPE = (8192, 2048, 4096, 151936)  # tokens, student H, teacher H, V
+SWEEP_COMPLETIONS = (2, 4, 8, 16)
+LONG_T = 65536
+BETA, EPS_LO, EPS_HI = 0.04, 0.2, 0.28
+JSD_KW = {"weight_hard_loss": 0.0, "weight_soft_loss": 1.0, "beta": 0.5, "temperature": 0.9}  # TRL's GKD
+MiB = 1 << 20
+
+
+def real_liger_importable():
+    """Liger-Kernel itself (not liger_cpp's compatibility package, whose liger_kernel is liger_cpp)."""
+    try:
+        import liger_kernel
+
+        return "liger.cpp" not in str(liger_kernel.__version__)
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return False
+
+
+# ---------------------------------------------------------------- eager references (full logits)
+def _logps(x, w, ids):
+    lp = F.log_softmax((x @ w.t()).float(), dim=-1)
+    return lp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+
+
+def eager_grpo(x, w, ids, mask, adv, ref_lp, old_lp, rx=None, rw=None):
+    """TRL GRPOTrainer's dapo loss (token-level sampling) with a k3 KL to the reference."""
+    lp = _logps(x, w, ids)
+    if rx is not None:
+        with torch.no_grad():
+            ref_lp = _logps(rx, rw, ids)
+    c1 = torch.exp(lp - old_lp)
+    a = adv.unsqueeze(1)
+    ptl = -torch.min(c1 * a, torch.clamp(c1, 1 - EPS_LO, 1 + EPS_HI) * a)
+    kl = torch.exp(ref_lp - lp) - (ref_lp - lp) - 1
+    ptl = ptl + BETA * kl
+    return (ptl * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def eager_jsd(xs, ws, xt, wt, t):
+    """TRL GKD's generalized_jsd_loss (beta 0.5, temperature 0.9), averaged over labelled tokens."""
+    T, beta = JSD_KW["temperature"], JSD_KW["beta"]
+    ls = F.log_softmax((xs @ ws.t()).float() / T, dim=-1)
+    with torch.no_grad():
+        lt = F.log_softmax((xt @ wt.t()).float() / T, dim=-1)
+    lm = torch.logsumexp(
+        torch.stack([ls + torch.log(torch.tensor(1 - beta)), lt + torch.log(torch.tensor(beta))]), 0
+    )
+    jsd = beta * F.kl_div(lm, lt, reduction="none", log_target=True) + (1 - beta) * F.kl_div(
+        lm, ls, reduction="none", log_target=True
+    )
+    mask = t != -100
+    return (jsd.sum(-1) * mask).sum() / mask.sum()
+
+
+# ---------------------------------------------------------------- inputs
+def grpo_inputs(shape, device, dtype, seed=0, ref_model=False):
+    n, T, h, v = shape
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def rnd(*s, scale=1.0):
+        return (torch.randn(*s, generator=g, device=device) * scale).to(dtype)
+
+    x = rnd(n, T, h).requires_grad_(True)
+    w = rnd(v, h, scale=h**-0.5).requires_grad_(True)
+    ids = torch.randint(0, v, (n, T), generator=g, device=device)
+    mask = torch.ones(n, T, device=device)
+    mask[:, T - T // 8 :] = 0  # padded completions of different lengths
+    mask[0, : T // 2] = 1
+    adv = torch.randn(n, generator=g, device=device)
+    with torch.no_grad():  # blocks of 4096 tokens: a 65,536-token completion's logits would not fit
+        lp = torch.stack(
+            [
+                torch.cat([_logps(x[i, j : j + 4096], w, ids[i, j : j + 4096]) for j in range(0, T, 4096)])
+                for i in range(n)
+            ]
+        )
+    old = lp + 0.1 * torch.randn(n, T, generator=g, device=device)
+    ref = lp + 0.1 * torch.randn(n, T, generator=g, device=device)
+    rx = rnd(n, T, h) if ref_model else None
+    rw = rnd(v, h, scale=h**-0.5) if ref_model else None
+    return dict(x=x, w=w, ids=ids, mask=mask, adv=adv, old=old, ref=ref, rx=rx, rw=rw)
+
+
+def jsd_inputs(shape, device, dtype, seed=0):
+    m, hs, ht, v = shape
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def rnd(*s, scale=1.0):
+        return (torch.randn(*s, generator=g, device=device) * scale).to(dtype)
+
+    xs = rnd(m, hs).requires_grad_(True)
+    ws = rnd(v, hs, scale=hs**-0.5).requires_grad_(True)
+    xt, wt = rnd(m, ht), rnd(v, ht, scale=ht**-0.5)
+    t = torch.randint(0, v, (m,), generator=g, device=device)
+    t[: m // 8] = -100  # prompt tokens
+    return dict(xs=xs, ws=ws, xt=xt, wt=wt, t=t)
+
+
+# ---------------------------------------------------------------- implementations
+def grpo_variants(have_liger, ref_model):
+    """name -> factory of f(d) -> loss."""
+
+    def ours():
+        mod = cl.LigerFusedLinearGRPOLoss(beta=BETA, epsilon_high=EPS_HI, loss_type="dapo")
+        if ref_model:
+            return lambda d: mod(
+                d["x"], d["w"], d["ids"], d["mask"], d["adv"], None, None, d["old"], d["rx"], d["rw"]
+            )[0]
+        return lambda d: mod(d["x"], d["w"], d["ids"], d["mask"], d["adv"], None, d["ref"], d["old"])[0]
+
+    out = {"liger_cpp": ours}
+    out["eager"] = lambda: (
+        lambda d: eager_grpo(
+            d["x"], d["w"], d["ids"], d["mask"], d["adv"], d["ref"], d["old"], d["rx"], d["rw"]
+        )
+    )
+    if have_liger:
+        for compiled in (True, False):
+
+            def liger(compiled=compiled):
+                import liger_kernel.chunked_loss as lk
+
+                mod = lk.LigerFusedLinearGRPOLoss(
+                    beta=BETA, epsilon_high=EPS_HI, loss_type="dapo", compiled=compiled
+                )
+                if ref_model:
+                    return lambda d: mod(
+                        d["x"], d["w"], d["ids"], d["mask"], d["adv"], None, None, d["old"], d["rx"], d["rw"]
+                    )[0]
+                return lambda d: mod(d["x"], d["w"], d["ids"], d["mask"], d["adv"], None, d["ref"], d["old"])[
+                    0
+                ]
+
+            out[f"liger[compiled={compiled}]"] = liger
+    return out
+
+
+def jsd_variants(have_liger):
+    def ours():
+        mod = cl.LigerFusedLinearJSDLoss(**JSD_KW)
+        return lambda d: mod(d["xs"], d["ws"], d["xt"], d["wt"], d["t"])
+
+    def ours_rows():  # the row kernel with a block per row (the plan-override A/B of its grid)
+        from liger_cpp._testing import plan_override
+
+        f = ours()
+
+        def g(d):
+            with plan_override(div_grid="rows"):
+                return f(d)
+
+        return g
+
+    out = {
+        "liger_cpp": ours,
+        "liger_cpp[div_grid=rows]": ours_rows,
+        "eager": lambda: lambda d: eager_jsd(d["xs"], d["ws"], d["xt"], d["wt"], d["t"]),
+    }
+    if have_liger:
+        for compiled in (True, False):
+
+            def liger(compiled=compiled):
+                import liger_kernel.chunked_loss as lk
+
+                mod = lk.LigerFusedLinearJSDLoss(compiled=compiled, **JSD_KW)
+                return lambda d: mod(d["xs"], d["ws"], d["xt"], d["wt"], d["t"])
+
+            out[f"liger[compiled={compiled}]"] = liger
+    return out
+
+
+# ---------------------------------------------------------------- the floor
+def gemm_floor_ms(m, h, v, ref_h=None, dtype=torch.bfloat16):
+    """Medians of the three GEMMs of a fused head's fwd+bwd at these shapes (and the reference's /
+    teacher's forward logits when ref_h is given), timed with torch.matmul."""
+    x = torch.randn(m, h, device="cuda", dtype=dtype)
+    w = torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5
+    dl = torch.randn(m, v, device="cuda", dtype=dtype)
+    parts = {
+        "logits": bench_ms(lambda x=x, w=w: x @ w.t(), warmup=1, rep=200),
+        "dX": bench_ms(lambda dl=dl, w=w: dl @ w, warmup=1, rep=200),
+        "dW": bench_ms(lambda dl=dl, x=x: dl.t() @ x, warmup=1, rep=200),
+    }
+    del x, w
+    if ref_h is not None:
+        rx = torch.randn(m, ref_h, device="cuda", dtype=dtype)
+        rw = torch.randn(v, ref_h, device="cuda", dtype=dtype) * ref_h**-0.5
+        parts["ref_logits"] = bench_ms(lambda rx=rx, rw=rw: rx @ rw.t(), warmup=1, rep=200)
+        del rx, rw
+    del dl
+    torch.cuda.empty_cache()
+    flops = 6.0 * m * h * v + (2.0 * m * ref_h * v if ref_h is not None else 0.0)
+    total = sum(parts.values())
+    return total, {k: round(t, 3) for k, t in parts.items()}, flops / (total * 1e-3) / 1e12
+
+
+# ---------------------------------------------------------------- timing rows
+def _err(e):
+    lines = str(e).strip().splitlines() or [type(e).__name__]
+    return f"{type(e).__name__}: {lines[0]}"[:120]
+
+
+def run_rows(case, shape_desc, variants, d, grads, floor_ms, ref_loss):
+    rows = [{"case": case, "shape": shape_desc, "impl": "GEMM floor", "ms": round(floor_ms, 3)}]
+    for name, make in variants.items():
+        r = {"case": case, "shape": shape_desc, "impl": name}
+        try:
+            f = make()
+
+            def step(f=f):
+                f(d).backward()
+
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = f(d)
+            out.backward()
+            torch.cuda.synchronize()
+            first_ms = (time.perf_counter() - t0) * 1e3
+            dloss = abs(float(out.detach()) - ref_loss)
+            del out
+            for p in grads:
+                p.grad = None
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()  # the second call, wall time (a steady call without the harness's discipline)
+            torch.cuda.synchronize()
+            second_ms = (time.perf_counter() - t0) * 1e3
+            for p in grads:
+                p.grad = None
+            peak = peak_extra_bytes(step)
+            for p in grads:
+                p.grad = None
+            ms = bench_ms(step, grad_to_none=grads, warmup=1, rep=400)
+            r.update(
+                {
+                    "ms": round(ms, 3),
+                    "xFloor": round(ms / floor_ms, 3),
+                    "first_ms": round(first_ms, 1),
+                    "second_ms": round(second_ms, 1),
+                    "first/steady": round(first_ms / ms, 2),
+                    "peak_MiB": round(peak / MiB),
+                    "dLoss": f"{dloss:.1e}",
+                }
+            )
+        except Exception as e:  # noqa: BLE001 - a failing baseline (OOM, API mismatch) is a row, not fatal
+            r["error"] = _err(e)
+        finally:
+            for p in grads:
+                p.grad = None
+            torch.cuda.empty_cache()
+        print(f"  {case} {name}: {r.get('ms')} ms {r.get('error', '')}", flush=True)
+        rows.append(r)
+    return rows
+
+
+def grpo_rows(have_liger, ref_model):
+    n, T, h, v = GRPO_SHAPE
+    d = grpo_inputs(GRPO_SHAPE, "cuda", torch.bfloat16, ref_model=ref_model)
+    floor, parts, rate = gemm_floor_ms(n * T, h, v, ref_h=h if ref_model else None)
+    with torch.no_grad():
+        ref_loss = float(
+            eager_grpo(d["x"], d["w"], d["ids"], d["mask"], d["adv"], d["ref"], d["old"], d["rx"], d["rw"])
+        )
+    torch.cuda.empty_cache()
+    case = "grpo, reference model in the loop" if ref_model else "grpo, ref_per_token_logps given"
+    rows = run_rows(
+        case, f"{n}x{T} H{h} V{v}", grpo_variants(have_liger, ref_model), d, [d["x"], d["w"]], floor, ref_loss
+    )
+    rows[0].update({"gemm_ms": parts, "gemm_TFLOP/s": round(rate, 1)})
+    return rows
+
+
+def grpo_sweep():
+    """liger_cpp's peak memory as completions grow; what grows should be dX (and the inputs) only."""
+    _, T, h, v = GRPO_SHAPE
+    mod = cl.LigerFusedLinearGRPOLoss(beta=BETA, loss_type="dapo")
+    rows = []
+    for n in SWEEP_COMPLETIONS + ("long",):
+        shape = (1, LONG_T, h, v) if n == "long" else (n, T, h, v)
+        r = {"completions": f"1 x {LONG_T}" if n == "long" else f"{n} x {T}", "H": h, "V": v}
+        d = None
+        try:
+            d = grpo_inputs(shape, "cuda", torch.bfloat16)
+
+            def step(d=d):
+                mod(d["x"], d["w"], d["ids"], d["mask"], d["adv"], None, d["ref"], d["old"])[0].backward()
+
+            step()
+            d["x"].grad = d["w"].grad = None
+            peak = peak_extra_bytes(step)
+            d["x"].grad = d["w"].grad = None
+            ms = bench_ms(step, grad_to_none=[d["x"], d["w"]], warmup=1, rep=1)
+            m = shape[0] * shape[1]
+            floor = 6.0 * m * h * v
+            dx = d["x"].numel() * d["x"].element_size()
+            r.update(
+                {
+                    "ms": round(ms, 2),
+                    "TFLOP/s": round(floor / (ms * 1e-3) / 1e12, 1),
+                    "peak_MiB": round(peak / MiB),
+                    "dX_MiB": round(dx / MiB),
+                    "peak-dX_MiB": round((peak - dx) / MiB),
+                }
+            )
+        except Exception as e:  # noqa: BLE001
+            r["error"] = _err(e)
+        finally:
+            del d
+            torch.cuda.empty_cache()
+        print(f"  sweep {r['completions']}: {r.get('peak_MiB')} MiB {r.get('error', '')}", flush=True)
+        rows.append(r)
+    return rows
+
+
+def jsd_rows(have_liger):
+    m, hs, ht, v = JSD_SHAPE
+    d = jsd_inputs(JSD_SHAPE, "cuda", torch.bfloat16)
+    floor, parts, rate = gemm_floor_ms(m, hs, v, ref_h=ht)
+    with torch.no_grad():
+        ref_loss = float(eager_jsd(d["xs"], d["ws"], d["xt"], d["wt"], d["t"]))
+    torch.cuda.empty_cache()
+    rows = run_rows(
+        "jsd distillation (GKD config)",
+        f"M{m} Hs{hs} Ht{ht} V{v}",
+        jsd_variants(have_liger),
+        d,
+        [d["xs"], d["ws"]],
+        floor,
+        ref_loss,
+    )
+    rows[0].update({"gemm_ms": parts, "gemm_TFLOP/s": round(rate, 1)})
+    return rows
+
+
+# ---------------------------------------------------------------- CPU formula check
+def cpu_check():
+    rows = []
+    d = grpo_inputs((3, 16, 32, 64), "cpu", torch.float32)
+    for name, make in grpo_variants(False, False).items():
+        loss = make()(d)
+        loss.backward()
+        rows.append(
+            {
+                "case": "grpo",
+                "impl": name,
+                "loss": round(float(loss.detach()), 6),
+                "dX0": float(d["x"].grad.sum()),
+            }
+        )
+        d["x"].grad = d["w"].grad = None
+    dj = jsd_inputs((40, 16, 24, 64), "cpu", torch.float32)
+    for name, make in jsd_variants(False).items():
+        loss = make()(dj)
+        loss.backward()
+        rows.append(
+            {
+                "case": "jsd",
+                "impl": name,
+                "loss": round(float(loss.detach()), 6),
+                "dX0": float(dj["xs"].grad.sum()),
+            }
+        )
+        dj["xs"].grad = dj["ws"].grad = None
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="no memory sweep, no 65,536-token completion")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: tiny fp32 formula check")
+    args = ap.parse_args()
+    if args.device == "cpu":
+        rows = cpu_check()
+        print(fmt_table(rows, ["case", "impl", "loss", "dX0"]))
+        if args.out:
+            write_json(args.out, {"op": "rl_losses_cpu_check", "rows": rows})
+        return
+    t0 = time.perf_counter()
+    have_liger = real_liger_importable()
+    rows = (
+        grpo_rows(have_liger, ref_model=False) + grpo_rows(have_liger, ref_model=True) + jsd_rows(have_liger)
+    )
+    sweep = [] if args.quick else grpo_sweep()
+    payload = {
+        "op": "rl_losses",
+        "dtype": "bfloat16",
+        **meta(),
+        "liger_cpp_version": liger_cpp.__version__,
+        "liger_importable": have_liger,
+        "liger_version": __import__("liger_kernel").__version__ if have_liger else None,
+        "grpo": {"loss_type": "dapo", "beta": BETA, "epsilon_high": EPS_HI},
+        "jsd": JSD_KW,
+        "rows": rows,
+        "sweep_rows": sweep,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    if args.out:
+        write_json(args.out, payload)
+    print(
+        f"RL / distillation losses fwd+bwd (bf16) on {payload['gpu']}, commit {payload['commit']}; "
+        f"{payload['wall_s']:.0f} s"
+    )
+    print(
+        "floor: the GEMMs timed with torch.matmul at the same shapes (the policy's 3, + the reference's or "
+        "teacher's forward)"
+    )
+    cols = [
+        "case",
+        "shape",
+        "impl",
+        "ms",
+        "xFloor",
+        "first_ms",
+        "second_ms",
+        "first/steady",
+        "peak_MiB",
+        "dLoss",
+        "error",
+    ]
+    print(fmt_table(rows, cols))
+    for r in rows:
+        if r["impl"] == "GEMM floor":
+            print(f"  {r['case']}: GEMMs {r['gemm_ms']} ms, {r['gemm_TFLOP/s']} TFLOP/s")
+    if sweep:
+        print("\nGRPO memory as completions grow (liger_cpp, ref_per_token_logps given):")
+        print(
+            fmt_table(sweep, ["completions", "ms", "TFLOP/s", "peak_MiB", "dX_MiB", "peak-dX_MiB", "error"])
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+// ATen-side entry points of the row kernels of the RL and distillation losses (math:
+// csrc/kernels/divergence/divergence.h): the distillation row step, the log-prob / entropy rows
+// and the element-wise divergences. Each runs on its tensors' device (CPU twin in
+// csrc/aten/cpu/divergence_cpu.cpp, CUDA wrapper in csrc/aten/cuda/divergence_cuda.cpp); callers
+// validate shapes, dtypes and devices. Asynchronous on CUDA.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace liger_cpp {
+
+struct DistillRows {
+  at::Tensor s;       // [rows, cols] raw student logits, unit column stride; the gradient is written here
+  at::Tensor t;       // [rows, cols] raw teacher logits, s's dtype
+  at::Tensor target;  // [rows] int64, or undefined
+  at::Tensor soft;    // [rows] float32 out
+  at::Tensor hard;    // [rows] float32 out
+  at::Tensor scales;  // [2] float32 (soft, hard gradient scales), or undefined: no gradient
+  int64_t student_cols = 0;
+  int64_t ignore_index = -100;
+  double inv_temperature = 1.0, beta = 0.5;
+  int loss = 0;  // 0 JSD, 1 cosine
+  bool mask_soft = true;
+};
+void distill_rows(const DistillRows& a);
+void distill_rows_cpu(const DistillRows& a);
+
+struct LogprobRows {
+  at::Tensor z;            // [rows, cols] tempered logits, unit column stride (the backward writes dz here)
+  at::Tensor target;       // [rows] int64
+  at::Tensor logp;         // [rows] float32 (forward out)
+  at::Tensor entropy;      // [rows] float32 (forward out; backward in)
+  at::Tensor stats;        // [rows, 2] float32 (forward out; backward in)
+  at::Tensor g_lp, g_ent;  // [rows] float32 or undefined (backward)
+  double scale = 1.0;      // backward: the gradient's factor (1 / temperature)
+  int64_t ignore_index = -100;
+};
+void logprob_rows_fwd(const LogprobRows& a);
+void logprob_rows_bwd(const LogprobRows& a);
+void logprob_rows_fwd_cpu(const LogprobRows& a);
+void logprob_rows_bwd_cpu(const LogprobRows& a);
+
+enum class DivKind : int { kJsd = 0, kKl = 1, kTvd = 2 };
+
+struct PointwiseDiv {
+  at::Tensor x, y;        // [rows, cols], one dtype, unit column stride
+  at::Tensor labels;      // [rows] int64 or undefined
+  at::Tensor loss_rows;   // [rows] float32 or undefined
+  at::Tensor loss_elems;  // [rows, cols] float32 contiguous, or undefined
+  at::Tensor grad;        // [rows, cols] x's dtype, or undefined
+  at::Tensor grad_scale;  // [1] float32 (with grad)
+  DivKind kind = DivKind::kJsd;
+  double beta = 0.5, eps = 1e-10;
+  bool log_target = false;
+  int64_t ignore_index = -100;
+};
+void pointwise_div(const PointwiseDiv& a);
+void pointwise_div_cpu(const PointwiseDiv& a);
+
+#ifdef LIGER_CPP_WITH_CUDA
+void distill_rows_cuda(const DistillRows& a);
+void logprob_rows_fwd_cuda(const LogprobRows& a);
+void logprob_rows_bwd_cuda(const LogprobRows& a);
+void pointwise_div_cuda(const PointwiseDiv& a);
+#endif
+
+}  // namespace liger_cpp

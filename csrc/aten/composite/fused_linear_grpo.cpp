@@ -1,0 +1,515 @@
+// GRPO and its variants (Liger's LigerFusedLinearGRPOLoss, TRL's GRPOTrainer losses) fused with the
+// lm_head: the (B*T x V) logits never exist at once. Device-generic orchestration: ATen GEMMs
+// (cuBLAS on CUDA) and the cross-entropy row step (csrc/aten/checks/cross_entropy_core.h) for the
+// softmax statistics and dlogits, as the preference losses.
+//
+// Per token (b, t): lp = log softmax(z)[y] with z = (x W^T + b) / temperature (the row step's
+// -(lse - z_y)); old = old_per_token_logps (lp, detached, when absent); ref = the reference
+// model's log-prob (ref_per_token_logps, or the reference head run chunk by chunk without
+// gradient, or lp detached). m = attention_mask, n_b = sum_t m, A = advantages[b].
+//   log-ratio r = lp - old; importance weight c1 = exp(r) ("token") or exp(sum_t m r / max(n_b, 1))
+//   per sequence ("sequence", GSPO); the per-token loss l, by loss type:
+//     standard (grpo, bnpo, dr_grpo, dapo, luspo): -min(min(c1, delta) A, clip(c1, 1 - eps_low,
+//       1 + eps_high) A) (delta only when given); clipped: (c1 < 1 - eps_low and A < 0) or
+//       (c1 > 1 + eps_high and A > 0)
+//     cispo: -min(c1, eps_high) A lp with the clipped weight detached; clipped: c1 > eps_high, A > 0
+//     sapo: -A sigmoid(tau (c1 - 1)) 4 / tau, tau = sapo_temperature_pos if A > 0 else _neg
+//     vespo: -phi_b A lp, phi_b (detached) = exp(lambda + k log w - lambda w), w = exp(clamp(
+//       sum_t m clamp(r, -20, 20) [+ sum_t clamp(log vllm_is_ratio, log 1e-8, 20)], log 1e-8, 20)),
+//       (k, lambda) = vespo_*_pos if A >= 0 else vespo_*_neg, lambda >= 1e-4, NaN / inf -> 0
+//   times vllm_is_ratio (not for vespo, which folds it into phi), plus beta * kl with the k3
+//   estimator kl = exp(ref - lp) - (ref - lp) - 1 (times c1 with use_bias_correction_kl).
+// Loss = sum_{b,t} w_bt l_bt with the reduction's weights (Liger's, B and T the full batch):
+//   grpo, sapo: m / (max(n_b, 1) B); bnpo: m / max(sum m, 1); dr_grpo: m / (B max_completion_length);
+//   dapo, cispo, vespo: m / normalizer (max(sum m, 1), or the caller's loss_normalizer: Liger's
+//   num_items_in_batch / world size, or the all-reduced token count); luspo: n_b / (B T) on every
+//   position, masked or not (Liger's branch, which does not multiply by the mask).
+// Metrics: kl = sum m kl / max(sum m, 1) (beta != 0), clip_ratio = sum m clipped / max(sum m, 1).
+//
+// Gradient: dLoss/dlp_s = k_s in closed form (token level: local; sequence level: the sequence's
+// sum of w dl/dc1 times dc1/dlp_s = c1 m_s / max(n_b, 1), plus the KL terms), and through the
+// softmax dlogits = (k_s / temperature) (onehot - p): the row step's gradient with
+// ce_scale = -k_s / temperature. Gradients are computed in the forward (grad_output 1).
+//
+// Chunks never straddle two sequences: whole sequences while T fits the chunk budget, else pieces
+// of one sequence. A piece's gradient needs only its own tokens for the token-level losses; for
+// sequence-level sampling and vespo a long sequence is run twice (log-probs of all its pieces
+// first, then the gradient pass recomputes each piece's logits).
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "aten/checks/common.h"
+#include "aten/checks/cross_entropy_core.h"
+#include "aten/checks/linear_chunks.h"
+
+namespace liger_cpp {
+namespace {
+
+enum class Grpo { kGrpo, kBnpo, kDrGrpo, kDapo, kCispo, kSapo, kLuspo, kVespo };
+
+Grpo parse_grpo_type(std::string_view s) {
+  static const std::pair<const char*, Grpo> names[] = {
+      {"grpo", Grpo::kGrpo},   {"bnpo", Grpo::kBnpo}, {"dr_grpo", Grpo::kDrGrpo}, {"dapo", Grpo::kDapo},
+      {"cispo", Grpo::kCispo}, {"sapo", Grpo::kSapo}, {"luspo", Grpo::kLuspo},    {"vespo", Grpo::kVespo}};
+  for (const auto& [n, t] : names)
+    if (s == n) return t;
+  LIGER_FAIL(
+      "argument 'loss_type': expected one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo, got '", s,
+      "'");
+}
+
+struct GrpoOpts {
+  Grpo type = Grpo::kDapo;
+  bool seq = false;  // importance_sampling_level "sequence"
+  double beta = 0.04, eps_low = 0.2, eps_high = 0.2, temperature = 1.0;
+  std::optional<double> delta;
+  bool bias_kl = false;
+  double sapo_pos = 1.0, sapo_neg = 1.05;
+  double vk_pos = 2.0, vl_pos = 3.0, vk_neg = 3.0, vl_neg = 2.0;
+};
+
+// Batch-wide constants of the reduction (device tensors: no host synchronisation).
+struct Globals {
+  int64_t B = 0, T = 0;
+  at::Tensor n_all;       // () float32: sum of the mask
+  at::Tensor normalizer;  // () float32: dapo / cispo / vespo divisor
+  double max_len = 0;     // dr_grpo
+};
+
+// One group of tokens: S sequences x L positions (L = T, or a piece of one sequence).
+struct GroupIn {
+  at::Tensor lp, old, ref, mask;  // [S, L] float32 (old, ref undefined when absent)
+  at::Tensor vllm;                // [S, L] or [S, 1] float32, or undefined
+  at::Tensor adv, nseq;           // [S] float32: advantages, whole-sequence mask sums
+};
+
+struct GroupOut {
+  at::Tensor k;                  // [S, L] dLoss / dlp
+  at::Tensor loss, kl, clipped;  // () sums: sum w l, sum m kl, sum m clipped
+};
+
+at::Tensor reduction_weights(const GrpoOpts& o, const Globals& g, const GroupIn& in) {
+  const double B = static_cast<double>(g.B);
+  switch (o.type) {
+    case Grpo::kGrpo:
+    case Grpo::kSapo:
+      return in.mask / (in.nseq.clamp_min(1.0) * B).unsqueeze(1);
+    case Grpo::kBnpo:
+      return in.mask / g.n_all.clamp_min(1.0);
+    case Grpo::kDrGrpo:
+      return in.mask / (B * g.max_len);
+    case Grpo::kDapo:
+    case Grpo::kCispo:
+    case Grpo::kVespo:
+      return in.mask / g.normalizer;
+    case Grpo::kLuspo:
+      return (in.nseq / (B * static_cast<double>(g.T))).unsqueeze(1).expand(in.lp.sizes());
+  }
+  LIGER_FAIL("argument 'loss_type': unhandled GRPO loss type");
+}
+
+// VESPO's detached sequence weight phi [S, 1] (TRL's get_gamma_weights).
+at::Tensor vespo_phi(const GrpoOpts& o, const GroupIn& in, const at::Tensor& lr, const at::Tensor& A) {
+  const double lo = std::log(1e-8);
+  at::Tensor s = (lr.clamp(-20.0, 20.0) * in.mask).sum(1, true);
+  if (in.vllm.defined()) s = s + at::log(in.vllm).clamp(lo, 20.0).sum(1, true);
+  const at::Tensor logw = s.clamp(lo, 20.0);
+  const at::Tensor nonneg = A >= 0.0;
+  const at::Tensor k = at::where(nonneg, at::full_like(A, o.vk_pos), at::full_like(A, o.vk_neg));
+  const at::Tensor lam =
+      at::where(nonneg, at::full_like(A, o.vl_pos), at::full_like(A, o.vl_neg)).clamp_min(1e-4);
+  return at::nan_to_num(at::exp(lam + k * logw - lam * at::exp(logw)), 0.0, 0.0, 0.0);
+}
+
+GroupOut grpo_math(const GrpoOpts& o, const Globals& g, const GroupIn& in) {
+  const at::Tensor& lp = in.lp;
+  const at::Tensor& mask = in.mask;
+  const at::Tensor A = in.adv.unsqueeze(1);                       // [S, 1]
+  const at::Tensor nprime = in.nseq.clamp_min(1.0).unsqueeze(1);  // [S, 1]
+  const at::Tensor w = reduction_weights(o, g, in);
+  const at::Tensor lr = in.old.defined() ? lp - in.old : at::zeros_like(lp);
+  const at::Tensor c1 = at::exp(o.seq ? (lr * mask).sum(1, true) / nprime : lr);  // [S, L] or [S, 1]
+
+  // The policy term l(c1) (or l(lp) for cispo / vespo) and its derivative dl.
+  at::Tensor l, dl, lower, upper;
+  bool dl_wrt_c1 = true;
+  switch (o.type) {
+    case Grpo::kCispo: {
+      const at::Tensor c2 = c1.clamp_max(o.eps_high);  // detached
+      l = -c2 * A * lp;
+      dl = -c2 * A;
+      dl_wrt_c1 = false;
+      upper = c1 > o.eps_high;
+      break;
+    }
+    case Grpo::kSapo: {
+      const at::Tensor tau = at::where(A > 0.0, at::full_like(A, o.sapo_pos), at::full_like(A, o.sapo_neg));
+      const at::Tensor sg = at::sigmoid(tau * (c1 - 1.0));
+      l = -A * sg * 4.0 / tau;
+      dl = -A * 4.0 * sg * (1.0 - sg);
+      break;
+    }
+    case Grpo::kVespo: {
+      const at::Tensor phi = vespo_phi(o, in, lr, A);
+      l = -phi * A * lp;
+      dl = -phi * A;
+      dl_wrt_c1 = false;
+      break;
+    }
+    default: {
+      const double lo = 1.0 - o.eps_low, hi = 1.0 + o.eps_high;
+      const at::Tensor c1d = o.delta ? c1.clamp_max(*o.delta) : c1;
+      const at::Tensor l1 = c1d * A, l2 = c1.clamp(lo, hi) * A;
+      l = -at::minimum(l1, l2);
+      // torch.minimum's gradient (half to each side at a tie) through clamp's (1 inside the bounds,
+      // inclusive): the derivative PyTorch's autograd gives the published formula.
+      const at::Tensor half = at::full_like(l1, 0.5);
+      const at::Tensor zero = at::zeros_like(l1), one = at::ones_like(l1);
+      at::Tensor g1 = at::where(l1 < l2, one, at::where(l1 == l2, half, zero));
+      at::Tensor g2 = at::where(l1 > l2, one, at::where(l1 == l2, half, zero));
+      if (o.delta) g1 = g1 * (c1 <= *o.delta).to(at::kFloat);
+      g2 = g2 * ((c1 >= lo) & (c1 <= hi)).to(at::kFloat);
+      dl = -A * (g1 + g2);
+      lower = c1 < lo;
+      upper = c1 > hi;
+    }
+  }
+  if (in.vllm.defined() && o.type != Grpo::kVespo) {
+    l = l * in.vllm;
+    dl = dl * in.vllm;
+  }
+  at::Tensor per_token = l, kl0, dkl0, kl;
+  if (o.beta != 0.0) {
+    const at::Tensor d = (in.ref.defined() ? in.ref : lp) - lp;
+    const at::Tensor e = at::exp(d);
+    kl0 = e - d - 1.0;
+    dkl0 = 1.0 - e;  // d kl0 / d lp
+    kl = o.bias_kl ? kl0 * c1 : kl0;
+    per_token = per_token + o.beta * kl;
+  }
+  GroupOut out;
+  out.loss = (w * per_token).sum();
+
+  at::Tensor k;
+  if (!o.seq) {
+    k = dl_wrt_c1 ? w * dl * c1 : w * dl;  // dc1/dlp = c1
+    if (o.beta != 0.0) k = k + w * (o.beta * (o.bias_kl ? (dkl0 + kl0) * c1 : dkl0));
+  } else {
+    // Every token of a sequence moves c1: d c1 / d lp_s = c1 m_s / max(n_b, 1).
+    const at::Tensor dc1 = c1 * mask / nprime;
+    k = (w * dl).sum(1, true) * dc1;
+    if (o.beta != 0.0) {
+      k = k + w * (o.beta * (o.bias_kl ? dkl0 * c1 : dkl0));
+      if (o.bias_kl) k = k + o.beta * (w * kl0).sum(1, true) * dc1;
+    }
+  }
+  out.k = k.expand(lp.sizes());
+  out.kl = o.beta != 0.0 ? (kl * mask).sum() : at::zeros({}, lp.options());
+  if (lower.defined() || upper.defined()) {
+    at::Tensor clipped = upper & (A > 0.0);
+    if (lower.defined()) clipped = clipped | (lower & (A < 0.0));
+    out.clipped = (clipped.to(at::kFloat) * mask).sum();
+  } else {
+    out.clipped = at::zeros({}, lp.options());
+  }
+  return out;
+}
+
+// A float tensor of the batch as float32 [B, cols] on input's device, or an error naming it.
+at::Tensor per_token_arg(const std::optional<at::Tensor>& t, const char* name, int64_t B, int64_t T,
+                         const at::Tensor& input) {
+  if (!t.has_value() || !t->defined()) return at::Tensor();
+  LIGER_CHECK_ARG(t->dim() == 2 && t->size(0) == B && t->size(1) == T, name, "expected shape (", B, ", ", T,
+                  ") (selected_token_ids'), got ", shape_str(*t));
+  LIGER_CHECK_ARG(t->device() == input.device(), name, "expected device ", input.device(), ", got ",
+                  t->device());
+  LIGER_CHECK_ARG(at::isFloatingType(t->scalar_type()), name, "expected a floating dtype, got ",
+                  dtype_str(t->scalar_type()));
+  return t->to(at::kFloat);
+}
+
+using GrpoResult =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& selected_token_ids,
+                    const at::Tensor& attention_mask, const at::Tensor& advantages,
+                    const std::optional<at::Tensor>& bias,
+                    const std::optional<at::Tensor>& ref_per_token_logps,
+                    const std::optional<at::Tensor>& old_per_token_logps,
+                    const std::optional<at::Tensor>& ref_input, const std::optional<at::Tensor>& ref_weight,
+                    const std::optional<at::Tensor>& ref_bias, const std::optional<at::Tensor>& vllm_is_ratio,
+                    const std::optional<at::Tensor>& loss_normalizer, c10::string_view loss_type,
+                    c10::string_view importance_sampling_level, double beta, double epsilon_low,
+                    double epsilon_high, std::optional<double> delta, double temperature,
+                    std::optional<int64_t> max_completion_length, bool use_bias_correction_kl,
+                    double sapo_temperature_pos, double sapo_temperature_neg, double vespo_k_pos,
+                    double vespo_lambda_pos, double vespo_k_neg, double vespo_lambda_neg, int64_t chunk_rows,
+                    bool compute_dx, bool compute_dw, bool compute_db) {
+  const c10::DeviceGuard device_guard(input.device());
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  GrpoOpts o;
+  o.type = parse_grpo_type(std::string_view(loss_type.data(), loss_type.size()));
+  const std::string_view level(importance_sampling_level.data(), importance_sampling_level.size());
+  LIGER_CHECK_ARG(level == "token" || level == "sequence", "importance_sampling_level",
+                  "expected 'token' or 'sequence', got '", level, "'");
+  o.seq = level == "sequence";
+  LIGER_CHECK_ARG(!(o.seq && (o.type == Grpo::kCispo || o.type == Grpo::kSapo || o.type == Grpo::kVespo)),
+                  "importance_sampling_level", "'sequence' is not supported for loss_type '",
+                  std::string_view(loss_type.data(), loss_type.size()), "' (Liger's rule); use 'token'");
+  const std::pair<double, const char*> finite[] = {{beta, "beta"},
+                                                   {epsilon_low, "epsilon_low"},
+                                                   {epsilon_high, "epsilon_high"},
+                                                   {vespo_k_pos, "vespo_k_pos"},
+                                                   {vespo_lambda_pos, "vespo_lambda_pos"},
+                                                   {vespo_k_neg, "vespo_k_neg"},
+                                                   {vespo_lambda_neg, "vespo_lambda_neg"}};
+  for (const auto& [v, n] : finite) LIGER_CHECK_ARG(std::isfinite(v), n, "expected a finite value, got ", v);
+  LIGER_CHECK_ARG(std::isfinite(temperature) && temperature > 0.0, "temperature",
+                  "expected a positive value, got ", temperature);
+  LIGER_CHECK_ARG(std::isfinite(sapo_temperature_pos) && sapo_temperature_pos > 0.0, "sapo_temperature_pos",
+                  "expected a positive value, got ", sapo_temperature_pos);
+  LIGER_CHECK_ARG(std::isfinite(sapo_temperature_neg) && sapo_temperature_neg > 0.0, "sapo_temperature_neg",
+                  "expected a positive value, got ", sapo_temperature_neg);
+  if (delta)
+    LIGER_CHECK_ARG(std::isfinite(*delta) && *delta > 0.0, "delta", "expected a positive value, got ",
+                    *delta);
+  if (o.type == Grpo::kDrGrpo)
+    LIGER_CHECK_ARG(max_completion_length.has_value() && *max_completion_length > 0, "max_completion_length",
+                    "expected a positive length for loss_type 'dr_grpo' (its normaliser is B x "
+                    "max_completion_length), got ",
+                    max_completion_length ? std::to_string(*max_completion_length) : std::string("None"));
+  LIGER_CHECK_ARG(chunk_rows >= 0, "chunk_rows", "expected a non-negative row count (0: automatic), got ",
+                  chunk_rows);
+  o.beta = beta;
+  o.eps_low = epsilon_low;
+  o.eps_high = epsilon_high;
+  o.delta = delta;
+  o.temperature = temperature;
+  o.bias_kl = use_bias_correction_kl;
+  o.sapo_pos = sapo_temperature_pos;
+  o.sapo_neg = sapo_temperature_neg;
+  o.vk_pos = vespo_k_pos;
+  o.vl_pos = vespo_lambda_pos;
+  o.vk_neg = vespo_k_neg;
+  o.vl_neg = vespo_lambda_neg;
+
+  heads::check_head(input, weight, bias, "_input", "weight", "bias", 3);
+  const int64_t B = input.size(0), T = input.size(1), H = input.size(2), V = weight.size(0), M = B * T;
+  LIGER_CHECK_ARG(B > 0, "_input", "expected a non-empty batch, got shape ", shape_str(input));
+  LIGER_CHECK_ARG(
+      selected_token_ids.dim() == 2 && selected_token_ids.size(0) == B && selected_token_ids.size(1) == T,
+      "selected_token_ids", "expected shape (", B, ", ", T, ") (_input's first two dimensions), got ",
+      shape_str(selected_token_ids));
+  LIGER_CHECK_ARG(
+      selected_token_ids.scalar_type() == at::kLong || selected_token_ids.scalar_type() == at::kInt,
+      "selected_token_ids", "expected int64 (or int32) token ids, got ",
+      dtype_str(selected_token_ids.scalar_type()));
+  LIGER_CHECK_ARG(selected_token_ids.device() == input.device(), "selected_token_ids", "expected device ",
+                  input.device(), ", got ", selected_token_ids.device());
+  LIGER_CHECK_ARG(attention_mask.dim() == 2 && attention_mask.size(0) == B && attention_mask.size(1) == T,
+                  "attention_mask", "expected shape (", B, ", ", T, "), got ", shape_str(attention_mask));
+  LIGER_CHECK_ARG(attention_mask.device() == input.device(), "attention_mask", "expected device ",
+                  input.device(), ", got ", attention_mask.device());
+  LIGER_CHECK_ARG(advantages.dim() == 1 && advantages.size(0) == B, "advantages", "expected shape (", B,
+                  ",) (one advantage per sequence), got ", shape_str(advantages));
+  LIGER_CHECK_ARG(advantages.device() == input.device() && at::isFloatingType(advantages.scalar_type()),
+                  "advantages", "expected a floating tensor on ", input.device(), ", got ",
+                  dtype_str(advantages.scalar_type()), " on ", advantages.device());
+  const at::Tensor ref_lp_given = per_token_arg(ref_per_token_logps, "ref_per_token_logps", B, T, input);
+  const at::Tensor old_lp = per_token_arg(old_per_token_logps, "old_per_token_logps", B, T, input);
+  at::Tensor vllm;
+  if (vllm_is_ratio.has_value() && vllm_is_ratio->defined()) {
+    const at::Tensor& v = *vllm_is_ratio;
+    const bool ok = (v.dim() == 1 && v.size(0) == B) ||
+                    (v.dim() == 2 && v.size(0) == B && (v.size(1) == 1 || v.size(1) == T));
+    LIGER_CHECK_ARG(ok, "vllm_is_ratio", "expected shape (", B, ",), (", B, ", 1) or (", B, ", ", T,
+                    "), got ", shape_str(v));
+    LIGER_CHECK_ARG(v.device() == input.device() && at::isFloatingType(v.scalar_type()), "vllm_is_ratio",
+                    "expected a floating tensor on ", input.device(), ", got ", dtype_str(v.scalar_type()));
+    vllm = (v.dim() == 1 ? v.unsqueeze(1) : v).to(at::kFloat);
+  }
+  const bool ref_model = ref_weight.has_value() && ref_weight->defined();
+  at::Tensor rx, rw, rb;
+  if (ref_model) {
+    LIGER_CHECK_ARG(!ref_lp_given.defined(), "ref_weight",
+                    "expected None when ref_per_token_logps is given (one source of reference log-probs)");
+    LIGER_CHECK_ARG(ref_input.has_value() && ref_input->defined(), "ref_input",
+                    "expected the reference model's hidden states (B, T, H') with ref_weight, got None");
+    heads::check_head(*ref_input, *ref_weight, ref_bias, "ref_input", "ref_weight", "ref_bias", 3);
+    LIGER_CHECK_ARG(ref_input->size(0) == B && ref_input->size(1) == T, "ref_input", "expected shape (", B,
+                    ", ", T, ", H'), got ", shape_str(*ref_input));
+    LIGER_CHECK_ARG(ref_input->device() == input.device() && ref_input->scalar_type() == input.scalar_type(),
+                    "ref_input", "expected _input's device and dtype, got ", ref_input->device(), " ",
+                    dtype_str(ref_input->scalar_type()));
+    LIGER_CHECK_ARG(ref_weight->size(0) == V, "ref_weight", "expected ", V,
+                    " rows (weight's vocabulary: the token ids index both), got shape ",
+                    shape_str(*ref_weight));
+    rx = as_rows(*ref_input);
+    rw = heads::gemm_ready(*ref_weight);
+    rb = heads::opt(ref_bias);
+  } else {
+    LIGER_CHECK_ARG(!(ref_input.has_value() && ref_input->defined()), "ref_input",
+                    "expected None without ref_weight (no reference model)");
+  }
+  const auto f32 = input.options().dtype(at::kFloat);
+  Globals g;
+  g.B = B;
+  g.T = T;
+  const at::Tensor mask = attention_mask.to(at::kFloat);
+  const at::Tensor nseq = mask.sum(1);
+  g.n_all = mask.sum();
+  g.normalizer = g.n_all.clamp_min(1.0);
+  if (loss_normalizer.has_value() && loss_normalizer->defined()) {
+    LIGER_CHECK_ARG(loss_normalizer->numel() == 1 && at::isFloatingType(loss_normalizer->scalar_type()) &&
+                        loss_normalizer->device() == input.device(),
+                    "loss_normalizer", "expected one floating element on ", input.device(), ", got shape ",
+                    shape_str(*loss_normalizer));
+    g.normalizer = loss_normalizer->reshape({}).to(at::kFloat);
+  }
+  g.max_len = max_completion_length ? static_cast<double>(*max_completion_length) : 0.0;
+  const at::Tensor adv = advantages.to(at::kFloat);
+  const at::Tensor ids = selected_token_ids.reshape({M}).to(at::kLong).contiguous();
+  constexpr int64_t kNoIgnore = std::numeric_limits<int64_t>::min();  // every id is scored
+  check_ce_target_values(ids, V, kNoIgnore);
+
+  const at::Tensor x = as_rows(input);
+  const at::Tensor w = heads::gemm_ready(weight);
+  const at::Tensor b = heads::opt(bias);
+  heads::Grads gr = heads::alloc_grads(x, weight, b, compute_dx, compute_dw, compute_db);
+  const bool want_grad = gr.any();
+  at::Tensor nll = at::empty({B, T}, f32);  // lse - z_y, negated into the log-probs at the end
+  at::Tensor loss = at::zeros({}, f32), kl_sum = at::zeros({}, f32), clip_sum = at::zeros({}, f32);
+
+  if (M > 0) {
+    const double inv_t = 1.0 / temperature;
+    const int64_t R =
+        heads::chunk_rows(M, V, std::max(H, rx.defined() ? rx.size(1) : H), input.element_size(), chunk_rows);
+    // Chunks of whole sequences where they fit the budget, or (automatic plan) where one sequence's
+    // logits take at most 512 MiB: GRPO's completions of ~1k tokens at V ~150k then run one
+    // sequence (1024 rows) per chunk rather than pieces of 512 rows, whose GEMMs are less efficient
+    // and whose sequence-level losses would need the two-phase path.
+    const bool whole = T <= R || (chunk_rows == 0 && static_cast<double>(T) * static_cast<double>(V) *
+                                                             static_cast<double>(input.element_size()) <=
+                                                         512.0 * 1048576.0);
+    const int64_t seqs = whole ? std::min(B, std::max<int64_t>(1, R / T)) : 1;
+    const int64_t piece = whole ? T : heads::even_chunk(T, R);
+    const bool two_phase = !whole && (o.seq || o.type == Grpo::kVespo);
+    at::Tensor buf = at::empty({whole ? seqs * T : piece, V}, input.options());
+    at::Tensor scratch = at::empty({whole ? seqs * T : (two_phase ? T : piece)}, f32);  // reference nll
+    at::Tensor dummy = at::empty({buf.size(0)}, f32);
+    const at::Tensor one = at::ones({1}, f32);
+    at::Tensor nll_rows = nll.view({M});
+
+    CeRows r;
+    r.ce_scale = one;
+    r.z_scale = one;
+    r.ignore_index = kNoIgnore;
+    // Log-probs of rows [r0, r0 + n): reference nll into ref_dst, policy nll into nll's rows; the
+    // policy logits stay in the buffer.
+    auto forward_rows = [&](int64_t r0, int64_t n, at::Tensor ref_dst) {
+      at::Tensor lc = buf.narrow(0, 0, n);
+      r.logits = lc;
+      r.target = ids.narrow(0, r0, n);
+      r.dlogits = at::Tensor();
+      r.ce_scale = one;
+      if (ref_model) {
+        heads::logits_gemm(lc, rx.narrow(0, r0, n), rw, rb, inv_t);
+        r.loss = ref_dst;
+        ce_rows(r);
+      }
+      heads::logits_gemm(lc, x.narrow(0, r0, n), w, b, inv_t);
+      r.loss = nll_rows.narrow(0, r0, n);
+      ce_rows(r);
+    };
+    // dlogits of the rows whose logits are in the buffer, then their dX / dW / dB.
+    auto backward_rows = [&](int64_t r0, int64_t n, const at::Tensor& k) {
+      at::Tensor lc = buf.narrow(0, 0, n);
+      r.logits = lc;
+      r.target = ids.narrow(0, r0, n);
+      r.dlogits = lc;
+      r.loss = dummy.narrow(0, 0, n);
+      r.ce_scale = (k.reshape({n}) * (-inv_t)).contiguous();
+      ce_rows(r);
+      heads::chunk_grads(lc, x.narrow(0, r0, n), w, gr, r0);
+    };
+    auto group_in = [&](int64_t b0, int64_t S, int64_t t0, int64_t L, const at::Tensor& ref_nll) {
+      GroupIn in;
+      auto part = [&](const at::Tensor& t) { return t.narrow(0, b0, S).narrow(1, t0, L); };
+      in.lp = -part(nll);
+      if (old_lp.defined()) in.old = part(old_lp);
+      if (ref_lp_given.defined()) in.ref = part(ref_lp_given);
+      if (ref_model) in.ref = -ref_nll.view({S, L});
+      in.mask = part(mask);
+      if (vllm.defined()) in.vllm = vllm.size(1) == 1 ? vllm.narrow(0, b0, S) : part(vllm);
+      in.adv = adv.narrow(0, b0, S);
+      in.nseq = nseq.narrow(0, b0, S);
+      return in;
+    };
+    auto add = [&](const GroupOut& go) {
+      loss.add_(go.loss);
+      kl_sum.add_(go.kl);
+      clip_sum.add_(go.clipped);
+    };
+
+    for (int64_t b0 = 0; b0 < B; b0 += seqs) {
+      const int64_t S = std::min(seqs, B - b0);
+      if (whole) {
+        const int64_t r0 = b0 * T, n = S * T;
+        const at::Tensor ref_nll = scratch.narrow(0, 0, n);
+        forward_rows(r0, n, ref_nll);
+        const GroupOut go = grpo_math(o, g, group_in(b0, S, 0, T, ref_nll));
+        add(go);
+        if (want_grad) backward_rows(r0, n, go.k);
+        continue;
+      }
+      if (!two_phase) {
+        for (int64_t t0 = 0; t0 < T; t0 += piece) {
+          const int64_t L = std::min(piece, T - t0), r0 = b0 * T + t0;
+          const at::Tensor ref_nll = scratch.narrow(0, 0, L);
+          forward_rows(r0, L, ref_nll);
+          const GroupOut go = grpo_math(o, g, group_in(b0, 1, t0, L, ref_nll));
+          add(go);
+          if (want_grad) backward_rows(r0, L, go.k);
+        }
+        continue;
+      }
+      // A sequence longer than a chunk whose gradient depends on all of it: log-probs first.
+      for (int64_t t0 = 0; t0 < T; t0 += piece) {
+        const int64_t L = std::min(piece, T - t0);
+        forward_rows(b0 * T + t0, L, scratch.narrow(0, t0, L));
+      }
+      const GroupOut go = grpo_math(o, g, group_in(b0, 1, 0, T, scratch));
+      add(go);
+      if (!want_grad) continue;
+      for (int64_t t0 = 0; t0 < T; t0 += piece) {
+        const int64_t L = std::min(piece, T - t0), r0 = b0 * T + t0;
+        heads::logits_gemm(buf.narrow(0, 0, L), x.narrow(0, r0, L), w, b, inv_t);
+        backward_rows(r0, L, go.k.narrow(1, t0, L));
+      }
+    }
+  }
+  const at::Tensor denom = g.n_all.clamp_min(1.0);
+  at::Tensor kl = o.beta != 0.0 ? kl_sum / denom : at::zeros({}, f32);
+  at::Tensor clip = clip_sum / denom;
+  at::Tensor logps = nll.neg_();
+  auto [dX, dW, dB] = heads::finish_grads(gr, input, b);
+  return {loss, kl, clip, logps, dX, dW, dB};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(liger, CPU, m) { m.impl("fused_linear_grpo_fwd", &grpo_fwd); }
+
+#ifdef LIGER_CPP_WITH_CUDA
+TORCH_LIBRARY_IMPL(liger, CUDA, m) { m.impl("fused_linear_grpo_fwd", &grpo_fwd); }
+#endif
+
+}  // namespace liger_cpp

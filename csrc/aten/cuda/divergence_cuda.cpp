@@ -1,0 +1,98 @@
+// The RL / distillation row kernels on CUDA: maps the ATen-side structs
+// (csrc/aten/checks/divergence_core.h) onto csrc/kernels/divergence/divergence.h on the current
+// stream. Callers have validated shapes, dtypes and devices.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "aten/checks/divergence_core.h"
+#include "aten/cuda/cuda_common.h"
+#include "kernels/divergence/divergence.h"
+
+namespace liger_cpp {
+namespace {
+template <typename T>
+T* ptr_or_null(const at::Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+}  // namespace
+
+void distill_rows_cuda(const DistillRows& c) {
+  const c10::cuda::CUDAGuard guard(c.s.device());
+  kernels::DistillRowsArgs a{};
+  a.s = c.s.data_ptr();
+  a.s_row_stride = c.s.stride(0);
+  a.t = c.t.data_ptr();
+  a.t_row_stride = c.t.stride(0);
+  a.target = ptr_or_null<int64_t>(c.target);
+  a.soft = c.soft.data_ptr<float>();
+  a.hard = c.hard.data_ptr<float>();
+  a.scales = ptr_or_null<float>(c.scales);
+  a.rows = c.s.size(0);
+  a.cols = c.s.size(1);
+  a.student_cols = c.student_cols;
+  a.ignore_index = c.ignore_index;
+  a.inv_temperature = static_cast<float>(c.inv_temperature);
+  a.beta = static_cast<float>(c.beta);
+  a.loss = c.loss;
+  a.mask_soft = c.mask_soft;
+  a.dtype = to_kernel_dtype(c.s.scalar_type(), "student logits");
+  a.sm_count = sm_count();
+  a.l2_bytes = at::cuda::getCurrentDeviceProperties()->l2CacheSize;
+  LIGER_CUDA_CHECK(kernels::distill_rows(a, at::cuda::getCurrentCUDAStream()));
+}
+
+namespace {
+kernels::LogprobRowsArgs logprob_args(const LogprobRows& c) {
+  kernels::LogprobRowsArgs a{};
+  a.z = c.z.data_ptr();
+  a.row_stride = c.z.stride(0);
+  a.target = c.target.data_ptr<int64_t>();
+  a.logp = ptr_or_null<float>(c.logp);
+  a.entropy = ptr_or_null<float>(c.entropy);
+  a.stats = ptr_or_null<float>(c.stats);
+  a.g_lp = ptr_or_null<float>(c.g_lp);
+  a.g_ent = ptr_or_null<float>(c.g_ent);
+  a.scale = static_cast<float>(c.scale);
+  a.rows = c.z.size(0);
+  a.cols = c.z.size(1);
+  a.ignore_index = c.ignore_index;
+  a.dtype = to_kernel_dtype(c.z.scalar_type(), "logits");
+  return a;
+}
+}  // namespace
+
+void logprob_rows_fwd_cuda(const LogprobRows& c) {
+  const c10::cuda::CUDAGuard guard(c.z.device());
+  LIGER_CUDA_CHECK(kernels::logprob_rows_fwd(logprob_args(c), at::cuda::getCurrentCUDAStream()));
+}
+
+void logprob_rows_bwd_cuda(const LogprobRows& c) {
+  const c10::cuda::CUDAGuard guard(c.z.device());
+  LIGER_CUDA_CHECK(kernels::logprob_rows_bwd(logprob_args(c), at::cuda::getCurrentCUDAStream()));
+}
+
+void pointwise_div_cuda(const PointwiseDiv& c) {
+  const c10::cuda::CUDAGuard guard(c.x.device());
+  kernels::PointwiseDivArgs a{};
+  a.x = c.x.data_ptr();
+  a.x_row_stride = c.x.stride(0);
+  a.y = c.y.data_ptr();
+  a.y_row_stride = c.y.stride(0);
+  a.labels = ptr_or_null<int64_t>(c.labels);
+  a.loss_rows = ptr_or_null<float>(c.loss_rows);
+  a.loss_elems = ptr_or_null<float>(c.loss_elems);
+  a.grad = c.grad.defined() ? c.grad.data_ptr() : nullptr;
+  a.grad_row_stride = c.grad.defined() ? c.grad.stride(0) : 0;
+  a.grad_scale = ptr_or_null<float>(c.grad_scale);
+  a.kind = static_cast<int>(c.kind);
+  a.beta = static_cast<float>(c.beta);
+  a.eps = static_cast<float>(c.eps);
+  a.log_target = c.log_target;
+  a.rows = c.x.size(0);
+  a.cols = c.x.size(1);
+  a.ignore_index = c.ignore_index;
+  a.dtype = to_kernel_dtype(c.x.scalar_type(), "input");
+  LIGER_CUDA_CHECK(kernels::pointwise_div_rows(a, at::cuda::getCurrentCUDAStream()));
+}
+
+}  // namespace liger_cpp

@@ -1,0 +1,98 @@
+// Row kernels of the RL and distillation losses: plain-C++ interface (raw pointers, sizes, a
+// stream). The math of each is stated here; csrc/aten/cpu/divergence_cpu.cpp is the CPU twin and
+// csrc/aten/checks/divergence_core.h the ATen-side entry points.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/common/dtype.h"
+
+namespace liger_cpp::kernels {
+
+// Distillation row step. Per row r: student logits s (raw, [cols], the first student_cols real and
+// the rest the zero padding of a smaller student vocabulary) and teacher logits t (raw, [cols]);
+// zs = s / temperature, zt = t / temperature, S = softmax(zs), P = softmax(zt), y = target[r].
+//   hard[r] = lse(s[:student_cols]) - s_y (0 without target or for y == ignore_index)
+//   soft[r] (loss 0, JSD): beta 0: sum P (log P - log S); beta 1: sum S (log S - log P); else
+//     sum beta P (log P - log M) + (1 - beta) S (log S - log M), M = beta P + (1 - beta) S
+//   soft[r] (loss 1, cosine): beta (1 - zs . zt / (max(|zs|, 1e-12) max(|zt|, 1e-12)))
+// Rows with y == ignore_index: soft 0 with mask_soft, and no hard loss.
+// With scales (device float[2]: cs, ch), the gradient of cs * soft + ch * hard w.r.t. s is
+// written over s (its padding columns are written 0, so they stay zero):
+//   JSD: beta 0: (S - P) / T; beta 1: S (log S - log P - K) / T with K = soft[r]; else
+//     (1 - beta) S (log S - log M - K) / T with K = sum S (log S - log M); cosine:
+//     -beta (zt / (|zs| |zt|) - c zs / |zs|^2) / T; hard: softmax(s)_j - [j == y].
+// float32 math, one rounding of the gradient to the logits' dtype.
+struct DistillRowsArgs {
+  void* s;  // [rows, cols], unit column stride; the gradient is written here
+  int64_t s_row_stride;
+  const void* t;
+  int64_t t_row_stride;
+  const int64_t* target;  // [rows] or null
+  float* soft;            // [rows]
+  float* hard;            // [rows]
+  const float* scales;    // device [2] or null (no gradient)
+  int64_t rows, cols, student_cols;
+  int64_t ignore_index;
+  float inv_temperature, beta;
+  int loss;  // 0 JSD, 1 cosine
+  bool mask_soft;
+  DType dtype;
+  int sm_count;  // the device's multiprocessors and L2 bytes: the grid (see divergence.cu)
+  int64_t l2_bytes;
+};
+cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream);
+
+// Log-probabilities and entropy of rows of (tempered) logits z, y = target[r]:
+//   forward: logp[r] = z_y - lse(z), entropy[r] = lse(z) - sum_j p_j z_j, stats[r] = (max z,
+//   log sum exp(z - max)); all 0 for y == ignore_index.
+//   backward (from the forward's stats and entropy): dz_j = g_lp[r] ([j == y] - p_j)
+//   - g_ent[r] p_j (z_j - (lse - entropy)), times `scale`, written over z (0 for ignored rows).
+// p_j = exp((z_j - max) - log sum): exact near the max where p is large.
+struct LogprobRowsArgs {
+  void* z;  // [rows, cols], unit column stride
+  int64_t row_stride;
+  const int64_t* target;
+  float* logp;         // forward outputs [rows]
+  float* entropy;      // [rows] (read by the backward)
+  float* stats;        // [rows, 2] (read by the backward)
+  const float* g_lp;   // backward: [rows] or null (0)
+  const float* g_ent;  // [rows] or null (0)
+  float scale;
+  int64_t rows, cols, ignore_index;
+  DType dtype;
+};
+cudaError_t logprob_rows_fwd(const LogprobRowsArgs& a, cudaStream_t stream);
+cudaError_t logprob_rows_bwd(const LogprobRowsArgs& a, cudaStream_t stream);
+
+// Element-wise divergences of given rows x (input) and y (target), per element:
+//   kind 0, JSD of log-probabilities (Q = e^x, P = e^y): beta 0: P (y - x), d = -P; beta 1:
+//     Q (x - y), d = Q (x - y) + Q; else beta P y + (1 - beta) Q x - M log M with M = beta P +
+//     (1 - beta) Q, d = (1 - beta) Q (x - log M) (terms with P or Q = 0 are 0)
+//   kind 1, KL: log_target: e^y (y - x), d = -e^y; else y (log max(y, eps) - x), d = -y
+//   kind 2, TVD: 0.5 |x - y|, d = 0.5 sign(x - y)
+// Rows whose label is ignore_index: loss and gradient 0. Outputs: the row sums loss_rows[r], or
+// each element in loss_elems ([rows, cols] float32, reduction none); grad = d * grad_scale[0]
+// (device scalar) in x's dtype.
+struct PointwiseDivArgs {
+  const void* x;
+  int64_t x_row_stride;
+  const void* y;
+  int64_t y_row_stride;
+  const int64_t* labels;  // [rows] or null
+  float* loss_rows;       // [rows] or null
+  float* loss_elems;      // [rows, cols] contiguous, or null
+  void* grad;             // [rows, cols] or null
+  int64_t grad_row_stride;
+  const float* grad_scale;
+  int kind;
+  float beta, eps;
+  bool log_target;
+  int64_t rows, cols, ignore_index;
+  DType dtype;
+};
+cudaError_t pointwise_div_rows(const PointwiseDivArgs& a, cudaStream_t stream);
+
+}  // namespace liger_cpp::kernels

@@ -1,0 +1,101 @@
+"""Liger's LigerFusedLinearCosineSimilarityLoss / liger_fused_linear_cosine, on liger_cpp's C++
+distillation op.
+
+loss = weight_hard_loss * CE(student logits, true_labels) + weight_soft_loss * soft, with
+soft = sum over rows of beta * (1 - cos(student logits / T, teacher logits / T)) / n and n the rows
+whose label is not ignore_index. As Liger, the cosine term is summed over every row (its loss
+function does not look at the labels) while n counts the labelled rows. `compiled` and `chunk_size`
+are accepted and ignored.
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from liger_cpp.chunked_loss.jsd_loss import _distill
+
+
+def liger_fused_linear_cosine(
+    student_input,
+    student_weight,
+    teacher_input,
+    teacher_weight,
+    true_labels,
+    student_bias,
+    teacher_bias,
+    weight_hard_loss=0.5,
+    weight_soft_loss=0.5,
+    beta=0.5,
+    ignore_index=-100,
+    temperature=1.0,
+    compiled=True,
+    chunk_size=1024,
+    return_soft_hard_loss=False,
+):
+    """Liger's LigerFusedLinearCosineSimilarityFunction.apply, argument for argument."""
+    return _distill(
+        "cosine",
+        student_input,
+        student_weight,
+        teacher_input,
+        teacher_weight,
+        true_labels,
+        student_bias,
+        teacher_bias,
+        weight_hard_loss,
+        weight_soft_loss,
+        beta,
+        ignore_index,
+        temperature,
+        return_soft_hard_loss,
+    )
+
+
+class LigerFusedLinearCosineSimilarityLoss(torch.nn.Module):
+    """Fused lm_heads + cosine-similarity distillation loss (with a weighted hard CE term)."""
+
+    def __init__(
+        self,
+        weight_hard_loss: float = 0.5,
+        weight_soft_loss: float = 0.5,
+        beta: float = 0.5,
+        ignore_index: int = -100,
+        temperature: float = 1.0,
+        compiled: bool = True,
+        chunk_size: int = 1024,
+        return_soft_hard_loss: bool = False,
+    ):
+        super().__init__()
+        if temperature == 0:
+            raise ValueError("Temperature cannot be 0.")
+        self.weight_hard_loss, self.weight_soft_loss, self.beta = weight_hard_loss, weight_soft_loss, beta
+        self.ignore_index, self.temperature, self.compiled = ignore_index, temperature, compiled
+        self.chunk_size, self.return_soft_hard_loss = chunk_size, return_soft_hard_loss
+
+    def forward(
+        self,
+        student_input: Tensor,
+        student_weight: Tensor,
+        teacher_input: Tensor,
+        teacher_weight: Tensor,
+        true_labels: Tensor,
+        student_bias: Optional[Tensor] = None,
+        teacher_bias: Optional[Tensor] = None,
+    ):
+        return _distill(
+            "cosine",
+            student_input,
+            student_weight,
+            teacher_input,
+            teacher_weight,
+            true_labels,
+            student_bias,
+            teacher_bias,
+            self.weight_hard_loss,
+            self.weight_soft_loss,
+            self.beta,
+            self.ignore_index,
+            self.temperature,
+            self.return_soft_hard_loss,
+        )

@@ -1,0 +1,191 @@
+"""Liger's LigerFusedLinearGRPOLoss and liger_fused_linear_grpo (Liger 0.8.5's names, argument order and
+defaults), on liger_cpp's C++ GRPO op (liger_cpp.ops.fused_linear_grpo).
+
+Returns (loss, metrics) with metrics = (kl, clip_ratio) when beta != 0, else (clip_ratio,): TRL's
+GRPOTrainer reads metrics[0] as the KL and metrics[-1] as the clip ratio. `compiled` is accepted and
+ignored (nothing is compiled at run time) and `chunk_size` (sequences per chunk in Liger) is accepted:
+the op plans its chunks itself from the logits' memory budget, whole sequences where they fit.
+Semantics that follow Liger rather than TRL's own loss: `luspo` weights every position by its
+sequence's token count without the mask (Liger's branch), and dapo / cispo / vespo divide by
+num_items_in_batch / world size when given, else by the token count all-reduced over the process
+group / world size.
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from liger_cpp.ops.fused_linear_grpo import LOSS_TYPES, fused_linear_grpo
+
+
+def _metrics(beta, kl, clip_ratio):
+    return (kl, clip_ratio) if beta != 0.0 else (clip_ratio,)
+
+
+def liger_fused_linear_grpo(
+    _input,
+    weight,
+    selected_token_ids,
+    attention_mask,
+    advantages,
+    bias=None,
+    ref_per_token_logps=None,
+    old_per_token_logps=None,
+    ref_input=None,
+    ref_weight=None,
+    ref_bias=None,
+    beta=0.04,
+    epsilon_low=0.2,
+    epsilon_high=0.2,
+    loss_type="dapo",
+    max_completion_length=None,
+    importance_sampling_level="token",
+    sapo_temperature_pos=1.0,
+    sapo_temperature_neg=1.05,
+    temperature=1.0,
+    compiled=True,
+    use_ref_model=True,
+    chunk_size=1,
+    vllm_is_ratio=None,
+    delta=None,
+    use_bias_correction_kl=False,
+    vespo_k_pos=2.0,
+    vespo_lambda_pos=3.0,
+    vespo_k_neg=3.0,
+    vespo_lambda_neg=2.0,
+    num_items_in_batch=None,
+):
+    """Liger's LigerFusedLinearGRPOFunction.apply, argument for argument: (loss, metrics)."""
+    loss, kl, clip_ratio, _ = fused_linear_grpo(
+        _input,
+        weight,
+        selected_token_ids,
+        attention_mask,
+        advantages,
+        bias,
+        ref_per_token_logps,
+        old_per_token_logps,
+        ref_input,
+        ref_weight,
+        ref_bias,
+        vllm_is_ratio,
+        num_items_in_batch,
+        beta=beta,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        loss_type=loss_type,
+        max_completion_length=max_completion_length,
+        importance_sampling_level=importance_sampling_level,
+        sapo_temperature_pos=sapo_temperature_pos,
+        sapo_temperature_neg=sapo_temperature_neg,
+        temperature=temperature,
+        delta=delta,
+        use_bias_correction_kl=use_bias_correction_kl,
+        vespo_k_pos=vespo_k_pos,
+        vespo_lambda_pos=vespo_lambda_pos,
+        vespo_k_neg=vespo_k_neg,
+        vespo_lambda_neg=vespo_lambda_neg,
+        use_ref_model=use_ref_model,
+    )
+    return loss, _metrics(beta, kl, clip_ratio)
+
+
+class LigerFusedLinearGRPOLoss(torch.nn.Module):
+    """Fused lm_head + GRPO-family loss (``loss_type``: grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo,
+    vespo; ``importance_sampling_level``: token or sequence)."""
+
+    def __init__(
+        self,
+        beta: float = 0.04,
+        compiled: bool = True,
+        use_ref_model: bool = True,
+        chunk_size: int = 1,
+        epsilon_low: float = 0.2,
+        epsilon_high: float = 0.2,
+        loss_type: str = "dapo",
+        max_completion_length: Optional[int] = None,
+        importance_sampling_level: str = "token",
+        sapo_temperature_pos: float = 1.0,
+        sapo_temperature_neg: float = 1.05,
+        temperature: float = 1.0,
+        delta: Optional[float] = None,
+        use_bias_correction_kl: bool = False,
+        vespo_k_pos: float = 2.0,
+        vespo_lambda_pos: float = 3.0,
+        vespo_k_neg: float = 3.0,
+        vespo_lambda_neg: float = 2.0,
+    ):
+        super().__init__()
+        if loss_type not in LOSS_TYPES:
+            raise ValueError(
+                f"liger_cpp: argument 'loss_type': expected one of {LOSS_TYPES}, got {loss_type!r}"
+            )
+        if sapo_temperature_pos <= 0:
+            raise ValueError(f"sapo_temperature_pos must be positive, got {sapo_temperature_pos}")
+        if sapo_temperature_neg <= 0:
+            raise ValueError(f"sapo_temperature_neg must be positive, got {sapo_temperature_neg}")
+        if delta is not None and delta <= 0:
+            raise ValueError(f"delta must be positive, got {delta}")
+        self.beta, self.compiled, self.use_ref_model, self.chunk_size = (
+            beta,
+            compiled,
+            use_ref_model,
+            chunk_size,
+        )
+        self.epsilon_low, self.epsilon_high, self.loss_type = epsilon_low, epsilon_high, loss_type
+        self.max_completion_length = max_completion_length
+        self.importance_sampling_level = importance_sampling_level
+        self.sapo_temperature_pos, self.sapo_temperature_neg = sapo_temperature_pos, sapo_temperature_neg
+        self.temperature, self.delta, self.use_bias_correction_kl = temperature, delta, use_bias_correction_kl
+        self.vespo_k_pos, self.vespo_lambda_pos = vespo_k_pos, vespo_lambda_pos
+        self.vespo_k_neg, self.vespo_lambda_neg = vespo_k_neg, vespo_lambda_neg
+
+    def forward(
+        self,
+        _input: Tensor,
+        lin_weight: Tensor,
+        selected_token_ids: Tensor,
+        attention_mask: Tensor,
+        advantages: Tensor,
+        bias: Optional[Tensor] = None,
+        ref_per_token_logps: Optional[Tensor] = None,
+        old_per_token_logps: Optional[Tensor] = None,
+        ref_input: Optional[Tensor] = None,
+        ref_weight: Optional[Tensor] = None,
+        ref_bias: Optional[Tensor] = None,
+        vllm_is_ratio: Optional[Tensor] = None,
+        num_items_in_batch=None,
+    ):
+        loss, kl, clip_ratio, _ = fused_linear_grpo(
+            _input,
+            lin_weight,
+            selected_token_ids,
+            attention_mask,
+            advantages,
+            bias,
+            ref_per_token_logps,
+            old_per_token_logps,
+            ref_input,
+            ref_weight,
+            ref_bias,
+            vllm_is_ratio,
+            num_items_in_batch,
+            beta=self.beta,
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+            loss_type=self.loss_type,
+            max_completion_length=self.max_completion_length,
+            importance_sampling_level=self.importance_sampling_level,
+            sapo_temperature_pos=self.sapo_temperature_pos,
+            sapo_temperature_neg=self.sapo_temperature_neg,
+            temperature=self.temperature,
+            delta=self.delta,
+            use_bias_correction_kl=self.use_bias_correction_kl,
+            vespo_k_pos=self.vespo_k_pos,
+            vespo_lambda_pos=self.vespo_lambda_pos,
+            vespo_k_neg=self.vespo_k_neg,
+            vespo_lambda_neg=self.vespo_lambda_neg,
+            use_ref_model=self.use_ref_model,
+        )
+        return loss, _metrics(self.beta, kl, clip_ratio)

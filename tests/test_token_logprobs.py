@@ -1,0 +1,191 @@
+"""Per-token log-probabilities and entropy from hidden states (liger_cpp.ops.fused_linear_token_logprobs,
+Liger's LigerFusedLinearScaledCrossEntropyFunction) against TRL's selective_log_softmax and the
+entropy of the full logits in float64, with upstream gradients on both outputs."""
+
+import math
+
+import pytest
+import torch
+from conftest import CUDA_OK, DEVICES
+from rl_reference import acc_dtype, acc_ulps, head_logits, leaf, tol_close
+
+from liger_cpp.ops import LigerFusedLinearScaledCrossEntropyFunction, fused_linear_token_logprobs
+
+
+def reference(x, w, b, t, temperature=1.0, ignore_index=-100):
+    logits = head_logits(x, w, b).to(acc_dtype(x)) / temperature
+    lps = torch.log_softmax(logits, dim=-1)
+    valid = t != ignore_index
+    lp = lps.gather(-1, torch.where(valid, t, 0).unsqueeze(-1)).squeeze(-1) * valid
+    ent = -(lps.exp() * lps).sum(-1) * valid
+    return lp, ent
+
+
+def _make(device, dtype, M=94, H=31, V=123, bias=True, n_ignored=7, lead=None, seed=0):
+    if dtype == torch.float64 and device != "cpu":
+        pytest.skip("float64 is CPU-only")
+    gen = torch.Generator().manual_seed(seed)
+    shape = lead or (M,)
+    x = (torch.randn(*shape, H, generator=gen, dtype=torch.float64)).to(device, dtype).requires_grad_(True)
+    w = (
+        (torch.randn(V, H, generator=gen, dtype=torch.float64) * 2 / math.sqrt(H))
+        .to(device, dtype)
+        .requires_grad_()
+    )
+    b = (
+        (torch.randn(V, generator=gen, dtype=torch.float64) * 0.5).to(device, dtype).requires_grad_()
+        if bias
+        else None
+    )
+    t = torch.randint(0, V, shape, generator=gen)
+    if n_ignored:
+        t.view(-1)[torch.randperm(t.numel(), generator=gen)[:n_ignored]] = -100
+    g_lp = torch.randn(shape, generator=gen).to(device)
+    g_ent = torch.randn(shape, generator=gen).to(device)
+    return x, w, b, t.to(device), g_lp, g_ent
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float64] + ([torch.float16] if CUDA_OK else []), ids=str
+)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("grads", ["both", "logprobs", "entropy", "no_entropy"])
+def test_logprobs_and_entropy(device, dtype, temperature, grads):
+    x, w, b, t, g_lp, g_ent = _make(device, dtype)
+    entropy = grads != "no_entropy"
+    out = fused_linear_token_logprobs(
+        x, w, t, b, temperature=temperature, return_entropy=entropy, chunk_rows=40
+    )
+    lp, ent = out if entropy else (out, None)
+    assert lp.dtype == torch.float32 and lp.shape == t.shape
+    total = (lp * g_lp).sum() if grads != "entropy" else 0.0
+    if grads in ("both", "entropy"):
+        total = total + (ent * g_ent).sum()
+    total.backward()
+    lo = torch.float32 if dtype == torch.float64 else dtype
+    res = {}
+    for rdt in (torch.float64, lo):
+        xr, wr, br = leaf(x, rdt), leaf(w, rdt), leaf(b, rdt)
+        rlp, rent = reference(xr, wr, br, t, temperature)
+        rt = (rlp * g_lp.to(rdt)).sum() if grads != "entropy" else 0.0
+        if grads in ("both", "entropy"):
+            rt = rt + (rent * g_ent.to(rdt)).sum()
+        rt.backward()
+        res[rdt] = (rlp, rent, xr, wr, br)
+    r64, rlo = res[torch.float64], res[lo]
+    tol_close("logprobs", lp, r64[0], rlo[0], dtype)
+    if entropy:
+        assert ent.dtype == torch.float32
+        tol_close("entropy", ent, r64[1], rlo[1], dtype)
+    ulps = acc_ulps(dtype, 3)
+    tol_close("dX", x.grad, r64[2].grad, rlo[2].grad, dtype)
+    tol_close("dW", w.grad, r64[3].grad, rlo[3].grad, dtype, in_ulps=ulps)
+    tol_close("dB", b.grad, r64[4].grad, rlo[4].grad, dtype, in_ulps=ulps)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "opt", [{"bias": False}, {"lead": (2, 47)}, {"n_ignored": 94}, {"M": 1, "n_ignored": 0}], ids=str
+)
+@pytest.mark.parametrize("chunk_rows", [0, 7])
+def test_shapes_and_options(device, opt, chunk_rows):
+    x, w, b, t, g_lp, g_ent = _make(device, torch.float32, **opt)
+    lp, ent = fused_linear_token_logprobs(x, w, t, b, return_entropy=True, chunk_rows=chunk_rows)
+    ((lp * g_lp).sum() + (ent * g_ent).sum()).backward()
+    xr, wr, br = leaf(x, torch.float64), leaf(w, torch.float64), leaf(b, torch.float64)
+    rlp, rent = reference(xr, wr, br, t)
+    ((rlp * g_lp.double()).sum() + (rent * g_ent.double()).sum()).backward()
+    torch.testing.assert_close(lp, rlp.float(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent, rent.float(), rtol=1e-5, atol=1e-5)
+    for a, e in ((x, xr), (w, wr)) + (((b, br),) if b is not None else ()):
+        torch.testing.assert_close(a.grad, e.grad.float(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_liger_scaled_cross_entropy_function(device):
+    x, w, _, t, g_lp, g_ent = _make(device, torch.bfloat16, bias=False)
+    nll, ent = LigerFusedLinearScaledCrossEntropyFunction.apply(x, w, t, 0.8, -100, 1, True)
+    assert nll.dtype == torch.float32 and ent.dtype == torch.bfloat16  # Liger's dtypes
+    lp, ent32 = fused_linear_token_logprobs(x, w, t, temperature=0.8, return_entropy=True)
+    torch.testing.assert_close(nll, -lp)
+    torch.testing.assert_close(ent, ent32.to(torch.bfloat16))
+    nll2, none = LigerFusedLinearScaledCrossEntropyFunction.apply(x, w, t, 0.8)
+    assert none is None
+    torch.testing.assert_close(nll2, nll)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_second_backward(device):
+    x, w, b, t, g_lp, g_ent = _make(device, torch.float32)
+    lp, ent = fused_linear_token_logprobs(x, w, t, b, return_entropy=True)
+    total = (lp * g_lp).sum() + (ent * g_ent).sum()
+    total.backward(retain_graph=True)
+    first = x.grad.clone()
+    total.backward()
+    torch.testing.assert_close(x.grad, 2 * first)
+
+
+def test_gradcheck_float64_cpu():
+    x, w, b, t, g_lp, g_ent = _make("cpu", torch.float64, M=5, H=4, V=7, n_ignored=1)
+
+    def f(x, w, b):
+        lp, ent = fused_linear_token_logprobs(x, w, t, b, temperature=0.9, return_entropy=True, chunk_rows=2)
+        return lp, ent
+
+    # float32 outputs for float64 inputs: a larger step keeps their rounding out
+    assert torch.autograd.gradcheck(f, (x, w, b), eps=1e-3, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    x, w, b, t, g_lp, g_ent = _make(device, torch.float32, M=10, H=8, V=20, n_ignored=2)
+    fwd = torch.ops.liger.fused_linear_logprobs_fwd
+    torch.library.opcheck(fwd, (x, w, t, b, 0.7, -100, True, 3))
+    torch.library.opcheck(fwd, (x, w, t, None, 1.0, -100, False, 0))
+    _, ent, stats = fwd(x.detach(), w.detach(), t, b.detach(), 0.7, -100, True, 3)
+    torch.library.opcheck(
+        torch.ops.liger.fused_linear_logprobs_bwd,
+        (g_lp, g_ent, x.detach(), w.detach(), t, b.detach(), stats, ent, 0.7, -100, 3),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+    x, w, b, t, g_lp, g_ent = _make(device, torch.float32)
+
+    def f(x, w, b):
+        lp, ent = fused_linear_token_logprobs(x * 1.5, w, t, b, temperature=0.7, return_entropy=True)
+        return (lp * g_lp).sum() + (ent * g_ent).sum()
+
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    out = cf(x, w, b)
+    out.backward()
+    got = [p.grad.clone() for p in (x, w, b)]
+    for p in (x, w, b):
+        p.grad = None
+    e = f(x, w, b)
+    e.backward()
+    torch.testing.assert_close(out, e)
+    for g, p in zip(got, (x, w, b)):
+        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs(device):
+    x, w, b, t, _, _ = _make(device, torch.float32, M=10, H=8, V=20)
+    with pytest.raises(ValueError, match="temperature"):
+        fused_linear_token_logprobs(x, w, t, temperature=0.0)
+    op = torch.ops.liger.fused_linear_logprobs_fwd
+    with pytest.raises(RuntimeError, match="argument 'target'"):
+        op(x.detach(), w.detach(), t[:4])
+    with pytest.raises(RuntimeError, match="argument 'weight'"):
+        op(x.detach(), w.detach()[:, :3], t)
+    with pytest.raises(RuntimeError, match="argument 'bias'"):
+        op(x.detach(), w.detach(), t, b.detach()[:2])
+    if device == "cpu":
+        bad = t.clone()
+        bad[0] = 20
+        with pytest.raises(RuntimeError, match="target"):
+            op(x.detach(), w.detach(), bad)
