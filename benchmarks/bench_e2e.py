@@ -1,4 +1,4 @@
-"""End-to-end training benchmark (issue 5, the "End to end" table of ../shared/targets.md): a Hugging
+"""End-to-end training benchmark (docs/benchmarking.md): a Hugging
 Face Llama-architecture model, random init, bf16 params, fused AdamW, SDPA attention, trained on
 random token batches. Each variant runs in its own subprocess (patching and CUDA memory do not leak
 between them), with the same seed, the same initial weights and the same batches:

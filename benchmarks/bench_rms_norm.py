@@ -1,7 +1,7 @@
 """RMSNorm benchmark (bf16): liger_cpp against PyTorch eager (HF formula), torch.compile of it,
 F.rms_norm and Liger-Kernel (when importable), in one run, as % of the copy bandwidth C.
 
-Bytes (minimum, ../shared/targets.md): fwd 2*M*N*2, fwd+bwd 5*M*N*2 (+ weight, negligible).
+Bytes (minimum, docs/benchmarking.md): fwd 2*M*N*2, fwd+bwd 5*M*N*2 (+ weight, negligible).
 Usage: python benchmarks/bench_rms_norm.py [--out FILE.json] [--quick | --wide | --tma | --fwd |
        --widths 3072,5120] [--variants] [--impls liger_cpp,compile,...]
 """

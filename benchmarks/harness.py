@@ -1,4 +1,4 @@
-"""Timing harness shared by the benchmarks (method: ../shared/targets.md).
+"""Timing harness shared by the benchmarks (method: docs/benchmarking.md).
 
 - Ceilings measured in the same run: copy bandwidth C (1 GiB uint8 `b.copy_(a)`, read + write
   bytes over the median time) and the bf16 GEMM rate G (8192^3).
