@@ -81,6 +81,8 @@ VLM_TYPES = [
 ]
 NEW_MODEL_TYPES = TEXT_TYPES + VLM_TYPES
 NEW_MOE = {
+    "gemma4",
+    "gemma4_text",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v4",
@@ -257,7 +259,7 @@ def tiny_config_new(model_type, attn="eager"):
             text_config=t,
             vision_config=dict(
                 hidden_size=32,
-                intermediate_size=64,
+                intermediate_size=128,  # the pixel-shuffled width (32 x 4)
                 num_hidden_layers=1,
                 num_attention_heads=4,
                 image_size=28,
@@ -292,6 +294,8 @@ def tiny_config_new(model_type, attn="eager"):
             ),
             image_token_id=5,
             video_token_id=6,
+            image_start_token_id=7,
+            image_end_token_id=8,
         )
     elif model_type == "gemma4":
         cfg = cm["gemma4"](
@@ -343,6 +347,7 @@ def tiny_config_new(model_type, attn="eager"):
             image_token_index=5,
             projector_hidden_act="gelu",
             vision_feature_layer=-1,
+            vision_feature_select_strategy="full",  # Pixtral has no CLS token to drop
         )
     elif model_type == "smolvlm":
         cfg = cm["smolvlm"](

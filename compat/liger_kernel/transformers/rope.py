@@ -7,6 +7,5 @@ from liger_cpp.transformers.rope import (  # noqa: F401
 )
 from liger_kernel._surface import complete
 
-
 __all__ = ["liger_rotary_pos_emb", "liger_rotary_pos_emb_gpt_oss", "liger_rotary_pos_emb_vision"]
 complete(globals())
