@@ -77,7 +77,9 @@ def _extensions():
     sources += sorted(glob.glob("csrc/aten/cuda/*.cpp")) + sorted(
         glob.glob("csrc/kernels/**/*.cu", recursive=True)
     )
-    nvcc = ["-O3", "-std=c++17", "--threads=2"]
+    # -compress-all: nvcc leaves small fatbins uncompressed, and the kernels are split into one
+    # small .cu (CUDA module) per family: uncompressed they took the extension from 12.4 to 16.3 MB.
+    nvcc = ["-O3", "-std=c++17", "--threads=2", "-Xfatbin=-compress-all"]
     # Line tables (source-level profiling in Nsight Compute) only when asked for: they tripled the
     # sm_90a cubins (rms_norm 28.5 MB against 9.45 MB, same SASS), and CUDA loads a .cu file's whole
     # module on its first kernel launch: the first RMSNorm call took 73-81 ms, the first call of ops

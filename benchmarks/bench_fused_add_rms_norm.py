@@ -7,9 +7,8 @@ the backward gives x and r the same gradient tensor dS, and with .backward() on 
 autograd's AccumulateGrad copies it for the second leaf (one more M*N read and write, about a
 quarter of the minimum bytes), which no residual stream pays. The liger_cpp row "fwd+bwd (leaf
 .grad)" keeps that measurement (with .backward(), as runs before 2026-11-30 session 4 did).
-The rows liger_cpp[add_fwd=old|pack] A/B the forward kernel variants in the same run (the
-plain liger_cpp row is the default, new), liger_cpp[bwd=...] the backward kernels (fwd+bwd
-only; the plain row is the default, async); see VARIANT_ENV.
+The rows liger_cpp[bwd=...] A/B the backward kernels in the same run (fwd+bwd only; the plain
+row runs the plan's choice); see VARIANT_PLAN.
 Usage: python benchmarks/bench_fused_add_rms_norm.py [--out FILE.json] [--no-variants]
 """
 
@@ -21,7 +20,7 @@ from harness import (
     copy_bandwidth_gbs,
     fmt_table,
     meta,
-    set_variant_env,
+    set_variant_plan,
     try_import_liger,
     write_json,
 )
@@ -38,27 +37,23 @@ def eager(x, r, w):
     return w * (sf * torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + EPS)).to(s.dtype), s
 
 
-# liger_cpp forward variants, selected by LIGER_CPP_RMS_ADD_FWD (read on every call; see
-# csrc/kernels/rms_norm/rms_norm.cu fwd_mode): old = struct stores that nvcc split into 2-byte stores,
-# pack = packed 16-byte stores, new (default) = pack + weights fetched before the reduction.
-# Backward kernels, by LIGER_CPP_RMS_BWD (default async here: cp.async 3 rows ahead; reg: one
-# row ahead in registers, ds_out loaded after each row's reduction; regds: ds_out fetched ahead too;
-# old: rms_bwd_cached).
-VARIANT_ENV = {
-    "liger_cpp[add_fwd=old]": {"LIGER_CPP_RMS_ADD_FWD": "old"},
-    "liger_cpp[add_fwd=pack]": {"LIGER_CPP_RMS_ADD_FWD": "pack"},
-    "liger_cpp[bwd=regds]": {"LIGER_CPP_RMS_BWD": "regds"},
-    "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
-    "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
-    # rows above 1024 vectors: the 4-vectors-a-thread backward instead of the sm_90 cluster kernel
-    "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
+# liger_cpp rows with the backward forced through the developer plan override (docs/tuning.md; the
+# plain row runs the plan's own choice, docs/kernels/rms_norm.md: with a residual gradient, rows
+# fetched 3 ahead by cp.async; above 1024 vectors the sm_90 cluster kernel): bwd=cached (4 vectors a
+# thread, the wide rows' backward without sm_90 code), bwd=generic (any width). The forward has no
+# alternative here (the register-cached kernel with packed stores; docs).
+VARIANT_PLAN = {
+    "liger_cpp[bwd=cached]": {"rms_bwd": "cached"},
+    "liger_cpp[bwd=generic]": {"rms_bwd": "generic"},
 }
 
 
 def variants(have_liger, with_variants=True):
     out = {
         "liger_cpp": lambda x, r, w: fused_add_rms_norm(x, r, w, EPS),
-        **{name: (lambda x, r, w: fused_add_rms_norm(x, r, w, EPS)) for name in VARIANT_ENV if with_variants},
+        **{
+            name: (lambda x, r, w: fused_add_rms_norm(x, r, w, EPS)) for name in VARIANT_PLAN if with_variants
+        },
         "eager": eager,
         "compile": torch.compile(eager, dynamic=False),
     }
@@ -77,7 +72,7 @@ def variants(have_liger, with_variants=True):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
-    ap.add_argument("--no-variants", action="store_true", help="skip the liger_cpp[add_fwd=...] rows")
+    ap.add_argument("--no-variants", action="store_true", help="skip the liger_cpp[bwd=...] rows")
     args = ap.parse_args()
     C = copy_bandwidth_gbs()
     m, n = 16384, 4096
@@ -88,7 +83,7 @@ def main():
     ds = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     rows = []
     for name, f in variants(try_import_liger(), not args.no_variants).items():
-        set_variant_env(VARIANT_ENV, name)
+        set_variant_plan(VARIANT_PLAN, name)
         modes = ("fwd+bwd", "fwd") + (("fwd+bwd (leaf .grad)",) if name == "liger_cpp" else ())
         for mode in modes:
             if "[bwd=" in name and mode == "fwd":
@@ -137,7 +132,7 @@ def main():
                         "error": str(e).splitlines()[0][:120],
                     }
                 )
-    set_variant_env(VARIANT_ENV, None)
+    set_variant_plan(VARIANT_PLAN, None)
     payload = {
         "op": "fused_add_rms_norm",
         "dtype": "bfloat16",

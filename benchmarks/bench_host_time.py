@@ -8,8 +8,8 @@ it and nothing waits for the GPU; time.perf_counter() brackets the call without 
 call synchronised (column "sync?").
 Modes per op: fwd (under no_grad), bwd (the backward op alone, torch.ops.liger.*_bwd: the
 planning this benchmark is for) and fwd+bwd (the public op and torch.autograd.grad; autograd
-runs the backward on its device thread). Rows liger_cpp[...] run backward variants chosen by
-their LIGER_CPP_* knobs (read per call, VARIANT_ENV); rows "torch" are PyTorch's own ops, for
+runs the backward on its device thread). Rows liger_cpp[...] run backward kernels forced through
+the plan override (VARIANT_PLAN); rows "torch" are PyTorch's own ops, for
 scale. Compare a run on main with one on the branch under test.
 Usage: python benchmarks/bench_host_time.py [--out FILE.json] [--reps N | --quick] [--lead-ms MS]
        [--no-variants]
@@ -21,7 +21,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from harness import _sleep_cycles_per_ms, fmt_table, meta, set_variant_env, write_json
+from harness import _sleep_cycles_per_ms, fmt_table, meta, set_variant_plan, write_json
 
 import liger_cpp
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm
@@ -31,19 +31,19 @@ from liger_cpp.ops.rms_norm import rms_norm
 EPS = 1e-6
 M, N = 4096, 4096
 
-# Backward variants whose host planning differs from the default's (each knob is read per call).
-VARIANT_ENV = {
-    "liger_cpp[ln_bwd=old]": {"LIGER_CPP_LN_BWD": "old"},
-    "liger_cpp[ln_bwd=v4]": {"LIGER_CPP_LN_BWD": "v4"},
-    "liger_cpp[rms_bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
-    "liger_cpp[rms_bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
+# Backward kernels whose host planning differs from the default's (forced through the plan override).
+VARIANT_PLAN = {
+    "liger_cpp[ln_bwd=pipe]": {"ln_bwd": "pipe"},
+    "liger_cpp[ln_bwd=generic]": {"ln_bwd": "generic"},
+    "liger_cpp[rms_bwd=pipe]": {"rms_bwd": "pipe"},
+    "liger_cpp[rms_bwd=cached]": {"rms_bwd": "cached"},
 }
 # Which op each variant row applies to.
 VARIANT_OPS = {
-    "liger_cpp[ln_bwd=old]": ("layer_norm",),
-    "liger_cpp[ln_bwd=v4]": ("layer_norm",),
-    "liger_cpp[rms_bwd=async]": ("rms_norm", "fused_add_rms_norm"),
-    "liger_cpp[rms_bwd=old]": ("rms_norm", "fused_add_rms_norm"),
+    "liger_cpp[ln_bwd=pipe]": ("layer_norm",),
+    "liger_cpp[ln_bwd=generic]": ("layer_norm",),
+    "liger_cpp[rms_bwd=pipe]": ("rms_norm", "fused_add_rms_norm"),
+    "liger_cpp[rms_bwd=cached]": ("rms_norm", "fused_add_rms_norm"),
 }
 
 
@@ -145,7 +145,7 @@ def main():
     runs += [("torch", op, modes) for op, modes in ref.items()]
     rows = []
     for impl, op, modes in runs:
-        set_variant_env(VARIANT_ENV, impl)
+        set_variant_plan(VARIANT_PLAN, impl)
         for mode, fn in modes.items():
             row = {"op": op, "shape": f"{M}x{N}", "mode": mode, "impl": impl}
             try:
@@ -161,7 +161,7 @@ def main():
             except Exception as e:  # noqa: BLE001 - a failing row is reported, not fatal
                 row.update({"host_us": None, "error": str(e).splitlines()[0][:120]})
             rows.append(row)
-    set_variant_env(VARIANT_ENV, None)
+    set_variant_plan(VARIANT_PLAN, None)
     payload = {
         "op": "host_time",
         "dtype": "bfloat16",
@@ -169,7 +169,7 @@ def main():
         "reps": args.reps,
         **meta(),
         "liger_cpp_version": liger_cpp.__version__,
-        "variant_env": VARIANT_ENV,
+        "variant_plan": VARIANT_PLAN,
         "rows": rows,
     }
     if args.out:

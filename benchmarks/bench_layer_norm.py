@@ -1,9 +1,9 @@
 """LayerNorm benchmark (bf16, 16384x4096, with weight and bias): liger_cpp against PyTorch eager
 (nn.LayerNorm's formula), torch.compile of it, F.layer_norm and Liger-Kernel (when importable),
 as % of the copy bandwidth C. Bytes (minimum): fwd 2*M*N*2, fwd+bwd 5*M*N*2, bwd 3*M*N*2.
---quick: liger_cpp (with its kernel-variant rows, VARIANT_ENV) and F.layer_norm only, plus the
-backward alone. The variant rows A/B the LIGER_CPP_LN_BWD backwards and LIGER_CPP_LN_FWD forwards
-(both read per call) in one process; the plain liger_cpp row runs the defaults.
+--quick: liger_cpp (with its kernel rows, VARIANT_PLAN) and F.layer_norm only, plus the backward
+alone. The kernel rows A/B the backwards (forced through the plan override) in one process; the
+plain liger_cpp row runs the plan's choice.
 Usage: python benchmarks/bench_layer_norm.py [--out FILE.json] [--quick]
 """
 
@@ -35,36 +35,27 @@ def eager(x, w, b):
     return ((xf - mean) * torch.rsqrt(var + EPS) * w.float() + b.float()).to(x.dtype)
 
 
-# liger_cpp kernel variants, selected by environment variables read on every call (see
-# csrc/kernels/layer_norm/layer_norm.cu): LIGER_CPP_LN_BWD picks the backward (old: register-cached; v3:
-# pipelined, 8-byte vectors; v4: 16-byte vectors, named barriers, next row in registers; v5: v4
-# with 3 rows fetched ahead by cp.async; tma, the default on sm_90: rows brought into 4
-# shared-memory stages by TMA bulk copies), LIGER_CPP_LN_FWD the cached forward (old; pack, the
-# default: packed 16-byte stores; new: pack with early weight loads), LIGER_CPP_LN_FWD_TY its rows a
-# block (fwd_ty=2: 256-thread blocks at 4096 columns, the default before 128); pdl=off (the plan
-# override, VARIANT_PLAN) launches the backward and its dW/dB reduction without programmatic
-# dependent launch.
-VARIANT_ENV = {
-    "liger_cpp[bwd=old]": {"LIGER_CPP_LN_BWD": "old"},
-    "liger_cpp[bwd=v3]": {"LIGER_CPP_LN_BWD": "v3"},
-    "liger_cpp[bwd=v4]": {"LIGER_CPP_LN_BWD": "v4"},
-    "liger_cpp[bwd=v5]": {"LIGER_CPP_LN_BWD": "v5"},
-    "liger_cpp[bwd=tma]": {"LIGER_CPP_LN_BWD": "tma"},
-    "liger_cpp[fwd=old]": {"LIGER_CPP_LN_FWD": "old"},
-    "liger_cpp[fwd=new]": {"LIGER_CPP_LN_FWD": "new"},
-    "liger_cpp[fwd_ty=2]": {"LIGER_CPP_LN_FWD_TY": "2"},
-    "liger_cpp[pair=off]": {"LIGER_CPP_LN_BWD_PAIR": "off"},
-    "liger_cpp[fwd=old,bwd=v3]": {"LIGER_CPP_LN_FWD": "old", "LIGER_CPP_LN_BWD": "v3"},
-    "liger_cpp[bwd=tma,pdl=off]": {},  # a plan row (VARIANT_PLAN)
+# liger_cpp rows with the backward forced through the developer plan override (docs/tuning.md; the
+# plain row runs the plan's own choice, docs/kernels/layer_norm.md: on sm_90 the TMA backward in
+# clusters of two): bwd=tma_unpaired (the TMA backward, one dW/dB partial row a block), bwd=pipe16
+# (16-byte vectors, rows fetched ahead by cp.async: the backward without sm_90 code), bwd=pipe
+# (4-element vectors, rows ahead in registers: the rows of 513..1024 vectors), bwd=generic.
+# pdl=off: without programmatic dependent launch (the plan override's pdl key; LIGER_CPP_PDL is
+# read once per process).
+VARIANT_PLAN = {
+    "liger_cpp[bwd=tma_unpaired]": {"ln_bwd": "tma_unpaired"},
+    "liger_cpp[bwd=pipe16]": {"ln_bwd": "pipe16"},
+    "liger_cpp[bwd=pipe]": {"ln_bwd": "pipe"},
+    "liger_cpp[bwd=generic]": {"ln_bwd": "generic"},
+    "liger_cpp[bwd=tma,pdl=off]": {"pdl": "off"},
 }
-# Rows forced through the plan override (liger_cpp._testing; docs/tuning.md).
-VARIANT_PLAN = {"liger_cpp[bwd=tma,pdl=off]": {"pdl": "off"}}
+VARIANT_ENV = {}
 
 
 def variants(have_liger):
     out = {
         "liger_cpp": lambda x, w, b: layer_norm(x, w, b, EPS),
-        **{name: (lambda x, w, b: layer_norm(x, w, b, EPS)) for name in VARIANT_ENV},
+        **{name: (lambda x, w, b: layer_norm(x, w, b, EPS)) for name in {**VARIANT_PLAN, **VARIANT_ENV}},
         "eager": eager,
         "compile": torch.compile(eager, dynamic=False),
         "F.layer_norm": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, EPS),
@@ -145,6 +136,7 @@ def main():
         **meta(),
         "liger_cpp_version": liger_cpp.__version__,
         "variant_env": VARIANT_ENV,
+        "variant_plan": VARIANT_PLAN,
         "rows": rows,
     }
     if args.out:

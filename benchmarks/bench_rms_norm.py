@@ -37,87 +37,39 @@ def eager(x, w):
     return w * xn
 
 
-# liger_cpp backward variants, selected by environment variables read on every call:
-# LIGER_CPP_RMS_BWD picks the kernel (reg: one row ahead in registers, the default below 256
-# vectors; tma: the sm_90 TMA row kernel, rows brought into shared memory by bulk copies,
-# LIGER_CPP_RMS_TMA_STAGES rows in flight per block, default 4, for rows of 64..1024 16-byte
-# vectors, the default from 256; async: rows fetched ahead with cp.async; old: 4 vectors a thread,
-# 16 warps/SM), LIGER_CPP_RMS_DW=smem keeps the old kernel's dW partials in shared memory,
-# pdl=off (the plan override, VARIANT_PLAN) launches without programmatic dependent launch.
-# LIGER_CPP_RMS_FWD=new: the forward with packed 16-byte stores and early weight loads (the
-# FusedAddRMSNorm default; the plain default stays old, see rms_norm.cu's fwd_mode).
-# Rows above 1024 vectors (bf16 hidden > 8192): LIGER_CPP_RMS_BWD_WIDE=old is the 4-vectors-a-thread
-# backward that the sm_90 cluster backward (default) replaces; LIGER_CPP_RMS_FWD_WIDE picks the
-# forward: old (default: register-cached / generic), cluster (sm_90 cluster per row), l2 / l2x512
-# (a 256- / 512-thread block per row that reads the row twice, the second time from L2), l2hint
-# (torch.compile's design: 1024 threads, two blocks per SM, the row read twice with L2 eviction hints);
-# LIGER_CPP_RMS_WIDE_TX=512 forces the cluster kernels' 512-thread blocks (default: the block size
-# with more threads resident). LIGER_CPP_RMS_FWD_V=2|4: the register-cached forward's vectors a
-# thread (default 2 up to 128 vectors, 4 above). LIGER_CPP_RMS_FWD_L1HINT=on|off: l2hint's loads
-# with L1 eviction priorities too (default on for rows above 64 KiB). LIGER_CPP_RMS_FWD_REGS=none|40:
-# the 4-vector forward uncapped or capped at 40 registers (default 40 for 512-thread rows, i.e. bf16
-# hidden 16K: three rows a SM instead of two). LIGER_CPP_RMS_BWD_ROWS=1|2: the cluster backward's
-# rows a message (default 2 for clusters of two blocks, 1 above).
-# LIGER_CPP_RMS_FWD_FIXED=off|t256|t512|gen: torch.compile's skeleton (the default forward at
-# 16-bit widths of 129..2048 vectors; csrc/kernels/rms_norm/rms_norm_fwd_fixed.h) off, i.e. the
-# register-cached forward, with the compile-time kernels' threads a row forced, or in its run-time
-# form at every width of 64..2048 vectors (gen).
-FWD_FIXED = ("off", "t256", "t512", "gen")
-NO_FIXED = {"LIGER_CPP_RMS_FWD_FIXED": "off"}  # the other forward knobs act where it is off
-VARIANT_ENV = {
-    "liger_cpp[wide=old]": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
-    "liger_cpp[fwd_wide=cluster]": {"LIGER_CPP_RMS_FWD_WIDE": "cluster", **NO_FIXED},
-    "liger_cpp[fwd_wide=l2]": {"LIGER_CPP_RMS_FWD_WIDE": "l2", **NO_FIXED},
-    "liger_cpp[fwd_wide=l2x512]": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512", **NO_FIXED},
-    "liger_cpp[fwd_wide=l2hint]": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint", **NO_FIXED},
-    "liger_cpp[fwd_wide=l2hint,l1]": {
-        "LIGER_CPP_RMS_FWD_WIDE": "l2hint",
-        "LIGER_CPP_RMS_FWD_L1HINT": "on",
-        **NO_FIXED,
-    },
-    "liger_cpp[fwd_l1=off]": {"LIGER_CPP_RMS_FWD_L1HINT": "off"},
-    "liger_cpp[wide=tx512]": {"LIGER_CPP_RMS_WIDE_TX": "512"},
-    "liger_cpp[fwd=new]": {"LIGER_CPP_RMS_FWD": "new", **NO_FIXED},
-    "liger_cpp[fwd_v=2]": {"LIGER_CPP_RMS_FWD_V": "2", **NO_FIXED},
-    "liger_cpp[fwd_v=4]": {"LIGER_CPP_RMS_FWD_V": "4", **NO_FIXED},
-    "liger_cpp[fwd_regs=none]": {"LIGER_CPP_RMS_FWD_REGS": "none", **NO_FIXED},
-    **{f"liger_cpp[fwd_fixed={v}]": {"LIGER_CPP_RMS_FWD_FIXED": v} for v in FWD_FIXED},
-    "liger_cpp[bwd_rows=1]": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
-    "liger_cpp[bwd_rows=2]": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
-    "liger_cpp[bwd=reg]": {"LIGER_CPP_RMS_BWD": "reg"},
-    "liger_cpp[bwd=tma]": {"LIGER_CPP_RMS_BWD": "tma"},
-    "liger_cpp[bwd=tma,stages=6]": {"LIGER_CPP_RMS_BWD": "tma", "LIGER_CPP_RMS_TMA_STAGES": "6"},
-    "liger_cpp[bwd=tma,pdl=off]": {},  # a plan row (VARIANT_PLAN)
-    "liger_cpp[pairs=off]": {"LIGER_CPP_RMS_TMA_PAIRS": "off"},
-    "liger_cpp[bwd=async]": {"LIGER_CPP_RMS_BWD": "async"},
-    "liger_cpp[bwd=old]": {"LIGER_CPP_RMS_BWD": "old"},
-    "liger_cpp[bwd=old,dw=smem]": {"LIGER_CPP_RMS_BWD": "old", "LIGER_CPP_RMS_DW": "smem"},
+# liger_cpp rows with a kernel forced through the developer plan override (docs/tuning.md; the
+# plain liger_cpp row runs the plan's own choice, docs/kernels/rms_norm.md), where that kernel runs:
+# fwd=cached is the register-cached forward where torch.compile's skeleton (16-bit x = w = y, 129..2048
+# vectors) or the wide-row forward (above 2048 vectors) would run; fwd=l2hint the two-pass wide-row
+# forward at any width; bwd=tma (sm_90, 64..1024 vectors), bwd=pipe (up to 1024 vectors: the backward
+# without sm_90 code), bwd=cached (up to 4096 vectors: the wide rows' backward without sm_90 code),
+# bwd=generic (any width). pdl=off: without programmatic dependent launch (the pdl key).
+VARIANT_PLAN = {
+    "liger_cpp[fwd=cached]": {"rms_fwd": "cached"},
+    "liger_cpp[fwd=l2hint]": {"rms_fwd": "l2hint"},
+    "liger_cpp[bwd=tma]": {"rms_bwd": "tma"},
+    "liger_cpp[bwd=pipe]": {"rms_bwd": "pipe"},
+    "liger_cpp[bwd=cached]": {"rms_bwd": "cached"},
+    "liger_cpp[bwd=generic]": {"rms_bwd": "generic"},
+    "liger_cpp[pdl=off]": {"pdl": "off"},
 }
-# Rows forced through the plan override (liger_cpp._testing; docs/tuning.md).
-VARIANT_PLAN = {"liger_cpp[bwd=tma,pdl=off]": {"pdl": "off"}}
-
+VARIANT_ENV = {}
+VARIANTS = {**VARIANT_PLAN, **VARIANT_ENV}  # every A/B row
 
 # The rows whose forward differs from the default's (timed fwd and fwd+bwd; the others fwd+bwd only).
-FWD_VARIANTS = {
-    "liger_cpp[fwd_wide=cluster]",
-    "liger_cpp[fwd_wide=l2]",
-    "liger_cpp[fwd_wide=l2x512]",
-    "liger_cpp[fwd_wide=l2hint]",
-    "liger_cpp[fwd_wide=l2hint,l1]",
-    "liger_cpp[fwd_l1=off]",
-    "liger_cpp[fwd=new]",
-    "liger_cpp[fwd_v=2]",
-    "liger_cpp[fwd_v=4]",
-    "liger_cpp[fwd_regs=none]",
-    *(f"liger_cpp[fwd_fixed={v}]" for v in FWD_FIXED),
-}
+FWD_VARIANTS = {"liger_cpp[fwd=cached]", "liger_cpp[fwd=l2hint]"}
+
+
+def set_variant(name):
+    set_variant_env(VARIANT_ENV, name)
+    set_variant_plan(VARIANT_PLAN, name)
 
 
 def variants(have_liger):
     out = {
         "liger_cpp": lambda x, w: rms_norm(x, w, EPS),
-        # A/B of the forward and backward kernels: see VARIANT_ENV
-        **{name: (lambda x, w: rms_norm(x, w, EPS)) for name in VARIANT_ENV},
+        # A/B of the forward and backward kernels: see VARIANTS
+        **{name: (lambda x, w: rms_norm(x, w, EPS)) for name in VARIANTS},
         "eager": eager,
         "compile": "compile",  # a fresh torch.compile per shape (see run_shape)
         "F.rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
@@ -140,17 +92,16 @@ def run_shape(m, n, fns, C, modes, only=None):
     for name, f in fns.items():
         if only and name not in only:
             continue
-        if name in VARIANT_ENV and (only or ("fwd+bwd" not in modes and name not in FWD_VARIANTS)):
+        if name in VARIANTS and (only or ("fwd+bwd" not in modes and name not in FWD_VARIANTS)):
             continue
         if name == "clone" and "fwd" not in modes:
             continue
-        set_variant_env(VARIANT_ENV, name)
-        set_variant_plan(VARIANT_PLAN, name)
+        set_variant(name)
         if f == "compile":  # fresh per shape: avoids the recompile limit falling back to eager
             torch._dynamo.reset()
             f = torch.compile(eager, dynamic=False)
         for mode in modes:
-            if name in VARIANT_ENV and mode == "fwd" and name not in FWD_VARIANTS:
+            if name in VARIANTS and mode == "fwd" and name not in FWD_VARIANTS:
                 continue  # a backward variant: the forward does not differ
             if name == "clone" and mode != "fwd":
                 continue
@@ -185,8 +136,7 @@ def run_shape(m, n, fns, C, modes, only=None):
                         "error": str(e).splitlines()[0][:120],
                     }
                 )
-    set_variant_env(VARIANT_ENV, None)
-    set_variant_plan(VARIANT_PLAN, None)
+    set_variant(None)
     del x, w, dy
     torch.cuda.empty_cache()
     return rows
@@ -255,27 +205,28 @@ def main():
     if args.wide or args.tma or args.fwd or args.widths:
         if args.widths:
             if not show_variants:
-                fns = {k: v for k, v in fns.items() if k not in VARIANT_ENV}
+                fns = {k: v for k, v in fns.items() if k not in VARIANTS}
             shapes = [((128 << 20) // n, n) for n in map(int, args.widths.split(","))]
             what, modes = "chosen widths", ["fwd+bwd", "fwd"]
         elif args.fwd:
-            fns = {k: v for k, v in fns.items() if k in FWD_VARIANTS or k != "eager" and k not in VARIANT_ENV}
+            fns = {k: v for k, v in fns.items() if k in FWD_VARIANTS or k != "eager" and k not in VARIANTS}
             if not show_variants:
-                fns = {k: v for k, v in fns.items() if k not in VARIANT_ENV}
+                fns = {k: v for k, v in fns.items() if k not in VARIANTS}
             shapes = [((128 << 20) // n, n) for n in (1024, 2048, 4096, 8192, 16384)] + [(16384, 4096)]
             what, modes = "forward", ["fwd"]
         elif args.wide:
-            fns = {
-                k: v
-                for k, v in fns.items()
-                if (k.startswith("liger_cpp") and not any(t in k for t in ("bwd=", "fwd=", "fwd_v=")))
-                or k == "compile"
+            keep = {
+                "liger_cpp",
+                "liger_cpp[fwd=cached]",
+                "liger_cpp[bwd=cached]",
+                "liger_cpp[pdl=off]",
+                "compile",
             }
+            fns = {k: v for k, v in fns.items() if k in keep}
             shapes, what = [((128 << 20) // n, n) for n in (16384, 32768, 65536)], "wide rows"
         else:
-            fns = {
-                k: v for k, v in fns.items() if k == "liger_cpp" or "tma" in k or k == "liger_cpp[bwd=reg]"
-            }
+            keep = {"liger_cpp", "liger_cpp[bwd=tma]", "liger_cpp[bwd=pipe]", "liger_cpp[pdl=off]"}
+            fns = {k: v for k, v in fns.items() if k in keep}
             shapes = [(16384, 4096)] + [((128 << 20) // n, n) for n in (1024, 2048, 4096, 8192)]
             what = "TMA row kernels"
         if not args.fwd and not args.widths:
@@ -289,7 +240,7 @@ def main():
         print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C"]))
         return
     if not show_variants:  # the A/B rows only when asked for
-        fns = {k: v for k, v in fns.items() if k not in VARIANT_ENV}
+        fns = {k: v for k, v in fns.items() if k not in VARIANTS}
     rows += run_shape(16384, 4096, fns, C, ["fwd+bwd", "fwd"])
     rows += run_shape(8192, 16384, fns, C, ["fwd"])
     # (128M / n) x n: 8192 x 16384, 4096 x 32768 and 2048 x 65536 take the wide (cluster) backward.

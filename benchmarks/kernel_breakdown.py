@@ -7,7 +7,9 @@ last kernel end) and the % of C that span would read at the op's minimum bytes. 
 record (the profiler adds its own overhead between calls, not inside one); it says which kernel or
 gap a change should target.
 
-Usage (GPU): python benchmarks/kernel_breakdown.py OP [MxN ...] [--reps 20] [--env K=V ...]
+Usage (GPU): python benchmarks/kernel_breakdown.py OP [MxN ...] [--reps 20] [--plan K=V ...] [--env K=V ...]
+--plan forces kernels through the developer plan override (docs/tuning.md, e.g. rms_bwd=cached);
+--env sets environment variables first (e.g. LIGER_CPP_PDL=off).
 OP: rms_norm, rms_norm_fwd, rms_norm_bwd (the backward op alone, after a forward outside the
 timed call), layer_norm, layer_norm_bwd, fused_add_rms_norm, add (torch.add of two bf16 tensors into
 a third: what two reads and one write reach, the backwards' traffic mix).
@@ -107,15 +109,19 @@ def main():
     ap.add_argument("op")
     ap.add_argument("shapes", nargs="*", default=["16384x4096"])
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--env", nargs="*", default=[], help="K=V knobs set before the calls")
+    ap.add_argument("--plan", nargs="*", default=[], help="K=V plan overrides (docs/tuning.md)")
+    ap.add_argument("--env", nargs="*", default=[], help="K=V environment variables set before the calls")
     args = ap.parse_args()
     for kv in args.env:
         k, v = kv.split("=", 1)
         os.environ[k] = v
+    from liger_cpp._testing import set_plan_override
+
+    set_plan_override(",".join(args.plan))
     C = copy_bandwidth_gbs()
     flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     lead = int(2.0 * _sleep_cycles_per_ms())  # 2 ms: ample for a few launches
-    print(f"{args.op} {' '.join(args.env)}  C = {C:.0f} GB/s")
+    print(f"{args.op} {' '.join(args.plan + args.env)}  C = {C:.0f} GB/s")
     for shape in args.shapes:
         m, n = (int(v) for v in shape.split("x"))
         fn, leaves = make_fn(args.op, m, n)

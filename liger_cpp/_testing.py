@@ -15,7 +15,7 @@ def set_plan_override(spec: str) -> str:
 
 @contextlib.contextmanager
 def plan_override(**choices: str) -> Iterator[None]:
-    """Force launch-plan choices inside the block, e.g. ``plan_override(rms_bwd="cluster")``.
+    """Force launch-plan choices inside the block, e.g. ``plan_override(rms_bwd="cached")``.
 
     Keys and values are those of csrc/kernels/common/plan_override.h (docs/tuning.md); an unknown
     key or value raises ValueError. The previous override is restored on exit.

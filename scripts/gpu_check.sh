@@ -9,6 +9,7 @@
 #   BENCH_ARGS="--quick" is passed to every benchmark.
 #   PROFILE="ce_rows rms_norm" also runs Nsight Compute on those ops (benchmarks/profile_kernels.py;
 #   e.g. ce_rows_151936, rms_fwd_wide, rms_fwd_wide_compile).
+#   TEST_FILES="tests/test_a.py tests/test_b.py" runs those files instead of the whole suite.
 #   SANITIZE=1 runs scripts/gpu_sanitize.py under compute-sanitizer (SANITIZE_TOOLS, default all four).
 #   DEMO="--steps 10" also runs the training demo (python -m liger_cpp.demo) with those arguments.
 # Export LIGER_CPP_COMMIT=<sha of the tree> for the results' commit field: on the device machine
@@ -66,7 +67,7 @@ if [ -n "${DEMO:-}" ]; then
   pack
 fi
 
-[ "${TESTS:-1}" = 0 ] || python3 -m pytest tests -q -n ${NPROC:-8} -p no:cacheprovider ${1:+-k "$1"} >"$OUT/tests.log" 2>&1
+[ "${TESTS:-1}" = 0 ] || python3 -m pytest ${TEST_FILES:-tests} -q -n ${NPROC:-8} -p no:cacheprovider ${1:+-k "$1"} >"$OUT/tests.log" 2>&1
 test_rc=$?
 t2=$(date +%s)
 pack

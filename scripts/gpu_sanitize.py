@@ -140,6 +140,22 @@ CASES = {
     "ce_odd": (ce(37, 1001), {}),
     "flce": (flce(300, 256, 4099), {}),
     "dpo": (dpo(2, 37, 128, 1001), {}),
+    # Kept fallbacks, forced (docs/tuning.md): each where the forced kernel can take the call.
+    "rms_fwd_cached": (rms(512, 4096), {"rms_fwd": "cached"}),
+    "rms_fwd_l2hint": (rms(64, 4096), {"rms_fwd": "l2hint"}),
+    "rms_bwd_pipe": (rms(512, 4096), {"rms_bwd": "pipe"}),
+    "rms_bwd_cached": (rms(64, 16384), {"rms_bwd": "cached"}),
+    "rms_bwd_generic": (rms(300, 2048), {"rms_bwd": "generic"}),
+    "fused_add_bwd_pipe": (fused_add(512, 4096), {"rms_bwd": "pipe"}),
+    "ln_bwd_tma_unpaired": (layer_norm(512, 4096), {"ln_bwd": "tma_unpaired"}),
+    "ln_bwd_pipe16": (layer_norm(512, 4096), {"ln_bwd": "pipe16"}),
+    "ln_bwd_pipe": (layer_norm(300, 2048), {"ln_bwd": "pipe"}),
+    "ln_bwd_generic": (layer_norm(300, 2048), {"ln_bwd": "generic"}),
+    "glu_generic": (glu(512, 4096), {"glu": "generic"}),
+    "ce_two_pass": (ce(64, 32000), {"ce": "two_pass"}),
+    "ce_cluster": (ce(64, 32000), {"ce": "cluster"}),
+    "ce_smem_1": (ce(16, 151936), {"ce_smem_blocks": "1"}),
+    "no_pdl": (rms(512, 4096), {"pdl": "off"}),
 }
 
 

@@ -16,7 +16,9 @@ def summarise(path: str) -> str:
     summary = re.findall(r"(ERROR SUMMARY: \d+ errors?|RACECHECK SUMMARY: .*)", text)
     ours, other = 0, {}
     for block in re.split(r"\n=========\s*\n", text):
-        if not re.search(r"========= (Invalid|Uninitialized|Race|Error|Barrier|Program hit|.*hazard)", block):
+        if "SUMMARY:" in block or not re.search(
+            r"========= (Invalid|Uninitialized|Race|Error|Barrier|Program hit|.*hazard)", block
+        ):
             continue
         m = re.search(r"(?:in|kernel) (\S+)", block)
         name = m.group(1) if m else "?"

@@ -3,13 +3,16 @@
     python scripts/sass_digest.py liger_cpp/_C.abi3.so --arch sm_90a > before.json
     ... change the code, rebuild ...
     python scripts/sass_digest.py liger_cpp/_C.abi3.so --arch sm_90a --compare before.json
+    python scripts/sass_digest.py liger_cpp/_C.abi3.so --compare old/_C.abi3.so   # a binary works too
+    python scripts/sass_digest.py liger_cpp/_C.abi3.so --modules   # each .cu's module: bytes, kernels
 
 Runs `cuobjdump --dump-sass` (the CUDA toolkit; no GPU needed), splits the listing per function and
-hashes each function's instructions (encodings included). --compare prints the kernels that are new,
-gone or changed and exits 1 when any kernel present in both differs. --compare with --by-body matches
-kernels by their instructions instead of their names: a kernel renamed (e.g. a template parameter
-removed) with the same machine code counts as identical and is printed as "renamed old -> new"; it
-exits 1 when any kernel's body is not in the earlier digest.
+hashes each function's instructions (encodings included; runs of blanks collapsed, since the
+listing pads every instruction to its module's widest one: splitting a .cu file would change the
+padding, not the code). --compare prints the kernels that are new, gone, renamed (gone under one
+name, new under another with the same body: a removed template parameter) or changed, and exits 1
+when any kernel present in both differs. A digest written before the blanks were collapsed (no
+"__format__" entry) is compared with raw hashes.
 """
 
 import argparse
@@ -23,6 +26,8 @@ import subprocess
 import sys
 
 # Names in an anonymous namespace carry a hash of the file's path, which moving a file changes.
+# The source file in an anonymous namespace's name (its length, then the name with '.' as '_').
+_SRC = re.compile(r"_GLOBAL__N__[0-9a-f]+_\d+_([A-Za-z0-9_]+?)_cu_[0-9a-f]{8}")
 _ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_[A-Za-z0-9_]+?_cu_[0-9a-f]{8}")
 
 
@@ -41,7 +46,10 @@ def _cuobjdump() -> str:
     return extra[0]
 
 
-def digest(path: str, arch: str) -> dict[str, str]:
+FORMAT = "sass-digest-2: blanks collapsed"
+
+
+def digest(path: str, arch: str, raw: bool = False) -> dict[str, str]:
     text = subprocess.run(
         [_cuobjdump(), "--dump-sass", path], check=True, capture_output=True, text=True
     ).stdout
@@ -67,59 +75,92 @@ def digest(path: str, arch: str) -> dict[str, str]:
             name, body = _ANON.sub("_GLOBAL__N_", m.group(1)), []
             continue
         if name is not None and "/*" in line:
-            body.append(line.strip())
+            body.append(line.strip() if raw else " ".join(line.split()))
     flush()
     return out
 
 
-def compare_bodies(before: dict[str, str], now: dict[str, str], arch: str) -> int:
-    names_of: dict[str, list[str]] = {}
-    for k, h in before.items():
-        names_of.setdefault(h, []).append(k)
-    same = sum(1 for k, h in now.items() if before.get(k) == h)
-    renamed = sorted((names_of[h], k) for k, h in now.items() if before.get(k) != h and h in names_of)
-    new_bodies = sorted(k for k, h in now.items() if h not in names_of)
-    kept = set(now.values())
-    gone = sorted(k for k, h in before.items() if h not in kept)
-    for k in gone:
-        print("gone   ", k)
-    for old, k in renamed:
-        print("renamed", " | ".join(sorted(old)), "->", k)
-    for k in new_bodies:
-        print("NEW BODY", k)
-    print(
-        f"{arch}: {same} identical, {len(renamed)} renamed with the same body, {len(new_bodies)} new bodies, "
-        f"{len(gone)} bodies gone"
-    )
-    return 1 if new_bodies else 0
+def modules(path: str, arch: str) -> list[tuple[str, int, int]]:
+    """(source file, cubin bytes, kernels) of each `arch` module in the binary: what CUDA loads
+    whole on the first use of one of its kernels. The source is read from the anonymous
+    namespace's name in the module's kernels."""
+    import tempfile
+
+    out = []
+    tag = arch.rstrip("a")  # cuobjdump names sm_90a cubins "...sm_90.cubin"
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run(
+            [_cuobjdump(), "-xelf", "all", os.path.abspath(path)], cwd=d, check=True, capture_output=True
+        )
+        for f in sorted(os.listdir(d)):
+            if not f.endswith(f".{tag}.cubin"):
+                continue
+            text = subprocess.run(
+                [_cuobjdump(), "--dump-sass", os.path.join(d, f)], check=True, capture_output=True, text=True
+            ).stdout
+            names = re.findall(r"Function : (\S+)", text)
+            srcs = {m.group(1) for m in (_SRC.search(n) for n in names) if m}
+            src = ",".join(sorted(s + ".cu" for s in srcs)) or "(no kernels)"
+            out.append((src, os.path.getsize(os.path.join(d, f)), len(names)))
+    return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("binary")
     p.add_argument("--arch", default="sm_90a")
-    p.add_argument("--compare", help="a digest JSON written earlier by this script")
-    p.add_argument("--by-body", action="store_true", help="with --compare: match kernels by SASS body")
+    p.add_argument("--compare", help="a digest JSON written earlier by this script, or a binary")
+    p.add_argument("--modules", action="store_true", help="list each module's source, size and kernels")
     a = p.parse_args()
-    now = digest(a.binary, a.arch)
+    if a.modules:
+        rows = modules(a.binary, a.arch)
+        for src, size, n in sorted(rows):
+            print(f"{size:>10} bytes {n:>5} kernels  {src}")
+        total, kernels = sum(r[1] for r in rows), sum(r[2] for r in rows)
+        print(f"{total:>10} bytes {kernels:>5} kernels  ({len(rows)} {a.arch} modules)")
+        return 0
     if not a.compare:
-        json.dump(now, sys.stdout, indent=0, sort_keys=True)
+        now = digest(a.binary, a.arch)
+        json.dump({"__format__": FORMAT, **now}, sys.stdout, indent=0, sort_keys=True)
         print(f"{len(now)} {a.arch} kernels", file=sys.stderr)
         return 0
-    before = json.load(open(a.compare))
-    if a.by_body:
-        return compare_bodies(before, now, a.arch)
+    if a.compare.endswith(".json"):
+        before = json.load(open(a.compare))
+        raw = before.pop("__format__", None) is None
+        if raw:
+            print("(a digest of the old format: comparing whitespace-sensitive hashes)", file=sys.stderr)
+    else:
+        raw = False
+        before = digest(a.compare, a.arch)
+    now = digest(a.binary, a.arch, raw=raw)
     gone = sorted(set(before) - set(now))
     new = sorted(set(now) - set(before))
     changed = sorted(k for k in set(now) & set(before) if now[k] != before[k])
-    for k in gone:
-        print("gone   ", k)
+    # Renamed: a body that went under one name and came back under another.
+    new_by_hash: dict[str, list[str]] = {}
     for k in new:
-        print("new    ", k)
+        new_by_hash.setdefault(now[k], []).append(k)
+    renamed = []
+    for k in gone:
+        if new_by_hash.get(before[k]):
+            renamed.append((k, new_by_hash[before[k]].pop(0)))
+    renamed_old = {o for o, _ in renamed}
+    renamed_new = {n for _, n in renamed}
+    for k in gone:
+        if k not in renamed_old:
+            print("gone   ", k)
+    for k in new:
+        if k not in renamed_new:
+            print("new    ", k)
+    for o, n in renamed:
+        print("renamed", o, "->", n)
     for k in changed:
         print("CHANGED", k)
     same = len(set(now) & set(before)) - len(changed)
-    print(f"{a.arch}: {same} identical, {len(changed)} changed, {len(gone)} gone, {len(new)} new")
+    print(
+        f"{a.arch}: {same} identical, {len(changed)} changed, {len(renamed)} renamed (same body), "
+        f"{len(gone) - len(renamed)} gone, {len(new) - len(renamed)} new"
+    )
     return 1 if changed else 0
 
 

@@ -9,13 +9,14 @@ from reference import fused_add_rms_norm_ref
 from utils import (
     RMS_VARIANT_SHAPES,
     RMS_VARIANT_WEIGHTS,
+    RMS_WIDE_BWD,
     RMS_WIDE_SHAPES,
-    RMS_WIDE_VARIANTS,
     RMS_WIDE_WEIGHTS,
     assert_backward_builds_no_zeros,
     assert_close_to_ref,
     assert_rstd_close,
-    set_wide_variant,
+    cuda_kernels,
+    forced,
 )
 
 import liger_cpp  # noqa: F401
@@ -122,94 +123,116 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, mode, offset):
     _run_case(shape, dtype, wkind, mode, offset, device="cuda")
 
 
-# Every CUDA backward kernel (LIGER_CPP_RMS_BWD, read on every call; see test_rms_norm.py)
-# on the residual-gradient (ds_out) path, including rows fetched ahead with cp.async and
-# regds (ds_out fetched one row ahead in registers).
-BWD_VARIANTS = ["old", "reg", "async", "regds"]
+# The CUDA backward's kernels on the residual-gradient (ds_out) path (see test_rms_norm.py), each
+# forced with the plan override where it runs: the plan's (pipe with cp.async stages up to 1024
+# vectors, ds_out a third operand a row; the cluster kernel above on sm_90), cached and generic. (The
+# TMA backward takes no residual gradient.)
+BWD_KERNELS = [None, "cached", "generic"]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("bwd", BWD_KERNELS)
 @pytest.mark.parametrize("shape", RMS_VARIANT_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
-def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
-    monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
-    _run_case(shape, dtype, wkind, mode, offset, device="cuda")
+def test_cuda_bwd_kernels(bwd, shape, dtype, wkind, mode, offset):
+    with forced(rms_bwd=bwd):
+        _run_case(shape, dtype, wkind, mode, offset, device="cuda")
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("bwd", BWD_KERNELS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_bwd_variants_strided_zero_ds(monkeypatch, variant, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
-    _run_case((600, 2048), dtype, "same", "llama", 0.0, "cuda", strided=True)
-    _run_case((700, 512), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
+def test_cuda_bwd_kernels_strided_zero_ds(bwd, dtype):
+    with forced(rms_bwd=bwd):
+        _run_case((600, 2048), dtype, "same", "llama", 0.0, "cuda", strided=True)
+        _run_case((700, 512), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
 
 
-# Rows above 1024 vectors: the forward (s, y, rstd) and the residual-gradient (ds_out) backward of
-# LIGER_CPP_RMS_FWD_WIDE / LIGER_CPP_RMS_BWD_WIDE's kernels (see test_rms_norm.py and
-# utils.RMS_WIDE_VARIANTS), with strided inputs (misaligned, and 16-byte aligned with a row stride
-# that is not the width) and a zero ds_out too.
+# Rows above 1024 vectors (utils.RMS_WIDE_SHAPES): the forward (s, y, rstd: the register-cached
+# forward up to 4096 vectors, then the generic one) and the residual-gradient (ds_out) backward of
+# the plan (the cluster kernel on sm_90) and the register-cached fallback (rms_bwd=cached), with
+# strided inputs (misaligned, and 16-byte aligned with a row stride that is not the width) and a
+# zero ds_out too.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
+@pytest.mark.parametrize("bwd", RMS_WIDE_BWD)
 @pytest.mark.parametrize("shape", RMS_WIDE_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("wkind,mode,offset", RMS_WIDE_WEIGHTS)
-def test_cuda_wide_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
+def test_cuda_wide(bwd, shape, dtype, wkind, mode, offset):
     if mode == "none" and wkind == "fp32" and dtype != torch.float32:
         pytest.skip("'none' keeps one dtype: HF's formula would promote")
-    set_wide_variant(monkeypatch, variant)
-    _run_case(shape, dtype, wkind, mode, offset, device="cuda", check_rstd=True)
+    with forced(rms_bwd=bwd):
+        _run_case(shape, dtype, wkind, mode, offset, device="cuda", check_rstd=True)
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
+@pytest.mark.parametrize("bwd", RMS_WIDE_BWD)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_wide_strided_zero_ds(monkeypatch, variant, dtype):
-    set_wide_variant(monkeypatch, variant)
-    _run_case((40, 16392), dtype, "same", "llama", 0.0, "cuda", strided=True)
-    _run_case((300, 16384), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
-    for shape in [(40, 16392), (3, 5, 32768)]:
-        _run_case(shape, dtype, "fp32", "gemma", 1.0, "cuda", strided=True, start=8, check_rstd=True)
+def test_cuda_wide_strided_zero_ds(bwd, dtype):
+    with forced(rms_bwd=bwd):
+        _run_case((40, 16392), dtype, "same", "llama", 0.0, "cuda", strided=True)
+        _run_case((300, 16384), dtype, "fp32", "llama", 0.0, "cuda", ds_scale=0.0)
+        for shape in [(40, 16392), (3, 5, 32768)]:
+            _run_case(shape, dtype, "fp32", "gemma", 1.0, "cuda", strided=True, start=8, check_rstd=True)
 
 
-# The CUDA register-cached forward has variants chosen by LIGER_CPP_RMS_ADD_FWD (read on every
-# call; see rms_norm.cu's fwd_mode): old (struct stores), pack (packed 16-byte stores), new
-# (pack + weights fetched before the reduction). Each must match the reference, and all must give
-# bit-identical y, s and rstd (they compute the same values, only the memory accesses differ).
-FWD_VARIANTS = ["old", "pack", "new"]
-
-
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", FWD_VARIANTS)
-@pytest.mark.parametrize("shape", RMS_VARIANT_SHAPES)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
-def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
-    monkeypatch.setenv("LIGER_CPP_RMS_ADD_FWD", variant)
-    _run_case(shape, dtype, wkind, mode, offset, device="cuda")
-
-
+# The forward on CUDA (the register-cached kernel up to 4096 vectors: s and y stored as packed
+# 16-byte words, the weights loaded before the reduction; the generic kernel for wider rows and
+# widths that are not whole vectors; no forward override applies to FusedAddRMSNorm): y against the
+# reference, s = x + r exactly, and the same bits on a second call.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "wkind,mode", [("same", "llama"), ("fp32", "llama"), ("same", "gemma"), (None, "none")]
 )
-@pytest.mark.parametrize("shape", [(1000, 4096), (333, 2048), (64, 16384), (5, 1000)])
-def test_cuda_fwd_variants_identical(monkeypatch, dtype, wkind, mode, shape):
+@pytest.mark.parametrize("shape", [(1000, 4096), (333, 2048), (64, 16384), (5, 1000), (3, 65536)])
+def test_cuda_fwd(dtype, wkind, mode, shape):
     x = torch.randn(*shape, device="cuda", dtype=dtype)
     r = torch.randn(*shape, device="cuda", dtype=dtype)
     w = _weight(wkind, shape[-1], dtype, "cuda", mode == "gemma")
     w = w.detach() if w is not None else None
-    outs = []
-    for variant in FWD_VARIANTS:
-        monkeypatch.setenv("LIGER_CPP_RMS_ADD_FWD", variant)
-        outs.append(torch.ops.liger.fused_add_rms_norm_fwd(x, r, w, 1e-6, 0.0, mode, False))
-    for other in outs[1:]:
-        for a, b in zip(outs[0], other):
-            assert torch.equal(a, b)
+    outs = [torch.ops.liger.fused_add_rms_norm_fwd(x, r, w, 1e-6, 0.0, mode, False) for _ in range(2)]
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
     assert torch.equal(outs[0][1], x + r)
+    y64 = fused_add_rms_norm_ref(
+        x.double(), r.double(), w.double() if w is not None else None, 1e-6, 0.0, mode
+    )[0]
+    ylo = fused_add_rms_norm_ref(x, r, w, 1e-6, 0.0, mode)[0]
+    assert_close_to_ref(outs[0][0], y64, ylo, "Y")
+
+
+# The plan of record on sm_90 (docs/kernels/rms_norm.md): the kernels a call runs, from the profiler.
+# (shape, override, forward kernel, backward kernels) for bf16 with a weight and a residual gradient.
+SM90_PLAN = [
+    ((300, 4096), {}, "rms_fwd_cached", ["rms_bwd_pipe", "reduce_partials4"]),
+    ((8, 65536), {}, "rms_fwd_generic", ["rms_bwd_cluster", "reduce_partials4"]),
+    ((300, 4096), {"rms_bwd": "cached"}, None, ["rms_bwd_cached", "reduce_partials4"]),
+    (
+        (300, 4096),
+        {"rms_bwd": "generic"},
+        None,
+        ["rms_bwd_dw_generic", "rms_bwd_dx_generic", "reduce_partials4"],
+    ),
+]
+
+
+@pytest.mark.skipif(
+    not CUDA_OK or torch.cuda.get_device_capability() != (9, 0), reason="the plan of record is sm_90's"
+)
+@pytest.mark.parametrize("shape,override,fwd,bwd", SM90_PLAN)
+def test_cuda_sm90_plan(shape, override, fwd, bwd):
+    x, r = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    w = _weight("same", shape[-1], torch.bfloat16, "cuda", False)
+    with forced(**override):
+        y, s = fused_add_rms_norm(x, r, w, 1e-6)
+        dy, ds = torch.randn_like(y), torch.randn_like(s)
+        ran_fwd = cuda_kernels(lambda: fused_add_rms_norm(x, r, w, 1e-6))
+        ran_bwd = cuda_kernels(lambda: torch.autograd.backward([y, s], [dy, ds], retain_graph=True))
+    if fwd is not None:
+        assert ran_fwd == [fwd]
+    assert ran_bwd == bwd
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import CUDA_OK, DEVICES
 from reference import layer_norm_ref
-from utils import assert_backward_builds_no_zeros, assert_close_to_ref
+from utils import assert_backward_builds_no_zeros, assert_close_to_ref, cuda_kernels, forced
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.layer_norm import layer_norm
@@ -91,14 +91,18 @@ def test_cuda_wide_and_tall(shape, dtype, wkind, bkind):
     _run_case(shape, dtype, wkind, bkind, device="cuda")
 
 
-# LIGER_CPP_LN_BWD picks the CUDA backward kernel per call (old: register-cached; v1-v3: pipelined;
-# v4, v5: pipelined with 16-byte vectors, named barriers, v5 fetching with cp.async; tma: rows
-# brought into shared-memory stages by TMA bulk copies, the default on sm_90, else v5).
+# The CUDA backward's kernels (docs/kernels/layer_norm.md), each forced with the plan override
+# (ln_bwd; None: the plan's own choice) where it runs, elsewhere the plan's choice: tma (sm_90, rows
+# of up to 512 16-byte vectors, in clusters of two where the plan pairs them), tma_unpaired (the same
+# kernel, one partial row a block), pipe16 (16-byte vectors and cp.async stages: the default without
+# sm_90 code), pipe (4-element vectors: rows of 513..1024 vectors, and rows of whole 4-element but not
+# 16-byte vectors) and generic (any row).
 # Shapes: several rows per block (1024, 64, 8), two vectors per thread for 16-bit types (8192),
-# fallbacks (odd width, fp32 8192; v4/v5/tma: above 512 16-byte vectors, i.e. fp32 4096 and 16-bit
-# 8192), fewer rows than blocks, many rows per block, a row that leaves threads idle (2000), more
-# rows per block than threads (140000 x 64: tma reloads its mean/rstd chunk every 32 rows).
-BWD_VARIANTS = ["old", "v1", "v2", "v3", "v4", "v5", "tma"]
+# fallbacks (odd width, fp32 8192; tma/pipe16: above 512 16-byte vectors, i.e. fp32 4096 and 16-bit
+# 8192; 2052: whole 4-element vectors only), fewer rows than blocks, many rows per block, a row that
+# leaves threads idle (2000), more rows per block than threads (140000 x 64: tma reloads its
+# mean/rstd chunk every 32 rows).
+BWD_KERNELS = [None, "tma_unpaired", "pipe16", "pipe", "generic"]
 BWD_SHAPES = [
     (300, 1024),
     (4096, 64),
@@ -114,98 +118,143 @@ BWD_SHAPES = [
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("bwd", BWD_KERNELS)
 @pytest.mark.parametrize("shape", BWD_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_LN_BWD", variant)
-    _run_case(shape, dtype, "same", "same", device="cuda")
-    _run_case(shape, dtype, "fp32", None, device="cuda")
-    _run_case(shape, dtype, None, "same", device="cuda")
+def test_cuda_bwd_kernels(bwd, shape, dtype):
+    with forced(ln_bwd=bwd):
+        _run_case(shape, dtype, "same", "same", device="cuda")
+        _run_case(shape, dtype, "fp32", None, device="cuda")
+        _run_case(shape, dtype, None, "same", device="cuda")
 
 
-# LIGER_CPP_LN_BWD_PAIR=off: the TMA backward without its clusters of two (one partial row a block);
-# on (the default, every other test) also covers odd row counts, where the even grid's last block
-# has no rows.
+# The TMA backward paired and not: odd row counts (the even grid's last block has no rows) and
+# 3-D input.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("pair", ["on", "off"])
+@pytest.mark.parametrize("bwd", ["tma", "tma_unpaired"])
 @pytest.mark.parametrize("shape", [(1, 4096), (7, 4096), (263, 4096), (1000, 1024), (3, 5, 768)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_bwd_pair(monkeypatch, pair, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_LN_BWD_PAIR", pair)
-    _run_case(shape, dtype, "same", "same", device="cuda")
-    _run_case(shape, dtype, "fp32", "fp32", device="cuda")
+def test_cuda_bwd_pair(bwd, shape, dtype):
+    with forced(ln_bwd=bwd):
+        _run_case(shape, dtype, "same", "same", device="cuda")
+        _run_case(shape, dtype, "fp32", "fp32", device="cuda")
 
 
 # Pairs with an odd row count (5001: the pairs' blocks get unequal rows) stay deterministic.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-def test_cuda_bwd_pair_deterministic(monkeypatch):
-    monkeypatch.setenv("LIGER_CPP_LN_BWD_PAIR", "on")
+def test_cuda_bwd_pair_deterministic():
     _assert_bwd_deterministic(5001, 4096, "cuda")
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", BWD_VARIANTS)
-def test_cuda_bwd_variants_strided_and_deterministic(monkeypatch, variant):
-    monkeypatch.setenv("LIGER_CPP_LN_BWD", variant)
-    for dtype in DTYPES:
-        _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
-        _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
-        _run_case((9, 1000), dtype, "same", "same", "cuda", strided="aligned")
-        _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided="aligned")
-    _assert_bwd_deterministic(5000, 4096, "cuda")
+@pytest.mark.parametrize("bwd", BWD_KERNELS)
+def test_cuda_bwd_kernels_strided_and_deterministic(bwd):
+    with forced(ln_bwd=bwd):
+        for dtype in DTYPES:
+            _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
+            _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
+            _run_case((9, 1000), dtype, "same", "same", "cuda", strided="aligned")
+            _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided="aligned")
+        _assert_bwd_deterministic(5000, 4096, "cuda")
 
 
-# LIGER_CPP_LN_FWD picks the cached forward's variant per call (old: struct stores; pack: packed
-# 16-byte stores; new: pack with the weights loaded before the variance reduction).
-FWD_VARIANTS = ["old", "pack", "new"]
-# Shapes as BWD_SHAPES, plus many rows per block (20000 x 1024, 140000 x 64).
+# The forward (the register-cached kernel for rows of up to 4096 16-byte vectors, 128-thread blocks,
+# else the generic kernel; no override): shapes as BWD_SHAPES, plus many rows per block (20000 x
+# 1024, 140000 x 64), rows that leave a block's last group idle (301, 1001) and wide rows.
 FWD_SHAPES = [
     (300, 1024),
     (4096, 64),
     (33, 8),
     (7, 4096),
-    (1000, 4096),
+    (1001, 4096),
     (50, 2000),
     (4, 16384),
     (20000, 1024),
     (140000, 64),
+    (301, 1024),
+    (7, 16384),
 ]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", FWD_VARIANTS)
 @pytest.mark.parametrize("shape", FWD_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_LN_FWD", variant)
+def test_cuda_fwd_shapes(shape, dtype):
     _run_case(shape, dtype, "same", "same", device="cuda")
     _run_case(shape, dtype, "fp32", "fp32", device="cuda")
     _run_case(shape, dtype, None, "same", device="cuda")
     _run_case(shape, dtype, "same", None, device="cuda")
-
-
-# LIGER_CPP_LN_FWD_TY sets the cached forward's rows a block (1, 2, 4; above 1024 threads it keeps
-# its own): the same values whatever the block shape, rows that leave a block's last group idle.
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("ty", ["1", "2", "4"])
-@pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8), (7, 16384)])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_rows_per_block(monkeypatch, ty, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_LN_FWD_TY", ty)
-    _run_case(shape, dtype, "same", "same", device="cuda")
     _run_case(shape, dtype, None, None, device="cuda")
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", FWD_VARIANTS)
-def test_cuda_fwd_variants_strided(monkeypatch, variant):
-    monkeypatch.setenv("LIGER_CPP_LN_FWD", variant)
+def test_cuda_fwd_strided():
     for dtype in DTYPES:
         _run_case((9, 1000), dtype, "same", "same", "cuda", strided=True)
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided=True)
         _run_case((9, 1000), dtype, "same", "same", "cuda", strided="aligned")
         _run_case((4, 6, 4096), dtype, "fp32", "fp32", "cuda", strided="aligned")
+
+
+# The plan of record on sm_90 (docs/kernels/layer_norm.md): the kernels a call runs, from the
+# profiler, bf16 with weight and bias. (shape, override, forward kernel, backward kernels)
+SM90_PLAN = [
+    ((300, 4096), {}, "ln_fwd_cached", ["ln_bwd_tma", "reduce_partials4"]),
+    ((300, 1024), {}, "ln_fwd_cached", ["ln_bwd_tma", "reduce_partials4"]),
+    ((300, 8192), {}, "ln_fwd_cached", ["ln_bwd_pipe", "reduce_partials4"]),
+    ((300, 2052), {}, "ln_fwd_generic", ["ln_bwd_pipe", "reduce_partials4"]),
+    (
+        (300, 16384),
+        {},
+        "ln_fwd_cached",
+        ["ln_bwd_dwdb_generic", "ln_bwd_dx_generic", "reduce_partials", "reduce_partials"],
+    ),
+    (
+        (4, 65536),
+        {},
+        "ln_fwd_generic",
+        ["ln_bwd_dwdb_generic", "ln_bwd_dx_generic", "reduce_partials", "reduce_partials"],
+    ),
+    (
+        (300, 1001),
+        {},
+        "ln_fwd_generic",
+        ["ln_bwd_dwdb_generic", "ln_bwd_dx_generic", "reduce_partials", "reduce_partials"],
+    ),
+    ((300, 4096), {"ln_bwd": "tma_unpaired"}, None, ["ln_bwd_tma", "reduce_partials4"]),
+    ((300, 4096), {"ln_bwd": "pipe16"}, None, ["ln_bwd_pipe16", "reduce_partials4"]),
+    ((300, 4096), {"ln_bwd": "pipe"}, None, ["ln_bwd_pipe", "reduce_partials4"]),
+    (
+        (300, 4096),
+        {"ln_bwd": "generic"},
+        None,
+        ["ln_bwd_dwdb_generic", "ln_bwd_dx_generic", "reduce_partials", "reduce_partials"],
+    ),
+]
+
+
+@pytest.mark.skipif(
+    not CUDA_OK or torch.cuda.get_device_capability() != (9, 0), reason="the plan of record is sm_90's"
+)
+@pytest.mark.parametrize("shape,override,fwd,bwd", SM90_PLAN)
+def test_cuda_sm90_plan(shape, override, fwd, bwd):
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = _param("same", shape[-1], torch.bfloat16, "cuda", 1.0)
+    b = _param("same", shape[-1], torch.bfloat16, "cuda", 0.0)
+    with forced(**override):
+        y = layer_norm(x, w, b, 1e-6)
+        dy = torch.randn_like(y)
+        ran_fwd = cuda_kernels(lambda: layer_norm(x, w, b, 1e-6))
+        ran_bwd = cuda_kernels(lambda: y.backward(dy, retain_graph=True))
+    if fwd is not None:
+        assert ran_fwd == [fwd]
+    assert ran_bwd == bwd
+
+
+def test_unknown_plan_override_is_an_error():
+    with pytest.raises(ValueError, match="ln_bwd: expected one of tma, tma_unpaired, pipe16, pipe, generic"):
+        with forced(ln_bwd="v5"):
+            pass
 
 
 def _assert_bwd_deterministic(rows, cols, device):
@@ -272,7 +321,7 @@ def test_opcheck(device, dtype):
 
 # Without W the backward op returns dB in float32 for 16-bit X (the bias it belongs to may be float32:
 # its gradient is not rounded to X's dtype), in X's dtype otherwise; dW is empty. The default
-# backward here; every LIGER_CPP_LN_BWD variant takes that path in test_cuda_bwd_variants (no
+# backward here; every backward kernel takes that path in test_cuda_bwd_kernels (no
 # weight, a bias), and test_forward_backward's (None, fp32) checks the bias gradient end to end.
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -8,13 +8,14 @@ from reference import rms_norm_ref
 from utils import (
     RMS_VARIANT_SHAPES,
     RMS_VARIANT_WEIGHTS,
+    RMS_WIDE_BWD,
     RMS_WIDE_SHAPES,
-    RMS_WIDE_VARIANTS,
     RMS_WIDE_WEIGHTS,
     assert_backward_builds_no_zeros,
     assert_close_to_ref,
     assert_rstd_close,
-    set_wide_variant,
+    cuda_kernels,
+    forced,
 )
 
 import liger_cpp  # noqa: F401
@@ -121,197 +122,144 @@ def _assert_bwd_deterministic(rows, n, dtype):
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
 
 
-# The CUDA backward has several kernels for rows of up to 1024 vectors, chosen by
-# LIGER_CPP_RMS_BWD (read on every call): each must match the reference, on the shapes of
-# utils.RMS_VARIANT_SHAPES. tma runs on sm_90 only (rows of 64..1024 16-byte vectors; unset, from
-# 256 vectors up), elsewhere the default.
-BWD_VARIANTS = ["old", "reg", "async", "tma"]
+# The CUDA backward's kernels (docs/kernels/rms_norm.md), each forced with the plan override
+# (rms_bwd; None: the plan's own choice) where it runs, elsewhere the plan's choice: tma (sm_90, rows
+# of 64..1024 16-byte vectors), pipe (rows up to 1024 vectors: the backward without sm_90 code),
+# cached (rows up to 4096 vectors: the fallback of the wide rows without sm_90 code) and generic
+# (any row), on the shapes of utils.RMS_VARIANT_SHAPES.
+BWD_KERNELS = [None, "tma", "pipe", "cached", "generic"]
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("bwd", BWD_KERNELS)
 @pytest.mark.parametrize("shape", RMS_VARIANT_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
-def test_cuda_bwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
-    monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
-    _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda")
+def test_cuda_bwd_kernels(bwd, shape, dtype, wkind, mode, offset):
+    with forced(rms_bwd=bwd):
+        _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda")
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", BWD_VARIANTS)
+@pytest.mark.parametrize("bwd", BWD_KERNELS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_bwd_variants_strided_in_place_deterministic(monkeypatch, variant, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_BWD", variant)
-    _run_case((600, 2048), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
-    _run_case((3, 700, 512), dtype, "fp32", "none" if dtype == torch.float32 else "gemma", 1.0, True, "cuda")
-    # 16-byte aligned rows with a stride that is not the width (the TMA kernels copy each row)
-    _run_case((600, 2048), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True, start=8)
-    _assert_bwd_deterministic(5000, 4096, dtype)
+def test_cuda_bwd_kernels_strided_in_place_deterministic(bwd, dtype):
+    with forced(rms_bwd=bwd):
+        _run_case((600, 2048), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
+        mode = "none" if dtype == torch.float32 else "gemma"
+        _run_case((3, 700, 512), dtype, "fp32", mode, 1.0, True, "cuda")
+        # 16-byte aligned rows with a stride that is not the width (the TMA kernels copy each row)
+        _run_case((600, 2048), dtype, "same", "llama", 0.0, True, "cuda", strided=True, start=8)
+        _assert_bwd_deterministic(5000, 4096, dtype)
 
 
-# Sets knobs of the register-cached and wide forwards, after setting the compile-time-width forward
-# (LIGER_CPP_RMS_FWD_FIXED, the default at hidden 4096 / 8192 / 16384) off: where it runs, they are
-# not read.
-def _cached_forward_knobs(monkeypatch, **env):
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "off")
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-
-
-# LIGER_CPP_RMS_FWD_TY sets the cached forward's rows a block (1, 2, 4; above 1024 threads it keeps
-# its own): the same values whatever the block shape.
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("ty", ["1", "2", "4"])
-@pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8)])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_rows_per_block(monkeypatch, ty, shape, dtype):
-    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD_TY=ty)
-    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
-    _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
-
-
-# The three weight cases a forward layout knob is checked with on CUDA: same-dtype weight (llama,
-# out of place), fp32 weight with Gemma's offset (in place) and no weight (none); rstd checked too.
+# The three weight cases a forward is checked with on CUDA: same-dtype weight (llama, out of
+# place), fp32 weight with Gemma's offset (in place) and no weight (none); rstd checked too.
 def _run_forward_layout_cases(shape, dtype):
     _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
     _run_case(shape, dtype, None, "none", 0.0, in_place=False, device="cuda", check_rstd=True)
 
 
-# LIGER_CPP_RMS_FWD_V sets the cached forward's vectors a thread (2, 4; default 2 up to 128
-# vectors, 4 above; where a row would need more than 1024 threads, 4): the same values whatever
-# the layout.
+# The forward's kernels, forced with the plan override (rms_fwd; None: the plan's own choice) where
+# they run: cached (the register-cached forward: 2 vectors a thread up to 128 vectors, 4 above, the
+# 40-register build for 512-thread rows where y has x's dtype; it takes rows up to 4096 vectors) and
+# l2hint (the two-pass wide-row forward, with L1 priorities above 64 KiB rows). Shapes: 16 rows a
+# block, several, one; 512-thread rows (16384 bf16); 125 vectors (1000 bf16: the last warp partly
+# idle); the wide rows (24584 bf16: a ragged last pass, 65536: L1 priorities); a width that is not
+# whole vectors (16390: the generic forward).
+FWD_KERNELS = [None, "cached", "l2hint"]
+FWD_SHAPES = [
+    (4096, 64),
+    (301, 1024),
+    (1001, 4096),
+    (33, 8),
+    (9, 16384),
+    (5, 1000),
+    (7, 24584),
+    (3, 65536),
+    (5, 16390),
+]
+
+
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("fwd", ["old", "new"])
-@pytest.mark.parametrize("nv", ["2", "4"])
-@pytest.mark.parametrize(
-    "shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8), (9, 16384), (5, 1000), (300, 16384), (7, 32768)]
-)
+@pytest.mark.parametrize("fwd", FWD_KERNELS)
+@pytest.mark.parametrize("shape", FWD_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_vectors_per_thread(monkeypatch, fwd, nv, shape, dtype):
-    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD=fwd, LIGER_CPP_RMS_FWD_V=nv)
-    _run_forward_layout_cases(shape, dtype)
+def test_cuda_fwd_kernels(fwd, shape, dtype):
+    with forced(rms_fwd=fwd):
+        _run_forward_layout_cases(shape, dtype)
 
 
-# LIGER_CPP_RMS_FWD_REGS=none|40: the 4-vector forward uncapped and in its 40-register build (the
-# default for 512-thread rows where y has x's dtype width; forced here for any block of at most 512
-# threads); wider rows (16384 fp32: 1024 threads) keep the uncapped kernel.
+# torch.compile's skeleton (the default forward with x, w and y of one 16-bit dtype: compile-time
+# width at hidden 4096 / 8192 / 16384, run-time width at the other widths of 129..2048 vectors, e.g.
+# 1536, 2056, 5120, 5128 (641 vectors: a ragged last access) and 14336, with guarded accesses; every
+# other case takes the register-cached forward); a strided x (aligned rows) and a width the plan
+# leaves to the register-cached forward (1000).
+FIXED_SHAPES = [
+    (1, 4096),
+    (301, 8192),
+    (9, 16384),
+    (3, 4096),
+    (5, 1000),
+    (7, 5120),
+    (3, 5128),
+    (5, 6144),
+    (3, 2056),
+    (4, 14336),
+    (9, 1536),
+    (2, 2048),
+]
+
+
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("regs", ["none", "40"])
-@pytest.mark.parametrize("shape", [(1, 4096), (301, 1024), (1001, 4096), (33, 8), (9, 16384), (5, 1000)])
+@pytest.mark.parametrize("shape", FIXED_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_register_cap(monkeypatch, regs, shape, dtype):
-    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD_V="4", LIGER_CPP_RMS_FWD_REGS=regs)
-    _run_forward_layout_cases(shape, dtype)
-
-
-# LIGER_CPP_RMS_FWD_L1HINT=on: the two-pass wide forward (rms_fwd_l2hint, forced by
-# LIGER_CPP_RMS_FWD_WIDE=l2hint above 1024 vectors) with L1 eviction priorities on its loads: a
-# row that is one pass of the block, a ragged last pass, and a width that is not whole vectors
-# (the other kernels).
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("l1", ["off", "on"])
-@pytest.mark.parametrize("shape", [(9, 16384), (7, 24584), (3, 65536), (5, 16390)])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_l2hint_l1(monkeypatch, l1, shape, dtype):
-    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD_WIDE="l2hint", LIGER_CPP_RMS_FWD_L1HINT=l1)
-    _run_forward_layout_cases(shape, dtype)
-
-
-# LIGER_CPP_RMS_FWD_FIXED: torch.compile's skeleton (the default forward with x, w and y of one
-# 16-bit dtype: compile-time width at hidden 4096 / 8192 / 16384, run-time width at the other widths
-# of 129..2048 vectors, e.g. 1536, 2056, 5120 and 14336, with guarded accesses; every other case takes the
-# register-cached forward) off, on, with each block size forced (t256 / t512: the other widths take
-# the register-cached forward), and gen (the run-time form at every width of 64..2048 vectors); a
-# strided x (aligned rows) and a width the defaults leave to the register-cached forward (1000: gen
-# takes it too).
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", ["off", "on", "t256", "t512", "gen"])
-@pytest.mark.parametrize(
-    "shape",
-    [
-        (1, 4096),
-        (301, 8192),
-        (9, 16384),
-        (3, 4096),
-        (5, 1000),
-        (7, 5120),
-        (3, 2056),
-        (4, 14336),
-        (9, 1536),
-        (2, 2048),
-    ],
-)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_fixed(monkeypatch, variant, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", variant)
+def test_cuda_fwd_fixed(shape, dtype):
     _run_forward_layout_cases(shape, dtype)
     _run_case(shape, dtype, "same", "gemma", 1.0, in_place=False, device="cuda", check_rstd=True)
     if shape[0] > 1:  # one row of a padded buffer is contiguous
         _run_case(shape, dtype, "same", "none", 0.0, False, "cuda", strided=True, start=8, check_rstd=True)
 
 
-# Rows above 1024 vectors: the forward and backward kernels of LIGER_CPP_RMS_FWD_WIDE and
-# LIGER_CPP_RMS_BWD_WIDE (utils.RMS_WIDE_VARIANTS; the cluster kernels run on sm_90, elsewhere every
-# variant takes the old kernels): y, rstd, dX and dW against the reference.
+# Rows above 1024 vectors (utils.RMS_WIDE_SHAPES): the plan's kernels (on sm_90 the cluster backward)
+# and the register-cached backward (rms_bwd=cached; rows above 4096 vectors: the generic one): y,
+# rstd, dX and dW against the reference.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
+@pytest.mark.parametrize("bwd,in_place", [(None, False), (None, True), ("cached", True)])
 @pytest.mark.parametrize("shape", RMS_WIDE_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("wkind,mode,offset", RMS_WIDE_WEIGHTS)
-@pytest.mark.parametrize("in_place", [False, True])
-def test_cuda_wide_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset, in_place):
+def test_cuda_wide(bwd, in_place, shape, dtype, wkind, mode, offset):
     if mode == "none" and wkind == "fp32" and dtype != torch.float32:
         pytest.skip("'none' keeps one dtype: HF's formula would promote")
-    set_wide_variant(monkeypatch, variant)
-    _run_case(shape, dtype, wkind, mode, offset, in_place=in_place, device="cuda", check_rstd=True)
+    with forced(rms_bwd=bwd):
+        _run_case(shape, dtype, wkind, mode, offset, in_place=in_place, device="cuda", check_rstd=True)
 
 
 # Strided rows: misaligned (the generic kernels) and 16-byte aligned with a row stride that is not
 # the width (the cluster kernels with x_row_stride != cols).
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", list(RMS_WIDE_VARIANTS))
+@pytest.mark.parametrize("bwd", RMS_WIDE_BWD)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_wide_strided_in_place_deterministic(monkeypatch, variant, dtype):
-    set_wide_variant(monkeypatch, variant)
-    _run_case((40, 16392), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
-    _run_case((3, 5, 32768), dtype, "fp32", "gemma", 1.0, in_place=False, device="cuda", strided=True)
-    for shape in [(40, 16392), (3, 5, 32768)]:
-        _run_case(shape, dtype, "same", "llama", 0.0, True, "cuda", strided=True, start=8, check_rstd=True)
-    _assert_bwd_deterministic(700, 32768, dtype)
+def test_cuda_wide_strided_in_place_deterministic(bwd, dtype):
+    with forced(rms_bwd=bwd):
+        _run_case((40, 16392), dtype, "same", "llama", 0.0, in_place=True, device="cuda", strided=True)
+        _run_case((3, 5, 32768), dtype, "fp32", "gemma", 1.0, in_place=False, device="cuda", strided=True)
+        for shape in [(40, 16392), (3, 5, 32768)]:
+            _run_case(
+                shape, dtype, "same", "llama", 0.0, True, "cuda", strided=True, start=8, check_rstd=True
+            )
+        _assert_bwd_deterministic(700, 32768, dtype)
 
 
-# The CUDA register-cached forward's variants (LIGER_CPP_RMS_FWD, read on every call; default
-# old for plain RMSNorm, see rms_norm.cu's fwd_mode) must match the reference and each other.
-FWD_VARIANTS = ["old", "pack", "new"]
-
-
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("variant", FWD_VARIANTS)
-@pytest.mark.parametrize("shape", [(4096, 64), (300, 1024), (2000, 4096), (9, 16384), (5, 1000)])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS)
-def test_cuda_fwd_variants(monkeypatch, variant, shape, dtype, wkind, mode, offset):
-    # pack has 4 vectors a thread only: the others at 4 too, so all three sum in the same order
-    _cached_forward_knobs(monkeypatch, LIGER_CPP_RMS_FWD_V="4", LIGER_CPP_RMS_FWD=variant)
-    _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda")
-    x = torch.randn(shape, device="cuda", dtype=dtype)
-    w = _weight(wkind, shape[-1], dtype, "cuda", mode == "gemma")
-    w = w.detach() if w is not None else None
-    mine = rms_norm(x, w, 1e-6, offset=offset, casting_mode=mode)
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD", "old")
-    assert torch.equal(mine, rms_norm(x, w, 1e-6, offset=offset, casting_mode=mode))
-
-
-# The TMA row backward (LIGER_CPP_RMS_BWD=tma: persistent blocks, a row at a time,
-# LIGER_CPP_RMS_TMA_STAGES rows in flight per block; sm_90, rows of 64..1024 16-byte vectors,
-# elsewhere the default kernels; unset, it runs from 129 vectors up): one row; rows not a multiple
-# of the grid; more rows than blocks x stages (each stage's mbarrier goes through many phases); a
-# width that is not a multiple of 32 vectors (1000 bf16: 125 vectors, the last warp partly idle)
-# nor of 128 bytes (520: the stages' regions padded); the widest row (8192 bf16; fp32 takes the wide
-# kernels); rows below 64 vectors (256 bf16) and a width that is not a multiple of 16 bytes (1001),
-# which fall back.
+# The TMA row backward (rms_bwd=tma: persistent blocks, a row at a time, 4 rows in flight per block;
+# sm_90, rows of 64..1024 16-byte vectors, elsewhere the plan's kernels; by default from 129
+# vectors): one row; rows not a multiple of the grid; more rows than blocks x stages (each stage's
+# mbarrier goes through many phases); a width that is not a multiple of 32 vectors (1000 bf16: 125
+# vectors, the last warp partly idle) nor of 128 bytes (520: the stages' regions padded); the widest
+# row (8192 bf16; fp32 takes the wide kernels); rows below 64 vectors (256 bf16) and a width that is
+# not a multiple of 16 bytes (1001), which fall back.
 TMA_SHAPES = [(1, 4096), (2000, 4096), (20000, 1024), (7, 1000), (5, 520), (70, 8192), (300, 256), (3, 1001)]
 
 
@@ -319,9 +267,9 @@ TMA_SHAPES = [(1, 4096), (2000, 4096), (20000, 1024), (7, 1000), (5, 520), (70, 
 @pytest.mark.parametrize("shape", TMA_SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("wkind,mode,offset", RMS_VARIANT_WEIGHTS + [("same", "none", 0.0)])
-def test_cuda_tma(monkeypatch, shape, dtype, wkind, mode, offset):
-    monkeypatch.setenv("LIGER_CPP_RMS_BWD", "tma")
-    _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda", check_rstd=True)
+def test_cuda_tma(shape, dtype, wkind, mode, offset):
+    with forced(rms_bwd="tma"):
+        _run_case(shape, dtype, wkind, mode, offset, in_place=False, device="cuda", check_rstd=True)
 
 
 # Programmatic dependent launch (plan override pdl=on|off; LIGER_CPP_PDL the user's kill switch, read
@@ -346,51 +294,93 @@ def test_cuda_pdl_same_bits(dtype):
         assert torch.equal(a, c)
 
 
-# Every stage count (LIGER_CPP_RMS_TMA_STAGES), in place, with bit-identical repeated backwards.
+# The TMA backward in place, many rows a block (each stage's mbarrier through many phases), with
+# bit-identical repeated backwards.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("stages", ["2", "3", "4", "6", "8"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_tma_stages(monkeypatch, stages, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_BWD", "tma")
-    monkeypatch.setenv("LIGER_CPP_RMS_TMA_STAGES", stages)
-    for shape in [(20000, 1024), (1, 4096), (70, 8192), (5, 520)]:
-        _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
-    _assert_bwd_deterministic(3000, 2048, dtype)
+def test_cuda_tma_in_place_deterministic(dtype):
+    with forced(rms_bwd="tma"):
+        for shape in [(20000, 1024), (1, 4096), (70, 8192), (5, 520)]:
+            _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda", check_rstd=True)
+        _assert_bwd_deterministic(3000, 2048, dtype)
 
 
-# LIGER_CPP_RMS_FWD_CH=2|3|4: the run-time-width forward (gen) with its accesses a thread forced
-# (guarded tails where the row's vectors are no multiple: 5128 bf16 is 641 vectors; 2 accesses at
-# 16384 bf16 are 1024-thread rows).
+# Rows of 513..768 threads (bf16 hidden 4104..6144) take the TMA backward's two-rows-a-stage build,
+# odd row counts (a last group of one row) included, except where two rows a stage do not fit in
+# shared memory (fp32 dY with 16-bit x at 5120 / 6144: the one-row build); 4096 keeps the one-row
+# build, and 1536 / 1032 (192 / 129 vectors) take the TMA backward by default too. dW sums every row
+# once: the reference checks it.
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("ch", ["2", "3", "4"])
-@pytest.mark.parametrize("shape", [(7, 5120), (3, 5128), (5, 6144), (2, 16384), (3, 2056)])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fwd_gen_accesses(monkeypatch, ch, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "gen")
-    monkeypatch.setenv("LIGER_CPP_RMS_FWD_CH", ch)
-    _run_case(shape, dtype, "same", "gemma", 1.0, in_place=False, device="cuda", check_rstd=True)
-    _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
-
-
-# LIGER_CPP_RMS_TMA_PAIRS (default on): rows of 513..768 threads (bf16 hidden 4104..6144) take the
-# TMA backward's two-rows-a-stage build, odd row counts (a last group of one row) included; off runs
-# the one-row build there; 4096 keeps the one-row build, and 1536 / 1032 (192 / 129 vectors) take
-# the TMA backward by default too. dW sums every row once: the reference checks it.
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize("pairs", ["off", "on"])
 @pytest.mark.parametrize(
     "shape", [(3001, 5120), (7, 6144), (1, 5120), (5, 4104), (33, 5128), (2, 4096), (9, 1536), (4, 1032)]
 )
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_tma_pairs(monkeypatch, pairs, shape, dtype):
-    monkeypatch.setenv("LIGER_CPP_RMS_TMA_PAIRS", pairs)
+def test_cuda_tma_pairs(shape, dtype):
     _run_case(shape, dtype, "same", "llama", 0.0, in_place=False, device="cuda", check_rstd=True)
     _run_case(shape, dtype, "fp32", "gemma", 1.0, in_place=True, device="cuda")
-    # fp32 weights in llama mode give fp32 y, so fp32 dY: two rows a stage do not fit in shared
-    # memory at 5120 / 6144 and the one-row build runs
+    # fp32 weights in llama mode give fp32 y, so fp32 dY
     _run_case(shape, dtype, "fp32", "llama", 0.0, in_place=False, device="cuda")
     if shape == (3001, 5120):
         _assert_bwd_deterministic(*shape, dtype)
+
+
+# The plan of record on sm_90 (docs/kernels/rms_norm.md's table): which kernels a call runs, read
+# from the profiler. A plan change must show up here, and so must an override that is not applied.
+# (shape, dtype, weight, override, forward kernel, backward kernels)
+GENERIC_BWD = ["rms_bwd_dw_generic", "rms_bwd_dx_generic"]
+SM90_PLAN = [
+    ((300, 4096), torch.bfloat16, "same", {}, "rms_fwd_fixed", ["rms_bwd_tma", "reduce_partials4"]),
+    ((300, 8192), torch.bfloat16, "same", {}, "rms_fwd_fixed", ["rms_bwd_tma", "reduce_partials4"]),
+    ((300, 16384), torch.bfloat16, "same", {}, "rms_fwd_fixed", ["rms_bwd_cluster", "reduce_partials4"]),
+    ((300, 2048), torch.bfloat16, "same", {}, "rms_fwd_fixed_rt", ["rms_bwd_tma", "reduce_partials4"]),
+    ((300, 5120), torch.float16, "same", {}, "rms_fwd_fixed_rt", ["rms_bwd_tma", "reduce_partials4"]),
+    ((300, 1024), torch.bfloat16, "same", {}, "rms_fwd_cached", ["rms_bwd_pipe", "reduce_partials4"]),
+    ((300, 4096), torch.bfloat16, "fp32", {}, "rms_fwd_cached", ["rms_bwd_tma", "reduce_partials4"]),
+    ((300, 4096), torch.float32, "same", {}, "rms_fwd_cached", ["rms_bwd_tma", "reduce_partials4"]),
+    ((16, 32768), torch.bfloat16, "same", {}, "rms_fwd_l2hint", ["rms_bwd_cluster", "reduce_partials4"]),
+    ((8, 65536), torch.bfloat16, "same", {}, "rms_fwd_l2hint", ["rms_bwd_cluster", "reduce_partials4"]),
+    ((4, 131072), torch.bfloat16, "same", {}, "rms_fwd_l2hint", GENERIC_BWD + ["reduce_partials4"]),
+    ((300, 1001), torch.bfloat16, "same", {}, "rms_fwd_generic", GENERIC_BWD + ["reduce_partials"]),
+    ((300, 4096), torch.bfloat16, "same", {"rms_fwd": "cached"}, "rms_fwd_cached", None),
+    ((300, 4096), torch.bfloat16, "same", {"rms_fwd": "l2hint"}, "rms_fwd_l2hint", None),
+    ((300, 512), torch.bfloat16, "same", {"rms_bwd": "tma"}, None, ["rms_bwd_tma", "reduce_partials4"]),
+    ((300, 4096), torch.bfloat16, "same", {"rms_bwd": "pipe"}, None, ["rms_bwd_pipe", "reduce_partials4"]),
+    (
+        (300, 16384),
+        torch.bfloat16,
+        "same",
+        {"rms_bwd": "cached"},
+        None,
+        ["rms_bwd_cached", "reduce_partials4"],
+    ),
+    (
+        (300, 32768),
+        torch.bfloat16,
+        "same",
+        {"rms_bwd": "cached"},
+        None,
+        ["rms_bwd_cached", "reduce_partials4"],
+    ),
+    ((300, 4096), torch.bfloat16, "same", {"rms_bwd": "generic"}, None, GENERIC_BWD + ["reduce_partials4"]),
+]
+
+
+@pytest.mark.skipif(
+    not CUDA_OK or torch.cuda.get_device_capability() != (9, 0), reason="the plan of record is sm_90's"
+)
+@pytest.mark.parametrize("shape,dtype,wkind,override,fwd,bwd", SM90_PLAN)
+def test_cuda_sm90_plan(shape, dtype, wkind, override, fwd, bwd):
+    x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
+    w = _weight(wkind, shape[-1], dtype, "cuda", False)
+    with forced(**override):
+        y = rms_norm(x, w, 1e-6)
+        dy = torch.randn_like(y)
+        ran_fwd = cuda_kernels(lambda: rms_norm(x, w, 1e-6))
+        ran_bwd = cuda_kernels(lambda: y.backward(dy, retain_graph=True))
+    if fwd is not None:
+        assert ran_fwd == [fwd]
+    if bwd is not None:
+        assert ran_bwd == bwd
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -570,51 +560,15 @@ def test_default_is_safe_in_a_residual(device):
     assert LigerRMSNorm(8).in_place is False
 
 
-# The CUDA kernel-variant knobs reject values they do not know (a typo must not silently time the
-# default kernel): RMSNorm's, LayerNorm's and SwiGLU's, each read on the call.
-@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
-@pytest.mark.parametrize(
-    "var,op",
-    [
-        ("LIGER_CPP_RMS_BWD", "rms_bwd"),
-        ("LIGER_CPP_RMS_BWD_WIDE", "rms_bwd_wide"),
-        ("LIGER_CPP_RMS_FWD_WIDE", "rms_fwd_wide"),
-        ("LIGER_CPP_RMS_WIDE_TX", "rms_wide_tx"),
-        ("LIGER_CPP_RMS_CLUSTER_REGS", "rms_bwd_wide"),
-        ("LIGER_CPP_RMS_FWD", "rms_fwd"),
-        ("LIGER_CPP_RMS_TMA_STAGES", "rms_tma"),
-        ("LIGER_CPP_RMS_TMA_PAIRS", "rms_tma"),
-        ("LIGER_CPP_RMS_FWD_CH", "rms_fwd_gen"),
-        ("LIGER_CPP_LN_BWD", "ln_bwd"),
-        ("LIGER_CPP_LN_FWD_TY", "ln_bwd"),
-        ("LIGER_CPP_LN_BWD_PAIR", "ln_bwd"),
-        ("LIGER_CPP_RMS_FWD_TY", "rms_fwd"),
-        ("LIGER_CPP_RMS_FWD_V", "rms_fwd"),
-        ("LIGER_CPP_RMS_FWD_REGS", "rms_fwd"),
-        ("LIGER_CPP_RMS_FWD_L1HINT", "rms_fwd_wide"),
-        ("LIGER_CPP_RMS_FWD_FIXED", "rms_fwd"),
-        ("LIGER_CPP_RMS_BWD_ROWS", "rms_bwd_wide"),
-    ],
-)
-def test_cuda_unknown_kernel_knob_is_an_error(monkeypatch, var, op):
-    from liger_cpp.ops.layer_norm import layer_norm
-    from liger_cpp.ops.swiglu import swiglu
-
-    n = 32768 if op.endswith(("_wide", "_wide_tx")) else 5120 if op == "rms_fwd_gen" else 1024
-    x = torch.randn(8, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    w = torch.ones(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    monkeypatch.setenv(var, "no-such-kernel")
-    if op == "rms_tma":  # the stage count is read where the tma backward is planned
-        monkeypatch.setenv("LIGER_CPP_RMS_BWD", "tma")
-    if op == "rms_fwd_gen":  # the accesses a thread are read where the run-time-width forward runs
-        monkeypatch.setenv("LIGER_CPP_RMS_FWD_FIXED", "gen")
-    with pytest.raises((RuntimeError, ValueError), match=f"{var}: expected one of .*got .no-such-kernel."):
-        if op.startswith("rms"):
-            rms_norm(x, w, 1e-6).sum().backward()
-        elif op == "ln_bwd":
-            layer_norm(x, w, None, 1e-6).sum().backward()
-        else:
-            swiglu(x, x.detach().clone()).sum().backward()
+# The plan override rejects what it does not know (a typo must not silently time the default kernel),
+# and the PDL kill switch its values; both before anything runs.
+def test_unknown_plan_override_is_an_error():
+    with pytest.raises(ValueError, match="rms_bwd: expected one of tma, pipe, cached, generic, got 'old'"):
+        with forced(rms_bwd="old"):
+            pass
+    with pytest.raises(ValueError, match="rms_fwd: expected one of cached, l2hint, got 'new'"):
+        with forced(rms_fwd="new"):
+            pass
 
 
 def test_backward_materializes_no_zero_gradients():

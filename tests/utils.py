@@ -6,6 +6,8 @@ one unit of rounding of the output dtype at the reference's magnitude. It scales
 and shape, so it needs no hand-tuned tolerance and cannot pass by being loose on fp32.
 """
 
+import re
+
 import torch
 
 # One unit in the last place, relative, for each dtype.
@@ -30,7 +32,8 @@ def assert_close_to_ref(out, ref64, ref_lo, name="output", factor=2.0, extra_ulp
     )
 
 
-# The RMSNorm and FusedAddRMSNorm CUDA kernel-variant cases. Shapes: one warp per row with 16 rows
+# The RMSNorm and FusedAddRMSNorm CUDA kernel cases (each kernel forced with the plan override,
+# liger_cpp._testing.plan_override; docs/kernels/rms_norm.md). Shapes: one warp per row with 16 rows
 # per block, several rows per block, one row per block, 1024-thread rows, rows too wide for the
 # register-cached kernels (fallback), and many rows per persistent block. Weights: (kind, casting
 # mode, offset).
@@ -38,17 +41,15 @@ RMS_VARIANT_SHAPES = [(4096, 64), (3000, 256), (300, 1024), (2000, 4096), (70, 8
 RMS_VARIANT_WEIGHTS = [("same", "llama", 0.0), ("fp32", "gemma", 1.0), (None, "llama", 0.5)]
 
 # Rows above 1024 16-byte vectors (bf16/fp16 hidden > 8192, fp32 > 4096): on sm_90 the backward
-# splits each row over a thread-block cluster (LIGER_CPP_RMS_BWD_WIDE, default cluster; old: the
-# 4-vectors-a-thread kernel); the forward (LIGER_CPP_RMS_FWD_WIDE) is by default l2hint above 2048
-# vectors (a 1024-thread block per row reading it twice with L2 eviction hints) and old (the
-# register-cached or generic kernel) up to there; or the cluster kernel (cluster), or a block per row
-# reading it twice without hints (l2, l2x512).
-# Shapes: cluster of 2 (fp32: 4), a width that is not a
-# multiple of the cluster's blocks (16392 bf16 = 2049 vectors, 3 blocks of 704 threads), clusters of
-# 4 and 8, 3073 vectors, and more rows than resident clusters (each cluster walks several rows);
-# 12288 and 10240 (1536 / 1280 vectors) take clusters of two, not the three that 512-thread blocks
-# would need.
-# fp32 at 65536 (16384 vectors) is too wide for 8 blocks and takes the old kernels.
+# splits each row over a thread-block cluster (its fallback: the register-cached backward,
+# rms_bwd=cached); the forward is the two-pass wide-row kernel above 2048 vectors and the
+# register-cached one up to there (FusedAddRMSNorm: register-cached up to 4096, then generic).
+# Shapes: clusters of 2 (fp32: 4), a width that is not a multiple of the cluster's blocks (16392
+# bf16 = 2049 vectors, 3 blocks of 704 threads), clusters of 4 and 8, 3073 vectors, and more rows
+# than resident clusters (each cluster walks several rows); 12288 and 10240 (1536 / 1280 vectors)
+# take clusters of two 768 / 640-thread blocks (the 768-thread build, rows in pairs); an odd row
+# count ends on a pair of one row. fp32 at 65536 (16384 vectors) is too wide for 8 blocks and takes
+# the generic kernels.
 RMS_WIDE_SHAPES = [
     (3, 16384),
     (40, 16392),
@@ -57,28 +58,10 @@ RMS_WIDE_SHAPES = [
     (7, 24584),
     (300, 16384),
     (3, 12288),
-    (20, 10240),
+    (21, 10240),
 ]
-# Each variant as its environment: the defaults (cluster backward with the block size chosen), the
-# cluster kernels forced to 512-thread blocks (LIGER_CPP_RMS_WIDE_TX) with the cluster forward, the
-# old backward, and the five other forwards.
-RMS_WIDE_VARIANTS = {
-    "cluster": {},
-    "cluster512": {"LIGER_CPP_RMS_WIDE_TX": "512", "LIGER_CPP_RMS_FWD_WIDE": "cluster"},
-    "old": {"LIGER_CPP_RMS_BWD_WIDE": "old"},
-    "fwd_cluster": {"LIGER_CPP_RMS_FWD_WIDE": "cluster"},
-    "fwd_l2": {"LIGER_CPP_RMS_FWD_WIDE": "l2"},
-    "fwd_l2x512": {"LIGER_CPP_RMS_FWD_WIDE": "l2x512"},
-    "fwd_l2hint": {"LIGER_CPP_RMS_FWD_WIDE": "l2hint"},
-    "fwd_old": {"LIGER_CPP_RMS_FWD_WIDE": "old"},
-    # the cluster backward's rows a message (LIGER_CPP_RMS_BWD_ROWS; default 2 for clusters of two
-    # blocks): one, and two (odd row counts end on a pair of one), also in 512-thread blocks
-    "rows1": {"LIGER_CPP_RMS_BWD_ROWS": "1"},
-    "rows2": {"LIGER_CPP_RMS_BWD_ROWS": "2"},
-    "rows2_512": {"LIGER_CPP_RMS_BWD_ROWS": "2", "LIGER_CPP_RMS_WIDE_TX": "512"},
-    # the cluster backward's 1024-thread build (64 registers) for 513..768-thread blocks (default: 768)
-    "regs64": {"LIGER_CPP_RMS_CLUSTER_REGS": "64"},
-}
+# The wide rows' backwards: the plan's (cluster on sm_90) and the register-cached fallback.
+RMS_WIDE_BWD = [None, "cached"]
 RMS_WIDE_WEIGHTS = [
     ("same", "llama", 0.0),
     ("fp32", "gemma", 1.0),
@@ -88,11 +71,40 @@ RMS_WIDE_WEIGHTS = [
 ]
 
 
-def set_wide_variant(monkeypatch, variant):
-    for key in {k for env in RMS_WIDE_VARIANTS.values() for k in env}:  # whatever any variant sets
-        monkeypatch.delenv(key, raising=False)
-    for key, value in RMS_WIDE_VARIANTS[variant].items():
-        monkeypatch.setenv(key, value)
+def forced(**choices):
+    """liger_cpp._testing.plan_override(**choices) without the None values (the plan's own choice)."""
+    from liger_cpp._testing import plan_override
+
+    return plan_override(**{k: v for k, v in choices.items() if v is not None})
+
+
+def cuda_kernels(fn):
+    """The liger_cpp CUDA kernels fn() launches, in order, by name without template arguments (from
+    the profiler's trace, as benchmarks/kernel_breakdown.py reads it)."""
+    import json
+    import os
+    import tempfile
+
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    finally:
+        os.unlink(path)
+    names = []
+    for e in sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"]):
+        if "liger_cpp" not in e["name"]:
+            continue
+        # demangled ("...::rms_bwd_tma<__nv_bfloat16, ...>(...)") or not ("...11rms_bwd_tmaI13__nv_...")
+        m = re.search(r"((?:rms|ln)_(?:fwd|bwd)_[a-z0-9_]+?|reduce_partials4?)(?=<|I|\()", e["name"])
+        names.append(m.group(1) if m else e["name"])
+    return names
 
 
 def assert_rstd_close(x, eps, rstd):

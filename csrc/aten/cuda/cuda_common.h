@@ -4,6 +4,7 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include "aten/checks/common.h"
+#include "kernels/common/device_info.h"
 #include "kernels/common/dtype.h"
 
 #define LIGER_CUDA_CHECK(expr)                                                   \
@@ -30,5 +31,8 @@ inline kernels::DType to_kernel_dtype(at::ScalarType t, const char* name) {
 
 // Multiprocessor count of the current device (cached by ATen).
 inline int sm_count() { return at::cuda::getCurrentDeviceProperties()->multiProcessorCount; }
+
+// What the kernels' launch plans know of the current device.
+inline kernels::DeviceInfo device_info() { return kernels::DeviceInfo{sm_count()}; }
 
 }  // namespace liger_cpp

@@ -6,8 +6,8 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/layer_norm_checks.h"
-#include "kernels/layer_norm/layer_norm.h"
 #include "aten/cuda/cuda_common.h"
+#include "kernels/layer_norm/layer_norm.h"
 
 namespace liger_cpp {
 namespace {
@@ -44,7 +44,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cuda(const at::Ten
   a.w_dtype = has_w   ? to_kernel_dtype(w.scalar_type(), "W")
               : has_b ? to_kernel_dtype(b.scalar_type(), "B")
                       : a.x_dtype;
-  LIGER_CUDA_CHECK(k::layer_norm_fwd(a, at::cuda::getCurrentCUDAStream()));
+  LIGER_CUDA_CHECK(k::layer_norm_fwd(a, k::layer_norm_fwd_plan(a), at::cuda::getCurrentCUDAStream()));
   return {y, mean, rstd};
 }
 
@@ -82,11 +82,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cuda(const at::Ten
   a.cols = n;
   a.x_dtype = to_kernel_dtype(X.scalar_type(), "X");
   a.w_dtype = to_kernel_dtype(p_dtype, "W");
-  const int sms = sm_count();
-  const int64_t ws = k::layer_norm_bwd_workspace_floats(a, sms);
-  at::Tensor workspace = at::empty({ws}, X.options().dtype(at::kFloat));
-  a.workspace = ws ? workspace.data_ptr<float>() : nullptr;
-  LIGER_CUDA_CHECK(k::layer_norm_bwd(a, sms, at::cuda::getCurrentCUDAStream()));
+  const k::LayerNormBwdPlan plan = k::layer_norm_bwd_plan(a, device_info());
+  at::Tensor workspace;  // exactly the plan's dW / dB partial rows
+  if (plan.workspace_floats > 0) {
+    workspace = at::empty({plan.workspace_floats}, X.options().dtype(at::kFloat));
+    a.workspace = workspace.data_ptr<float>();
+  }
+  LIGER_CUDA_CHECK(k::layer_norm_bwd(a, plan, at::cuda::getCurrentCUDAStream()));
   return {dx, dw, db};
 }
 

@@ -6,8 +6,8 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/rms_norm_checks.h"
-#include "kernels/rms_norm/rms_norm.h"
 #include "aten/cuda/cuda_common.h"
+#include "kernels/rms_norm/rms_norm.h"
 
 namespace liger_cpp {
 namespace {
@@ -41,7 +41,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cuda(const at::Tensor& X, const 
   a.x_dtype = to_kernel_dtype(X.scalar_type(), "X");
   a.w_dtype = has_w ? to_kernel_dtype(w.scalar_type(), "W") : a.x_dtype;
   a.y_dtype = to_kernel_dtype(out_dtype, "Y");
-  LIGER_CUDA_CHECK(k::rms_norm_fwd(a, at::cuda::getCurrentCUDAStream()));
+  LIGER_CUDA_CHECK(k::rms_norm_fwd(a, k::rms_norm_fwd_plan(a), at::cuda::getCurrentCUDAStream()));
   return {y, rstd};
 }
 
@@ -74,11 +74,13 @@ at::Tensor rms_norm_bwd_into(const at::Tensor& dY, const at::Tensor& X, const c1
   a.x_dtype = to_kernel_dtype(X.scalar_type(), "X");
   a.w_dtype = has_w ? to_kernel_dtype(w.scalar_type(), "W") : a.x_dtype;
   a.y_dtype = to_kernel_dtype(dY.scalar_type(), "dY");
-  const int sms = sm_count();
-  const int64_t ws = k::rms_norm_bwd_workspace_floats(a, sms);
-  at::Tensor workspace = at::empty({ws}, X.options().dtype(at::kFloat));
-  a.workspace = ws ? workspace.data_ptr<float>() : nullptr;
-  LIGER_CUDA_CHECK(k::rms_norm_bwd(a, sms, at::cuda::getCurrentCUDAStream()));
+  const k::RmsNormBwdPlan plan = k::rms_norm_bwd_plan(a, device_info());
+  at::Tensor workspace;  // exactly the plan's dW partial rows
+  if (plan.workspace_floats > 0) {
+    workspace = at::empty({plan.workspace_floats}, X.options().dtype(at::kFloat));
+    a.workspace = workspace.data_ptr<float>();
+  }
+  LIGER_CUDA_CHECK(k::rms_norm_bwd(a, plan, at::cuda::getCurrentCUDAStream()));
   return dw;
 }
 

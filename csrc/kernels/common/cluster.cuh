@@ -1,7 +1,7 @@
 // sm_90 thread-block-cluster, mbarrier and TMA bulk-copy helpers shared by
 // the cluster and shared-memory kernels (ce_cluster.cuh's ce_cluster_kernel,
-// ce_smem.cuh's ce_smem_kernel, rms_norm.cu's rms_bwd_cluster, layer_norm.cu's
-// ln_bwd_tma). PTX only valid on sm_90+: call them only
+// ce_smem.cuh's ce_smem_kernel, rms_norm_bwd_cluster.cu's rms_bwd_cluster,
+// layer_norm_bwd_tma.cu's ln_bwd_tma). PTX only valid on sm_90+: call them only
 // from code compiled for it (the kernels guard their bodies with __CUDA_ARCH__).
 // In an unnamed namespace, as norm_common.cuh: each .cu gets its own copy.
 #pragma once

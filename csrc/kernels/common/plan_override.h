@@ -29,6 +29,10 @@ enum class Key : int {
   kGlu,
   kCe,
   kCeSmemBlocks,
+  // The norms (csrc/kernels/rms_norm/rms_norm_plan.cu, csrc/kernels/layer_norm/layer_norm_plan.cu).
+  kRmsFwd,
+  kRmsBwd,
+  kLnBwd,
   kCount
 };
 
@@ -45,6 +49,14 @@ inline constexpr KeyInfo kKeys[] = {
     {"glu", {"generic"}, "SwiGLU/GeGLU: the generic int64 kernels (16-byte vectors where aligned)"},
     {"ce", {"two_pass", "cluster", "smem"}, "cross-entropy row kernel, where it can run"},
     {"ce_smem_blocks", {"1", "2", "4", "8"}, "cross-entropy smem kernel: blocks (a cluster) per row"},
+    // The norms: a forced kernel runs where it can take the call, else the plan chooses.
+    {"rms_fwd", {"cached", "l2hint"}, "RMSNorm / FusedAddRMSNorm forward kernel (RmsFwdKernel)"},
+    {"rms_bwd",
+     {"tma", "pipe", "cached", "generic"},
+     "RMSNorm / FusedAddRMSNorm backward kernel (RmsBwdKernel)"},
+    {"ln_bwd",
+     {"tma", "tma_unpaired", "pipe16", "pipe", "generic"},
+     "LayerNorm backward kernel (LnBwdKernel)"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 
