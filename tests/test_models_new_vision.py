@@ -74,8 +74,6 @@ def test_multimodal_step_with_images_matches_hf(model_type):
 def test_llama4_vision_encoder_matches_hf():
     """Llama 4's vision model (complex 2-D RoPE, LayerNorms) patched by apply_liger_kernel_to_llama4."""
     ref = build("llama4").vision_model
-    model = build("llama4").vision_model
-    model.load_state_dict(ref.state_dict())
     mp.apply_liger_kernel_to_llama4()  # class level: RoPE (module functions) and nn.LayerNorm
     patched = build("llama4").vision_model
     patched.load_state_dict(ref.state_dict())

@@ -20,7 +20,7 @@ from liger_cpp.transformers.monkey_patch.class_level import liger_mlp_class
 from liger_cpp.transformers.monkey_patch.revert import base_model, original
 from liger_cpp.transformers.monkey_patch.specs import MLP_CLS, Spec, import_modeling
 from liger_cpp.transformers.relu_squared import check_relu2
-from liger_cpp.transformers.rms_norm import LigerRMSNorm, LigerRMSNormGated
+from liger_cpp.transformers.rms_norm import LigerL2Norm, LigerRMSNorm, LigerRMSNormGated
 from liger_cpp.transformers.swiglu import SILU_NAMES, LigerExpertsSwiGLUMixin, _check_act
 
 # MLP kinds by what their HF modules hold and compute.
@@ -51,10 +51,9 @@ def _norm_convert(module, liger_cls):
                 raise ValueError(f"expected a gated RMSNorm with {a!r}, got {type(module).__name__}")
         return lambda: _swap_class(module, liger_cls)
     w = getattr(module, "weight", None)
-    weightless = (
-        w is None
-        and getattr(module, "with_scale", None) is False
-        or (w is None and "elementwise_affine" not in inspect.signature(liger_cls.__init__).parameters)
+    # HF's weightless norms: Gemma 4 / 3n's with_scale=False, Llama 4's L2 norm (-> LigerL2Norm).
+    weightless = w is None and (
+        getattr(module, "with_scale", None) is False or issubclass(liger_cls, LigerL2Norm)
     )
     if not weightless and (not isinstance(w, nn.Parameter) or w.dim() != 1):
         raise ValueError(f"expected an RMSNorm with a 1-D weight Parameter, got {type(module).__name__}")
