@@ -37,7 +37,7 @@ def flags(model_type, mode="flce"):
     return dict(rope=model_type not in NO_ROPE, cross_entropy=ce, fused_linear_cross_entropy=not ce)
 
 
-NO_ROPE = {"glm4", "glm4v", "deepseek_v4"}  # rope=True is a NotImplementedError there
+NO_ROPE = {"glm4", "glm4v", "deepseek_v4"}  # rope=True: a NotImplementedError (a warning for deepseek_v4)
 
 
 def pair(model_type, mode="flce", **build_kw):

@@ -152,7 +152,6 @@ def test_cross_entropy_mode_matches_hf(model_type):
     "model_type, flag, match",
     [
         ("gpt_oss", "swiglu", "clamped, alpha-scaled GLU"),
-        ("deepseek_v4", "rope", "trailing rope slice"),
         ("glm4v", "rope", "interleaved"),
     ],
 )
@@ -165,6 +164,15 @@ def test_unsupported_flag_is_a_clear_error_and_changes_nothing(model_type, flag,
         apply_fn(model_type)(model=model, **{flag: True})
     assert not revert._ORIGINALS
     assert {n: type(m) for n, m in model.named_modules()} == classes and "forward" not in vars(model)
+
+
+def test_deepseek_v4_rope_is_a_warned_no_op():
+    """As Liger-Kernel's patcher: DeepSeek-V4's RoPE layout has no liger_cpp kernel, rope=True warns."""
+    mod = __import__("transformers.models.deepseek_v4.modeling_deepseek_v4", fromlist=["_"])
+    rope = mod.apply_rotary_pos_emb
+    with pytest.warns(UserWarning, match="rope=True does nothing for deepseek_v4"):
+        lt.apply_liger_kernel_to_deepseek_v4(rope=True)
+    assert mod.apply_rotary_pos_emb is rope and mod.DeepseekV4RMSNorm is lt.LigerRMSNormForOlmo3
 
 
 def test_wrong_model_is_not_half_patched():

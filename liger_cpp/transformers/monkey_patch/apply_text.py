@@ -175,7 +175,8 @@ def apply_liger_kernel_to_deepseek_v4(
 ) -> None:
     """DeepSeek-V4: RMSNorm (the weighted norms; the unweighted q_b norm stays HF's), FLCE or CE;
     swiglu=True (off by default, as in Liger-Kernel) patches the shared experts' clamped SwiGLU
-    (LigerDeepseekV4SwiGLUMLP). rope=True is a NotImplementedError (trailing-slice interleaved RoPE)."""
+    (LigerDeepseekV4SwiGLUMLP). rope=True is a warned no-op, as in Liger-Kernel (no kernel for its
+    RoPE layout)."""
     _patch("deepseek_v4", model, rope, cross_entropy, fused_linear_cross_entropy, rms_norm, swiglu)
 
 

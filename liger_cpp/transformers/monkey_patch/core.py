@@ -1,6 +1,8 @@
 """The one entry of every apply function (``_patch``): the flag checks, then instance or class-level
 patching of one model type's ``Spec``."""
 
+import warnings
+
 from liger_cpp.transformers.monkey_patch.class_level import check_rope, patch_classes, patch_rope
 from liger_cpp.transformers.monkey_patch.instance import patch_instance
 from liger_cpp.transformers.monkey_patch.revert import original
@@ -41,6 +43,11 @@ def _patch(
             raise ValueError(
                 f"liger_cpp: {spec.module}.{name} is not a class; unsupported transformers version?"
             )
+    if rope and not spec.rope and spec.rope_warns:
+        warnings.warn(
+            f"liger_cpp: rope=True does nothing for {model_type}: {spec.no_rope}", UserWarning, stacklevel=3
+        )
+        rope = False
     if rope:
         check_rope(model_type, spec)  # raises before anything changes
     if model is not None:

@@ -65,6 +65,7 @@ class Spec:
     final_norm: str = "norm"  # the text model's final norm attribute ("" : none to check)
     layers: str = ""  # dotted path of the decoder-layer ModuleList from the model ("": found)
     no_rope: str = ""  # why rope=True cannot be honoured (NotImplementedError), when rope is ()
+    rope_warns: bool = False  # rope=True is a warned no-op instead (as Liger-Kernel's patcher)
     no_mlp: str = ""  # why the MLP flag cannot be honoured (NotImplementedError), when mlp is ""
     mlp_flag: str = "swiglu"  # the apply function's name of the MLP flag (for messages)
 

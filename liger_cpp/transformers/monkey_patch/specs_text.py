@@ -202,8 +202,9 @@ TEXT_SPECS = {
         lm=_lm("DeepseekV4ForCausalLM"),
         no_rope=(
             "DeepSeek-V4 rotates the trailing rope slice of one tensor at a time with repeat-interleaved "
-            "half-width tables; liger_cpp has no RoPE for that layout. Pass rope=False."
+            "half-width tables; liger_cpp has no RoPE for that layout (Hugging Face's is kept)."
         ),
+        rope_warns=True,  # as Liger-Kernel's patcher: a warned no-op
     ),
     "llama4": Spec(
         _M.format("llama4"),
