@@ -161,3 +161,20 @@ def test_errors():
         torch.ops.liger.llama4_rope_fwd(q, k.double(), f)
     with pytest.raises(RuntimeError, match="argument 'freqs': expected float32"):
         torch.ops.liger.llama4_rope_fwd(q, k, f.half())
+
+
+def test_apply_liger_llama4_rope_full_and_revert():
+    """Liger-Kernel's helper binds both replacements in a modeling module; revert restores HF's."""
+    from transformers.models.llama4 import modeling_llama4 as m
+
+    from liger_cpp.transformers import revert_liger_kernel
+    from liger_cpp.transformers.llama4_rope import apply_liger_llama4_rope_full
+
+    orig = (m.apply_rotary_emb, m.vision_apply_rotary_emb)
+    apply_liger_llama4_rope_full(m)
+    try:
+        assert m.apply_rotary_emb is liger_llama4_text_rotary_pos_emb
+        assert m.vision_apply_rotary_emb is liger_llama4_vision_rotary_pos_emb
+    finally:
+        revert_liger_kernel("llama4")
+    assert (m.apply_rotary_emb, m.vision_apply_rotary_emb) == orig
