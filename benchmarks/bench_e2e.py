@@ -19,6 +19,15 @@ Presets: 1b-b8t2048, 1b-b4t8192 (Llama 3.2 1B shape: hidden 2048, 16 layers, 32/
 vocab 128256, tied), 8b-gc (Llama-3-8B, untied, gradient checkpointing, B1 T16384) and tiny (CPU
 check: hidden 64, 2 layers, vocab 1000, B2 T64, fp32).
 
+--family picks the architecture (default llama). The newer families (issue 27) at ~1B scale with the
+1b presets (FAMILIES below; each patched by apply_liger_kernel_to_<family>() with its defaults, in
+liger_cpp and in Liger-Kernel alike): olmo3 (dense: 2048 hidden, 16 layers, 32/8 heads, inter 8192,
+vocab 100278), hunyuan_v1_moe (MoE: 1024 hidden, 16 layers, 16 experts of 1536 + a shared MLP, top 2,
+vocab 128256; 1.6 B parameters, 0.4 B active; the routed experts are HF's grouped_mm in hf and
+liger_cpp, Liger-Kernel's fused MoE in liger) and qwen3_vl (multimodal, trained on its text path:
+Qwen3-VL-2B's text model with 16 layers, hidden 2048, 16/8 heads of 128, inter 6144, vocab 151936,
+and a 2-block vision tower).
+
 --breakdown (CUDA only) profiles one more step per variant after the timed ones and sums its GPU
 kernel time by category (GEMM, attention, the stack's own kernels, optimizer, other), plus the GPU
 idle time inside the step. The GEMMs and attention are the same cuBLAS / SDPA kernels in every
@@ -29,6 +38,7 @@ Usage:
     python benchmarks/bench_e2e.py --preset 1b-b8t2048 [--variants hf,liger_cpp,liger,compile]
         [--steps 10] [--warmup 3] [--quick] [--breakdown] [--batch B] [--seq T] [--timeout 600]
         [--out FILE.json]
+    python benchmarks/bench_e2e.py --preset 1b-b8t2048 --family olmo3   (or hunyuan_v1_moe, qwen3_vl)
     python benchmarks/bench_e2e.py --preset tiny --device cpu --variants hf,liger_cpp --steps 3
 The subprocesses inherit the environment (PYTHONPATH), so liger_cpp / liger_kernel resolve the same
 as in the driver. A variant that fails (out of memory, import error, crash, timeout) is a row with
@@ -83,6 +93,90 @@ PRESETS = {
     "tiny": dict(model="tiny", batch=2, seq=64, dtype="fp32", grad_checkpointing=False),
 }
 VARIANTS = ("hf", "liger_cpp", "liger", "compile")
+
+# The newer families' shapes (model size -> config fields); "tiny" for the CPU check.
+_TINY = dict(
+    hidden_size=64,
+    intermediate_size=172,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=1000,
+    tie_word_embeddings=False,
+)
+FAMILIES = {
+    "olmo3": {
+        "1b": dict(
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=100278,
+            tie_word_embeddings=False,
+        ),
+        "tiny": _TINY,
+    },
+    "hunyuan_v1_moe": {
+        "1b": dict(
+            hidden_size=1024,
+            intermediate_size=1536,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=64,
+            num_experts=16,
+            moe_topk=2,
+            vocab_size=128256,
+            tie_word_embeddings=False,
+        ),
+        "tiny": dict(_TINY, head_dim=16, num_experts=4, moe_topk=2),
+    },
+    "qwen3_vl": {
+        "1b": dict(
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+        ),
+        "tiny": dict(_TINY, head_dim=16),
+    },
+}
+FAMILY_NAMES = ("llama", *FAMILIES)
+
+
+def family_config(family: str, model: str, seq: int):
+    """The config of a newer family at size `model` for `seq`-token sequences (SDPA attention)."""
+    from transformers import CONFIG_MAPPING
+
+    if model not in FAMILIES[family]:
+        raise ValueError(f"--family {family}: no {model!r} shape (have {sorted(FAMILIES[family])})")
+    text = dict(FAMILIES[family][model], max_position_embeddings=max(seq, 8192), use_cache=False)
+    text.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)
+    if family == "qwen3_vl":
+        tie = text.pop("tie_word_embeddings")
+        vision = dict(
+            depth=2,
+            hidden_size=256,
+            intermediate_size=1024,
+            num_heads=4,
+            out_hidden_size=text["hidden_size"],
+            deepstack_visual_indexes=[1],
+        )
+        cfg = CONFIG_MAPPING["qwen3_vl"](text_config=text, vision_config=vision, tie_word_embeddings=tie)
+    else:
+        cfg = CONFIG_MAPPING[family](**text)
+    cfg._attn_implementation = "sdpa"
+    for sub in ("text_config", "vision_config"):
+        if getattr(cfg, sub, None) is not None:
+            getattr(cfg, sub)._attn_implementation = "sdpa"
+    return cfg
+
+
 MODEL_SEED, DATA_SEED = 0, 1234
 
 
@@ -96,8 +190,18 @@ def llama_config(model: str, seq: int):
 # worker: one variant, in its own process
 
 
-def _patch(variant: str) -> None:
+def _patch(variant: str, family: str = "llama") -> None:
     """Class-level patching, before the model is built."""
+    if family != "llama":  # the newer families: their apply function with its defaults
+        if variant == "liger_cpp":
+            import liger_cpp.transformers as lt
+
+            getattr(lt, f"apply_liger_kernel_to_{family}")()
+        elif variant == "liger":
+            import liger_kernel.transformers as lk
+
+            getattr(lk, f"apply_liger_kernel_to_{family}")()
+        return
     if variant == "liger_cpp":
         from liger_cpp.transformers import apply_liger_kernel_to_llama
 
@@ -198,17 +302,28 @@ def _train(args, state: dict) -> dict:
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    _patch(args.variant)
-    from transformers import LlamaForCausalLM
+    family = getattr(args, "family", "llama")
+    _patch(args.variant, family)
+    import transformers
 
-    cfg = llama_config(args.model, args.seq)
+    cfg = (
+        llama_config(args.model, args.seq)
+        if family == "llama"
+        else family_config(family, args.model, args.seq)
+    )
+    cfg_text = cfg.get_text_config()
+    auto = (
+        transformers.AutoModelForImageTextToText
+        if family == "qwen3_vl"
+        else transformers.AutoModelForCausalLM
+    )
     torch.manual_seed(MODEL_SEED)
     # Initialised in fp32 directly on the device, then cast: the same seed gives the same weights in
     # every variant (the patched modules draw the same random numbers in the same order). Not on the
     # CPU then moved: CPU random init runs at ~100 M numbers/s (uniform_ is serial), and nn.Linear's
     # init plus HF's re-init draw 16 G numbers for 8B: minutes per variant.
     with torch.device(device):
-        model = LlamaForCausalLM(cfg)
+        model = transformers.LlamaForCausalLM(cfg) if family == "llama" else auto.from_config(cfg)
     model = model.to(dtype)
     if cuda:
         torch.cuda.empty_cache()  # return the fp32 copy's blocks before the run
@@ -221,7 +336,7 @@ def _train(args, state: dict) -> dict:
     total = args.warmup + args.steps
     gen = torch.Generator().manual_seed(DATA_SEED)
     batches = [
-        torch.randint(0, cfg.vocab_size, (args.batch, args.seq), generator=gen).to(device)
+        torch.randint(0, cfg_text.vocab_size, (args.batch, args.seq), generator=gen).to(device)
         for _ in range(total)
     ]
     if cuda:
@@ -277,12 +392,21 @@ def _train(args, state: dict) -> dict:
         peak_bytes=peak,
         losses=losses,
         params=params,
-        modules=dict(
-            norm=type(model.model.norm).__name__,
-            mlp=type(model.model.layers[0].mlp).__name__,
-            logits_returned=state["logits_returned"],
-        ),
+        modules=_modules(model, state["logits_returned"]),
         breakdown=breakdown,
+    )
+
+
+def _modules(model, logits_returned) -> dict:
+    """The text model's final norm and first layer's MLP class (whether the patch took)."""
+    from liger_cpp.transformers.monkey_patch.instance import _text_model
+
+    text, layers = _text_model(model)
+    mlp = getattr(layers[0], "mlp", None)
+    return dict(
+        norm=type(text.norm).__name__,
+        mlp=type(getattr(mlp, "experts", mlp)).__name__,
+        logits_returned=logits_returned,
     )
 
 
@@ -300,7 +424,7 @@ def run_variant(variant: str, args, tmp: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), f"--worker={variant}", f"--result={out}"]
     cmd += [
         f"--{k.replace('_', '-')}={getattr(args, k)}"
-        for k in ("model", "batch", "seq", "dtype", "device", "steps", "warmup", "lr")
+        for k in ("model", "family", "batch", "seq", "dtype", "device", "steps", "warmup", "lr")
     ]
     cmd += ["--grad-checkpointing"] if args.grad_checkpointing else []
     cmd += ["--breakdown"] if args.breakdown else []
@@ -372,6 +496,7 @@ def breakdown_rows(results: dict, warmup: int) -> list:
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", choices=list(PRESETS), default="1b-b8t2048")
+    p.add_argument("--family", choices=FAMILY_NAMES, default="llama", help="architecture (default llama)")
     p.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS)
     )
@@ -428,7 +553,8 @@ def main(argv=None) -> int:
     meta = harness.meta(args.device)
     gc = ", grad checkpointing" if args.grad_checkpointing else ""
     title = (
-        f"End-to-end training (Llama {args.model}, B{args.batch} T{args.seq}, {args.dtype}{gc}) on "
+        f"End-to-end training ({'Llama' if args.family == 'llama' else args.family} {args.model}, "
+        f"B{args.batch} T{args.seq}, {args.dtype}{gc}) on "
         f"{meta['gpu']}, commit {meta['commit']}"
     )
     # Lower-case start: scripts/gpu_check.sh prints each log from its first "Capital ... on " line.
@@ -482,7 +608,8 @@ def main(argv=None) -> int:
                     grad_checkpointing=args.grad_checkpointing,
                     steps=args.steps,
                     warmup=args.warmup,
-                    **MODELS[args.model],
+                    family=args.family,
+                    **(MODELS[args.model] if args.family == "llama" else FAMILIES[args.family][args.model]),
                 ),
                 results=results,
                 rows=rows,

@@ -368,6 +368,31 @@ TORCH_LIBRARY(liger, m) {
   m.def(
       "tvd_fwd(Tensor p, Tensor q, Tensor? shift_labels=None, str reduction=\"batchmean\", "
       "int ignore_index=-100, bool compute_grad=True) -> (Tensor loss, Tensor dp)");
+  // ---- Model-family kernels (Nemotron's ReLU^2, Llama 4's complex RoPE) ----
+  // ReLU squared (Nemotron's relu2 MLP activation; Liger's LigerReLUSquaredFunction):
+  //   y = relu(x)^2, dx = dy * 2 relu(x)
+  // x: any shape, float32/float16/bfloat16 (float64 on CPU), any strides (read through a dense
+  // copy); float32 math (float64 for float64), one rounding; y, dx dense in x's dtype. Autograd in
+  // C++ (csrc/aten/autograd/relu_squared_autograd.cpp); dy: x's shape and dtype.
+  m.def("relu_squared_fwd(Tensor x) -> Tensor y");
+  m.def("relu_squared_bwd(Tensor dy, Tensor x) -> Tensor dx");
+  // Llama 4's complex-frequency RoPE (HF's apply_rotary_emb / vision_apply_rotary_emb, DeepSeek-V2's
+  // apply_rotary_emb; Liger's LigerLlama4RopeFunction), out of place. Interleaved pairs: with P =
+  // D/2 and (c_j, s_j) = freqs[.., s, j, :] (torch.view_as_real of the complex freqs_cis),
+  //   out[2j] = x[2j] c_j - x[2j+1] s_j,  out[2j+1] = x[2j] s_j + x[2j+1] c_j
+  // (x times the complex frequency); the backward multiplies by the conjugate (s -> -s).
+  // q: (B, S, Hq, D) (heads_first=False: HF's layout before the transpose) or (B, Hq, S, D)
+  // (heads_first=True), k likewise; same dtype float32/float16/bfloat16 (float64 on CPU), D even,
+  // any strides with a unit last stride. freqs: (S, P, 2), (1, S, P, 2) or (B, S, P, 2), float32
+  // (float64 for float64 q on the CPU). float32 math, one rounding; outputs in q's dtype with the
+  // inputs' memory layout. Autograd (with freqs' gradient when it requires grad) in C++
+  // (csrc/aten/autograd/llama4_rope_autograd.cpp).
+  m.def(
+      "llama4_rope_fwd(Tensor q, Tensor k, Tensor freqs, bool heads_first=False) -> "
+      "(Tensor q_out, Tensor k_out)");
+  m.def(
+      "llama4_rope_bwd(Tensor dq_out, Tensor dk_out, Tensor freqs, bool heads_first=False) -> "
+      "(Tensor dq, Tensor dk)");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

@@ -5,6 +5,7 @@ Granite's logit scaling, Phi-3's partial rotary, MoE dense layers)."""
 import pytest
 import torch
 import transformers
+from hf_models_new import NEW_MODEL_TYPES, NEW_MOE, VLM_TYPES, tiny_config_new
 
 VOCAB = 96
 TEXT = dict(
@@ -39,12 +40,14 @@ MODEL_TYPES = [
     "qwen3",
     "qwen3_moe",
 ]
-VLM = {"gemma3", "mllama", "qwen2_vl", "qwen2_5_vl"}
-MOE = {"mixtral", "qwen3_moe"}
+VLM = {"gemma3", "mllama", "qwen2_vl", "qwen2_5_vl", *VLM_TYPES}
+MOE = {"mixtral", "qwen3_moe", *NEW_MOE}
 _MROPE = dict(rope_type="default", mrope_section=[1, 1, 2], rope_theta=10000.0)
 
 
 def tiny_config(model_type, attn="eager", **extra):
+    if model_type in NEW_MODEL_TYPES:
+        return _finish(tiny_config_new(model_type), model_type, attn, extra)
     text = dict(TEXT, **extra)
     if model_type == "mixtral":
         text.update(num_local_experts=4, num_experts_per_tok=2)
@@ -126,12 +129,20 @@ def tiny_config(model_type, attn="eager", **extra):
         )
     else:
         cfg = cm[model_type](**text)
+    return _finish(cfg, model_type, attn, {})
+
+
+def _finish(cfg, model_type, attn, extra):
+    for k, v in extra.items():
+        setattr(cfg.get_text_config(), k, v)
     cfg._attn_implementation = attn
     for sub in ("text_config", "vision_config"):
         if getattr(cfg, sub, None) is not None:
             getattr(cfg, sub)._attn_implementation = attn
     if model_type in MOE:
         cfg._experts_implementation = "eager"
+        if getattr(cfg, "text_config", None) is not None:
+            cfg.text_config._experts_implementation = "eager"
     return cfg
 
 

@@ -180,3 +180,55 @@ def test_breakdown_rows_bound_liger_by_the_floor():
     assert rows[0]["floor"] == "80.0" and rows[0]["liger / floor"] == "1.250"
     assert rows[0]["step"] == "92.0"  # median of the steps after the warm-up one
     assert rows[0]["own"] == "10.0" and rows[0]["gpu busy"] == "99.0"
+
+
+@pytest.mark.parametrize(
+    "family, norm, mlp",
+    [
+        ("olmo3", "LigerRMSNormForOlmo3", "LigerSwiGLUMLP"),
+        ("hunyuan_v1_moe", "LigerRMSNorm", "LigerHunYuanMoEV1Experts"),  # grouped_mm: HF's forward
+        ("qwen3_vl", "LigerRMSNorm", "Qwen3VLTextMLP"),  # Liger-Kernel's default: swiglu off
+    ],
+)
+def test_bench_e2e_newer_families_tiny_cpu(tmp_path, monkeypatch, family, norm, mlp):
+    """The --family runs (issue 27's dense / MoE / multimodal benchmark) on the tiny shapes: hf and
+    liger_cpp from the same init, the family's apply function with its defaults in liger_cpp's."""
+
+    def fake_spawn(cmd, env, timeout):
+        try:
+            rc = bench_e2e.main(cmd[2:])
+        finally:
+            mp.revert_liger_kernel()
+        return subprocess.CompletedProcess(cmd, rc)
+
+    monkeypatch.setattr(bench_e2e, "_spawn", fake_spawn)
+    out = tmp_path / "e2e.json"
+    argv = ["--preset=tiny", f"--family={family}", "--variants=hf,liger_cpp", "--warmup=0", "--steps=1"]
+    assert bench_e2e.main(argv + [f"--out={out}"]) == 0
+    data = json.loads(out.read_text())
+    hf, lg = data["results"]["hf"], data["results"]["liger_cpp"]
+    assert abs(hf["losses"][0] - lg["losses"][0]) < 1e-4 and hf["params"] == lg["params"]
+    assert (lg["modules"]["norm"], lg["modules"]["mlp"]) == (norm, mlp)
+    assert not lg["modules"]["logits_returned"] and hf["modules"]["logits_returned"]
+    assert data["config"]["family"] == family
+
+
+def test_family_shapes_at_1b():
+    """The 1b shapes of the newer families are ~1B parameters (on the meta device, nothing allocated)."""
+    import torch
+    import transformers
+
+    for family, low, high in [
+        ("olmo3", 1.0e9, 1.6e9),
+        ("hunyuan_v1_moe", 1.3e9, 2.0e9),
+        ("qwen3_vl", 0.9e9, 1.6e9),
+    ]:
+        cfg = bench_e2e.family_config(family, "1b", 2048)
+        auto = (
+            transformers.AutoModelForImageTextToText
+            if family == "qwen3_vl"
+            else transformers.AutoModelForCausalLM
+        )
+        with torch.device("meta"):
+            n = sum(p.numel() for p in auto.from_config(cfg).parameters())
+        assert low < n < high, (family, n)

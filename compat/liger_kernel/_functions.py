@@ -24,6 +24,8 @@ from liger_cpp.ops.divergence import tvd as _tvd
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm as _fused_add_rms_norm
 from liger_cpp.ops.geglu import geglu as _geglu
 from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
+from liger_cpp.ops.llama4_rope import llama4_rope as _llama4_rope
+from liger_cpp.ops.relu_squared import relu_squared as _relu_squared
 from liger_cpp.ops.rms_norm import rms_norm as _rms_norm
 from liger_cpp.ops.swiglu import swiglu as _swiglu
 from liger_cpp.transformers import functional as _functional
@@ -160,6 +162,23 @@ class LigerGELUMulFunction:
     @staticmethod
     def apply(a, b):
         return _geglu(a, b, approximate="tanh")
+
+
+class LigerReLUSquaredFunction:
+    @staticmethod
+    def apply(X):
+        return _relu_squared(X)
+
+
+class LigerLlama4RopeFunction:
+    @staticmethod
+    def apply(q, k, freqs_cis, BLOCK_SIZE=None):
+        """q, k (B, S, H, D) times complex freqs_cis on interleaved pairs; BLOCK_SIZE (Triton's) is
+        accepted and unused."""
+        del BLOCK_SIZE
+        if freqs_cis.dim() == 3 and freqs_cis.shape[1] == 1 and q.shape[1] == freqs_cis.shape[0]:
+            freqs_cis = freqs_cis[:, 0]  # the vision table (N, 1, D/2)
+        return _llama4_rope(q, k, freqs_cis)
 
 
 class LigerFusedLinearDPOFunction:

@@ -27,8 +27,8 @@ IMPLEMENTED = {
     f"{_T}.rms_norm.LigerRMSNormForOlmo2": "liger_cpp.transformers.rms_norm:LigerRMSNormForOlmo2",
     # same constructor and defaults as Liger-Kernel's: llama casting, ones, never in place
     f"{_T}.rms_norm.LigerRMSNormForGlm4": "liger_cpp.transformers.rms_norm:LigerRMSNormForOlmo2",
-    # same constructor and defaults as Liger-Kernel's: offset 1, gemma casting, zeros, never in place
-    f"{_T}.rms_norm.LigerRMSNormForQwen3Next": "liger_cpp.transformers.rms_norm:LigerRMSNormForGemma2",
+    f"{_T}.rms_norm.LigerRMSNormForQwen3Next": "liger_cpp.transformers.rms_norm:LigerRMSNormForQwen3Next",
+    f"{_T}.rms_norm.LigerRMSNormForGemma4": "liger_cpp.transformers.rms_norm:LigerRMSNormForGemma4",
     f"{_T}.layer_norm.LigerLayerNorm": "liger_cpp.transformers.layer_norm:LigerLayerNorm",
     f"{_T}.fused_add_rms_norm.LigerFusedAddRMSNorm": (
         "liger_cpp.transformers.fused_add_rms_norm:LigerFusedAddRMSNorm"
@@ -38,6 +38,18 @@ IMPLEMENTED = {
     f"{_T}.swiglu.LigerQwen3MoeSwiGLUMLP": "liger_cpp.transformers.swiglu:LigerQwen3MoeSwiGLUMLP",
     f"{_T}.swiglu.LigerBlockSparseTop2MLP": "liger_cpp.transformers.swiglu:LigerBlockSparseTop2MLP",
     f"{_T}.geglu.LigerGEGLUMLP": "liger_cpp.transformers.geglu:LigerGEGLUMLP",
+    f"{_T}.geglu.LigerGEGLUMLPForGemma4": "liger_cpp.transformers.geglu:LigerGEGLUMLPForGemma4",
+    f"{_T}.swiglu.LigerFalconH1SwiGLUMLP": "liger_cpp.transformers.swiglu:LigerFalconH1SwiGLUMLP",
+    f"{_T}.swiglu.LigerHunyuanV1SwiGLUMLP": "liger_cpp.transformers.swiglu:LigerHunyuanV1SwiGLUMLP",
+    f"{_T}.relu_squared.LigerReLUSquared": "liger_cpp.transformers.relu_squared:LigerReLUSquared",
+    **{
+        f"{_T}.llama4_rope.{n}": f"liger_cpp.transformers.llama4_rope:{n}"
+        for n in (
+            "liger_llama4_text_rotary_pos_emb",
+            "liger_llama4_vision_rotary_pos_emb",
+            "apply_liger_llama4_rope_full",
+        )
+    },
     f"{_T}.qwen2vl_mrope.liger_multimodal_rotary_pos_emb": (
         "liger_cpp.transformers.qwen2vl_mrope:liger_multimodal_rotary_pos_emb"
     ),
@@ -119,6 +131,8 @@ _OPS_FUNCTIONS = {
     "jsd": "LigerJSDFunction",
     "kl_div": "LigerKLDivLossFunction",
     "tvd": "LigerTVDLossFunction",
+    "relu_squared": "LigerReLUSquaredFunction",
+    "llama4_rope": "LigerLlama4RopeFunction",
 }
 for _mod, _cls in _OPS_FUNCTIONS.items():
     IMPLEMENTED[f"{_O}.{_mod}.{_cls}"] = f"liger_kernel._functions:{_cls}"

@@ -14,6 +14,8 @@ from liger_cpp.ops.fused_linear_logprobs import (  # noqa: F401,E402
 from liger_cpp.ops.fused_linear_preference import fused_linear_preference  # noqa: F401
 from liger_cpp.ops.geglu import geglu  # noqa: F401
 from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401
+from liger_cpp.ops.llama4_rope import llama4_rope  # noqa: F401
+from liger_cpp.ops.relu_squared import relu_squared  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm  # noqa: F401
 from liger_cpp.ops.rope import mrope, rope  # noqa: F401
 from liger_cpp.ops.swiglu import swiglu  # noqa: F401

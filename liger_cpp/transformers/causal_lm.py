@@ -215,6 +215,9 @@ class LossSpec:
     softcap: Callable = lambda config: None
     logit_scale: Callable = lambda config: 1.0
     softcap_optional: bool = False
+    # Dotted path of the module computing the logits, from the model (Llama 4's multimodal class has
+    # none of its own: its language_model's lm_head computes them).
+    head: str = "lm_head"
 
 
 # Values HF's logit transform is checked on (exact in bf16 / fp16; 50 tells a softcap of 30 apart).
@@ -333,17 +336,32 @@ def _uses_hf_causal_loss(model) -> bool:
         return False
 
 
+def _head_owner(model, path: str):
+    """(the module owning the logits head at `path`, the head's attribute name), or (None, name)."""
+    *parents, name = path.split(".")
+    owner = model
+    for p in parents:
+        owner = owner._modules.get(p) if isinstance(owner, nn.Module) else None
+    return (owner if isinstance(owner, nn.Module) else None), name
+
+
+def _head(model, path: str):
+    owner, name = _head_owner(model, path)
+    return owner._modules.get(name) if owner is not None else None
+
+
 @contextlib.contextmanager
-def _replaced(model, loss_function, capture=None):
-    head = model._modules.get("lm_head")
+def _replaced(model, loss_function, capture=None, head_path="lm_head"):
+    owner, name = _head_owner(model, head_path)
+    head = owner._modules.get(name) if owner is not None else None
     object.__setattr__(model, "_loss_function", loss_function)
     if capture is not None:
-        model._modules["lm_head"] = capture
+        owner._modules[name] = capture
     try:
         yield
     finally:
         if capture is not None:
-            model._modules["lm_head"] = head
+            owner._modules[name] = head
         model.__dict__.pop("_loss_function", None)
 
 
@@ -417,12 +435,12 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
             ours = False
         head_params = zero3_head = None
         if ours and mode == "flce":
-            head_params = _head_params(self._modules.get("lm_head"))
+            head_params = _head_params(_head(self, spec.head))
             if head_params is None:
-                zero3_head = _zero3_head(self._modules.get("lm_head"))
+                zero3_head = _zero3_head(_head(self, spec.head))
             if head_params is None and zero3_head is None:
                 _warn_once(
-                    f"liger_cpp: {type(self).__name__}.lm_head is not a plain nn.Linear (LoRA, hooks, "
+                    f"liger_cpp: {type(self).__name__}.{spec.head} is not a plain nn.Linear (LoRA, hooks, "
                     "FSDP / tensor-parallel weights?); the logits are materialised and Hugging Face's "
                     "loss path is kept."
                 )
@@ -496,7 +514,7 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
             )
             return loss
 
-        with _replaced(self, loss_function, capture):
+        with _replaced(self, loss_function, capture, spec.head):
             out = orig(self, *args, return_dict=True, **kwargs)
         out = _rebuild(
             out,

@@ -169,6 +169,13 @@ def liger_fused_linear_cross_entropy(
     return CrossEntropyOutput(loss=loss, z_loss=z_loss, token_accuracy=accuracy, predicted_tokens=predicted)
 
 
+def liger_relu_squared(x: Tensor) -> Tensor:
+    """relu(x)^2 (Nemotron's relu2; Liger's liger_relu_squared), float32 math, one rounding."""
+    from liger_cpp.ops.relu_squared import relu_squared
+
+    return relu_squared(x)
+
+
 __all__ = [
     "CrossEntropyOutput",
     "liger_cross_entropy",
@@ -177,6 +184,7 @@ __all__ = [
     "liger_geglu",
     "liger_layer_norm",
     "liger_qwen2vl_mrope",
+    "liger_relu_squared",
     "liger_rms_norm",
     "liger_rope",
     "liger_swiglu",

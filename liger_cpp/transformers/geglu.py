@@ -1,6 +1,7 @@
 """GeGLU MLP module, drop-in for HF's GemmaMLP (gate_proj, up_proj, down_proj, bias=False),
 with liger_cpp's fused gelu(a) * b."""
 
+import torch
 from torch import nn
 
 from liger_cpp.ops.geglu import geglu
@@ -44,4 +45,62 @@ class LigerGEGLUMLP(nn.Module):
     def forward(self, x):
         a, b = self.gate_proj(x), self.up_proj(x)
         ip = resolve_in_place(self.in_place, self.gate_proj, self.up_proj)
+        return self.down_proj(geglu(a, b, approximate=self.approximate, in_place=ip))
+
+
+class LigerGEGLUMLPForGemma4(LigerGEGLUMLP):
+    """Gemma 4's text MLP (HF Gemma4TextMLP(config, layer_idx)): GeGLU of config.intermediate_size,
+    twice as wide on the KV-shared layers (``config.kv_sharing_modes[layer_idx] == "reuse"``) when
+    ``config.use_double_wide_mlp`` is set, as HF builds it."""
+
+    def __init__(self, config, layer_idx=None):
+        nn.Module.__init__(self)
+        shared = False
+        if layer_idx is not None and getattr(config, "kv_sharing_modes", None) is not None:
+            shared = config.kv_sharing_modes[layer_idx] == "reuse"
+        double = bool(getattr(config, "use_double_wide_mlp", False)) and shared
+        self.config = config
+        self.layer_idx = layer_idx
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.intermediate_size * (2 if double else 1)
+        self.approximate = gelu_approximate(config)
+        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        self.in_place = None
+
+
+class LigerGEGLUMLPForGemma3n(LigerGEGLUMLP):
+    """Gemma 3n's text MLP (HF Gemma3nTextMLP(config, layer_idx)): GeGLU of the layer's
+    ``config.intermediate_size[layer_idx]``; on the layers with ``activation_sparsity > 0`` the gate
+    goes through HF's Gaussian top-k (``relu(gate - (mean + std * icdf(sparsity)))``, computed as HF
+    computes it) before the fused gelu(gate) * up."""
+
+    def __init__(self, config, layer_idx=0):
+        nn.Module.__init__(self)
+        sizes = config.intermediate_size
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = sizes[layer_idx] if isinstance(sizes, (list, tuple)) else sizes
+        self.approximate = gelu_approximate(config)
+        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        self.activation_sparsity = config.activation_sparsity_pattern[layer_idx]
+        self.in_place = None
+
+    def _gaussian_topk(self, inputs):
+        target = torch.tensor(self.activation_sparsity, dtype=torch.float32, device=inputs.device)
+        std_multiplier = torch.distributions.normal.Normal(0, 1).icdf(target).type(inputs.dtype)
+        mean = torch.mean(inputs, dim=-1, keepdim=True)
+        std = torch.std(inputs, dim=-1, keepdim=True, unbiased=False)
+        return nn.functional.relu(inputs - (mean + std * std_multiplier))
+
+    def forward(self, x):
+        a = self.gate_proj(x)
+        sparse = self.activation_sparsity > 0.0
+        if sparse:
+            a = self._gaussian_topk(a)
+        b = self.up_proj(x)
+        ip = (not sparse) and resolve_in_place(self.in_place, self.gate_proj, self.up_proj)
         return self.down_proj(geglu(a, b, approximate=self.approximate, in_place=ip))

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from liger_cpp.ops.rms_norm import CASTING_MODES, rms_norm
+from liger_cpp.ops.swiglu import swiglu
 
 
 class LigerRMSNorm(nn.Module):
@@ -123,3 +124,103 @@ class LigerRMSNormForOlmo2(LigerRMSNorm):
         row_mode=None,
     ):
         super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
+
+
+# ---- RMSNorm variants of the newer model families (read from their HF modeling modules) ----
+
+
+class LigerRMSNormForOlmo3(LigerRMSNorm):
+    """RMSNorm of the models whose HF norm returns ``(weight * x_normed).to(input_dtype)`` (OLMo 3,
+    GPT-OSS, DeepSeek-V4): the weight multiplies in float32 and the result is rounded once, which is
+    liger_cpp's "gemma" casting with offset 0; never in place (post-norms share their gradient with
+    the residual)."""
+
+    def __init__(
+        self,
+        hidden_size,
+        eps=1e-6,
+        offset=0.0,
+        casting_mode="gemma",
+        init_fn="ones",
+        in_place=False,
+        row_mode=None,
+    ):
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
+
+
+class LigerRMSNormForQwen3Next(LigerRMSNorm):
+    """Qwen3-Next / Qwen3.5's RMSNorm: ``x_normed * (1 + w)`` in float32, rounded once (HF's
+    Qwen3NextRMSNorm: Gemma's formula and zeros init), never in place."""
+
+    def __init__(
+        self,
+        hidden_size,
+        eps=1e-6,
+        offset=1.0,
+        casting_mode="gemma",
+        init_fn="zeros",
+        in_place=False,
+        row_mode=None,
+    ):
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
+
+
+class LigerRMSNormForGemma4(LigerRMSNorm):
+    """Gemma 4 / Gemma 3n's RMSNorm (HF ``Gemma4RMSNorm(dim, eps, with_scale)``): float32 math,
+    ``* weight`` (no offset, ones init) when ``with_scale``, none otherwise (v_norm, the router and
+    embedding norms), one rounding; never in place."""
+
+    def __init__(
+        self,
+        dim,
+        eps=1e-6,
+        offset=0.0,
+        casting_mode="gemma",
+        init_fn="ones",
+        in_place=False,
+        with_scale=True,
+    ):
+        super().__init__(dim, eps, offset, casting_mode, init_fn, in_place, elementwise_affine=with_scale)
+        self.with_scale = with_scale
+
+
+class LigerL2Norm(LigerRMSNorm):
+    """A weightless RMSNorm, ``x * rsqrt(mean(x^2) + eps)`` in float32 rounded once (HF's
+    Llama4TextL2Norm(eps), the q / k norm of Llama 4's RoPE layers). The size is taken from the
+    input."""
+
+    def __init__(self, eps=1e-6):
+        super().__init__(0, eps, 0.0, "gemma", "ones", False, elementwise_affine=False)
+        self.eps = eps
+
+    def extra_repr(self) -> str:
+        return f"eps={self.variance_epsilon}"
+
+
+class LigerRMSNormGated(nn.Module):
+    """Qwen3-Next / Qwen3.5's gated RMSNorm (HF ``Qwen3NextRMSNormGated(hidden_size, eps)``, the output
+    norm of the gated delta net): ``(weight * x_normed.to(dtype)) * silu(gate.float())``, rounded to
+    the input's dtype. Two liger_cpp kernels with exactly that rounding: RMSNorm in "llama" casting,
+    then the fused silu(gate) * y of SwiGLU (float32 math, one rounding)."""
+
+    def __init__(self, hidden_size, eps=1e-6, **kwargs):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+        self.activation = kwargs.get("activation", "silu")
+
+    def forward(self, hidden_states: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        if self.activation not in ("silu", "swish"):
+            raise ValueError(f"liger_cpp: LigerRMSNormGated supports the silu gate, got {self.activation!r}")
+        y = rms_norm(hidden_states, self.weight, self.variance_epsilon, casting_mode="llama")
+        if gate.shape != y.shape:
+            raise ValueError(
+                f"liger_cpp: argument 'gate': expected hidden_states' shape {tuple(y.shape)}, "
+                f"got {tuple(gate.shape)}"
+            )
+        g = gate if gate.dtype == y.dtype else gate.to(y.dtype)
+        out = swiglu(g, y)
+        return out if out.dtype == hidden_states.dtype else out.to(hidden_states.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"

@@ -28,6 +28,9 @@ def liger_rotary_pos_emb(
     `cat(freqs, freqs)`) are used for both halves of the rotated part.
     """
     head_dim = q.shape[-1]
+    if unsqueeze_dim == 0 and cos.dim() == 2 and q.dim() == 4:
+        # HF's (S, D) tables unsqueezed at 0 broadcast over (B, H, S, D) (Pixtral): heads-first.
+        unsqueeze_dim = 1
     if rotary_dim is None:
         rotary_dim = cos.shape[-1]
     else:
@@ -58,3 +61,27 @@ def liger_partial_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_di
     passed through (partial_rotary_factor < 1). Kept for liger_cpp <= 0.2 callers; the same as
     ``liger_rotary_pos_emb``."""
     return liger_rotary_pos_emb(q, k, cos, sin, position_ids, unsqueeze_dim)
+
+
+def liger_rotary_pos_emb_gpt_oss(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1):
+    """HF GPT-OSS's apply_rotary_pos_emb: the whole head rotated (first half with the second), with
+    cos / sin of width head_dim / 2 (one entry per pair, used for both halves)."""
+    return liger_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim, rotary_dim=q.shape[-1])
+
+
+def liger_rotary_pos_emb_vision(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """HF's apply_rotary_pos_emb_vision (Qwen3-VL, Qwen3.5, GLM-4V): q, k (S, H, D), cos / sin (S, D);
+    float32 math and one rounding to q's / k's dtype (HF computes in float32 and casts back), read in
+    place (no float32 copies of q and k)."""
+    if cos.dtype not in (torch.float32, q.dtype):
+        cos, sin = cos.float(), sin.float()
+    q_out, k_out = rope(q.unsqueeze(0), k.unsqueeze(0), cos, sin, unsqueeze_dim=2)
+    return q_out.squeeze(0), k_out.squeeze(0)
+
+
+def liger_rotary_pos_emb_single(x: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> Tensor:
+    """HF Gemma 3n / Gemma 4's one-tensor apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim): x * cos +
+    rotate_half(x) * sin on x (B, S, H, D) (unsqueeze_dim=2) or (B, H, S, D) (unsqueeze_dim=1)."""
+    hdim = 2 if unsqueeze_dim in (2, -2) else 1
+    out, _ = rope(x, x.narrow(hdim, 0, 0), cos, sin, unsqueeze_dim=unsqueeze_dim)
+    return out

@@ -142,3 +142,79 @@ class LigerExpertsSwiGLUMixin:
             out = out * top_k_weights[token_idx, top_k_pos, None]
             final.index_add_(0, token_idx, out.to(final.dtype))
         return final
+
+
+# ---- SwiGLU MLPs of the newer model families (each drop-in for its HF class: same parameter
+# names and constructor, so class-level patching builds them and state dicts load unchanged) ----
+
+
+def _projections(module, hidden, inter, bias):
+    module.gate_proj = nn.Linear(hidden, inter, bias=bias)
+    module.up_proj = nn.Linear(hidden, inter, bias=bias)
+    module.down_proj = nn.Linear(inter, hidden, bias=bias)
+
+
+class LigerFalconH1SwiGLUMLP(nn.Module):
+    """Falcon-H1's MLP (HF FalconH1MLP): ``down_proj(up_proj(x) * silu(gate_proj(x) * gate_multiplier))
+    * down_multiplier``, the multipliers from ``config.mlp_multipliers``, applied around liger_cpp's
+    fused silu(a) * b exactly where HF applies them (so the rounding is HF's)."""
+
+    def __init__(self, config):
+        super().__init__()
+        _check_act(config)
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.intermediate_size
+        _projections(self, self.hidden_size, self.intermediate_size, bool(getattr(config, "mlp_bias", False)))
+        self.gate_multiplier, self.down_multiplier = config.mlp_multipliers
+        self.in_place = None
+
+    def forward(self, x):
+        gate = self.gate_proj(x)
+        if self.gate_multiplier != 1.0:
+            gate = gate * self.gate_multiplier
+        ip = resolve_in_place(self.in_place, self.gate_proj, self.up_proj)  # gate * m is private too
+        y = self.down_proj(swiglu(gate, self.up_proj(x), in_place=ip))
+        return y * self.down_multiplier if self.down_multiplier != 1.0 else y
+
+
+class LigerHunyuanV1SwiGLUMLP(LigerSwiGLUMLP):
+    """HunYuan V1's dense and shared MLP (HF HunYuanDenseV1MLP(config, layer_idx, is_shared_mlp) /
+    HunYuanMoEV1MLP(config)): a SwiGLU MLP of config.intermediate_size."""
+
+    def __init__(self, config, layer_idx=None, is_shared_mlp=False):
+        super().__init__(config)
+        self.layer_idx = layer_idx
+        self.is_shared_mlp = is_shared_mlp
+
+
+class LigerDeepseekV4SwiGLUMLP(nn.Module):
+    """DeepSeek-V4's shared-expert MLP (HF DeepseekV4MLP): ``down_proj(silu(gate.clamp(max=limit)) *
+    up.clamp(-limit, limit))`` with ``limit = config.swiglu_limit``; the clamps as HF computes them,
+    then liger_cpp's fused silu(a) * b."""
+
+    def __init__(self, config):
+        super().__init__()
+        _check_act(config)
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.intermediate_size
+        _projections(self, self.hidden_size, self.intermediate_size, bool(getattr(config, "mlp_bias", False)))
+        self.limit = config.swiglu_limit
+
+    def forward(self, x):
+        gate = self.gate_proj(x).clamp(max=self.limit)
+        up = self.up_proj(x).clamp(min=-self.limit, max=self.limit)
+        return self.down_proj(swiglu(gate, up))
+
+
+class LigerGlm4VisionSwiGLUMLP(LigerSwiGLUMLP):
+    """GLM-4V's vision MLP (HF Glm4VisionMlp(config, bias)): SwiGLU of width config.out_hidden_size."""
+
+    def __init__(self, config, bias: bool = False):
+        nn.Module.__init__(self)
+        _check_act(config)
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.out_hidden_size
+        _projections(self, self.hidden_size, self.intermediate_size, bias)
+        self.in_place = None

@@ -117,6 +117,10 @@ def liger_swiglu(a, b):
     return _cpp.liger_swiglu(a, b)
 
 
+def liger_relu_squared(x):
+    return _cpp.liger_relu_squared(x)
+
+
 def liger_geglu(a, b):
     return _cpp.liger_geglu(a, b)
 

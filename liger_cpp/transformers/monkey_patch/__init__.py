@@ -43,42 +43,41 @@ import inspect
 import warnings
 from typing import Callable
 
-from liger_cpp.transformers.monkey_patch.class_level import check_rope, patch_classes, patch_rope
-from liger_cpp.transformers.monkey_patch.instance import patch_instance
-from liger_cpp.transformers.monkey_patch.revert import original, revert_liger_kernel
-from liger_cpp.transformers.monkey_patch.specs import SPECS, import_modeling
+from liger_cpp.transformers.monkey_patch.apply_multimodal import (
+    apply_liger_kernel_to_glm4v,
+    apply_liger_kernel_to_glm4v_moe,
+    apply_liger_kernel_to_internvl,
+    apply_liger_kernel_to_llava,
+    apply_liger_kernel_to_paligemma,
+    apply_liger_kernel_to_pixtral,
+    apply_liger_kernel_to_qwen3_vl,
+    apply_liger_kernel_to_qwen3_vl_moe,
+    apply_liger_kernel_to_smolvlm,
+)
+from liger_cpp.transformers.monkey_patch.apply_text import (
+    apply_liger_kernel_to_deepseek_v2,
+    apply_liger_kernel_to_deepseek_v3,
+    apply_liger_kernel_to_deepseek_v4,
+    apply_liger_kernel_to_exaone4,
+    apply_liger_kernel_to_falcon_h1,
+    apply_liger_kernel_to_gemma3n,
+    apply_liger_kernel_to_gemma4,
+    apply_liger_kernel_to_gemma4_text,
+    apply_liger_kernel_to_gpt_oss,
+    apply_liger_kernel_to_hunyuan_v1_dense,
+    apply_liger_kernel_to_hunyuan_v1_moe,
+    apply_liger_kernel_to_llama4,
+    apply_liger_kernel_to_ministral,
+    apply_liger_kernel_to_nemotron,
+    apply_liger_kernel_to_olmo3,
+    apply_liger_kernel_to_qwen3_5,
+    apply_liger_kernel_to_qwen3_5_moe,
+    apply_liger_kernel_to_qwen3_next,
+    apply_liger_kernel_to_smollm3,
+)
+from liger_cpp.transformers.monkey_patch.core import _patch
+from liger_cpp.transformers.monkey_patch.revert import revert_liger_kernel
 from liger_cpp.transformers.rope import liger_partial_rotary_pos_emb
-
-
-def _patch(
-    model_type: str, model, rope, cross_entropy, fused_linear_cross_entropy, rms_norm, mlp, layer_norm=False
-):
-    """The one entry of every apply function: checks, then instance or class-level patching."""
-    if cross_entropy and fused_linear_cross_entropy:
-        raise ValueError(
-            "liger_cpp: cross_entropy and fused_linear_cross_entropy cannot both be True "
-            f"(apply_liger_kernel_to_{model_type}: pass one of them False)."
-        )
-    spec = SPECS[model_type]
-    mod = import_modeling(spec.module)
-    mode = "flce" if fused_linear_cross_entropy else "ce" if cross_entropy else None
-    names = ((spec.norm,) if rms_norm else ()) + ((spec.mlp,) if mlp else ())
-    names += (spec.dense_mlp[0],) if mlp and spec.dense_mlp else ()
-    names += tuple(n for n, _ in spec.lm) if mode else ()
-    for name in names:
-        if not isinstance(original(mod, name), type):
-            raise ValueError(
-                f"liger_cpp: {spec.module}.{name} is not a class; unsupported transformers version?"
-            )
-    if rope:
-        check_rope(model_type, spec)  # raises before anything changes
-    if model is not None:
-        patch_instance(model_type, spec, model, rms_norm, mlp, layer_norm, mode)
-    else:
-        patch_classes(model_type, spec, mod, rms_norm, mlp, layer_norm, mode)
-    if rope:
-        patch_rope(model_type, spec, mod)
-
 
 # --------------------------------------------------------------------------------------------
 # public apply functions (Liger-Kernel's names, flags and defaults)
@@ -352,7 +351,44 @@ MODEL_TYPE_TO_APPLY_LIGER_FN: dict[str, Callable] = {
     "granite": apply_liger_kernel_to_granite,
     "olmo2": apply_liger_kernel_to_olmo2,
     "glm4": apply_liger_kernel_to_glm4,
+    # the newer families (apply_text.py, apply_multimodal.py)
+    "deepseek_v2": apply_liger_kernel_to_deepseek_v2,
+    "deepseek_v3": apply_liger_kernel_to_deepseek_v3,
+    "deepseek_v4": apply_liger_kernel_to_deepseek_v4,
+    "exaone4": apply_liger_kernel_to_exaone4,
+    "falcon_h1": apply_liger_kernel_to_falcon_h1,
+    "gemma3n": apply_liger_kernel_to_gemma3n,  # beyond Liger-Kernel
+    "gemma3n_text": apply_liger_kernel_to_gemma3n,  # beyond Liger-Kernel
+    "gemma4": apply_liger_kernel_to_gemma4,
+    "gemma4_text": apply_liger_kernel_to_gemma4_text,
+    "glm4v": apply_liger_kernel_to_glm4v,
+    "glm4v_moe": apply_liger_kernel_to_glm4v_moe,
+    "gpt_oss": apply_liger_kernel_to_gpt_oss,
+    "hunyuan_v1_dense": apply_liger_kernel_to_hunyuan_v1_dense,
+    "hunyuan_v1_moe": apply_liger_kernel_to_hunyuan_v1_moe,
+    "internvl": apply_liger_kernel_to_internvl,
+    "llama4": apply_liger_kernel_to_llama4,
+    "llama4_text": apply_liger_kernel_to_llama4,
+    "llava": apply_liger_kernel_to_llava,
+    "ministral": apply_liger_kernel_to_ministral,
+    "nemotron": apply_liger_kernel_to_nemotron,
+    "olmo3": apply_liger_kernel_to_olmo3,
+    "paligemma": apply_liger_kernel_to_paligemma,
+    "pixtral": apply_liger_kernel_to_pixtral,
+    "qwen3_5": apply_liger_kernel_to_qwen3_5,
+    "qwen3_5_text": apply_liger_kernel_to_qwen3_5,
+    "qwen3_5_moe": apply_liger_kernel_to_qwen3_5_moe,
+    "qwen3_5_moe_text": apply_liger_kernel_to_qwen3_5_moe,
+    "qwen3_next": apply_liger_kernel_to_qwen3_next,
+    "qwen3_vl": apply_liger_kernel_to_qwen3_vl,
+    "qwen3_vl_text": apply_liger_kernel_to_qwen3_vl,
+    "qwen3_vl_moe": apply_liger_kernel_to_qwen3_vl_moe,
+    "qwen3_vl_moe_text": apply_liger_kernel_to_qwen3_vl_moe,
+    "smollm3": apply_liger_kernel_to_smollm3,
+    "smolvlm": apply_liger_kernel_to_smolvlm,
 }
+# Model types liger_cpp patches that Liger-Kernel 0.8.5 does not.
+BEYOND_LIGER = ("gemma3n", "gemma3n_text")
 
 
 def _flags(apply_fn) -> set:

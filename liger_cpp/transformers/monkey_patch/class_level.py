@@ -46,9 +46,20 @@ class _TorchNNWithLigerLayerNorm(types.ModuleType):
 def check_rope(model_type: str, spec: Spec) -> None:
     if not spec.rope:
         raise NotImplementedError(
-            f"liger_cpp: rope=True is not supported for {model_type} (its RoPE is interleaved / partial, "
-            "unlike liger_cpp's rotate-half kernel); pass rope=False."
+            f"liger_cpp: rope=True is not supported for {model_type}: "
+            + (
+                spec.no_rope
+                or "its RoPE is interleaved / partial, unlike liger_cpp's rotate-half kernel; "
+                "pass rope=False."
+            )
         )
+
+
+def liger_mlp_class(mod, name: str, kind: str, cls):
+    """The liger_cpp class replacing the modeling module's MLP class `name` of this kind."""
+    if cls is not None:
+        return cls
+    return experts_class(mod, name) if kind == "experts" else MLP_CLS[kind]
 
 
 def patch_rope(model_type: str, spec: Spec, mod) -> None:
@@ -67,12 +78,11 @@ def patch_rope(model_type: str, spec: Spec, mod) -> None:
 def patch_classes(model_type: str, spec: Spec, mod, rms_norm, mlp, layer_norm, mode) -> None:
     """Rebind the modeling module's classes (and the model classes' forward) for later models."""
     if rms_norm:
-        set_patched(model_type, mod, spec.norm, spec.norm_cls)
+        for name, cls in spec.norm_classes():
+            set_patched(model_type, mod, name, cls)
     if mlp:
-        liger_mlp = experts_class(mod, spec.mlp) if spec.mlp_kind == "experts" else MLP_CLS[spec.mlp_kind]
-        set_patched(model_type, mod, spec.mlp, liger_mlp)
-        if spec.dense_mlp:
-            set_patched(model_type, mod, *spec.dense_mlp)
+        for name, kind, cls in spec.mlp_classes():
+            set_patched(model_type, mod, name, liger_mlp_class(mod, name, kind, cls))
     if layer_norm:
         for mod_name, attr in spec.layer_norm:
             owner = import_modeling(mod_name)

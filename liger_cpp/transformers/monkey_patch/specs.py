@@ -9,6 +9,11 @@ from typing import Optional
 
 from liger_cpp.transformers.causal_lm import LossSpec
 from liger_cpp.transformers.geglu import LigerGEGLUMLP
+from liger_cpp.transformers.llama4_rope import (
+    liger_deepseek_v2_rotary_pos_emb,
+    liger_llama4_text_rotary_pos_emb,
+    liger_llama4_vision_rotary_pos_emb,
+)
 from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb
 from liger_cpp.transformers.rms_norm import (
     LigerRMSNorm,
@@ -17,11 +22,25 @@ from liger_cpp.transformers.rms_norm import (
     LigerRMSNormForGemma3,
     LigerRMSNormForOlmo2,
 )
-from liger_cpp.transformers.rope import liger_rotary_pos_emb
+from liger_cpp.transformers.rope import (
+    liger_rotary_pos_emb,
+    liger_rotary_pos_emb_gpt_oss,
+    liger_rotary_pos_emb_single,
+    liger_rotary_pos_emb_vision,
+)
 from liger_cpp.transformers.swiglu import LigerPhi3SwiGLUMLP, LigerQwen3MoeSwiGLUMLP, LigerSwiGLUMLP
 
 # RoPE kinds of Spec.rope -> the liger_cpp function bound in place of the modeling module's.
-ROPE_IMPLS = {"rope": liger_rotary_pos_emb, "mrope": liger_multimodal_rotary_pos_emb}
+ROPE_IMPLS = {
+    "rope": liger_rotary_pos_emb,  # rotate-half (partial rotary from cos' width)
+    "mrope": liger_multimodal_rotary_pos_emb,
+    "gpt_oss": liger_rotary_pos_emb_gpt_oss,  # cos / sin of half the head's width
+    "vision": liger_rotary_pos_emb_vision,  # apply_rotary_pos_emb_vision: (S, H, D), float32 math
+    "single": liger_rotary_pos_emb_single,  # Gemma 3n / 4: one tensor at a time
+    "llama4_text": liger_llama4_text_rotary_pos_emb,  # complex frequencies, interleaved pairs
+    "llama4_vision": liger_llama4_vision_rotary_pos_emb,
+    "deepseek_v2": liger_deepseek_v2_rotary_pos_emb,
+}
 
 
 @dataclass(frozen=True)
@@ -29,16 +48,36 @@ class Spec:
     """How one model type is patched: which classes and functions of its modeling module."""
 
     module: str  # transformers modeling module
-    norm: str  # RMSNorm class name in that module
+    norm: str  # RMSNorm class name in that module ("" when the type has none to patch)
     norm_cls: type  # liger_cpp class replacing it
-    mlp: str  # MLP (or experts) class name
-    mlp_kind: str  # "swiglu" | "phi3" | "geglu" | "experts"
+    mlp: str  # MLP (or experts) class name ("" when the type has none to patch)
+    mlp_kind: str  # "swiglu" | "phi3" | "geglu" | "experts" | a kind of MLP_KINDS
     norm_attrs: tuple  # decoder-layer norm attribute names
     attn_norm_attrs: tuple = ()  # self_attn norm attribute names (q_norm, k_norm)
     dense_mlp: Optional[tuple] = None  # MoE models: (class name, liger class) of the dense-layer MLP
     rope: tuple = ()  # (function name, kind in ROPE_IMPLS); () = RoPE not supported
     lm: tuple = ()  # (model class name, LossSpec) whose forward gets the loss path
     layer_norm: tuple = ()  # (module, name) bound to nn.LayerNorm ("nn": the module's torch.nn)
+    # The newer families (specs_text.py, specs_multimodal.py):
+    norms: tuple = ()  # more norm classes: ((class name, liger class), ...), in `module`
+    mlps: tuple = ()  # more MLP classes: ((class name, kind, liger class or None), ...)
+    mlp_attr: str = "mlp"  # the decoder layer's MLP attribute ("feed_forward": Llama 4, Falcon-H1)
+    final_norm: str = "norm"  # the text model's final norm attribute ("" : none to check)
+    layers: str = ""  # dotted path of the decoder-layer ModuleList from the model ("": found)
+    no_rope: str = ""  # why rope=True cannot be honoured (NotImplementedError), when rope is ()
+    rope_warns: bool = False  # rope=True is a warned no-op instead (as Liger-Kernel's patcher)
+    no_mlp: str = ""  # why the MLP flag cannot be honoured (NotImplementedError), when mlp is ""
+    mlp_flag: str = "swiglu"  # the apply function's name of the MLP flag (for messages)
+
+    def norm_classes(self) -> tuple:
+        """((class name, liger class), ...) of every norm class this type patches."""
+        return (((self.norm, self.norm_cls),) if self.norm else ()) + self.norms
+
+    def mlp_classes(self) -> tuple:
+        """((class name, kind, liger class or None), ...) of every MLP class this type patches."""
+        main = ((self.mlp, self.mlp_kind, None),) if self.mlp else ()
+        dense = ((self.dense_mlp[0], "swiglu", self.dense_mlp[1]),) if self.dense_mlp else ()
+        return main + dense + self.mlps
 
 
 _M = "transformers.models.{0}.modeling_{0}"
@@ -193,3 +232,12 @@ def import_modeling(name: str):
         return importlib.import_module(name)
     except ImportError as e:  # pragma: no cover - depends on the installed transformers
         raise ImportError(f"liger_cpp: cannot import {name} (is transformers>=5 installed?): {e}") from e
+
+
+# The newer families' rows (imported here, after Spec and the helpers they use are defined).
+from liger_cpp.transformers.monkey_patch.specs_multimodal import MULTIMODAL_SPECS  # noqa: E402
+from liger_cpp.transformers.monkey_patch.specs_text import MLP_KINDS, TEXT_SPECS  # noqa: E402
+
+SPECS.update(TEXT_SPECS)
+SPECS.update(MULTIMODAL_SPECS)
+MLP_CLS.update(MLP_KINDS)

@@ -1,0 +1,76 @@
+"""ReLU squared benchmark (Nemotron's relu2 MLP activation; bf16, tokens x intermediate): liger_cpp
+against PyTorch eager (HF's ReLUSquaredActivation: relu then square), torch.compile of it and
+Liger-Kernel's LigerReLUSquaredFunction (when importable), in one run, as % of the copy bandwidth C.
+
+Bytes (minimum): fwd 2*N*2 (read x, write y), fwd+bwd 5*N*2 (+ read dy and x, write dx).
+Usage: python benchmarks/bench_relu_squared.py [--out FILE.json] [--quick] [--shapes 16384x16384,...]
+"""
+
+import argparse
+
+import torch
+from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
+
+import liger_cpp
+from liger_cpp.ops.relu_squared import relu_squared
+
+
+def eager(x):
+    return torch.square(torch.relu(x))
+
+
+def variants(have_liger):
+    out = {"liger_cpp": relu_squared, "eager": eager, "compile": torch.compile(eager, dynamic=False)}
+    if have_liger:
+        from liger_kernel.ops.relu_squared import LigerReLUSquaredFunction
+
+        out["liger"] = LigerReLUSquaredFunction.apply
+    return out
+
+
+def run(m, n, fns, C):
+    rows = []
+    x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    for name, f in fns.items():
+        for mode in ("fwd+bwd", "fwd"):
+            row = {"shape": f"{m}x{n}", "mode": mode, "impl": name}
+            try:
+                if mode == "fwd":
+                    with torch.no_grad():
+                        ms = bench_ms(lambda f=f: f(x))
+                    nbytes = 2 * m * n * 2
+                else:
+                    ms = bench_ms(lambda f=f: f(x).backward(dy), grad_to_none=[x])
+                    nbytes = 5 * m * n * 2
+                gbs = nbytes / (ms * 1e-3) / 1e9
+                row.update({"ms": round(ms, 4), "GB/s": round(gbs), "%C": round(100 * gbs / C, 1)})
+            except Exception as e:  # noqa: BLE001 - a failing baseline is reported, not fatal
+                row["error"] = str(e).splitlines()[0][:120]
+            rows.append(row)
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="a smaller shape (4096 x 16384)")
+    ap.add_argument("--shapes", default="", help="comma-separated MxF shapes (default 16384x16384)")
+    args = ap.parse_args()
+    C = copy_bandwidth_gbs()
+    shapes = [(4096 if args.quick else 16384, 16384)]
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
+    fns = variants(try_import_liger())
+    rows = [r for m, n in shapes for r in run(m, n, fns, C)]
+    payload = {"op": "relu_squared", "dtype": "bfloat16", "copy_GBps": round(C), **meta(), "rows": rows}
+    payload["liger_cpp_version"] = liger_cpp.__version__
+    if args.out:
+        write_json(args.out, payload)
+    print(f"ReLU^2 bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}")
+    print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C", "error"]))
+
+
+if __name__ == "__main__":
+    main()
