@@ -13,7 +13,7 @@
 #             scripts/gpu_sanitize.py, through scripts/gpu_check.sh's SANITIZE mode
 #   captured  benchmarks/captured_step.py: the "1b" Llama's training step and a DPO step, eager under
 #             sync debug "error", then captured in a CUDA graph and replayed (bitwise comparison)
-#   failure   tests/test_failure_behaviour.py (CUDA rows), test_captured_step.py, test_fsdp2_lm_head.py
+#   failure   tests/test_failure_behaviour.py (CUDA rows), test_captured_step.py, test_fsdp.py
 #   dist      benchmarks/bench_distributed.py on 1 GPU: Llama-3-8B, FSDP1 and FSDP2 with lm_head its
 #             own unit (the DTensor path), liger_cpp, 4K context, batch 1, 2 steps
 #   beyond    tests/test_beyond_2_31.py, alone (LIGER_CPP_LARGE_MEMORY_TESTS=1, no xdist)
@@ -65,7 +65,7 @@ fi
 if has failure; then
   stamp failure
   timeout ${FAILURE_TIMEOUT:-180} python3 -m pytest tests/test_failure_behaviour.py tests/test_captured_step.py \
-    tests/test_fsdp2_lm_head.py -q -p no:cacheprovider -rs >"$W/failure_tests.log" 2>&1
+    tests/test_fsdp.py -q -p no:cacheprovider -rs >"$W/failure_tests.log" 2>&1
   pack
 fi
 if has dist; then
