@@ -16,6 +16,16 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import captured_step  # noqa: E402
 
+from liger_cpp.transformers import monkey_patch as mp  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _unpatch():
+    # the script patches the Llama classes (class level): undone, so no later test in this process
+    # builds a patched model by accident (test_fsdp's plain-HF reference checks for that)
+    yield
+    mp.revert_liger_kernel()
+
 
 def test_eager_reference_path_on_cpu(tmp_path, monkeypatch):
     import liger_cpp.transformers.causal_lm as causal_lm
