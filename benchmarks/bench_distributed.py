@@ -24,6 +24,7 @@ Timing: --warmup steps, then --steps timed steps, each ending in a synchronisati
 """
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -204,6 +205,7 @@ def run_one(args, stack: str, seq: int, device, mesh, versions: dict) -> dict:
 
     rank, world = dist.get_rank(), dist.get_world_size()
     cuda = device.type == "cuda"
+    gc.collect()  # the previous configuration's model and optimizer state
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
