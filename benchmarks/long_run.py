@@ -2,7 +2,7 @@
 thousands of steps in bf16, plain Hugging Face against HF patched by liger_cpp, from the same
 initial weights on the same batches, and a third run that measures the noise those numbers live in.
 
-    python benchmarks/long_run.py --steps 2000 --batch 2 --seq 1024 --out-dir out/long_run
+    python benchmarks/long_run.py --steps 2000 --batch 2 --seq 512 --out-dir out/long_run
     python benchmarks/long_run.py --device cpu --size tiny --steps 40 --batch 2 --seq 64  # a dry run
 
 Runs (each in its own process, one after the other; the first saves the initial weights, the others
@@ -23,11 +23,13 @@ allocated after step --settle against the end (growth <= 64 MiB), and the peak; 
 window (steady: every window within 5 % of the median). Each run's partial results are written every
 100 steps, so a run cut short by a time limit still reports (--report-only re-reads them).
 
-Batch and sequence: the issue's budget is one 10-minute device call for the runs. At batch 8 x 1024
-the step takes ~0.12 s (liger_cpp, 70 k tokens/s) and ~0.16 s (HF): 2,000 steps of two stacks
-alone would need 9.5 minutes. Batch 2 x 1024 (2,048 tokens a step, a quarter of the work; per-step
-overheads such as the optimizer over 1.24 B parameters do not shrink) is the default: about 0.04 to
-0.06 s a step, so three runs of 2,000 steps take about 5-6 minutes with start-up.
+Batch and sequence: the issue's budget is one 10-minute device call. At the demo's batch 8 x 1024
+a step takes ~0.12 s (liger_cpp, 70 k tokens/s) and ~0.16 s (HF): 2,000 steps of two stacks alone
+would need 9.5 minutes, and the noise run a third as much again. The default is batch 2 x 512
+(1,024 tokens a step, an eighth of the demo's; per-step overheads such as the fused AdamW over 1.24 B
+parameters do not shrink, so a step takes ~25-35 ms): three runs of 2,000 steps in ~4 minutes with
+start-up, which leaves room in the same call for the 2^31 tests (scripts/reliability_gpu.sh). Batch
+2 x 1024 (--seq 1024, ~45-65 ms a step, ~6.5 minutes) fits a call of its own.
 """
 
 import argparse
@@ -364,7 +366,7 @@ def parse(argv=None):
     p.add_argument("--size", default="1b", choices=["tiny", "small", "1b"])
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--seq", type=int, default=512)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--clip", type=float, default=1.0)
