@@ -1,6 +1,7 @@
 """liger_cpp under PyTorch FSDP (CPU, gloo, 2 processes): a tiny Llama patched with
 apply_liger_kernel_to_llama() (RoPE, RMSNorm, SwiGLU, fused linear cross entropy), sharded with FSDP2
-(fully_shard per decoder layer, then the root) or FSDP1 (FullyShardedDataParallel, use_orig_params),
+(fully_shard per decoder layer, then the root; and with lm_head its own unit, a DTensor weight outside
+its forward) or FSDP1 (FullyShardedDataParallel, use_orig_params),
 trained 3 AdamW steps with each rank on its half of a global batch, must match a single process trained
 on the whole batch: same per-step losses, same final parameters.
 
@@ -12,6 +13,7 @@ Every row has the same number of tokens and none is ignored, so the mean of the 
 
 import os
 import time
+import warnings
 from datetime import timedelta
 
 import pytest
@@ -29,7 +31,9 @@ WORLD = 2
 STEPS = 3
 ROWS = 4  # global batch; each rank takes ROWS // WORLD rows
 LR = 1e-2
-KINDS = ("fsdp2", "fsdp1")
+# fsdp2_lm_head: lm_head its own fully_shard unit (a sharded DTensor weight outside lm_head's forward):
+# the patched forward runs the fused loss as lm_head's forward, under FSDP2's hooks
+KINDS = ("fsdp2", "fsdp1", "fsdp2_lm_head")
 TIMEOUT_S = 120  # whole spawn: a hung collective fails the test instead of blocking CI
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 # liger_cpp vs Hugging Face's modules: ~1e-7 apart per step, which Adam's normalised update can turn
@@ -62,14 +66,18 @@ def _train(model, rank=0, world=1, lr=LR, device="cpu"):
 def _shard(model, kind, device):
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
-    if kind == "fsdp2":
+    if kind in ("fsdp2", "fsdp2_lm_head"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor import DTensor
 
         mesh = init_device_mesh(device.type, (WORLD,))
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh)
+        if kind == "fsdp2_lm_head":
+            fully_shard(model.lm_head, mesh=mesh)
         fully_shard(model, mesh=mesh)
+        assert isinstance(model.lm_head.weight, DTensor)
         return model
     from torch.distributed.fsdp import FullyShardedDataParallel
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -86,7 +94,7 @@ def _shard(model, kind, device):
 
 def _full_params(model, kind):
     """name -> full (unsharded) parameter, with the plain model's names."""
-    if kind == "fsdp2":
+    if kind in ("fsdp2", "fsdp2_lm_head"):
         return {n: p.full_tensor().detach().cpu().clone() for n, p in model.named_parameters()}
     if kind == "fsdp1":
         # (get_model_state_dict(full_state_dict=True, cpu_offload=True) segfaults on CPU in torch 2.11,
@@ -128,7 +136,11 @@ def _worker(rank, init_file, out_file, lr_rank1, device_type="cpu"):
             assert isinstance(model.model.layers[0].mlp, lt.LigerSwiGLUMLP)
             assert isinstance(model.model.norm, lt.LigerRMSNorm)
             model = _shard(model, kind, device)
-            losses, out = _train(model, rank, WORLD, lr=lr_rank1 if rank == 1 else LR, device=device)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                losses, out = _train(model, rank, WORLD, lr=lr_rank1 if rank == 1 else LR, device=device)
+            fallback = [w for w in caught if "is not a plain nn.Linear" in str(w.message)]
+            assert not fallback, f"{kind}: the fused loss fell back to HF's path: {fallback[0].message}"
             # no logits: the fused linear cross entropy ran (the FSDP-managed lm_head did not push the
             # patched forward back onto Hugging Face's materialised-logits path)
             assert out.logits is None, f"{kind}: FLCE path not taken"

@@ -17,11 +17,13 @@ Models whose loss function is not HF's ForCausalLMLoss (a custom ``model.loss_fu
 whose lm_head is not a plain ``nn.Linear`` (or PEFT's ModulesToSaveWrapper of one), keep HF's path,
 with a one-time warning.
 
-Under DeepSpeed ZeRO-3 lm_head's weight is partitioned (an empty tensor outside lm_head's own
-forward) and only DeepSpeed's module hooks gather it. The fused op then runs *as* lm_head's forward
-(the module is called with the fused loss in place of ``nn.Linear.forward``), so DeepSpeed gathers the
-weight for the forward, gathers it again before the fused op's backward (its hook on the module's
-outputs) and reduce-scatters the weight's gradient as for any other module.
+Under DeepSpeed ZeRO-3 (and FSDP2 with lm_head as its own ``fully_shard`` unit, a DTensor weight
+sharded over the ranks) lm_head's weight is partitioned (an empty tensor outside lm_head's own
+forward) and only the module's hooks gather it. The fused op then runs *as* lm_head's forward
+(the module is called with the fused loss in place of ``nn.Linear.forward``), so DeepSpeed (FSDP2)
+gathers the full weight for the forward, gathers it again before the fused op's backward (its hook
+on the module's outputs) and reduce-scatters the weight's gradient as for any other module: the
+same collectives and the same full-weight memory as HF's own lm_head call, exact.
 """
 
 import contextlib
@@ -315,6 +317,32 @@ def _zero3_head(head):
     return None
 
 
+def _is_fsdp2_hook(hook) -> bool:
+    fn = getattr(hook, "__func__", hook)  # a bound method of FSDP2's FSDPState
+    return (getattr(fn, "__module__", None) or "").startswith("torch.distributed.fsdp._fully_shard")
+
+
+def _fsdp2_head(head):
+    """The nn.Linear of lm_head (through PEFT's ModulesToSaveWrapper) when it is its own FSDP2 unit
+    (``fully_shard(model.lm_head)``: a sharded DTensor weight that only FSDP2's hooks on lm_head's
+    own forward all-gather) and the only hooks on it are FSDP2's, else None."""
+    head = _unwrap_peft_head(head)
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return None
+    if (
+        isinstance(head, nn.Linear)
+        and isinstance(head, FSDPModule)
+        and type(head).forward is nn.Linear.forward
+        and "forward" not in head.__dict__
+        and all(_is_fsdp2_hook(h) for h in head._forward_hooks.values())
+        and all(_is_fsdp2_hook(h) for h in head._forward_pre_hooks.values())
+    ):
+        return head
+    return None
+
+
 def _call_as_forward(module: nn.Module, fn: Callable, *args):
     """``module(*args)`` with ``fn`` in place of its forward: the module's hooks (DeepSpeed ZeRO-3's
     parameter gathering, before the forward and before the backward of the outputs) run around fn."""
@@ -435,9 +463,10 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
             ours = False
         head_params = zero3_head = None
         if ours and mode == "flce":
-            head_params = _head_params(_head(self, spec.head))
-            if head_params is None:
-                zero3_head = _zero3_head(_head(self, spec.head))
+            head = _head(self, spec.head)
+            head_params = _head_params(head)
+            if head_params is None:  # gathered by its own hooks: DeepSpeed ZeRO-3's or FSDP2's
+                zero3_head = _zero3_head(head) or _fsdp2_head(head)
             if head_params is None and zero3_head is None:
                 _warn_once(
                     f"liger_cpp: {type(self).__name__}.{spec.head} is not a plain nn.Linear (LoRA, hooks, "

@@ -50,9 +50,16 @@ CeInputs prepare(const at::Tensor& logits, const at::Tensor& target, const c10::
   LIGER_CHECK_ARG(target.defined(), "target", "expected a tensor, got None");
   LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
                   "expected int64 (or int32) class indices, got ", dtype_str(target.scalar_type()));
-  LIGER_CHECK_ARG(target.sizes() == logits.sizes().slice(0, logits.dim() - 1), "target", "expected shape ",
-                  logits.sizes().slice(0, logits.dim() - 1),
-                  " (the logits' shape without the class dimension), got ", shape_str(target));
+  // The class dimension is the last one at every rank (Liger's (BT, V), generalised); a target
+  // shaped for F.cross_entropy's (N, C, d1, ...) layout (classes in dimension 1) fails here.
+  LIGER_CHECK_ARG(
+      target.sizes() == logits.sizes().slice(0, logits.dim() - 1), "target", "expected shape ",
+      logits.sizes().slice(0, logits.dim() - 1),
+      " (the logits' shape without the class dimension, which is the last one",
+      logits.dim() >= 3
+          ? "; for F.cross_entropy's (N, C, d1, ...) layout pass logits.movedim(1, -1).contiguous()"
+          : "",
+      "), got ", shape_str(target));
   LIGER_CHECK_ARG(target.device() == logits.device(), "target", "expected device ", logits.device(),
                   " (the logits'), got ", target.device());
 

@@ -27,8 +27,11 @@ inline acc_t glu_act(GluKind kind, acc_t x, acc_t* d) {
   const acc_t one = 1, half = 0.5;
   // GELU(+inf) = +inf as in PyTorch (the H200 image's build gave NaN there,
   // likely through a vectorised erf); -inf keeps IEEE's NaN, as PyTorch does.
+  // The derivative there is NaN (inf * 0 in the formula), as PyTorch's GELU
+  // backward and the CUDA kernels give it, not the limit 1: the CPU and CUDA
+  // twins agree on every input (tests/test_failure_behaviour.py).
   if (kind != GluKind::kSilu && x == std::numeric_limits<acc_t>::infinity()) {
-    if (d) *d = one;
+    if (d) *d = std::numeric_limits<acc_t>::quiet_NaN();
     return x;
   }
   switch (kind) {

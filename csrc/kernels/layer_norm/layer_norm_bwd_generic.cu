@@ -1,6 +1,8 @@
 // LayerNorm backward for any width and alignment: rows that are not whole
 // 4-element vectors, and rows too wide for the pipelined kernels (above 8192
 // 16-bit or 4096 fp32 columns). docs/kernels/layer_norm.md.
+#include <algorithm>
+
 #include "kernels/layer_norm/layer_norm_impl.h"
 #include "kernels/layer_norm/layer_norm_kernels.cuh"
 
@@ -86,6 +88,9 @@ __global__ void __launch_bounds__(256)
 
 namespace layer_norm_impl {
 
+// The largest grid.x: more rows than this are launched in pieces.
+constexpr int64_t kMaxGridRows = 2147483647;
+
 cudaError_t launch_bwd_generic(const LayerNormBwdArgs& a, const LayerNormBwdPlan& p, float* pw, float* pb,
                                cudaStream_t stream) {
   return dispatch_ln_types(a.x_dtype, a.w_dtype, cudaErrorInvalidValue, [&](auto xt, auto wt) {
@@ -100,11 +105,18 @@ cudaError_t launch_bwd_generic(const LayerNormBwdArgs& a, const LayerNormBwdPlan
         ln_bwd_dwdb_generic<T, VEC><<<grid, 256, 0, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride, a.mean,
                                                               a.rstd, pw, pb, a.rows, a.cols);
       }
-      ln_bwd_dx_generic<T, WT, VEC><<<static_cast<unsigned>(a.rows), 512, 0, stream>>>(
-          dy, a.dy_row_stride, x, a.x_row_stride, static_cast<const WT*>(a.w), a.mean, a.rstd,
-          static_cast<T*>(a.dx), a.cols);
+      // dx: one block a row, launched in pieces of at most 2^31 - 1 rows (the largest grid).
+      for (int64_t r0 = 0; r0 < a.rows; r0 += kMaxGridRows) {
+        const unsigned grid = static_cast<unsigned>(std::min(a.rows - r0, kMaxGridRows));
+        ln_bwd_dx_generic<T, WT, VEC>
+            <<<grid, 512, 0, stream>>>(dy + r0 * a.dy_row_stride, a.dy_row_stride, x + r0 * a.x_row_stride,
+                                       a.x_row_stride, static_cast<const WT*>(a.w), a.mean + r0, a.rstd + r0,
+                                       static_cast<T*>(a.dx) + r0 * a.cols, a.cols);
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+      }
     })
-    return cudaGetLastError();
+    return cudaSuccess;
   });
 }
 

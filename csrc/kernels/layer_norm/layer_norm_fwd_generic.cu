@@ -1,6 +1,8 @@
 // LayerNorm forward for any width and alignment (ln_fwd_generic): rows that
 // are not whole 16-byte vectors, and rows above 4096 vectors.
 // docs/kernels/layer_norm.md.
+#include <algorithm>
+
 #include "kernels/layer_norm/layer_norm_impl.h"
 #include "kernels/layer_norm/layer_norm_kernels.cuh"
 #include "kernels/norm/norm_plan.h"
@@ -70,6 +72,9 @@ __global__ void __launch_bounds__(1024)
 
 namespace layer_norm_impl {
 
+// The largest grid.x: more rows than this are launched in pieces.
+constexpr int64_t kMaxGridRows = 2147483647;
+
 cudaError_t launch_fwd_generic(const LayerNormFwdArgs& a, const LayerNormFwdPlan& p, cudaStream_t stream) {
   const bool has_param = a.w != nullptr || a.b != nullptr;
   return dispatch_ln_types(
@@ -81,19 +86,29 @@ cudaError_t launch_fwd_generic(const LayerNormFwdArgs& a, const LayerNormFwdPlan
         const WT* w = static_cast<const WT*>(a.w);
         const WT* b = static_cast<const WT*>(a.b);
         T* y = static_cast<T*>(a.y);
-        const unsigned grid = static_cast<unsigned>(p.grid);
-        LIGER_DISPATCH_VEC(p.vec, full, {
-          if (p.stash) {
-            auto* kern = &ln_fwd_generic<T, WT, VEC, true>;
-            // A failed raise shows up as the launch's error.
-            raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), p.smem);
-            kern<<<grid, 1024, p.smem, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.cols, a.eps);
-          } else {
-            ln_fwd_generic<T, WT, VEC, false>
-                <<<grid, 1024, 0, stream>>>(x, a.x_row_stride, w, b, y, a.mean, a.rstd, a.cols, a.eps);
-          }
-        })
-        return cudaGetLastError();
+        // One block a row, launched in pieces of at most 2^31 - 1 rows (the largest grid): the row
+        // offsets move into the pointers.
+        for (int64_t r0 = 0; r0 < a.rows; r0 += kMaxGridRows) {
+          const unsigned grid = static_cast<unsigned>(std::min(a.rows - r0, kMaxGridRows));
+          const T* xp = x + r0 * a.x_row_stride;
+          T* yp = y + r0 * a.cols;
+          float* mp = a.mean + r0;
+          float* rp = a.rstd + r0;
+          LIGER_DISPATCH_VEC(p.vec, full, {
+            if (p.stash) {
+              auto* kern = &ln_fwd_generic<T, WT, VEC, true>;
+              // A failed raise shows up as the launch's error.
+              raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), p.smem);
+              kern<<<grid, 1024, p.smem, stream>>>(xp, a.x_row_stride, w, b, yp, mp, rp, a.cols, a.eps);
+            } else {
+              ln_fwd_generic<T, WT, VEC, false>
+                  <<<grid, 1024, 0, stream>>>(xp, a.x_row_stride, w, b, yp, mp, rp, a.cols, a.eps);
+            }
+          })
+          const cudaError_t err = cudaGetLastError();
+          if (err != cudaSuccess) return err;
+        }
+        return cudaSuccess;
       });
 }
 

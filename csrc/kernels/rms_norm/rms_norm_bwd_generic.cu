@@ -1,6 +1,8 @@
 // RMSNorm backward for any width and alignment: rows that are not whole
 // 16-byte vectors, and rows too wide for the cached kernels (above 8192
 // vectors on sm_90, 4096 without sm_90 code). docs/kernels/rms_norm.md.
+#include <algorithm>
+
 #include "kernels/norm/norm_plan.h"
 #include "kernels/rms_norm/rms_norm_impl.h"
 #include "kernels/rms_norm/rms_norm_kernels.cuh"
@@ -77,6 +79,9 @@ __global__ void __launch_bounds__(256)
 
 namespace rms_norm_impl {
 
+// The largest grid.x: more rows than this are launched in pieces.
+constexpr int64_t kMaxGridRows = 2147483647;
+
 cudaError_t launch_bwd_generic(const RmsNormBwdArgs& a, const RmsNormBwdPlan& p, float* partial,
                                cudaStream_t stream) {
   const bool llama = a.casting == RmsCasting::kLlama;
@@ -96,12 +101,20 @@ cudaError_t launch_bwd_generic(const RmsNormBwdArgs& a, const RmsNormBwdPlan& p,
             rms_bwd_dw_generic<T, OT, VEC><<<grid, 256, 0, stream>>>(dy, a.dy_row_stride, x, a.x_row_stride,
                                                                      a.rstd, partial, a.rows, a.cols, llama);
           }
-          rms_bwd_dx_generic<T, WT, OT, VEC><<<static_cast<unsigned>(a.rows), 512, 0, stream>>>(
-              dy, a.dy_row_stride, x, a.x_row_stride, static_cast<const WT*>(a.w), a.rstd,
-              static_cast<const T*>(a.ds_out), a.ds_out_row_stride, static_cast<T*>(a.dx), a.dx_row_stride,
-              a.cols, a.offset);
+          // dx: one block a row, launched in pieces of at most 2^31 - 1 rows (the largest grid).
+          const T* ds_out = static_cast<const T*>(a.ds_out);
+          for (int64_t r0 = 0; r0 < a.rows; r0 += kMaxGridRows) {
+            const unsigned grid = static_cast<unsigned>(std::min(a.rows - r0, kMaxGridRows));
+            rms_bwd_dx_generic<T, WT, OT, VEC><<<grid, 512, 0, stream>>>(
+                dy + r0 * a.dy_row_stride, a.dy_row_stride, x + r0 * a.x_row_stride, a.x_row_stride,
+                static_cast<const WT*>(a.w), a.rstd + r0,
+                ds_out ? ds_out + r0 * a.ds_out_row_stride : nullptr, a.ds_out_row_stride,
+                static_cast<T*>(a.dx) + r0 * a.dx_row_stride, a.dx_row_stride, a.cols, a.offset);
+            const cudaError_t err = cudaGetLastError();
+            if (err != cudaSuccess) return err;
+          }
         })
-        return cudaGetLastError();
+        return cudaSuccess;
       });
 }
 

@@ -2,6 +2,8 @@
 // fallback for rows that are not whole 16-byte vectors, FusedAddRMSNorm's rows
 // above 4096 vectors, and plain rows above 2^31 vectors (rms_fwd_l2hint's int
 // indices). docs/kernels/rms_norm.md.
+#include <algorithm>
+
 #include "kernels/norm/norm_plan.h"
 #include "kernels/rms_norm/rms_norm_impl.h"
 #include "kernels/rms_norm/rms_norm_kernels.cuh"
@@ -74,47 +76,60 @@ __global__ void __launch_bounds__(1024)
 
 namespace rms_norm_impl {
 
+// The largest grid.x: more rows than this are launched in pieces.
+constexpr int64_t kMaxGridRows = 2147483647;
+
 cudaError_t launch_fwd_generic(const RmsNormFwdArgs& a, const RmsNormFwdPlan& p, cudaStream_t stream) {
   const bool llama = a.casting == RmsCasting::kLlama;
-  return dispatch_types(a.x_dtype, a.w ? a.w_dtype : a.x_dtype, a.y_dtype, cudaErrorInvalidValue,
-                        [&](auto xt, auto wt, auto yt) {
-                          using T = decltype(xt);
-                          using WT = decltype(wt);
-                          using OT = decltype(yt);
-                          constexpr int full = 16 / sizeof(T);
-                          const T* x = static_cast<const T*>(a.x);
-                          const WT* w = static_cast<const WT*>(a.w);
-                          OT* y = static_cast<OT*>(a.y);
-                          const T* res = static_cast<const T*>(a.res);
-                          T* sum = static_cast<T*>(a.s);
-                          const unsigned grid = static_cast<unsigned>(p.grid);
-                          auto launch = [&](auto add_c) -> cudaError_t {
-                            constexpr bool ADD = decltype(add_c)::value;
-                            LIGER_DISPATCH_VEC(p.vec, full, {
-                              // Plain RMSNorm's aligned rows come here only above 2^31 vectors, far above
-                              // what the stash takes: that build does not exist.
-                              constexpr bool kCanStash = ADD || VEC == 1;
-                              if (p.stash) {
-                                if constexpr (kCanStash) {
-                                  auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true, ADD>;
-                                  // A failed raise shows up as the launch's error.
-                                  raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), p.smem);
-                                  kern<<<grid, 1024, p.smem, stream>>>(x, a.x_row_stride, res,
-                                                                       a.res_row_stride, sum, w, y, a.rstd,
-                                                                       a.cols, a.eps, a.offset, llama);
-                                } else {
-                                  return cudaErrorInvalidValue;
-                                }
-                              } else {
-                                rms_fwd_generic<T, WT, OT, VEC, false, ADD>
-                                    <<<grid, 1024, 0, stream>>>(x, a.x_row_stride, res, a.res_row_stride, sum,
-                                                                w, y, a.rstd, a.cols, a.eps, a.offset, llama);
-                              }
-                            })
-                            return cudaGetLastError();
-                          };
-                          return a.res != nullptr ? launch(std::true_type{}) : launch(std::false_type{});
-                        });
+  return dispatch_types(
+      a.x_dtype, a.w ? a.w_dtype : a.x_dtype, a.y_dtype, cudaErrorInvalidValue,
+      [&](auto xt, auto wt, auto yt) {
+        using T = decltype(xt);
+        using WT = decltype(wt);
+        using OT = decltype(yt);
+        constexpr int full = 16 / sizeof(T);
+        const T* x = static_cast<const T*>(a.x);
+        const WT* w = static_cast<const WT*>(a.w);
+        OT* y = static_cast<OT*>(a.y);
+        const T* res = static_cast<const T*>(a.res);
+        T* sum = static_cast<T*>(a.s);
+        // One block a row, launched in pieces of at most 2^31 - 1 rows (the
+        // largest grid): the row offsets move into the pointers.
+        auto launch = [&](auto add_c) -> cudaError_t {
+          constexpr bool ADD = decltype(add_c)::value;
+          for (int64_t r0 = 0; r0 < a.rows; r0 += kMaxGridRows) {
+            const unsigned grid = static_cast<unsigned>(std::min(a.rows - r0, kMaxGridRows));
+            const T* xp = x + r0 * a.x_row_stride;
+            const T* rp = ADD ? res + r0 * a.res_row_stride : res;
+            T* sp = ADD ? sum + r0 * a.cols : sum;
+            OT* yp = y + r0 * a.cols;
+            float* rs = a.rstd + r0;
+            LIGER_DISPATCH_VEC(p.vec, full, {
+              // Plain RMSNorm's aligned rows come here only above 2^31 vectors, far
+              // above what the stash takes: that build does not exist.
+              constexpr bool kCanStash = ADD || VEC == 1;
+              if (p.stash) {
+                if constexpr (kCanStash) {
+                  auto* kern = &rms_fwd_generic<T, WT, OT, VEC, true, ADD>;
+                  // A failed raise shows up as the launch's error.
+                  raise_max_dynamic_smem(reinterpret_cast<const void*>(kern), p.smem);
+                  kern<<<grid, 1024, p.smem, stream>>>(xp, a.x_row_stride, rp, a.res_row_stride, sp, w, yp,
+                                                       rs, a.cols, a.eps, a.offset, llama);
+                } else {
+                  return cudaErrorInvalidValue;
+                }
+              } else {
+                rms_fwd_generic<T, WT, OT, VEC, false, ADD><<<grid, 1024, 0, stream>>>(
+                    xp, a.x_row_stride, rp, a.res_row_stride, sp, w, yp, rs, a.cols, a.eps, a.offset, llama);
+              }
+            })
+            const cudaError_t err = cudaGetLastError();
+            if (err != cudaSuccess) return err;
+          }
+          return cudaSuccess;
+        };
+        return a.res != nullptr ? launch(std::true_type{}) : launch(std::false_type{});
+      });
 }
 
 }  // namespace rms_norm_impl
