@@ -25,6 +25,21 @@ if os.environ.get("LIGER_CPP_PLAN"):
     torch.ops.liger._set_plan_override(os.environ["LIGER_CPP_PLAN"])
 
 
+def set_check_targets(enabled: bool = True) -> bool:
+    """Check class-index targets on CUDA with a host synchronisation; returns the previous setting.
+
+    The cross-entropy family (cross entropy, fused linear cross entropy, the chunked preference
+    losses) needs every target in [0, V) or equal to ``ignore_index``. On the CPU a bad target always
+    raises ``ValueError`` naming the first bad position and value. On CUDA the default check is an
+    asynchronous device-side assertion (no host synchronisation, CUDA graphs work), which leaves the
+    CUDA context unusable: the process must exit. ``liger_cpp.set_check_targets(True)`` (for the
+    whole process, e.g. at the top of a training script while debugging data) makes the CUDA check
+    synchronise once per call and raise the same catchable ``ValueError`` instead. Not inside CUDA
+    graph capture (a synchronisation is not allowed there).
+    """
+    return torch.ops.liger._set_check_targets(bool(enabled))
+
+
 def env_report() -> str:
     """torch, CUDA, GPU and what this build contains (also `python -m liger_cpp.env`)."""
     from liger_cpp.env import env_report as _report

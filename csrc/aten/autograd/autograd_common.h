@@ -98,7 +98,7 @@ inline variable_list once_differentiable(variable_list grads, const char* op) {
   variable_list in;
   std::vector<size_t> where;
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) continue;
+    if (!grads[i].defined() || tracing(grads[i])) continue;
     at::Tensor v = grads[i].detach();
     v.set_requires_grad(true);
     in.push_back(std::move(v));

@@ -19,6 +19,12 @@
 namespace liger_cpp {
 namespace {
 
+// target as a flat contiguous int64 tensor (itself when it already is one: no ATen round trip).
+at::Tensor flat_long(const at::Tensor& target) {
+  if (target.dim() == 1 && target.scalar_type() == at::kLong && target.is_contiguous()) return target;
+  return target.reshape({-1}).to(at::kLong).contiguous();
+}
+
 // Inputs after checking and normalising: logits as rows, flat int64 target,
 // float32 weight (or undefined).
 struct CeInputs {
@@ -75,7 +81,7 @@ CeInputs prepare(const at::Tensor& logits, const at::Tensor& target, const c10::
                   "expected a finite value >= 0 (0 or None: no softcapping), got ", softcap);
 
   in.rows = as_rows(logits);
-  in.target = target.reshape({-1}).to(at::kLong).contiguous();
+  in.target = flat_long(target);
   return in;
 }
 
@@ -136,7 +142,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> cross_entropy_fwd(
   // A fresh, contiguous gradient: the op's one logits-sized allocation.
   at::Tensor dlogits =
       compute_grad ? at::empty(logits.sizes(), logits.options()) : at::empty({0}, logits.options());
-  const at::Tensor dl = compute_grad ? dlogits.view({in.rows.size(0), in.rows.size(1)}) : at::Tensor();
+  const at::Tensor dl = !compute_grad       ? at::Tensor()
+                        : logits.dim() == 2 ? dlogits
+                                            : dlogits.view({in.rows.size(0), in.rows.size(1)});
   auto [loss, z, argmax] =
       run(in, target, dl, ignore_index, label_smoothing, lse_square_scale, softcap, return_argmax);
   return {loss, z, dlogits, argmax};
@@ -193,7 +201,9 @@ void cross_entropy_scale_grad_inplace(at::Tensor& grad, const at::Tensor& grad_o
       shape_str(grad), " and strides ", grad.strides());
   const c10::DeviceGuard guard(grad.device());
   mark_written(grad);
-  ce_scale_rows_(d, grad_output.to(at::kFloat).reshape({-1}).contiguous());
+  // The row scaling reads grad_output's numel() float32 values (1 or one per row), whatever its shape.
+  ce_scale_rows_(
+      d, (grad_output.scalar_type() == at::kFloat ? grad_output : grad_output.to(at::kFloat)).contiguous());
 }
 
 }  // namespace
