@@ -51,6 +51,8 @@ using CeSig = CeOut(const at::Tensor&, const at::Tensor&, const std::optional<at
 using ScaleSig = void(at::Tensor&, const at::Tensor&);
 
 constexpr int kNumArgs = 11;  // arguments of CrossEntropyFunction::forward, one gradient slot each
+// CrossEntropyFunction's saved_data["flags"] bits.
+constexpr int64_t kComputeGrad = 1, kPerRow = 2, kConsumed = 4;
 
 const c10::TypedOperatorHandle<CeSig>& ce_fwd_op() {
   static const auto op =
@@ -152,9 +154,9 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
     // one output now is the loss, and a missing loss gradient means no gradient, not zeros.
     ctx->set_materialize_grads(false);
     ctx->save_for_backward({dlogits});
-    ctx->saved_data["compute_grad"] = compute_grad;
-    ctx->saved_data["per_row"] = reduction == "none";
-    ctx->saved_data["consumed"] = false;
+    // One entry for the flags (each saved_data insert is a string-keyed hash-map node).
+    ctx->saved_data["flags"] =
+        static_cast<int64_t>((compute_grad ? kComputeGrad : 0) | (reduction == "none" ? kPerRow : 0));
     if (compute_grad && !tracing(logits)) {
       auto r = std::make_unique<Recompute>(logits);
       r->logits_version = logits._version();
@@ -179,20 +181,21 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
     variable_list out(kNumArgs);
     const at::Tensor& dloss = grads[0];
     if (!ctx->needs_input_grad(0) || !dloss.defined()) return out;
-    if (!ctx->saved_data["compute_grad"].toBool()) {
+    const int64_t flags = ctx->saved_data["flags"].toInt();
+    if (!(flags & kComputeGrad)) {
       LIGER_FAIL(
           "cross_entropy_fwd was called with compute_grad=False, so it has no gradient for the logits; call "
           "it with compute_grad=True (liger_cpp.ops.cross_entropy does so when the logits require grad and "
           "grad mode is on)");
     }
-    at::Tensor dl = ctx->saved_data["consumed"].toBool() ? recompute(ctx) : ctx->get_saved_variables()[0];
+    at::Tensor dl = (flags & kConsumed) ? recompute(ctx) : ctx->get_saved_variables()[0];
     if (tracing(dl)) {
-      out[0] = scaled_out_of_place(dl, dloss, ctx->saved_data["per_row"].toBool());
+      out[0] = scaled_out_of_place(dl, dloss, flags & kPerRow);
       return out;
     }
     // Scale the forward's buffer in place and hand it out: no second logits-sized buffer. A second
     // backward through this graph recomputes instead of scaling the handed-out buffer again.
-    ctx->saved_data["consumed"] = true;
+    ctx->saved_data["flags"] = flags | kConsumed;
     {
       const at::AutoDispatchBelowADInplaceOrView below;  // dl never requires grad
       scale_grad_op().call(dl, dloss);

@@ -36,6 +36,8 @@
 #include <string_view>
 #include <utility>
 
+#include "aten/checks/small_tensors.h"
+
 namespace liger_cpp {
 
 enum class Reduction : int { kNone = 0, kMean = 1, kSum = 2 };
@@ -81,7 +83,8 @@ struct CeScales {
   at::Tensor ce, z, weight_sum;
 };
 inline CeScales split_ce_scales(const at::Tensor& scales, bool weighted) {
-  return {scales.narrow(0, 0, 1), scales.narrow(0, 1, 1), weighted ? scales.narrow(0, 2, 1) : at::Tensor()};
+  return {small_slice(scales, 0, 1), small_slice(scales, 1, 1),
+          weighted ? small_slice(scales, 2, 1) : at::Tensor()};
 }
 
 // The reduced loss of a mean or sum from the row step's outputs and

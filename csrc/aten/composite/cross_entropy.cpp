@@ -104,9 +104,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run(const CeInputs& in, const at:
   a.weight = in.weight;
   a.weight_sum = sc.weight_sum;
   a.dlogits = dl;
-  a.loss = at::empty({rows}, f32);
-  if (lse_square_scale > 0) a.z_loss = at::empty({rows}, f32);
-  if (return_argmax) a.argmax = at::empty({rows}, in.target.options());
+  a.loss = small_empty({rows}, f32);
+  if (lse_square_scale > 0) a.z_loss = small_empty({rows}, f32);
+  if (return_argmax) a.argmax = small_empty({rows}, in.target.options());
   a.ce_scale = sc.ce;
   a.z_scale = sc.z;
   a.ignore_index = ignore_index;
@@ -128,7 +128,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run(const CeInputs& in, const at:
       std::tie(loss, z) = ce_reduce_rows(a.loss, a.z_loss, scales);
       break;
   }
-  at::Tensor argmax = return_argmax ? a.argmax.view(shape) : at::empty({0}, in.target.options());
+  at::Tensor argmax = return_argmax ? a.argmax.view(shape) : small_empty({0}, in.target.options());
   return {loss, z, argmax};
 }
 
@@ -141,7 +141,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> cross_entropy_fwd(
   const c10::DeviceGuard guard(logits.device());
   // A fresh, contiguous gradient: the op's one logits-sized allocation.
   at::Tensor dlogits =
-      compute_grad ? at::empty(logits.sizes(), logits.options()) : at::empty({0}, logits.options());
+      compute_grad ? small_empty(logits.sizes(), logits.options()) : small_empty({0}, logits.options());
   const at::Tensor dl = !compute_grad       ? at::Tensor()
                         : logits.dim() == 2 ? dlogits
                                             : dlogits.view({in.rows.size(0), in.rows.size(1)});

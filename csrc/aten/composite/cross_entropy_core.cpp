@@ -59,7 +59,7 @@ at::Tensor ce_prologue(const at::Tensor& target, const at::Tensor& weight, int64
   double wsum = 0;
   if (w)
     for (int64_t j = 0; j < V; ++j) wsum += w[j];
-  at::Tensor scales = at::empty({3}, target.options().dtype(at::kFloat));
+  at::Tensor scales = small_empty({3}, target.options().dtype(at::kFloat));
   float* s = scales.data_ptr<float>();
   if (reduction == Reduction::kMean) {
     s[1] = valid > 0 ? static_cast<float>(1.0 / static_cast<double>(valid)) : 0.f;
@@ -89,8 +89,8 @@ std::pair<at::Tensor, at::Tensor> ce_reduce_rows(const at::Tensor& loss_rows, co
   };
   const float* sc = scales.const_data_ptr<float>();
   const double z = z_rows.defined() ? sum(z_rows) * sc[1] : 0.0;
-  at::Tensor loss = at::empty({}, loss_rows.options());
-  at::Tensor zt = at::empty({}, loss_rows.options());
+  at::Tensor loss = small_empty({}, loss_rows.options());
+  at::Tensor zt = small_empty({}, loss_rows.options());
   *loss.data_ptr<float>() = static_cast<float>(sum(loss_rows) * sc[0] + z);
   *zt.data_ptr<float>() = static_cast<float>(z);
   return {loss, zt};
