@@ -161,10 +161,20 @@ def cross_entropy(
     if reduction not in REDUCTIONS:
         raise ValueError(f"liger_cpp: argument 'reduction': expected one of {REDUCTIONS}, got {reduction!r}")
     check_device(logits, "logits")
-    softcap = 0.0 if softcap is None else float(softcap)
     want_argmax = bool(return_token_accuracy or return_predicted_tokens)
-    args = (int(ignore_index), float(label_smoothing), float(lse_square_scale), softcap, reduction)
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
+    if (
+        compute_grad
+        and not (inplace or want_argmax or softcap or label_smoothing or lse_square_scale or return_z_loss)
+        and weight is None
+        and ignore_index == -100
+        and reduction == "mean"
+    ):
+        # Every other argument at its schema default: not passed, since the dispatcher fills defaults
+        # in C++ for less than converting each argument from Python costs (the common call's host time).
+        return _fwd(logits, target)[0]
+    softcap = 0.0 if softcap is None else float(softcap)
+    args = (int(ignore_index), float(label_smoothing), float(lse_square_scale), softcap, reduction)
     if compute_grad and inplace and not torch.compiler.is_compiling() and _rows_without_copy(logits):
         loss, z_loss, argmax = _fwd_inplace(logits, target, weight, *args, want_argmax)
     else:

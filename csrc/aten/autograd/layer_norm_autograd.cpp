@@ -60,7 +60,7 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
       const at::AutoDispatchBelowADInplaceOrView below;
       std::tie(dX, dW, dB) = bwd.call(dY, X, W.defined() ? Opt(W) : Opt(), MEAN, RSTD, /*compute_dw=*/need_w,
                                       /*compute_db=*/need_b);
-      if (need_b) dB = dB.to(b_dtype.toScalarType());
+      if (need_b && dB.scalar_type() != b_dtype.toScalarType()) dB = dB.to(b_dtype.toScalarType());
     }
     if (need_x) out[0] = std::move(dX);
     if (need_w) out[1] = std::move(dW);

@@ -12,6 +12,7 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/glu_checks.h"
+#include "aten/checks/small_tensors.h"
 #include "aten/cpu/cpu_common.h"
 
 namespace liger_cpp {
@@ -120,7 +121,7 @@ void bwd_rows(Operand<const T> g, Operand<const T> a, Operand<const T> b, Operan
 
 at::Tensor glu_fwd_cpu(const at::Tensor& A, const at::Tensor& B, GluKind kind) {
   check_glu_inputs(A, B, /*cuda=*/false);
-  at::Tensor c = at::empty(A.sizes(), A.options());
+  at::Tensor c = small_empty(A.sizes(), A.options());
   if (A.numel() == 0) return c;
   cpu::Rows ar, br;
   const at::Tensor a2 = cpu::as_rows(A, ar), b2 = cpu::as_rows(B, br);
@@ -146,8 +147,8 @@ void glu_bwd_into(const at::Tensor& dC, const at::Tensor& a2, const at::Tensor& 
 std::tuple<at::Tensor, at::Tensor> glu_bwd_cpu(const at::Tensor& dC, const at::Tensor& A, const at::Tensor& B,
                                                GluKind kind) {
   check_glu_bwd(dC, A, B, /*cuda=*/false);
-  at::Tensor da = at::empty(A.sizes(), A.options());
-  at::Tensor db = at::empty(A.sizes(), A.options());
+  at::Tensor da = small_empty(A.sizes(), A.options());
+  at::Tensor db = small_empty(A.sizes(), A.options());
   if (A.numel() == 0) return {da, db};
   cpu::Rows r;
   glu_bwd_into(dC, cpu::as_rows(A, r), cpu::as_rows(B, r), kind, da, db);

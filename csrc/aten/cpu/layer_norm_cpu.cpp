@@ -11,6 +11,7 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/layer_norm_checks.h"
+#include "aten/checks/small_tensors.h"
 #include "aten/cpu/cpu_common.h"
 
 namespace liger_cpp {
@@ -58,10 +59,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(const at::Tens
   check_layer_norm_fwd(X, W, B, /*cuda=*/false);
   cpu::Rows xr;
   const at::Tensor x2 = cpu::as_rows(X, xr);
-  at::Tensor y = at::empty(X.sizes(), X.options());
+  at::Tensor y = small_empty(X.sizes(), X.options());
   const auto acc_dtype = X.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor mean = at::empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
-  at::Tensor rstd = at::empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
+  at::Tensor mean = small_empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
+  at::Tensor rstd = small_empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, X.scalar_type(), "layer_norm_fwd_cpu", [&] {
     using acc_t = acc_of<scalar_t>;
     fwd_rows<scalar_t>(x2.const_data_ptr<scalar_t>(), xr, cpu::param_vector<acc_t>(W),
@@ -120,9 +121,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
   const at::Tensor x2 = cpu::as_rows(X, xr);
   const at::Tensor dy2 = cpu::as_rows(dY, dyr);
   const at::Tensor mean = MEAN.contiguous(), rstd = RSTD.contiguous();
-  at::Tensor dx = at::empty(X.sizes(), X.options());
-  at::Tensor dw = at::empty({want_dw ? n : 0}, X.options().dtype(p_dtype));
-  at::Tensor db = at::empty({compute_db ? n : 0}, X.options().dtype(p_dtype));
+  at::Tensor dx = small_empty(X.sizes(), X.options());
+  at::Tensor dw = small_empty({want_dw ? n : 0}, X.options().dtype(p_dtype));
+  at::Tensor db = small_empty({compute_db ? n : 0}, X.options().dtype(p_dtype));
   const int64_t blocks = (xr.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   std::vector<double> pw(want_dw ? blocks * n : 0, 0.0), pb(compute_db ? blocks * n : 0, 0.0);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, X.scalar_type(), "layer_norm_bwd_cpu", [&] {

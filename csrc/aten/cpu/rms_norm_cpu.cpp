@@ -14,6 +14,7 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/rms_norm_checks.h"
+#include "aten/checks/small_tensors.h"
 #include "aten/cpu/cpu_common.h"
 
 namespace liger_cpp {
@@ -57,9 +58,9 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& X, const c
   cpu::Rows xr;
   const at::Tensor x2 = cpu::as_rows(X, xr);
   const auto out_dtype = rms_norm_out_dtype(X, W, casting);
-  at::Tensor y = at::empty(X.sizes(), X.options().dtype(out_dtype));
+  at::Tensor y = small_empty(X.sizes(), X.options().dtype(out_dtype));
   const auto acc_dtype = X.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor rstd = at::empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
+  at::Tensor rstd = small_empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
   const bool llama = casting == Casting::kLlama;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, X.scalar_type(), "rms_norm_fwd_cpu", [&] {
     using acc_t = acc_of<scalar_t>;
@@ -125,7 +126,7 @@ at::Tensor rms_norm_bwd_into(const at::Tensor& dY, const at::Tensor& X, const c1
   const bool want_dw = has_w && compute_dw;
   const bool llama = casting == Casting::kLlama;
   at::Tensor dw =
-      at::empty({want_dw ? X.size(-1) : 0}, X.options().dtype(has_w ? W->scalar_type() : X.scalar_type()));
+      small_empty({want_dw ? X.size(-1) : 0}, X.options().dtype(has_w ? W->scalar_type() : X.scalar_type()));
   const int64_t blocks = (xr.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   std::vector<sum_t> partial(want_dw ? blocks * xr.cols : 0, 0.0);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, X.scalar_type(), "rms_norm_bwd_cpu", [&] {
@@ -151,7 +152,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu(const at::Tensor& dY, const 
                                                     c10::string_view casting_mode, bool compute_dw) {
   const Casting casting = parse_casting(casting_mode);
   check_rms_norm_bwd(dY, X, W, RSTD, casting, /*cuda=*/false);
-  at::Tensor dx = at::empty(X.sizes(), X.options());
+  at::Tensor dx = small_empty(X.sizes(), X.options());
   at::Tensor dw = rms_norm_bwd_into(dY, X, W, RSTD, offset, casting, compute_dw, dx.data_ptr(), X.size(-1));
   return {dx, dw};
 }
