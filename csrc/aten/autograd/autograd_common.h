@@ -20,8 +20,8 @@
 //   zero-filled tensors).
 // - The backward casts an incoming gradient of another floating dtype to the output's dtype (as
 //   PyTorch's own ops do), computes only the gradients needs_input_grad asks for, and calls the
-//   backward op below autograd. Under create_graph=True its results are wrapped so that a second
-//   backward raises a clear error (the ops are once differentiable), not a silent zero.
+//   backward op below autograd. Under create_graph=True its results get an Error node so that a
+//   second backward raises a clear error (the ops are once differentiable), not a silent None.
 // - In-place options (the declared mutations of csrc/schema.cpp) are taken only in eager mode:
 //   never while tracing (fake or functional tensors: torch.compile, AOT autograd, opcheck), where
 //   the functional op is traced instead. tracing() is the C++ form of the Python paths'
@@ -32,7 +32,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -92,26 +94,33 @@ inline at::Tensor grad_as(const at::Tensor& g, at::ScalarType dtype) {
 // The backward's results, made to raise on a second backward when the graph of this backward is
 // being recorded (create_graph=True): the ops have no double-backward formula. Without this the
 // results would not require grad and a second torch.autograd.grad would fail with a confusing
-// message (or, with allow_unused, silently give zeros). What @once_differentiable does in Python.
-inline variable_list once_differentiable(variable_list grads, const char* op) {
+// message (or, with allow_unused, silently give None). The results get an Error node whose edges
+// lead to the node's own inputs (and to graph_inputs: e.g. incoming gradients that require grad),
+// so any second backward that reaches them raises. @once_differentiable in Python does the same,
+// minus the edges.
+inline variable_list once_differentiable(variable_list grads, const char* op,
+                                         std::initializer_list<at::Tensor> graph_inputs = {}) {
   if (!at::GradMode::is_enabled()) return grads;
-  variable_list in;
-  std::vector<size_t> where;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined() || tracing(grads[i])) continue;
-    at::Tensor v = grads[i].detach();
-    v.set_requires_grad(true);
-    in.push_back(std::move(v));
-    where.push_back(i);
-  }
-  if (in.empty()) return grads;
-  torch::autograd::DelayedError err(
+  // The edges: those of the node being run (its forward's inputs), and those of graph_inputs.
+  torch::autograd::edge_list edges;
+  if (const std::shared_ptr<torch::autograd::Node> self = torch::autograd::get_current_node())
+    edges = self->next_edges();
+  variable_list roots;
+  for (const at::Tensor& t : graph_inputs)
+    if (t.defined() && t.requires_grad() && !tracing(t)) roots.push_back(t);
+  for (torch::autograd::Edge& e : torch::autograd::collect_next_edges(roots)) edges.push_back(std::move(e));
+  if (std::none_of(edges.begin(), edges.end(), [](const torch::autograd::Edge& e) { return e.is_valid(); }))
+    return grads;
+  auto node = std::make_shared<torch::autograd::Error>(
       std::string("liger_cpp: ") + op +
           " has no double-backward formula: a gradient of its gradient (create_graph=True, then a second "
           "backward) is not supported",
-      static_cast<int64_t>(in.size()));
-  variable_list out = err.apply(std::move(in));
-  for (size_t j = 0; j < where.size(); ++j) grads[where[j]] = std::move(out[j]);
+      std::move(edges));
+  for (at::Tensor& g : grads) {
+    if (!g.defined() || tracing(g) || !at::isFloatingType(g.scalar_type())) continue;
+    g = g.tensor_data();  // same storage and version counter, a fresh autograd history
+    torch::autograd::set_history(g, node);
+  }
   return grads;
 }
 

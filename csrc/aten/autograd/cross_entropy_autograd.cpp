@@ -201,7 +201,7 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
       scale_grad_op().call(dl, dloss);
     }
     out[0] = std::move(dl);  // no reference left here: AccumulateGrad can take the buffer as .grad
-    return once_differentiable(std::move(out), "cross_entropy");
+    return once_differentiable(std::move(out), "cross_entropy", {dloss});
   }
 };
 
@@ -244,7 +244,7 @@ struct CrossEntropyInplaceFunction : public torch::autograd::Function<CrossEntro
       scale_grad_op().call(dl, dloss);
     }
     out[0] = dl.detach();
-    return once_differentiable(std::move(out), "cross_entropy");
+    return once_differentiable(std::move(out), "cross_entropy", {dloss});
   }
 };
 

@@ -72,7 +72,7 @@ struct FusedAddRmsNormFunction : public torch::autograd::Function<FusedAddRmsNor
     if (need_x) out[0] = dS;
     if (need_r) out[1] = dS;
     if (need_w) out[2] = std::move(dW);
-    return once_differentiable(std::move(out), "fused_add_rms_norm");
+    return once_differentiable(std::move(out), "fused_add_rms_norm", {grads[0], grads[1]});
   }
 };
 

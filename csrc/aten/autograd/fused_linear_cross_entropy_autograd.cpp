@@ -135,7 +135,7 @@ struct FlceFunction : public torch::autograd::Function<FlceFunction> {
     if (need_x) out[0] = std::move(dx);
     if (need_w) out[1] = std::move(dw);
     if (need_b) out[3] = std::move(db);
-    return once_differentiable(std::move(out), "fused_linear_cross_entropy");
+    return once_differentiable(std::move(out), "fused_linear_cross_entropy", {grads[0]});
   }
 };
 

@@ -59,7 +59,7 @@ struct LossWithForwardGrads : public torch::autograd::Function<LossWithForwardGr
     out[0] = std::move(r[0]);
     out[1] = std::move(r[1]);
     out[2] = std::move(r[2]);
-    return once_differentiable(std::move(out), op.c_str());
+    return once_differentiable(std::move(out), op.c_str(), {grads[0]});
   }
 };
 

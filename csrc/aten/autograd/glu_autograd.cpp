@@ -98,7 +98,7 @@ struct GluFunction : public torch::autograd::Function<GluFunction> {
     }
     if (need_a) out[0] = std::move(da);
     if (need_b) out[1] = std::move(db);
-    return once_differentiable(std::move(out), approximate ? "geglu" : "swiglu");
+    return once_differentiable(std::move(out), approximate ? "geglu" : "swiglu", {grads[0]});
   }
 };
 

@@ -65,7 +65,7 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     if (need_x) out[0] = std::move(dX);
     if (need_w) out[1] = std::move(dW);
     if (need_b) out[2] = std::move(dB);
-    return once_differentiable(std::move(out), "layer_norm");
+    return once_differentiable(std::move(out), "layer_norm", {grads[0]});
   }
 };
 

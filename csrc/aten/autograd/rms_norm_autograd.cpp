@@ -82,7 +82,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     }
     if (need_x) out[0] = std::move(dX);
     if (need_w) out[1] = std::move(dW);
-    return once_differentiable(std::move(out), "rms_norm");
+    return once_differentiable(std::move(out), "rms_norm", {grads[0]});
   }
 };
 

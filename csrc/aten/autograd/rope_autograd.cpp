@@ -146,7 +146,8 @@ struct RopeFunction : public torch::autograd::Function<RopeFunction> {
                                          ctx->needs_input_grad(3), heads_first, sections);
     }
     // One entry per forward argument: q, k, cos, sin, sections, unsqueeze_dim.
-    return autograd::once_differentiable({dq, dk, dcos, dsin, at::Tensor(), at::Tensor()}, "rope");
+    return autograd::once_differentiable({dq, dk, dcos, dsin, at::Tensor(), at::Tensor()}, "rope",
+                                         {grads[0], grads[1]});
   }
 };
 
