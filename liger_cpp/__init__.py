@@ -16,7 +16,7 @@ except ImportError as e:  # pragma: no cover - only without a build
         f"({e}). Build it with `pip install --no-build-isolation -e .` from the source tree."
     ) from e
 
-from liger_cpp import ops  # noqa: E402,F401  (fake and autograd registrations)
+from liger_cpp import ops  # noqa: E402,F401  (fake registrations)
 from liger_cpp._version import __version__  # noqa: E402,F401
 
 # The developer override of launch plans for a whole process (tests and benchmarks; see
