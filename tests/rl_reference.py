@@ -193,7 +193,9 @@ def distillation_reference(
     if target is not None:
         hard = F.cross_entropy(s_logits.to(acc), target, ignore_index=ignore_index, reduction="sum") / n
     if wt.shape[0] > ws.shape[0]:
-        pad = torch.zeros(s_logits.shape[0], wt.shape[0] - ws.shape[0], dtype=s_logits.dtype, device=s_logits.device)
+        pad = torch.zeros(
+            s_logits.shape[0], wt.shape[0] - ws.shape[0], dtype=s_logits.dtype, device=s_logits.device
+        )
         s_logits = torch.cat([s_logits, pad], dim=-1)
     if loss == "jsd":
         soft = (jsd_soft_rows(s_logits, t_logits, beta, temperature) * valid).sum() / n
