@@ -33,8 +33,6 @@ enum class Key : int {
   kRmsFwd,
   kRmsBwd,
   kLnBwd,
-  // The RL / distillation row kernels (csrc/kernels/divergence/divergence.cu).
-  kDivGrid,
   kCount
 };
 
@@ -59,9 +57,6 @@ inline constexpr KeyInfo kKeys[] = {
     {"ln_bwd",
      {"tma", "tma_unpaired", "pipe16", "pipe", "generic"},
      "LayerNorm backward kernel (LnBwdKernel)"},
-    {"div_grid",
-     {"l2", "rows"},
-     "distillation row kernel: persistent blocks whose rows fit half the L2, or a block per row"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 
