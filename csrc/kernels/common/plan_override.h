@@ -35,6 +35,8 @@ enum class Key : int {
   kLnBwd,
   // The RL / distillation row kernels (csrc/kernels/divergence/divergence.cu).
   kDivGrid,
+  // The fused MoE experts' GEMMs (csrc/aten/cuda/moe_experts_cuda.cpp).
+  kMoeGemm,
   kCount
 };
 
@@ -62,6 +64,9 @@ inline constexpr KeyInfo kKeys[] = {
     {"div_grid",
      {"l2", "rows"},
      "distillation row kernel: persistent blocks whose rows fit half the L2, or a block per row"},
+    {"moe_gemm",
+     {"grouped", "loop"},
+     "MoE experts GEMMs: at::_grouped_mm (bf16, aligned) or one at::mm per expert (host sync)"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 
