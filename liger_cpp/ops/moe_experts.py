@@ -76,7 +76,9 @@ def _moe_experts_bwd_fake(
     alpha=1.702,
     limit=7.0,
 ):
-    torch._check(grad_out.shape == hidden.shape, lambda: "liger_cpp: argument 'grad_out': expected hidden's shape")
+    torch._check(
+        grad_out.shape == hidden.shape, lambda: "liger_cpp: argument 'grad_out': expected hidden's shape"
+    )
     return (
         hidden.new_empty(hidden.shape),
         top_k_weights.new_empty(top_k_weights.shape),
@@ -111,12 +113,25 @@ def moe_experts(
     sigmoid(alpha g), (up + 1)); interleaved: gate / up alternate along 2I (GPT-OSS)."""
     check_device(hidden, "hidden")
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"liger_cpp: argument 'activation': expected one of {_ACTIVATIONS}, got {activation!r}")
+        raise ValueError(
+            f"liger_cpp: argument 'activation': expected one of {_ACTIVATIONS}, got {activation!r}"
+        )
     shape = hidden.shape
     h = hidden.reshape(-1, shape[-1])
     idx = top_k_index.reshape(h.shape[0], -1)
     w = top_k_weights.reshape(h.shape[0], -1)
     out = torch.ops.liger.moe_experts_fwd(
-        h, idx, w, gate_up_proj, down_proj, gate_up_bias, down_bias, activation, transposed, interleaved, alpha, limit
+        h,
+        idx,
+        w,
+        gate_up_proj,
+        down_proj,
+        gate_up_bias,
+        down_bias,
+        activation,
+        transposed,
+        interleaved,
+        alpha,
+        limit,
     )[0]
     return out.view(shape)
