@@ -28,7 +28,7 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}
 HF_BROKEN = {"llama4"}
 TYPES = [t for t in NEW_MODEL_TYPES if t not in HF_BROKEN]
 # Flags a type cannot honour (NotImplementedError, tested below).
-UNSUPPORTED = {"gpt_oss": {"swiglu"}, "deepseek_v4": {"rope"}, "glm4v": {"rope"}}
+UNSUPPORTED = {"deepseek_v4": {"rope"}, "glm4v": {"rope"}}
 
 
 def apply_fn(model_type):
@@ -151,7 +151,6 @@ def test_cross_entropy_mode_matches_hf(model_type):
 @pytest.mark.parametrize(
     "model_type, flag, match",
     [
-        ("gpt_oss", "swiglu", "clamped, alpha-scaled GLU"),
         ("glm4v", "rope", "interleaved"),
     ],
 )
