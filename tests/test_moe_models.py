@@ -63,7 +63,7 @@ def compare(model_type, impl="eager", **kw):
 
 @pytest.mark.parametrize("model_type", TYPES)
 def test_instance_patch_matches_hf(model_type):
-    model = compare(model_type)
+    compare(model_type)
     mod, cls = modeling(model_type)
     assert getattr(mod, cls).__name__ == cls  # instance patching leaves the class alone
 
