@@ -67,7 +67,7 @@ def make_case(T, E, k, H, I, dtype, device, transposed=False, biases=False, rout
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(T, H, generator=g, dtype=torch.float64)
     if routing == "random":
-        idx = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)])
+        idx = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]) if T else torch.zeros(0, k)
     elif routing == "one":  # every token's slots on experts 0..k-1, expert 0 taking all
         idx = torch.arange(k).expand(T, k).clone()
     else:  # "sparse": only two experts ever chosen (others empty), repeated within a token
@@ -81,7 +81,7 @@ def make_case(T, E, k, H, I, dtype, device, transposed=False, biases=False, rout
     db = torch.randn(E, H, generator=g, dtype=torch.float64) * 0.1 if biases else None
     go = torch.randn(T, H, generator=g, dtype=torch.float64)
     cast = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
-    return cast(x), idx.to(device), cast(w), cast(gu), cast(dn), cast(gub), cast(db), cast(go)
+    return cast(x), idx.long().to(device), cast(w), cast(gu), cast(dn), cast(gub), cast(db), cast(go)
 
 
 def _grads(fn, tensors, go):
@@ -152,6 +152,18 @@ def test_int32_and_int64_indices_agree(device):
     o32, g32 = _grads(lambda x, w, gu, dn: moe_experts(x, i32, w, gu, dn), [x, w, gu, dn], go)
     assert torch.equal(o64, o32)
     assert all(torch.equal(a, b) for a, b in zip(g64, g32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_tokens_and_one_expert(device):
+    """T = 0 (an empty batch: empty output, zero weight gradients) and E = 1 (every slot on it)."""
+    x, idx, w, gu, dn, _, _, go = make_case(0, 3, 2, 16, 8, torch.float32, device)
+    gu.requires_grad_(True)
+    out = moe_experts(x, idx, w, gu, dn)
+    assert out.shape == (0, 16)
+    out.sum().backward()
+    assert torch.count_nonzero(gu.grad) == 0
+    check_case(make_case(37, 1, 1, 96, 80, torch.float32, device), "silu", False, False)
 
 
 def test_gpt_oss_clamp_regions():

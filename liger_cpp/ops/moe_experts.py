@@ -118,8 +118,8 @@ def moe_experts(
         )
     shape = hidden.shape
     h = hidden.reshape(-1, shape[-1])
-    idx = top_k_index.reshape(h.shape[0], -1)
-    w = top_k_weights.reshape(h.shape[0], -1)
+    idx = top_k_index.reshape(h.shape[0], top_k_index.shape[-1])
+    w = top_k_weights.reshape(h.shape[0], top_k_weights.shape[-1])
     out = torch.ops.liger.moe_experts_fwd(
         h,
         idx,

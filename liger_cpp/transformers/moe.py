@@ -39,8 +39,8 @@ def _run(self, hidden_states, top_k_index, top_k_weights, **kw):
     wdt = self.gate_up_proj.dtype
     out = moe_experts(
         x.to(wdt),  # HF's grouped_mm casts the input to the weights' dtype as well (autocast)
-        top_k_index.reshape(x.shape[0], -1),
-        top_k_weights.reshape(x.shape[0], -1),
+        top_k_index.reshape(x.shape[0], top_k_index.shape[-1]),
+        top_k_weights.reshape(x.shape[0], top_k_weights.shape[-1]),
         self.gate_up_proj,
         self.down_proj,
         **kw,

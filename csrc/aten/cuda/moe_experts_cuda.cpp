@@ -24,18 +24,22 @@ cudaStream_t stream() { return at::cuda::getCurrentCUDAStream(); }
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0; }
 
-// at::_grouped_mm can take a [.., K] x [.., K, N] product: bfloat16, K and N multiples of 8
-// (16-byte strides), aligned data, sm_80 or newer.
+// at::_grouped_mm can take a [.., K] x [.., K, N] product: bfloat16 operands with one unit stride
+// in their last two dimensions and the other a multiple of 16 bytes, aligned data, N a multiple
+// of 8 (so that its output is dense), sm_80 or newer, and some rows.
 bool grouped_ok(const at::Tensor& a, const at::Tensor& b) {
   if (po::forced(po::Key::kMoeGemm) == 1) return false;
   if (a.scalar_type() != at::kBFloat16 || b.scalar_type() != at::kBFloat16) return false;
+  if (a.numel() == 0 || b.numel() == 0 || b.size(-1) % 8) return false;
   if (at::cuda::getCurrentDeviceProperties()->major < 8) return false;
   for (const at::Tensor* t : {&a, &b}) {
     if (!aligned16(*t)) return false;
     const int64_t d = t->dim();
-    if (t->size(d - 1) % 8 || t->size(d - 2) % 8) return false;
-    // One unit stride in the last two dimensions (row- or column-major matrices).
-    if (t->stride(d - 1) != 1 && t->stride(d - 2) != 1) return false;
+    const int64_t other = t->stride(d - 1) == 1   ? t->stride(d - 2)
+                          : t->stride(d - 2) == 1 ? t->stride(d - 1)
+                                                  : -1;
+    if (other < 0 || other % 8) return false;
+    if (d == 3 && t->stride(0) % 8) return false;
   }
   return true;
 }

@@ -113,7 +113,53 @@ __device__ __forceinline__ void load_gu(const T* row, const T* bias, int64_t i, 
   }
 }
 
-template <typename T, int ACT>
+// VEC consecutive elements of a row (one 16-byte access when VEC > 1) as floats.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_f(const T* p, float (&f)[VEC]) {
+  if constexpr (VEC == 1) {
+    f[0] = to_float(p[0]);
+  } else {
+    const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(p);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) f[j] = to_float(v.v[j]);
+  }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store_f(T* p, const float (&f)[VEC]) {
+  if constexpr (VEC == 1) {
+    p[0] = from_float<T>(f[0]);
+  } else {
+    Vec<T, VEC> v;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v.v[j] = from_float<T>(f[j]);
+    *reinterpret_cast<Vec<T, VEC>*>(p) = v;
+  }
+}
+
+// Gate and up of elements i .. i + VEC - 1 (VEC > 1: concatenated halves only), bias added.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_gu_vec(const T* row, const T* bias, int64_t i, int64_t inter,
+                                            bool interleaved, float (&g)[VEC], float (&u)[VEC]) {
+  if constexpr (VEC == 1) {
+    load_gu(row, bias, i, inter, interleaved, g[0], u[0]);
+  } else {
+    load_f<T, VEC>(row + i, g);
+    load_f<T, VEC>(row + inter + i, u);
+    if (bias) {
+      float bg[VEC], bu[VEC];
+      load_f<T, VEC>(bias + i, bg);
+      load_f<T, VEC>(bias + inter + i, bu);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        g[j] += bg[j];
+        u[j] += bu[j];
+      }
+    }
+  }
+}
+
+template <typename T, int ACT, int VEC>
 __global__ void act_fwd_kernel(MoeActArgs a) {
   const T* gu = static_cast<const T*>(a.gate_up);
   const T* gb = static_cast<const T*>(a.gu_bias);
@@ -127,16 +173,21 @@ __global__ void act_fwd_kernel(MoeActArgs a) {
     }
     const T* row = gu + r * a.gu_stride;
     const T* b = gb ? gb + static_cast<int64_t>(e) * 2 * a.inter : nullptr;
-    for (int64_t i = threadIdx.x; i < a.inter; i += blockDim.x) {
-      float g, u, v, dg, du;
-      load_gu(row, b, i, a.inter, a.interleaved, g, u);
-      act_eval<ACT>(g, u, a.alpha, a.limit, v, dg, du);
-      o[i] = from_float<T>(v);
+    for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < a.inter;
+         i += static_cast<int64_t>(blockDim.x) * VEC) {
+      float g[VEC], u[VEC], v[VEC];
+      load_gu_vec<T, VEC>(row, b, i, a.inter, a.interleaved, g, u);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float dg, du;
+        act_eval<ACT>(g[j], u[j], a.alpha, a.limit, v[j], dg, du);
+      }
+      store_f<T, VEC>(o + i, v);
     }
   }
 }
 
-template <typename T, int ACT>
+template <typename T, int ACT, int VEC>
 __global__ void act_bwd_kernel(MoeActArgs a) {
   __shared__ float scratch[32];
   const T* gu = static_cast<const T*>(a.gate_up);
@@ -162,17 +213,30 @@ __global__ void act_bwd_kernel(MoeActArgs a) {
     const T* b = gb ? gb + static_cast<int64_t>(e) * 2 * a.inter : nullptr;
     const T* darow = da + r * a.da_stride;
     float dot = 0.f;
-    for (int64_t i = threadIdx.x; i < a.inter; i += blockDim.x) {
-      float g, u, v, dg, du;
-      load_gu(row, b, i, a.inter, a.interleaved, g, u);
-      act_eval<ACT>(g, u, a.alpha, a.limit, v, dg, du);
-      const float d = to_float(darow[i]);
-      dot += d * v;
-      const float dw = w * d;
-      const int64_t gi = a.interleaved ? 2 * i : i, ui = a.interleaved ? 2 * i + 1 : a.inter + i;
-      dg_row[gi] = from_float<T>(dw * dg);
-      dg_row[ui] = from_float<T>(dw * du);
-      aw_row[i] = from_float<T>(w * v);
+    for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < a.inter;
+         i += static_cast<int64_t>(blockDim.x) * VEC) {
+      float g[VEC], u[VEC], d[VEC], dgo[VEC], duo[VEC], awo[VEC];
+      load_gu_vec<T, VEC>(row, b, i, a.inter, a.interleaved, g, u);
+      load_f<T, VEC>(darow + i, d);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float v, dg, du;
+        act_eval<ACT>(g[j], u[j], a.alpha, a.limit, v, dg, du);
+        dot += d[j] * v;
+        const float dw = w * d[j];
+        dgo[j] = dw * dg;
+        duo[j] = dw * du;
+        awo[j] = w * v;
+      }
+      if constexpr (VEC == 1) {
+        const int64_t gi = a.interleaved ? 2 * i : i, ui = a.interleaved ? 2 * i + 1 : a.inter + i;
+        dg_row[gi] = from_float<T>(dgo[0]);
+        dg_row[ui] = from_float<T>(duo[0]);
+      } else {
+        store_f<T, VEC>(dg_row + i, dgo);
+        store_f<T, VEC>(dg_row + a.inter + i, duo);
+      }
+      store_f<T, VEC>(aw_row + i, awo);
     }
     if (db) {
       const T* gr = grows + r * a.hidden;
@@ -236,6 +300,24 @@ bool vec_ok(int64_t cols, std::initializer_list<const void*> ptrs, std::initiali
   return true;
 }
 
+// The activation kernels' 16-byte path: concatenated halves, I and the row stride multiples of the
+// vector, every row start (gate_up, its bias, the outputs) 16-byte aligned.
+template <typename T>
+bool act_vec_ok(const MoeActArgs& a) {
+  constexpr int V = 16 / sizeof(T);
+  if (a.interleaved || a.inter % V || a.gu_stride % V) return false;
+  for (const void* p :
+       std::initializer_list<const void*>{a.gate_up, a.gu_bias, a.act_out, a.d_gate_up, a.act_w})
+    if (p && !is_aligned(p, 16)) return false;
+  return true;
+}
+
+// A row's threads: enough 32-thread warps for one vector each, at most kRowThreads.
+int act_threads(int64_t inter, int vec) {
+  const int64_t need = ceil_div(ceil_div(inter, vec), 32) * 32;
+  return static_cast<int>(std::max<int64_t>(32, std::min<int64_t>(need, kRowThreads)));
+}
+
 template <typename F>
 cudaError_t dispatch_act(MoeAct act, F&& f) {
   switch (act) {
@@ -292,8 +374,14 @@ cudaError_t moe_act_fwd(const MoeActArgs& a, cudaStream_t stream) {
   if (a.num_slots == 0 || a.inter == 0) return cudaSuccess;
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
+    constexpr int V = 16 / sizeof(T);
+    const bool vec = act_vec_ok<T>(a);
     return dispatch_act(a.act, [&](auto act) {
-      act_fwd_kernel<T, decltype(act)::value><<<row_grid(a.num_slots), kRowThreads, 0, stream>>>(a);
+      constexpr int A = decltype(act)::value;
+      if (vec)
+        act_fwd_kernel<T, A, V><<<row_grid(a.num_slots), act_threads(a.inter, V), 0, stream>>>(a);
+      else
+        act_fwd_kernel<T, A, 1><<<row_grid(a.num_slots), kRowThreads, 0, stream>>>(a);
       return cudaGetLastError();
     });
   });
@@ -303,8 +391,15 @@ cudaError_t moe_act_bwd(const MoeActArgs& a, cudaStream_t stream) {
   if (a.num_slots == 0) return cudaSuccess;
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
+    constexpr int V = 16 / sizeof(T);
+    const bool vec =
+        act_vec_ok<T>(a) && (a.d_act == nullptr || (is_aligned(a.d_act, 16) && a.da_stride % V == 0));
     return dispatch_act(a.act, [&](auto act) {
-      act_bwd_kernel<T, decltype(act)::value><<<row_grid(a.num_slots), kRowThreads, 0, stream>>>(a);
+      constexpr int A = decltype(act)::value;
+      if (vec)
+        act_bwd_kernel<T, A, V><<<row_grid(a.num_slots), act_threads(a.inter, V), 0, stream>>>(a);
+      else
+        act_bwd_kernel<T, A, 1><<<row_grid(a.num_slots), kRowThreads, 0, stream>>>(a);
       return cudaGetLastError();
     });
   });
