@@ -8,7 +8,8 @@ Reported per row: median ms, x T3GEMM, TFLOP/s of 6*M*H*V, and peak memory above
 (max_memory_allocated after a reset, minus what was allocated before the call; it includes the
 returned dX and dW) against the target budget dX + dW + 256 MiB.
 Usage: python benchmarks/bench_fused_linear_cross_entropy.py [--out FILE.json] [--quick]
-       [--chunk-mb 64,128,256] (liger_cpp once per LIGER_CPP_FLCE_CHUNK_MB value) [--shapes M,H,V ...]
+       [--chunk-mb 64,128,256] (liger_cpp once per chunk_budget_mib value) [--shapes M,H,V ...]
+The default liger_cpp row uses the process's LIGER_CPP_FLCE_CHUNK_MB when set (read once).
 """
 
 import argparse
@@ -33,7 +34,7 @@ def variants(have_liger, chunk_mbs):
     out = {}
     for mb in chunk_mbs:
         name = "liger_cpp" if mb is None else f"liger_cpp[{mb} MiB]"
-        out[name] = (mb, lambda x, w, t: fused_linear_cross_entropy(x, w, t)[0])
+        out[name] = (mb, lambda x, w, t, mb=mb: fused_linear_cross_entropy(x, w, t, chunk_budget_mib=mb)[0])
     out["liger_cpp[accum=fp32]"] = (
         None,
         lambda x, w, t: fused_linear_cross_entropy(x, w, t, accum_dtype=torch.float32)[0],
@@ -69,7 +70,7 @@ def _row(shape, impl, mode, ms, t3, peak, budget, error=None):
     return r
 
 
-def run_shape(shape, fns, env_mb):
+def run_shape(shape, fns):
     m, h, v = shape
     rows = []
     x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16).requires_grad_(True)
@@ -86,13 +87,7 @@ def run_shape(shape, fns, env_mb):
     rows.append(_row(shape, "3 GEMMs", "fwd+bwd", t3, t3, None, None))
     budget = (m * h + v * h) * 2 + 256 * MiB  # dX + dW (bf16) + 256 MiB
 
-    for name, (mb, f) in fns.items():
-        if mb is not None:
-            os.environ["LIGER_CPP_FLCE_CHUNK_MB"] = str(mb)
-        elif env_mb is not None:
-            os.environ["LIGER_CPP_FLCE_CHUNK_MB"] = env_mb
-        else:
-            os.environ.pop("LIGER_CPP_FLCE_CHUNK_MB", None)
+    for name, (_mb, f) in fns.items():
         if f == "compile":
             torch._dynamo.reset()
             f = torch.compile(eager, dynamic=False)
@@ -118,9 +113,6 @@ def run_shape(shape, fns, env_mb):
         finally:
             x.grad = w.grad = None
             torch.cuda.empty_cache()
-    os.environ.pop("LIGER_CPP_FLCE_CHUNK_MB", None)
-    if env_mb is not None:
-        os.environ["LIGER_CPP_FLCE_CHUNK_MB"] = env_mb
     del x, w, t
     torch.cuda.empty_cache()
     return rows
@@ -130,9 +122,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="the first shape only (M8192 H4096 V128256)")
-    ap.add_argument(
-        "--chunk-mb", default=None, help="comma-separated LIGER_CPP_FLCE_CHUNK_MB values to sweep"
-    )
+    ap.add_argument("--chunk-mb", default=None, help="comma-separated chunk_budget_mib values (MiB) to sweep")
     ap.add_argument("--shapes", nargs="*", default=None, help="M,H,V triples instead of the default shapes")
     ap.add_argument("--only", default=None, help="comma-separated impl names to run (plus 3 GEMMs)")
     args = ap.parse_args()
@@ -147,7 +137,7 @@ def main():
         shapes = shapes[:1]
     rows = []
     for shape in shapes:
-        rows += run_shape(shape, fns, env_mb)
+        rows += run_shape(shape, fns)
     payload = {
         "op": "fused_linear_cross_entropy",
         "dtype": "bfloat16",

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "aten/checks/cross_entropy_core.h"
 #include "build_info.h"
 #include "plan_override.h"
 
@@ -17,6 +18,11 @@ TORCH_LIBRARY(liger, m) {
   // Developer override of the launch plans (tests, benchmarks): "key=value,..." forces a plan
   // choice, "" restores the defaults; returns the previous spec. Keys: kernels/common/plan_override.h.
   m.def("_set_plan_override(str spec) -> str", &liger_cpp::set_plan_override);
+  // The opt-in check of class-index targets on CUDA (liger_cpp.set_check_targets): when on, the
+  // cross-entropy family's target check synchronises with the host and raises a ValueError naming
+  // the first bad position and value (the CPU path always does); off (default), a bad target is
+  // an asynchronous device-side assertion. Returns the previous setting.
+  m.def("_set_check_targets(bool enabled) -> bool", &liger_cpp::set_check_targets);
 
   // RMSNorm forward. X: (..., N) float32/float16/bfloat16 (float64 on CPU),
   // unit last stride; W: (N,) of X's dtype or float32, or None.
@@ -176,10 +182,11 @@ TORCH_LIBRARY(liger, m) {
 
   // ---- Fused linear cross entropy (Liger's LigerFusedLinearCrossEntropyFunction) ----
   // CE of logits = logit_scale * (input @ weight^T + bias) without holding the
-  // (rows x V) logits: chunks of `chunk_rows` token rows (0: automatic, the
-  // larger of Liger's chunk rows and H / 4, within 64..251 MiB of logits; env
-  // LIGER_CPP_FLCE_CHUNK_MB overrides) through
-  // one reused logits buffer (csrc/aten/composite/fused_linear_cross_entropy.cpp).
+  // (rows x V) logits: chunks of `chunk_rows` token rows (0: automatic: as many
+  // rows as a chunk budget of logits allows, chunk_budget_mib MiB when given,
+  // else the environment's LIGER_CPP_FLCE_CHUNK_MB (read once), else the larger
+  // of Liger's chunk rows and H / 4 within 64..251 MiB) through one reused
+  // logits buffer (csrc/aten/composite/fused_linear_cross_entropy.cpp).
   // input: (..., H) float32/float16/bfloat16 (float64 on CPU), unit last
   // stride, M = numel / H rows; weight: (V, H) and bias: (V,) or None, input's
   // dtype; target: M class indices int64 (or int32), any shape; ce_weight: (V,)
@@ -189,6 +196,9 @@ TORCH_LIBRARY(liger, m) {
   // (csrc/aten/checks/cross_entropy_core.h); reductions as Liger's: mean divides the CE
   // part by the sum of ce_weight[y] over non-ignored rows (their count without
   // ce_weight) and the z part by the count; 0, not NaN, when all are ignored.
+  // use_token_scaling (Liger's; TRL's DFT loss): each row's CE and z-loss times
+  // p_y = softmax(logits)[y] (the scaled, softcapped logits; no smoothing or
+  // class weights in p_y), detached: the gradient is p_y times the unscaled one.
   // Returns, all float32 unless stated:
   //   loss: () for mean/sum, target's shape for none (CE + z-loss per row, 0 for ignored rows)
   //   z_loss: loss's shape if return_z_loss, else (0,)
@@ -206,7 +216,8 @@ TORCH_LIBRARY(liger, m) {
       "Tensor? ce_weight=None, int ignore_index=-100, float lse_square_scale=0., float label_smoothing=0., "
       "str reduction=\"mean\", float softcap=0., float logit_scale=1., bool return_z_loss=False, "
       "bool return_token_accuracy=False, bool return_predicted_tokens=False, bool compute_dx=False, "
-      "bool compute_dw=False, bool compute_db=False, ScalarType? accum_dtype=None, int chunk_rows=0) -> "
+      "bool compute_dw=False, bool compute_db=False, ScalarType? accum_dtype=None, int chunk_rows=0, "
+      "bool use_token_scaling=False, float? chunk_budget_mib=None) -> "
       "(Tensor loss, Tensor z_loss, Tensor token_accuracy, Tensor predicted_tokens, Tensor dX, Tensor dW, "
       "Tensor dB)");
   // Gradients of sum(grad_loss * loss) (reduction none: grad_loss has one
@@ -218,7 +229,8 @@ TORCH_LIBRARY(liger, m) {
       "Tensor? bias=None, Tensor? ce_weight=None, int ignore_index=-100, float lse_square_scale=0., "
       "float label_smoothing=0., str reduction=\"mean\", float softcap=0., float logit_scale=1., "
       "bool compute_dx=True, bool compute_dw=True, bool compute_db=True, ScalarType? accum_dtype=None, "
-      "int chunk_rows=0) -> (Tensor dX, Tensor dW, Tensor dB)");
+      "int chunk_rows=0, bool use_token_scaling=False, float? chunk_budget_mib=None) -> "
+      "(Tensor dX, Tensor dW, Tensor dB)");
   // dX, dW, dB *= grad_output (one element, read as float32; math in float32,
   // one rounding): the backward of a reduced loss whose gradients the forward
   // computed. Contiguous tensors; empty ones are skipped.

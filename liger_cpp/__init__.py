@@ -16,13 +16,28 @@ except ImportError as e:  # pragma: no cover - only without a build
         f"({e}). Build it with `pip install --no-build-isolation -e .` from the source tree."
     ) from e
 
-from liger_cpp import ops  # noqa: E402,F401  (fake and autograd registrations)
+from liger_cpp import ops  # noqa: E402,F401  (fake registrations)
 from liger_cpp._version import __version__  # noqa: E402,F401
 
 # The developer override of launch plans for a whole process (tests and benchmarks; see
 # liger_cpp._testing.plan_override): an unknown key or value fails here, at import.
 if os.environ.get("LIGER_CPP_PLAN"):
     torch.ops.liger._set_plan_override(os.environ["LIGER_CPP_PLAN"])
+
+
+def set_check_targets(enabled: bool = True) -> bool:
+    """Check class-index targets on CUDA with a host synchronisation; returns the previous setting.
+
+    The cross-entropy family (cross entropy, fused linear cross entropy, the chunked preference
+    losses) needs every target in [0, V) or equal to ``ignore_index``. On the CPU a bad target always
+    raises ``ValueError`` naming the first bad position and value. On CUDA the default check is an
+    asynchronous device-side assertion (no host synchronisation, CUDA graphs work), which leaves the
+    CUDA context unusable: the process must exit. ``liger_cpp.set_check_targets(True)`` (for the
+    whole process, e.g. at the top of a training script while debugging data) makes the CUDA check
+    synchronise once per call and raise the same catchable ``ValueError`` instead. Not inside CUDA
+    graph capture (a synchronisation is not allowed there).
+    """
+    return torch.ops.liger._set_check_targets(bool(enabled))
 
 
 def env_report() -> str:

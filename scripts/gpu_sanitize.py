@@ -218,7 +218,6 @@ CASES = {
     "grpo": (grpo(2, 37, 64, 4096), {}),
     "grpo_pieces_sequence": (grpo(1, 300, 64, 1001, chunk_rows=64, importance_sampling_level="sequence"), {}),
     "distill_jsd": (distill(300, 64, 96, 4096, 4104), {}),
-    "distill_jsd_rows_grid": (distill(300, 64, 96, 4096, 4104, beta=0.0), {"div_grid": "rows"}),
     "distill_cosine_odd": (distill(37, 32, 48, 1001, 1001, loss="cosine"), {}),
     "logprobs_entropy": (logprobs(300, 64, 4096), {}),
     "logprobs_entropy_odd": (logprobs(37, 32, 1001), {}),

@@ -185,15 +185,17 @@ def distillation_reference(
     with torch.no_grad():
         t_logits = head_logits(xt, wt, bt)
     if target is None:  # Liger's LigerFusedLinearJSD without shift_labels: every row counts, no hard loss
-        valid = torch.ones(s_logits.shape[0], dtype=torch.bool)
-        hard = torch.zeros((), dtype=acc)
+        valid = torch.ones(s_logits.shape[0], dtype=torch.bool, device=s_logits.device)
+        hard = torch.zeros((), dtype=acc, device=s_logits.device)
     else:
         valid = target != ignore_index
     n = valid.sum().clamp(min=1)
     if target is not None:
         hard = F.cross_entropy(s_logits.to(acc), target, ignore_index=ignore_index, reduction="sum") / n
     if wt.shape[0] > ws.shape[0]:
-        pad = torch.zeros(s_logits.shape[0], wt.shape[0] - ws.shape[0], dtype=s_logits.dtype)
+        pad = torch.zeros(
+            s_logits.shape[0], wt.shape[0] - ws.shape[0], dtype=s_logits.dtype, device=s_logits.device
+        )
         s_logits = torch.cat([s_logits, pad], dim=-1)
     if loss == "jsd":
         soft = (jsd_soft_rows(s_logits, t_logits, beta, temperature) * valid).sum() / n

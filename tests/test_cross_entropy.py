@@ -615,7 +615,7 @@ def test_out_of_range_targets_raise_on_cpu():
     for bad in (30, -1, -101):
         tb = t.clone()
         tb[1, 3] = bad
-        with pytest.raises(RuntimeError, match=f"argument 'target'.*got {bad} at position 8"):
+        with pytest.raises(ValueError, match=f"argument 'target'.*got {bad} at position 8"):
             cross_entropy(x, tb)
     # ignore_index inside [0, V) is skipped, not an error; -1 is fine when it is ignore_index
     tb = t.clone()
@@ -751,4 +751,6 @@ def test_forward_and_backward_allocate_one_logits_sized_buffer():
     x = torch.randn(32, 20000, requires_grad=True)
     t = torch.randint(0, 20000, (32,))
     sizes = _big_allocations(lambda: cross_entropy(x, t).backward(), x.numel() * 4)
-    assert sizes == [x.numel() * 4], sizes
+    # One event: the op's own allocations (the gradient plus its few small per-row buffers, which
+    # it allocates without separate ATen events) are attributed to it.
+    assert len(sizes) == 1 and x.numel() * 4 <= sizes[0] < x.numel() * 4 + 1024, sizes

@@ -366,9 +366,10 @@ def test_bad_inputs(device):
     if device == "cpu":
         bad = t.clone()
         bad[3] = 20  # the student's V = 20 (the teacher's 24 does not count)
-        cases.append(((xs, ws, xt, wt, bad), {}, "target"))
-    for args, kw, msg in cases:
-        with pytest.raises(RuntimeError, match=msg):
+        cases.append(((xs, ws, xt, wt, bad), {}, "target", ValueError))
+    # an out-of-range target is a ValueError (as liger_cpp.set_check_targets documents)
+    for args, kw, msg, *exc in cases:
+        with pytest.raises(exc[0] if exc else RuntimeError, match=msg):
             op(*args, **kw)
 
 
@@ -415,26 +416,22 @@ def test_trl_gkd_call_pattern(device):
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs CUDA")
-@pytest.mark.parametrize("grid", ["l2", "rows"])
 @pytest.mark.parametrize("loss", ["jsd", "cosine"])
-def test_row_kernel_grids_cuda(grid, loss):
-    """The distillation row kernel's two grids (div_grid): persistent blocks looping over more rows
-    than they are (V 32008: a padded teacher vocabulary, 16-byte rows), and a block per row."""
-    from liger_cpp._testing import plan_override
-
-    with plan_override(div_grid=grid):
-        _run(
-            _op(loss, **_kw(beta=0.4, temperature=0.8)),
-            "cuda",
-            torch.bfloat16,
-            loss=loss,
-            beta=0.4,
-            temperature=0.8,
-            M=3000,
-            Hs=64,
-            Ht=96,
-            Vs=32000,
-            Vt=32008,
-            n_ignored=100,
-            dw_ulps=acc_ulps(torch.bfloat16, 4),
-        )
+def test_row_kernel_many_rows_cuda(loss):
+    """The distillation row kernel on 3000 rows of a padded teacher vocabulary (V 32008: 16-byte
+    rows, the student's 32000 classes within it), a block per row."""
+    _run(
+        _op(loss, **_kw(beta=0.4, temperature=0.8)),
+        "cuda",
+        torch.bfloat16,
+        loss=loss,
+        beta=0.4,
+        temperature=0.8,
+        M=3000,
+        Hs=64,
+        Ht=96,
+        Vs=32000,
+        Vt=32008,
+        n_ignored=100,
+        dw_ulps=acc_ulps(torch.bfloat16, 4),
+    )

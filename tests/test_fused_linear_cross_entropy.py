@@ -133,6 +133,7 @@ def _run_case(
     accum_dtype=None,
     grad="scaled",
     fp32_ulps=8.0,
+    chunk_budget_mib=None,
 ):
     x, w, b, cw = _make(device, dtype, batch, H, V, bias, ce_weight)
     opts = dict(
@@ -162,6 +163,7 @@ def _run_case(
         b,
         accum_dtype=accum_dtype,
         chunk_rows=chunk_rows,
+        chunk_budget_mib=chunk_budget_mib,
         return_z_loss=True,
         return_token_accuracy=True,
         return_predicted_tokens=True,
@@ -286,11 +288,9 @@ def test_shapes_and_chunks(device, dtype, shape, chunk_rows, reduction):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_odd_rows_large_vocab(device, reduction, monkeypatch):
+def test_odd_rows_large_vocab(device, reduction):
     # 3 x 423 rows, V = 32000 (and 123): the automatic chunking (on the CPU with a 1 MiB budget:
     # chunks of 8 rows, the last one short) and an uneven explicit one.
-    if device == "cpu":
-        monkeypatch.setenv("LIGER_CPP_FLCE_CHUNK_MB", "1")
     rows = (3, 423) if device == "cuda" else (3, 11)
     # dX sums 32000 products per element: the float32 GEMM's own rounding (which MKL/cuBLAS kernel a
     # chunk's shape selects) dominates, up to ~sqrt(V) ulps; still 70x tighter than Liger's 5e-4.
@@ -304,6 +304,7 @@ def test_odd_rows_large_vocab(device, reduction, monkeypatch):
         chunk_rows=0,
         n_ignored=9,
         fp32_ulps=64.0,
+        chunk_budget_mib=1.0 if device == "cpu" else None,
     )
     _run_case(device, torch.float32, batch=(3, 423), H=64, V=123, reduction=reduction, chunk_rows=100)
 
@@ -488,16 +489,78 @@ def test_retain_graph(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_chunk_budget_env(device, monkeypatch):
+def test_chunk_budget_argument(device):
+    # chunk_budget_mib sets the logits held per chunk: 0.001 MiB = 1048 bytes, 2 fp32 rows of V = 100
+    # (uneven chunks over 21 rows); the result equals one row at a time, the gradients too.
     x, w, b, _ = _make(device, torch.float32, (3, 7), 32, 100, bias=True)
     t = _targets(device, (3, 7), 100, -100, 2)
-    ref = fused_linear_cross_entropy(x.detach(), w.detach(), t, b.detach(), reduction="none", chunk_rows=1)[0]
-    monkeypatch.setenv("LIGER_CPP_FLCE_CHUNK_MB", "0.001")  # 1048 bytes: 2 fp32 rows of V = 100
-    out = fused_linear_cross_entropy(x.detach(), w.detach(), t, b.detach(), reduction="none")[0]
-    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
-    monkeypatch.setenv("LIGER_CPP_FLCE_CHUNK_MB", "lots")
-    with pytest.raises(RuntimeError, match="LIGER_CPP_FLCE_CHUNK_MB"):
-        fused_linear_cross_entropy(x.detach(), w.detach(), t, b.detach())
+    for reduction in ("none", "mean"):
+        ref = fused_linear_cross_entropy(x, w, t, b, reduction=reduction, chunk_rows=1)[0]
+        gref = torch.autograd.grad(ref.sum(), [x, w, b])
+        out = fused_linear_cross_entropy(x, w, t, b, reduction=reduction, chunk_budget_mib=0.001)[0]
+        torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+        for a, e in zip(torch.autograd.grad(out.sum(), [x, w, b]), gref):
+            torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-6)
+    # the module and the functional take it too
+    ref_none = fused_linear_cross_entropy(x, w, t, b, reduction="none", chunk_rows=1)[0]
+    mod = LigerFusedLinearCrossEntropyLoss(reduction="none", chunk_budget_mib=0.001)
+    torch.testing.assert_close(mod(w, x, t, b), ref_none)
+    lf = liger_fused_linear_cross_entropy(x, w, t, b, reduction="none", chunk_budget_mib=0.001)
+    torch.testing.assert_close(lf, ref_none)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="chunk_budget_mib"):
+            fused_linear_cross_entropy(x, w, t, chunk_budget_mib=bad)
+        with pytest.raises(ValueError, match="chunk_budget_mib"):
+            LigerFusedLinearCrossEntropyLoss(chunk_budget_mib=bad)
+    with pytest.raises(RuntimeError, match="'chunk_budget_mib'"):
+        torch.ops.liger.fused_linear_cross_entropy_fwd(x.detach(), w.detach(), t, chunk_budget_mib=-2.0)
+
+
+def test_chunk_budget_env():
+    # LIGER_CPP_FLCE_CHUNK_MB is read once per process (in a child process here): it sets the budget
+    # like chunk_budget_mib, the argument wins over it, and an invalid value raises on every call.
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import torch, liger_cpp
+        from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy as f
+        g = torch.Generator().manual_seed(0)
+        x, w = torch.randn(21, 32, generator=g), torch.randn(100, 32, generator=g)
+        t = torch.randint(0, 100, (21,), generator=g)
+        ref = f(x, w, t, reduction="none", chunk_rows=1)[0]
+        torch.testing.assert_close(f(x, w, t, reduction="none")[0], ref, rtol=1e-6, atol=1e-6)
+        big = f(x, w, t, reduction="none", chunk_budget_mib=64.0)[0]
+        torch.testing.assert_close(big, ref, rtol=1e-6, atol=1e-6)
+        print("ok")
+        """
+    )
+    import os
+
+    env = dict(os.environ, LIGER_CPP_FLCE_CHUNK_MB="0.001")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr
+    bad = textwrap.dedent(
+        """
+        import torch, liger_cpp
+        from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy as f
+        x, w, t = torch.randn(4, 8), torch.randn(10, 8), torch.zeros(4, dtype=torch.long)
+        for _ in range(2):
+            try:
+                f(x, w, t)
+            except RuntimeError as e:
+                assert "LIGER_CPP_FLCE_CHUNK_MB" in str(e), e
+            else:
+                raise SystemExit("no error")
+        f(x, w, t, chunk_budget_mib=1.0)  # an explicit budget does not need the environment's
+        print("ok")
+        """
+    )
+    env["LIGER_CPP_FLCE_CHUNK_MB"] = "lots"
+    r = subprocess.run([sys.executable, "-c", bad], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -678,7 +741,7 @@ def test_bad_inputs_name_the_argument(device):
     if device == "cpu":  # on CUDA the range check is an asynchronous device assert
         bad = t.clone()
         bad[1, 2] = 20
-        with pytest.raises(RuntimeError, match="'target'.*got 20 at position 5"):
+        with pytest.raises(ValueError, match="'target'.*got 20 at position 5"):
             flce(x, w, bad)
     with pytest.raises(RuntimeError, match="'grad_loss'.*one per row"):
         torch.ops.liger.fused_linear_cross_entropy_bwd(

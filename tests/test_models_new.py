@@ -23,6 +23,9 @@ from liger_cpp.transformers.monkey_patch import revert  # noqa: E402
 from liger_cpp.transformers.monkey_patch.composite import COMPOSITES  # noqa: E402
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
+# Parameter gradients sum many float32 products (the embedding's over every token); 2e-5 absolute is
+# still 250 x tighter than Liger's mini-model tests (param atol 5e-3).
+GRAD_TOL = {"rtol": 1e-5, "atol": 2e-5}
 # Llama 4's multimodal forward fails in transformers 5.24 itself (it reads `image_outputs` from its
 # language model's MoeCausalLMOutputWithPast): its text model and vision RoPE are tested instead.
 HF_BROKEN = {"llama4"}
@@ -58,7 +61,7 @@ def liger_modules(model):
 def grads_close(g1, g0):
     assert g0.keys() == g1.keys() and len(g0) > 0
     for n in g0:
-        torch.testing.assert_close(g1[n], g0[n], **TOL, msg=lambda m, n=n: f"grad of {n}: {m}")
+        torch.testing.assert_close(g1[n], g0[n], **GRAD_TOL, msg=lambda m, n=n: f"grad of {n}: {m}")
 
 
 def results(model):

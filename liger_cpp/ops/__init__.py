@@ -1,5 +1,5 @@
-"""Fake (meta) and autograd registrations of the torch.ops.liger operators, and the
-functional entry points that call them."""
+"""Fake (meta) registrations of the torch.ops.liger operators and the functional entry points that
+call them. Autograd is in C++ (csrc/aten/autograd/; docs/adding_an_op.md)."""
 
 from liger_cpp.ops.cross_entropy import cross_entropy  # noqa: F401
 from liger_cpp.ops.divergence import jsd, kl_div, tvd  # noqa: F401,E402

@@ -1,6 +1,6 @@
-"""Cross entropy on given logits: fake kernels for torch.ops.liger.cross_entropy_* (the autograd
-of cross_entropy_fwd is in C++: csrc/aten/autograd/cross_entropy_autograd.cpp), the in-place
-option's autograd, and `cross_entropy` (Liger's LigerCrossEntropyFunction, with its options and outputs).
+"""Cross entropy on given logits: fake kernels for torch.ops.liger.cross_entropy_* (their autograd,
+the in-place option's too, is in C++: csrc/aten/autograd/cross_entropy_autograd.cpp), and
+`cross_entropy` (Liger's LigerCrossEntropyFunction, with its options and outputs).
 
 One pass over the logits: the forward computes the loss and, when a gradient is needed, the
 gradient for grad_output = 1 (scaled for the reduction); the backward only scales it by the incoming
@@ -100,46 +100,13 @@ def _cross_entropy_scale_grad_fake(grad, grad_output):
     return None
 
 
-_SECOND_BACKWARD = (
-    "liger_cpp: cross_entropy: a second backward through the same graph (retain_graph=True) needs the "
-    "gradient again, but the first backward handed out its buffer and {why}. Keep the logits (and "
-    "target, weight) unmodified and referenced until the last backward, or use inplace=False."
-)
-
-
-# Autograd of cross_entropy_fwd is registered in C++ (csrc/aten/autograd/cross_entropy_autograd.cpp, the
-# Autograd dispatch key), not with torch.library.register_autograd: as for RoPE, the Python
-# autograd.Function around the op (and a Python backward run under the GIL by the engine's device
-# thread, only to launch one scaling kernel) cost host time comparable to the kernels. Same semantics:
-# no materialised zero gradients, the forward's buffer scaled in place and handed out, a second
-# backward (retain_graph) recomputing from weakly referenced logits or raising a clear error, and a
-# functional backward under tracing (torch.compile).
-
-
-class _CrossEntropyInplace(torch.autograd.Function):
-    """The opt-in in-place path: the gradient is written into the logits by the mutating op
-    liger::cross_entropy_fwd_ (which bumps their version counter) and scaled there by the backward."""
-
-    @staticmethod
-    def forward(ctx, logits, target, weight, *args):
-        # args: ignore_index, label_smoothing, lse_square_scale, softcap, reduction, return_argmax
-        loss, z_loss, argmax = torch.ops.liger.cross_entropy_fwd_(logits, target, weight, *args)
-        # Saved after the write: its version check passes unless someone writes the logits again.
-        ctx.save_for_backward(logits)
-        ctx.mark_non_differentiable(z_loss, argmax)
-        ctx.consumed = False
-        return loss, z_loss, argmax
-
-    @staticmethod
-    def backward(ctx, dloss, _dz, _dargmax):
-        if ctx.consumed:
-            raise RuntimeError(
-                _SECOND_BACKWARD.format(why="with inplace=True the logits' storage held the only copy")
-            )
-        (dl,) = ctx.saved_tensors
-        ctx.consumed = True
-        torch.ops.liger.cross_entropy_scale_grad_(dl, dloss)
-        return (dl.detach(),) + (None,) * 8
+# Autograd of cross_entropy_fwd and of the in-place cross_entropy_fwd_ is registered in C++
+# (csrc/aten/autograd/cross_entropy_autograd.cpp, the Autograd dispatch key): no materialised zero
+# gradients, the forward's buffer scaled in place and handed out, a second backward (retain_graph)
+# recomputing from weakly referenced logits or raising a clear error, and a functional backward under
+# tracing (torch.compile).
+_fwd = torch.ops.liger.cross_entropy_fwd.default
+_fwd_inplace = torch.ops.liger.cross_entropy_fwd_.default
 
 
 def _rows_without_copy(t: Tensor) -> bool:
@@ -194,16 +161,24 @@ def cross_entropy(
     if reduction not in REDUCTIONS:
         raise ValueError(f"liger_cpp: argument 'reduction': expected one of {REDUCTIONS}, got {reduction!r}")
     check_device(logits, "logits")
-    softcap = 0.0 if softcap is None else float(softcap)
     want_argmax = bool(return_token_accuracy or return_predicted_tokens)
-    args = (int(ignore_index), float(label_smoothing), float(lse_square_scale), softcap, reduction)
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
+    if (
+        compute_grad
+        and not (inplace or want_argmax or softcap or label_smoothing or lse_square_scale or return_z_loss)
+        and weight is None
+        and ignore_index == -100
+        and reduction == "mean"
+    ):
+        # Every other argument at its schema default: not passed, since the dispatcher fills defaults
+        # in C++ for less than converting each argument from Python costs (the common call's host time).
+        return _fwd(logits, target)[0]
+    softcap = 0.0 if softcap is None else float(softcap)
+    args = (int(ignore_index), float(label_smoothing), float(lse_square_scale), softcap, reduction)
     if compute_grad and inplace and not torch.compiler.is_compiling() and _rows_without_copy(logits):
-        loss, z_loss, argmax = _CrossEntropyInplace.apply(logits, target, weight, *args, want_argmax)
+        loss, z_loss, argmax = _fwd_inplace(logits, target, weight, *args, want_argmax)
     else:
-        loss, z_loss, _, argmax = torch.ops.liger.cross_entropy_fwd(
-            logits, target, weight, *args, compute_grad, want_argmax
-        )
+        loss, z_loss, _, argmax = _fwd(logits, target, weight, *args, compute_grad, want_argmax)
     if not (return_z_loss or want_argmax):
         return loss
     out = CrossEntropyOutput(loss=loss)

@@ -1,5 +1,5 @@
-"""FusedAddRMSNorm: fake kernels and autograd for torch.ops.liger.fused_add_rms_norm_*, and
-`fused_add_rms_norm`."""
+"""FusedAddRMSNorm: fake kernels for torch.ops.liger.fused_add_rms_norm_* (autograd:
+csrc/aten/autograd/fused_add_rms_norm_autograd.cpp), and `fused_add_rms_norm`."""
 
 from typing import Optional
 
@@ -30,36 +30,8 @@ def _bwd_fake(dY, dS_out, S, W, RSTD, offset=0.0, casting_mode="llama", compute_
     return dS, dW
 
 
-def _setup_context(ctx, inputs, output):
-    X, R, W, eps, offset, casting_mode, in_place = inputs
-    _, S, RSTD = output
-    ctx.save_for_backward(S, W, RSTD)
-    ctx.offset = offset
-    ctx.casting_mode = casting_mode
-    ctx.mark_non_differentiable(RSTD)
-    # Unused outputs' gradients stay None: no fill kernel for RSTD's, and no [rows, cols] zeros
-    # for dS_out when s is not used downstream (the kernel takes dS_out=None).
-    ctx.set_materialize_grads(False)
-
-
-def _backward(ctx, dY, dS_out, _dRSTD):
-    S, W, RSTD = ctx.saved_tensors
-    compute_dw = W is not None and ctx.needs_input_grad[2]
-    want_x = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-    if (dY is None and dS_out is None) or (not want_x and not compute_dw):
-        return None, None, None, None, None, None, None
-    if dY is None:
-        dY = torch.zeros(S.shape, dtype=_out_dtype(S, W, ctx.casting_mode), device=S.device)
-    dS, dW = torch.ops.liger.fused_add_rms_norm_bwd(
-        dY, dS_out, S, W, RSTD, ctx.offset, ctx.casting_mode, compute_dw
-    )
-    # dX = dR = dS (the same values).
-    dX = dS if ctx.needs_input_grad[0] else None
-    dR = dS if ctx.needs_input_grad[1] else None
-    return dX, dR, (dW if compute_dw else None), None, None, None, None
-
-
-torch.library.register_autograd("liger::fused_add_rms_norm_fwd", _backward, setup_context=_setup_context)
+# Autograd: csrc/aten/autograd/fused_add_rms_norm_autograd.cpp (C++, the Autograd dispatch key).
+_fwd = torch.ops.liger.fused_add_rms_norm_fwd.default
 
 
 def fused_add_rms_norm(
@@ -82,7 +54,5 @@ def fused_add_rms_norm(
             f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}"
         )
     check_device(X, "X")
-    Y, S, _ = torch.ops.liger.fused_add_rms_norm_fwd(
-        X, R, W, float(eps), float(offset), casting_mode, bool(in_place)
-    )
+    Y, S, _ = _fwd(X, R, W, float(eps), float(offset), casting_mode, bool(in_place))
     return Y, S

@@ -1,5 +1,6 @@
-"""Fused linear cross entropy: fake kernels and autograd for torch.ops.liger.fused_linear_cross_entropy_*,
-and `fused_linear_cross_entropy` (Liger's LigerFusedLinearCrossEntropyFunction).
+"""Fused linear cross entropy: fake kernels for torch.ops.liger.fused_linear_cross_entropy_* (autograd:
+csrc/aten/autograd/fused_linear_cross_entropy_autograd.cpp), and `fused_linear_cross_entropy` (Liger's
+LigerFusedLinearCrossEntropyFunction).
 
 How the gradients flow (as Liger, without its host synchronisations):
 - reduction "mean" / "sum": the forward computes dX, dW, dB chunk by chunk while the logits chunk is
@@ -74,6 +75,8 @@ def _fwd_fake(
     compute_db=False,
     accum_dtype=None,
     chunk_rows=0,
+    use_token_scaling=False,
+    chunk_budget_mib=None,
 ):
     _check_fake(input, weight, target, bias, reduction)
     f32 = torch.float32
@@ -111,6 +114,8 @@ def _bwd_fake(
     compute_db=True,
     accum_dtype=None,
     chunk_rows=0,
+    use_token_scaling=False,
+    chunk_budget_mib=None,
 ):
     _check_fake(input, weight, target, bias, reduction)
     return _grad_fakes(input, weight, bias, compute_dx, compute_dw, compute_db)
@@ -122,112 +127,8 @@ def _scale_fake(dX, dW, dB, grad_output):
     return None
 
 
-_N_INPUTS = 19  # arguments of fused_linear_cross_entropy_fwd
-
-
-def _setup_context(ctx, inputs, output):
-    (input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction) = (
-        inputs[:9]
-    )
-    softcap, logit_scale = inputs[9], inputs[10]
-    compute_dx, compute_dw, compute_db, accum_dtype, chunk_rows = inputs[14:]
-    _, z_loss, accuracy, predicted, dx, dw, db = output
-    # z_loss, accuracy and predicted tokens are for logging (the z term is already in loss), as Liger.
-    ctx.mark_non_differentiable(z_loss, accuracy, predicted, dx, dw, db)
-    # Without this autograd hands the backward zero-filled "gradients" shaped like dX and dW for those
-    # outputs (found with the memory profiler: the extra dW at the H200's peak).
-    ctx.set_materialize_grads(False)
-    ctx.reduction = reduction
-    ctx.has_bias = bias is not None
-    if reduction == "none":
-        ctx.save_for_backward(input, weight, target, bias, ce_weight)
-        ctx.options = (ignore_index, lse_square_scale, label_smoothing, softcap, logit_scale)
-        ctx.accum_dtype, ctx.chunk_rows = accum_dtype, chunk_rows
-    else:
-        ctx.save_for_backward(dx, dw, db)
-        ctx.computed = (compute_dx, compute_dw, compute_db and bias is not None)
-        ctx.scaled = False
-
-
-def _scale_out_of_place(t: Tensor, g: Tensor) -> Tensor:
-    if t.numel() == 0:
-        return t
-    acc = torch.float64 if t.dtype == torch.float64 else torch.float32
-    return (t.to(acc) * g.reshape(()).to(acc)).to(t.dtype)
-
-
-def take_forward_grads(ctx, grad_loss, needs, op_name, entry_point, second_backward_msg):
-    """(dX, dW, dB) saved by an op that computes its gradients in the forward, scaled by the scalar
-    grad_loss: in place eagerly (a unit grad_loss costs nothing on CUDA), out of place when traced.
-    ctx holds them through save_for_backward, with ctx.computed (which were computed) and ctx.scaled."""
-    for need, done, name in zip(needs, ctx.computed, ("dx", "dw", "db")):
-        if need and not done:
-            raise RuntimeError(
-                f"liger_cpp: {op_name} ran with compute_{name}=False, but that gradient is needed; "
-                f"call {entry_point} (it sets the flags)"
-            )
-    if ctx.scaled:
-        raise RuntimeError(second_backward_msg)
-    dx, dw, db = ctx.saved_tensors
-    from torch._subclasses.fake_tensor import is_fake
-
-    if torch.compiler.is_compiling() or is_fake(grad_loss):
-        # Traced: a functional scaling the compiler can fuse and plan memory for.
-        return tuple(_scale_out_of_place(t, grad_loss) for t in (dx, dw, db))
-    torch.ops.liger.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
-    ctx.scaled = True
-    return dx, dw, db
-
-
-def _backward(ctx, grad_loss, *_unused):
-    # The dispatcher drops trailing arguments equal to their defaults: needs_input_grad (and the
-    # gradients returned) cover only those passed.
-    n = len(ctx.needs_input_grad)
-    need_x, need_w, _, need_b = (*ctx.needs_input_grad, False, False, False, False)[:4]
-    need_b = need_b and ctx.has_bias
-    nones = (None,) * (_N_INPUTS - 4)
-    if not (need_x or need_w or need_b) or grad_loss is None:
-        return (None, None, None, None, *nones)[:n]
-    if ctx.reduction == "none":
-        input, weight, target, bias, ce_weight = ctx.saved_tensors
-        ignore_index, lse_square_scale, label_smoothing, softcap, logit_scale = ctx.options
-        dx, dw, db = torch.ops.liger.fused_linear_cross_entropy_bwd(
-            grad_loss,
-            input,
-            weight,
-            target,
-            bias,
-            ce_weight,
-            ignore_index,
-            lse_square_scale,
-            label_smoothing,
-            "none",
-            softcap,
-            logit_scale,
-            need_x,
-            need_w,
-            need_b,
-            ctx.accum_dtype,
-            ctx.chunk_rows,
-        )
-    else:
-        dx, dw, db = take_forward_grads(
-            ctx,
-            grad_loss,
-            (need_x, need_w, need_b),
-            "fused_linear_cross_entropy_fwd",
-            "liger_cpp.ops.fused_linear_cross_entropy",
-            "liger_cpp: fused_linear_cross_entropy with reduction='mean'/'sum' computes its gradients "
-            "in the forward and the first backward scales them in place; a second backward through "
-            "the same graph (retain_graph=True) is not supported. Use reduction='none' (its backward "
-            "recomputes) or run the forward again.",
-        )
-    return (dx if need_x else None, dw if need_w else None, None, db if need_b else None, *nones)[:n]
-
-
-torch.library.register_autograd(
-    "liger::fused_linear_cross_entropy_fwd", _backward, setup_context=_setup_context
-)
+# Autograd: csrc/aten/autograd/fused_linear_cross_entropy_autograd.cpp (C++, the Autograd dispatch key).
+_fwd = torch.ops.liger.fused_linear_cross_entropy_fwd.default
 
 
 def _grad_flags(
@@ -253,33 +154,48 @@ def fused_linear_cross_entropy(
     softcap: Optional[float] = None,
     return_z_loss: bool = False,
     accum_dtype: Optional[torch.dtype] = None,
+    use_token_scaling: bool = False,
     return_token_accuracy: bool = False,
     return_predicted_tokens: bool = False,
     logit_scale: float = 1.0,
     chunk_rows: int = 0,
+    chunk_budget_mib: Optional[float] = None,
 ) -> tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
     """Cross entropy of `logit_scale * (input @ weight.T + bias)` against `target`, without holding
     the (tokens x V) logits. Returns (loss, z_loss, token_accuracy, predicted_tokens), the last three
     None unless requested.
 
     input (..., H) is flattened to rows; target has one class index per row (its shape is the shape
-    of per-row outputs). The options are Liger's: class weights `ce_weight`, `ignore_index`,
-    `label_smoothing`, z-loss `lse_square_scale * lse^2` (added to the loss; returned separately for
-    logging with `return_z_loss`), `softcap` (logits -> softcap * tanh(logits / softcap)),
-    `reduction` none/mean/sum; `logit_scale` multiplies the logits before the softcap (Granite's
-    1 / logits_scaling). The loss is float32. dW accumulates over chunks in weight's dtype (one
-    rounding per chunk, as Liger's default) or, with accum_dtype=torch.float32, in float32.
-    `chunk_rows` rows are processed at a time (0: automatic, the larger of Liger's chunk rows and
-    H / 4 rows, a chunk's logits within 64..251 MiB; environment variable LIGER_CPP_FLCE_CHUNK_MB
-    sets a fixed budget in MiB instead). Under autocast, input, weight and bias are
-    cast to the autocast dtype (the GEMMs' precision, as F.linear would run) and a float32 weight's
-    gradient accumulates in float32.
+    of per-row outputs). The options are Liger's (in Liger's order up to return_predicted_tokens):
+    class weights `ce_weight`, `ignore_index`, `label_smoothing`, z-loss `lse_square_scale * lse^2`
+    (added to the loss; returned separately for logging with `return_z_loss`), `softcap`
+    (logits -> softcap * tanh(logits / softcap)), `reduction` none/mean/sum; `use_token_scaling`
+    (TRL's DFT loss): each token's loss (CE and z-loss) multiplied by the detached probability of its
+    target, softmax(logits)[target] of the scaled and softcapped logits (label smoothing and class
+    weights do not enter it), the mean's normaliser unchanged; `logit_scale` multiplies the logits
+    before the softcap (Granite's 1 / logits_scaling). The loss is float32. dW accumulates over
+    chunks in weight's dtype (one rounding per chunk, as Liger's default) or, with
+    accum_dtype=torch.float32, in float32. Targets outside [0, V) that are not `ignore_index` raise
+    ValueError on the CPU; on CUDA they are a device-side assertion unless
+    `liger_cpp.set_check_targets(True)` asks for a checked, catchable ValueError.
+
+    Chunking: `chunk_rows` rows are processed at a time; 0 (default) picks them from a budget of
+    logits per chunk: `chunk_budget_mib` MiB when given, else the environment variable
+    LIGER_CPP_FLCE_CHUNK_MB (read once per process), else automatic (the larger of Liger's chunk
+    rows and H / 4 rows, a chunk's logits within 64..251 MiB). Under autocast, input, weight and bias
+    are cast to the autocast dtype (the GEMMs' precision, as F.linear would run) and a float32
+    weight's gradient accumulates in float32.
     """
     check_device(input, "input")
     if reduction not in REDUCTIONS:
         raise ValueError(f"liger_cpp: argument 'reduction': expected one of {REDUCTIONS}, got {reduction!r}")
     if softcap is not None and not softcap > 0:
         raise ValueError(f"liger_cpp: argument 'softcap': expected None or a positive value, got {softcap!r}")
+    if chunk_budget_mib is not None and not chunk_budget_mib > 0:
+        raise ValueError(
+            f"liger_cpp: argument 'chunk_budget_mib': expected None or a positive number of MiB, "
+            f"got {chunk_budget_mib!r}"
+        )
     dev = input.device.type
     if dev in ("cpu", "cuda") and torch.is_autocast_enabled(dev):
         dt = torch.get_autocast_dtype(dev)
@@ -290,7 +206,7 @@ def fused_linear_cross_entropy(
         input, weight = input.to(dt), weight.to(dt)
         bias = bias.to(dt) if bias is not None else None
     compute_dx, compute_dw, compute_db = _grad_flags(input, weight, bias, reduction)
-    loss, z_loss, accuracy, predicted, _, _, _ = torch.ops.liger.fused_linear_cross_entropy_fwd(
+    loss, z_loss, accuracy, predicted, _, _, _ = _fwd(
         input,
         weight,
         target,
@@ -310,6 +226,8 @@ def fused_linear_cross_entropy(
         compute_db,
         accum_dtype,
         int(chunk_rows),
+        bool(use_token_scaling),
+        float(chunk_budget_mib) if chunk_budget_mib is not None else None,
     )
     return (
         loss,

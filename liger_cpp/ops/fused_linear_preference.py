@@ -1,6 +1,8 @@
-"""Paired preference losses fused with the lm_head: fake kernel and autograd for
-torch.ops.liger.fused_linear_preference_fwd, and `fused_linear_preference` (the engine of
-liger_cpp.chunked_loss's DPO, ORPO, CPO and SimPO).
+"""Paired preference losses fused with the lm_head: fake kernels for
+torch.ops.liger.fused_linear_preference_fwd and fused_linear_kto_fwd (autograd:
+csrc/aten/autograd/fused_linear_preference_autograd.cpp), and
+`fused_linear_preference` / `fused_linear_kto` (the engines of liger_cpp.chunked_loss's DPO, ORPO, CPO,
+SimPO and KTO).
 
 As Liger's chunked losses, the forward computes dX, dW, dB chunk by chunk while each chunk's logits
 are at hand (only those autograd will ask for) and the backward scales them by grad_output in place
@@ -14,7 +16,6 @@ import torch
 from torch import Tensor
 
 from liger_cpp.ops._common import check_device
-from liger_cpp.ops.fused_linear_cross_entropy import take_forward_grads
 
 DPO_LOSS_TYPES = (
     "sigmoid",
@@ -30,7 +31,6 @@ DPO_LOSS_TYPES = (
     "discopop",
 )
 LOSS_TYPES = DPO_LOSS_TYPES + ("orpo", "cpo", "simpo")
-_N_INPUTS = 20  # arguments of fused_linear_preference_fwd
 
 
 @torch.library.register_fake("liger::fused_linear_preference_fwd")
@@ -93,51 +93,9 @@ def _fwd_fake(
     )
 
 
-def _autograd(op_name, n_inputs, bias_idx, flags_idx, n_metrics):
-    """setup_context and backward of an op whose forward returns (loss, n_metrics metrics, dX, dW, dB)
-    for its inputs 0 (input), 1 (weight) and bias_idx (bias), computed when the compute_* flags at
-    flags_idx.. are set."""
-
-    def setup_context(ctx, inputs, output):
-        bias = inputs[bias_idx] if len(inputs) > bias_idx else None
-        flags = tuple(inputs[flags_idx : flags_idx + 3])
-        compute_dx, compute_dw, compute_db = flags + (False,) * (3 - len(flags))
-        ctx.mark_non_differentiable(*output[1:])
-        # No zero-filled gradients for the non-differentiable outputs (they would be dX/dW-sized).
-        ctx.set_materialize_grads(False)
-        ctx.has_bias = bias is not None
-        dx, dw, db = output[1 + n_metrics :]
-        ctx.save_for_backward(dx, dw, db)
-        ctx.computed = (compute_dx, compute_dw, compute_db and bias is not None)
-        ctx.scaled = False
-
-    def backward(ctx, grad_loss, *_unused):
-        n = len(ctx.needs_input_grad)
-        needs = (*ctx.needs_input_grad, *(False,) * n_inputs)
-        need_x, need_w, need_b = needs[0], needs[1], needs[bias_idx] and ctx.has_bias
-        if not (need_x or need_w or need_b) or grad_loss is None:
-            return (None,) * n
-        dx, dw, db = take_forward_grads(
-            ctx,
-            grad_loss,
-            (need_x, need_w, need_b),
-            op_name,
-            "the functional entry point",
-            "liger_cpp: the fused preference losses compute their gradients in the forward and the "
-            "first backward scales them in place; a second backward through the same graph "
-            "(retain_graph=True) is not supported. Run the forward again.",
-        )
-        grads = [None] * n_inputs
-        grads[0] = dx if need_x else None
-        grads[1] = dw if need_w else None
-        grads[bias_idx] = db if need_b else None
-        return tuple(grads[:n])
-
-    return setup_context, backward
-
-
-_setup, _bwd = _autograd("fused_linear_preference_fwd", _N_INPUTS, 3, 17, 8)
-torch.library.register_autograd("liger::fused_linear_preference_fwd", _bwd, setup_context=_setup)
+# Autograd: csrc/aten/autograd/fused_linear_preference_autograd.cpp (C++, the Autograd dispatch key).
+_fwd = torch.ops.liger.fused_linear_preference_fwd.default
+_kto_fwd = torch.ops.liger.fused_linear_kto_fwd.default
 
 
 def _autocast_cast(input: Tensor, *tensors):
@@ -194,7 +152,7 @@ def fused_linear_preference(
         ref_weight = ref_weight.detach()
     if ref_bias is not None:
         ref_bias = ref_bias.detach()
-    out = torch.ops.liger.fused_linear_preference_fwd(
+    out = _fwd(
         input,
         weight,
         target,
@@ -254,10 +212,6 @@ def _kto_fake(
     return (*scalars, dx, dw, db)
 
 
-_kto_setup, _kto_bwd = _autograd("fused_linear_kto_fwd", 16, 4, 13, 6)
-torch.library.register_autograd("liger::fused_linear_kto_fwd", _kto_bwd, setup_context=_kto_setup)
-
-
 def fused_linear_kto(
     input: Tensor,
     weight: Tensor,
@@ -285,7 +239,7 @@ def fused_linear_kto(
     )
     grad = torch.is_grad_enabled()
     detach = [None if t is None else t.detach() for t in (ref_input, ref_weight, ref_bias, kl)]
-    out = torch.ops.liger.fused_linear_kto_fwd(
+    out = _kto_fwd(
         input,
         weight,
         target,

@@ -1,4 +1,5 @@
-"""LayerNorm: fake kernels and autograd for torch.ops.liger.layer_norm_*, and `layer_norm`."""
+"""LayerNorm: fake kernels for torch.ops.liger.layer_norm_* (autograd:
+csrc/aten/autograd/layer_norm_autograd.cpp), and `layer_norm`."""
 
 from typing import Optional
 
@@ -34,34 +35,8 @@ def _bwd_fake(dY, X, W, MEAN, RSTD, compute_dw=True, compute_db=True):
     return dX, dW, dB
 
 
-def _setup_context(ctx, inputs, output):
-    X, W, B, eps = inputs
-    _, MEAN, RSTD = output
-    ctx.save_for_backward(X, W, MEAN, RSTD)
-    ctx.b_dtype = B.dtype if B is not None else None
-    ctx.mark_non_differentiable(MEAN, RSTD)
-    # No zero tensors for the gradients of MEAN and RSTD (two fill kernels per backward otherwise).
-    ctx.set_materialize_grads(False)
-
-
-def _backward(ctx, dY, _dMEAN, _dRSTD):
-    X, W, MEAN, RSTD = ctx.saved_tensors
-    compute_dw = W is not None and ctx.needs_input_grad[1]
-    compute_db = ctx.b_dtype is not None and ctx.needs_input_grad[2]
-    if dY is None or (not ctx.needs_input_grad[0] and not compute_dw and not compute_db):
-        return None, None, None, None
-    # Without W the op returns dB in float32 for 16-bit X (a wider bias's gradient is not rounded
-    # to X's dtype); cast to B's dtype here, once.
-    dX, dW, dB = torch.ops.liger.layer_norm_bwd(dY, X, W, MEAN, RSTD, compute_dw, compute_db)
-    return (
-        dX if ctx.needs_input_grad[0] else None,
-        dW if compute_dw else None,
-        dB.to(ctx.b_dtype) if compute_db else None,
-        None,
-    )
-
-
-torch.library.register_autograd("liger::layer_norm_fwd", _backward, setup_context=_setup_context)
+# Autograd: csrc/aten/autograd/layer_norm_autograd.cpp (C++, the Autograd dispatch key).
+_fwd = torch.ops.liger.layer_norm_fwd.default
 
 
 def layer_norm(X: Tensor, W: Optional[Tensor], B: Optional[Tensor], eps: float = 1e-6) -> Tensor:
@@ -71,5 +46,4 @@ def layer_norm(X: Tensor, W: Optional[Tensor], B: Optional[Tensor], eps: float =
     dtype. dW and dB are summed over rows in float32, deterministically.
     """
     check_device(X, "X")
-    Y, _, _ = torch.ops.liger.layer_norm_fwd(X, W, B, float(eps))
-    return Y
+    return _fwd(X, W, B, float(eps))[0]

@@ -1,11 +1,12 @@
-"""RMSNorm: fake kernels and autograd for torch.ops.liger.rms_norm_*, and `rms_norm`."""
+"""RMSNorm: fake kernels for torch.ops.liger.rms_norm_* (autograd: csrc/aten/autograd/rms_norm_autograd.cpp),
+and `rms_norm`."""
 
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from liger_cpp.ops._common import acc_dtype, check_device, may_write_into
+from liger_cpp.ops._common import acc_dtype, check_device
 
 CASTING_MODES = ("llama", "gemma", "none")
 
@@ -41,33 +42,8 @@ def _rms_norm_bwd_inplace_fake(dY, X, W, RSTD, offset=0.0, casting_mode="llama",
     return X.new_empty((X.shape[-1] if want else 0,), dtype=W.dtype if W is not None else X.dtype)
 
 
-def _setup_context(ctx, inputs, output):
-    X, W, eps, offset, casting_mode, in_place = inputs
-    _, RSTD = output
-    ctx.save_for_backward(X, W, RSTD)
-    ctx.offset = offset
-    ctx.casting_mode = casting_mode
-    ctx.in_place = in_place
-    ctx.mark_non_differentiable(RSTD)
-    # No zero tensor for RSTD's gradient (a fill kernel per backward otherwise).
-    ctx.set_materialize_grads(False)
-
-
-def _backward(ctx, dY, _dRSTD):
-    X, W, RSTD = ctx.saved_tensors
-    compute_dw = W is not None and ctx.needs_input_grad[1]
-    if dY is None or (not ctx.needs_input_grad[0] and not compute_dw):
-        return None, None, None, None, None, None
-    if ctx.in_place and may_write_into(dY, X):
-        # dX overwrites dY through a mutating op: the version counter records it.
-        dW = torch.ops.liger.rms_norm_bwd_(dY, X, W, RSTD, ctx.offset, ctx.casting_mode, compute_dw)
-        dX = dY
-    else:
-        dX, dW = torch.ops.liger.rms_norm_bwd(dY, X, W, RSTD, ctx.offset, ctx.casting_mode, compute_dw)
-    return dX, (dW if compute_dw else None), None, None, None, None
-
-
-torch.library.register_autograd("liger::rms_norm_fwd", _backward, setup_context=_setup_context)
+# Autograd: csrc/aten/autograd/rms_norm_autograd.cpp (C++, the Autograd dispatch key).
+_fwd = torch.ops.liger.rms_norm_fwd.default
 
 
 def rms_norm(
@@ -92,5 +68,4 @@ def rms_norm(
             f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}"
         )
     check_device(X, "X")
-    Y, _ = torch.ops.liger.rms_norm_fwd(X, W, float(eps), float(offset), casting_mode, bool(in_place))
-    return Y
+    return _fwd(X, W, float(eps), float(offset), casting_mode, bool(in_place))[0]

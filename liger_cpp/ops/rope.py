@@ -59,6 +59,8 @@ def _mrope_bwd_fake(dq_out, dk_out, cos, sin, mrope_section, unsqueeze_dim=1):
 # dispatch key), not with torch.library.register_autograd: the kernels are short enough that the
 # Python autograd.Function around them (and a Python backward run under the GIL by the engine's
 # device thread) cost as much as the GPU work in a fwd+bwd step.
+_rope_fwd = torch.ops.liger.rope_fwd.default
+_mrope_fwd = torch.ops.liger.mrope_fwd.default
 
 
 def rope(
@@ -79,7 +81,7 @@ def rope(
     """
     del position_ids
     check_device(q, "q")
-    return torch.ops.liger.rope_fwd(q, k, cos, sin, int(unsqueeze_dim))
+    return _rope_fwd(q, k, cos, sin, int(unsqueeze_dim))
 
 
 def mrope(
@@ -97,4 +99,4 @@ def mrope(
     from plane 0 for j < t, plane 1 for t <= j < t + h, plane 2 otherwise; then as `rope`.
     """
     check_device(q, "q")
-    return torch.ops.liger.mrope_fwd(q, k, cos, sin, [int(s) for s in mrope_section], int(unsqueeze_dim))
+    return _mrope_fwd(q, k, cos, sin, [int(s) for s in mrope_section], int(unsqueeze_dim))

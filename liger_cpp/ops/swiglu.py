@@ -1,10 +1,10 @@
-"""SwiGLU: fake kernels and autograd for torch.ops.liger.swiglu_*, and `swiglu`
+"""SwiGLU: fake kernels for torch.ops.liger.swiglu_*, and `swiglu`
 (Liger's LigerSiLUMulFunction: c = silu(a) * b)."""
 
 import torch
 from torch import Tensor
 
-from liger_cpp.ops._common import check_device, may_write_inputs
+from liger_cpp.ops._common import check_device
 
 
 def _check_fake(a, b):
@@ -31,28 +31,9 @@ def _swiglu_bwd_inplace_fake(dc, a, b):
     return None
 
 
-def _setup_context(ctx, inputs, output):
-    a, b, in_place = inputs
-    ctx.save_for_backward(a, b)
-    # Writing into a or b is only considered for intermediates autograd owns (never a leaf
-    # such as a parameter, never a tensor that does not require a gradient).
-    ctx.in_place = bool(in_place) and all(t.requires_grad and t.grad_fn is not None for t in (a, b))
-
-
-def _backward(ctx, dc):
-    a, b = ctx.saved_tensors
-    if not any(ctx.needs_input_grad[:2]):
-        return None, None, None
-    if ctx.in_place and dc.dtype == a.dtype and may_write_inputs(a, b):
-        # da, db overwrite a, b through a mutating op: their version counters record it.
-        torch.ops.liger.swiglu_bwd_(dc, a, b)
-        da, db = a.detach(), b.detach()
-    else:
-        da, db = torch.ops.liger.swiglu_bwd(dc, a, b)
-    return (da if ctx.needs_input_grad[0] else None), (db if ctx.needs_input_grad[1] else None), None
-
-
-torch.library.register_autograd("liger::swiglu_fwd", _backward, setup_context=_setup_context)
+# Autograd (and the in_place decision): csrc/aten/autograd/glu_autograd.cpp (C++, the Autograd
+# dispatch key).
+_fwd = torch.ops.liger.swiglu_fwd.default
 
 
 def swiglu(a: Tensor, b: Tensor, in_place: bool = False) -> Tensor:
@@ -66,4 +47,4 @@ def swiglu(a: Tensor, b: Tensor, in_place: bool = False) -> Tensor:
     overwritten values.
     """
     check_device(a, "a")
-    return torch.ops.liger.swiglu_fwd(a, b, bool(in_place))
+    return _fwd(a, b, bool(in_place))

@@ -140,13 +140,18 @@ def liger_fused_linear_cross_entropy(
     softcap: Optional[float] = None,
     return_z_loss: bool = False,
     accum_dtype: Optional[torch.dtype] = None,
+    use_token_scaling: bool = False,
     return_token_accuracy: bool = False,
     return_predicted_tokens: bool = False,
     logit_scale: float = 1.0,
+    chunk_budget_mib: Optional[float] = None,
 ) -> Union[Tensor, CrossEntropyOutput]:
-    """CE(logit_scale * (input @ weight.T + bias), target) without the full logits (see
-    ``liger_cpp.ops.fused_linear_cross_entropy``). Returns the float32 loss, or, when any return_*
-    flag is set, a CrossEntropyOutput (as Liger)."""
+    """CE(logit_scale * (input @ weight.T + bias), target) without the full logits, with Liger's
+    parameters in Liger's order (see ``liger_cpp.ops.fused_linear_cross_entropy``). `use_token_scaling`
+    scales each token's loss by the detached probability of its target (TRL's DFT loss);
+    `chunk_budget_mib` sets the logits held per chunk in MiB (None: LIGER_CPP_FLCE_CHUNK_MB, else
+    automatic). Returns the float32 loss, or, when any return_* flag is set, a CrossEntropyOutput
+    (as Liger)."""
     loss, z_loss, accuracy, predicted = _fused_linear_cross_entropy(
         input,
         weight,
@@ -160,9 +165,11 @@ def liger_fused_linear_cross_entropy(
         softcap=softcap,
         return_z_loss=return_z_loss,
         accum_dtype=accum_dtype,
+        use_token_scaling=use_token_scaling,
         return_token_accuracy=return_token_accuracy,
         return_predicted_tokens=return_predicted_tokens,
         logit_scale=logit_scale,
+        chunk_budget_mib=chunk_budget_mib,
     )
     if not (return_z_loss or return_token_accuracy or return_predicted_tokens):
         return loss

@@ -1,10 +1,8 @@
 // Autograd for liger::cross_entropy_fwd (the default, out-of-place path of
-// liger_cpp.ops.cross_entropy), in C++ on the Autograd dispatch key rather
-// than through torch.library.register_autograd. Same reason as
-// rope_autograd.cpp: register_autograd's generated autograd.Function costs
-// Python on the way in (redispatch, fill_defaults, setup_context), and on the
-// way back the engine's device thread takes the GIL to run a Python backward
-// that only launches one scaling kernel (a no-op for grad_output = 1 on CUDA).
+// liger_cpp.ops.cross_entropy) and liger::cross_entropy_fwd_ (the opt-in
+// in-place path), in C++ on the Autograd dispatch key (why: autograd_common.h;
+// here the Python backward only launched one scaling kernel, a no-op for
+// grad_output = 1 on CUDA).
 //
 // Semantics (unchanged from the Python version it replaces):
 // - The forward computes the loss and, with compute_grad, the gradient for
@@ -22,6 +20,12 @@
 // - Under tracing (fake / functional tensors: torch.compile, opcheck's AOT
 //   test) the backward is the functional expression dlogits * grad_output, as
 //   the compiler needs; nothing is kept for recomputation then.
+// - In place (cross_entropy_fwd_, inplace=True): the forward's mutating op
+//   writes the gradient into the logits (bumping their version counter) and
+//   the logits are saved after that write; the backward scales them in place
+//   and hands them out. A second backward cannot recompute (the logits' storage
+//   held the only copy) and raises. The Python entry point never takes this
+//   path under torch.compile.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/intrusive_ptr.h>
@@ -33,6 +37,7 @@
 #include <string>
 #include <tuple>
 
+#include "aten/autograd/autograd_common.h"
 #include "aten/checks/common.h"
 
 namespace liger_cpp {
@@ -46,6 +51,8 @@ using CeSig = CeOut(const at::Tensor&, const at::Tensor&, const std::optional<at
 using ScaleSig = void(at::Tensor&, const at::Tensor&);
 
 constexpr int kNumArgs = 11;  // arguments of CrossEntropyFunction::forward, one gradient slot each
+// CrossEntropyFunction's saved_data["flags"] bits.
+constexpr int64_t kComputeGrad = 1, kPerRow = 2, kConsumed = 4;
 
 const c10::TypedOperatorHandle<CeSig>& ce_fwd_op() {
   static const auto op =
@@ -60,11 +67,8 @@ const c10::TypedOperatorHandle<ScaleSig>& scale_grad_op() {
   return op;
 }
 
-// Fake or functional tensors (torch.compile, AOT autograd, opcheck): only functional code then.
-bool tracing(const at::Tensor& t) {
-  return t.key_set().has_any(
-      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
-}
+using autograd::once_differentiable;
+using autograd::tracing;
 
 // What a second backward needs to recompute the gradient (see the file comment).
 struct Recompute {
@@ -150,9 +154,9 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
     // one output now is the loss, and a missing loss gradient means no gradient, not zeros.
     ctx->set_materialize_grads(false);
     ctx->save_for_backward({dlogits});
-    ctx->saved_data["compute_grad"] = compute_grad;
-    ctx->saved_data["per_row"] = reduction == "none";
-    ctx->saved_data["consumed"] = false;
+    // One entry for the flags (each saved_data insert is a string-keyed hash-map node).
+    ctx->saved_data["flags"] =
+        static_cast<int64_t>((compute_grad ? kComputeGrad : 0) | (reduction == "none" ? kPerRow : 0));
     if (compute_grad && !tracing(logits)) {
       auto r = std::make_unique<Recompute>(logits);
       r->logits_version = logits._version();
@@ -177,33 +181,100 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
     variable_list out(kNumArgs);
     const at::Tensor& dloss = grads[0];
     if (!ctx->needs_input_grad(0) || !dloss.defined()) return out;
-    if (!ctx->saved_data["compute_grad"].toBool()) {
+    const int64_t flags = ctx->saved_data["flags"].toInt();
+    if (!(flags & kComputeGrad)) {
       LIGER_FAIL(
           "cross_entropy_fwd was called with compute_grad=False, so it has no gradient for the logits; call "
           "it with compute_grad=True (liger_cpp.ops.cross_entropy does so when the logits require grad and "
           "grad mode is on)");
     }
-    at::Tensor dl = ctx->saved_data["consumed"].toBool() ? recompute(ctx) : ctx->get_saved_variables()[0];
+    at::Tensor dl = (flags & kConsumed) ? recompute(ctx) : ctx->get_saved_variables()[0];
     if (tracing(dl)) {
-      out[0] = scaled_out_of_place(dl, dloss, ctx->saved_data["per_row"].toBool());
+      out[0] = scaled_out_of_place(dl, dloss, flags & kPerRow);
       return out;
     }
     // Scale the forward's buffer in place and hand it out: no second logits-sized buffer. A second
     // backward through this graph recomputes instead of scaling the handed-out buffer again.
-    ctx->saved_data["consumed"] = true;
+    ctx->saved_data["flags"] = flags | kConsumed;
     {
       const at::AutoDispatchBelowADInplaceOrView below;  // dl never requires grad
       scale_grad_op().call(dl, dloss);
     }
     out[0] = std::move(dl);  // no reference left here: AccumulateGrad can take the buffer as .grad
-    return out;
+    return once_differentiable(std::move(out), "cross_entropy", {dloss});
   }
 };
+
+using CeInplaceOut = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using CeInplaceSig = CeInplaceOut(at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, int64_t,
+                                  double, double, double, c10::string_view, bool);
+
+const c10::TypedOperatorHandle<CeInplaceSig>& ce_fwd_inplace_op() {
+  static const auto op = autograd::find_op<CeInplaceSig>("liger::cross_entropy_fwd_");
+  return op;
+}
+
+struct CrossEntropyInplaceFunction : public torch::autograd::Function<CrossEntropyInplaceFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& target,
+                               const std::optional<at::Tensor>& weight, int64_t ignore_index,
+                               double label_smoothing, double lse_square_scale, double softcap,
+                               c10::string_view reduction, bool return_argmax, CeInplaceOut* result) {
+    at::Tensor l = logits;
+    {
+      const at::AutoDispatchBelowADInplaceOrView below;
+      *result = ce_fwd_inplace_op().call(l, target, weight, ignore_index, label_smoothing, lse_square_scale,
+                                         softcap, reduction, return_argmax);
+    }
+    ctx->set_materialize_grads(false);
+    ctx->save_for_backward({logits});  // saved after the write: its version check passes until the next one
+    ctx->saved_data["consumed"] = false;
+    return {std::get<0>(*result)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(10);
+    const at::Tensor& dloss = grads[0];
+    if (!ctx->needs_input_grad(0) || !dloss.defined()) return out;
+    if (ctx->saved_data["consumed"].toBool())
+      second_backward_error("with inplace=True the logits' storage held the only copy");
+    at::Tensor dl = ctx->get_saved_variables()[0];
+    ctx->saved_data["consumed"] = true;
+    {
+      const at::AutoDispatchBelowADInplaceOrView below;
+      scale_grad_op().call(dl, dloss);
+    }
+    out[0] = dl.detach();
+    return once_differentiable(std::move(out), "cross_entropy", {dloss});
+  }
+};
+
+CeInplaceOut cross_entropy_fwd_inplace_autograd(at::Tensor& logits, const at::Tensor& target,
+                                                const std::optional<at::Tensor>& weight, int64_t ignore_index,
+                                                double label_smoothing, double lse_square_scale,
+                                                double softcap, c10::string_view reduction,
+                                                bool return_argmax) {
+  if (!autograd::any_requires_grad(logits)) {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    return ce_fwd_inplace_op().call(logits, target, weight, ignore_index, label_smoothing, lse_square_scale,
+                                    softcap, reduction, return_argmax);
+  }
+  CeInplaceOut result;
+  variable_list r =
+      CrossEntropyInplaceFunction::apply(logits, target, weight, ignore_index, label_smoothing,
+                                         lse_square_scale, softcap, reduction, return_argmax, &result);
+  std::get<0>(result) = std::move(r[0]);
+  return result;
+}
 
 CeOut cross_entropy_fwd_autograd(const at::Tensor& logits, const at::Tensor& target,
                                  const std::optional<at::Tensor>& weight, int64_t ignore_index,
                                  double label_smoothing, double lse_square_scale, double softcap,
                                  c10::string_view reduction, bool compute_grad, bool return_argmax) {
+  if (!autograd::any_requires_grad(logits)) {  // no node: nothing can ask for a gradient
+    const at::AutoDispatchBelowADInplaceOrView below;
+    return ce_fwd_op().call(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap,
+                            reduction, compute_grad, return_argmax);
+  }
   CeOut result;
   variable_list r =
       CrossEntropyFunction::apply(logits, target, weight, ignore_index, label_smoothing, lse_square_scale,
@@ -214,6 +285,9 @@ CeOut cross_entropy_fwd_autograd(const at::Tensor& logits, const at::Tensor& tar
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("cross_entropy_fwd", &cross_entropy_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  m.impl("cross_entropy_fwd", &cross_entropy_fwd_autograd);
+  m.impl("cross_entropy_fwd_", &cross_entropy_fwd_inplace_autograd);
+}
 
 }  // namespace liger_cpp

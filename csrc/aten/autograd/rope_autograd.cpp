@@ -32,6 +32,8 @@
 #include <tuple>
 #include <vector>
 
+#include "aten/autograd/autograd_common.h"
+
 namespace liger_cpp {
 namespace {
 
@@ -109,6 +111,7 @@ struct RopeFunction : public torch::autograd::Function<RopeFunction> {
     const bool keep = cos.requires_grad() || sin.requires_grad();
     ctx->save_for_backward({cos, sin, keep ? q : at::Tensor(), keep ? k : at::Tensor()});
     ctx->saved_data["unsqueeze_dim"] = unsqueeze_dim;
+    ctx->saved_data["dtype"] = q.scalar_type();
     if (mrope) ctx->saved_data["sections"] = *sections;
     return {q_out, k_out};
   }
@@ -120,7 +123,9 @@ struct RopeFunction : public torch::autograd::Function<RopeFunction> {
     const bool heads_first = unsqueeze_dim == 1 || unsqueeze_dim == -3;
     std::optional<std::vector<int64_t>> sections;
     if (ctx->saved_data.count("sections")) sections = ctx->saved_data["sections"].toIntVector();
-    const at::Tensor &gq = grads[0], &gk = grads[1];
+    // Output gradients of another floating dtype are cast to the outputs' (q's and k's) dtype.
+    const at::Tensor gq = autograd::grad_as(grads[0], ctx->saved_data["dtype"].toScalarType());
+    const at::Tensor gk = autograd::grad_as(grads[1], ctx->saved_data["dtype"].toScalarType());
     at::Tensor dq, dk;
     const bool need_q = ctx->needs_input_grad(0) && gq.defined();
     const bool need_k = ctx->needs_input_grad(1) && gk.defined();
@@ -130,6 +135,7 @@ struct RopeFunction : public torch::autograd::Function<RopeFunction> {
       const int64_t hdim = heads_first ? 1 : 2;
       const at::Tensor a = need_q ? gq : gk.narrow(hdim, 0, 0);
       const at::Tensor b = need_k ? gk : gq.narrow(hdim, 0, 0);
+      const at::AutoDispatchBelowADInplaceOrView below;
       auto [rq, rk] = call_rope(/*backward=*/true, a, b, cos, sin, sections, unsqueeze_dim);
       if (need_q) dq = rq;
       if (need_k) dk = rk;
@@ -140,18 +146,27 @@ struct RopeFunction : public torch::autograd::Function<RopeFunction> {
                                          ctx->needs_input_grad(3), heads_first, sections);
     }
     // One entry per forward argument: q, k, cos, sin, sections, unsqueeze_dim.
-    return {dq, dk, dcos, dsin, at::Tensor(), at::Tensor()};
+    return autograd::once_differentiable({dq, dk, dcos, dsin, at::Tensor(), at::Tensor()}, "rope",
+                                         {grads[0], grads[1]});
   }
 };
 
 Pair rope_fwd_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
                        int64_t unsqueeze_dim) {
+  if (!autograd::any_requires_grad(q, k, cos, sin)) {  // no node: nothing can ask for a gradient
+    const at::AutoDispatchBelowADInplaceOrView below;
+    return call_rope(/*backward=*/false, q, k, cos, sin, std::nullopt, unsqueeze_dim);
+  }
   const variable_list r = RopeFunction::apply(q, k, cos, sin, std::nullopt, unsqueeze_dim);
   return {r[0], r[1]};
 }
 
 Pair mrope_fwd_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
                         const at::Tensor& sin, c10::IntArrayRef mrope_section, int64_t unsqueeze_dim) {
+  if (!autograd::any_requires_grad(q, k, cos, sin)) {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    return call_rope(/*backward=*/false, q, k, cos, sin, mrope_section.vec(), unsqueeze_dim);
+  }
   const variable_list r = RopeFunction::apply(q, k, cos, sin, mrope_section.vec(), unsqueeze_dim);
   return {r[0], r[1]};
 }

@@ -36,6 +36,8 @@
 #include <string_view>
 #include <utility>
 
+#include "aten/checks/small_tensors.h"
+
 namespace liger_cpp {
 
 enum class Reduction : int { kNone = 0, kMean = 1, kSum = 2 };
@@ -43,29 +45,35 @@ enum class Reduction : int { kNone = 0, kMean = 1, kSum = 2 };
 // "none" / "mean" / "sum", or an error naming argument 'reduction'.
 Reduction parse_reduction(std::string_view reduction);
 
-// Every target is ignore_index or in [0, V). On the CPU a violation raises at
-// once, naming the first bad position and value; on CUDA the check is queued
-// on the stream (at::_assert_async, no host synchronisation) and fails the next
-// synchronising call, as PyTorch's own cross entropy does.
+// Every target is ignore_index or in [0, V). On the CPU a violation raises a
+// ValueError at once, naming the first bad position and value; on CUDA the
+// check is queued on the stream (at::_assert_async, no host synchronisation) and
+// fails the next synchronising call as a device-side assertion, as PyTorch's own
+// cross entropy does; that leaves the CUDA context unusable. With the opt-in
+// set_check_targets(true) (Python: liger_cpp.set_check_targets) the CUDA check
+// synchronises with the host instead and raises the CPU path's ValueError.
 void check_ce_target_values(const at::Tensor& target, int64_t V, int64_t ignore_index);
 
-// Gradient scales of a reduced loss over all rows of `target` (computed on
-// target's device, no host synchronisation), as float32 one-element tensors:
+// The opt-in above: off by default (no host synchronisation on CUDA); returns the previous setting.
+bool set_check_targets(bool enabled);
+bool check_targets_enabled();
+
+// Raises the ValueError of a bad target (value at flat position).
+[[noreturn]] void fail_bad_target(int64_t V, int64_t ignore_index, int64_t value, int64_t position);
+
+// The target check above, the gradient scales of a reduced loss over all rows
+// of `target` and the sum of the class weights in one step (on CUDA one launch,
+// cross_entropy_reduce.cu; on the CPU plain loops, no ATen ops), as a float32
+// tensor [3] = (ce_scale, z_scale, sum_j weight[j]) on target's device, with no
+// host synchronisation:
 //   mean: ce_scale = 1 / sum_{valid r} w[y_r] (1 / N without weights), z_scale = 1 / N,
 //         where N counts the rows whose target is not ignore_index; both 0 when N = 0
 //         (an all-ignored batch gives loss 0 and zero gradient, not NaN);
-//   sum : both 1;  none: both 1 (a per-row grad_output is applied by the caller).
+//   sum : both 1;  none: both 1 (a per-row grad_output is applied by the caller);
+//   the weights' sum is 0 without weights. Sums in float64. target: flat int64.
 // Callers form the reduced loss from the core's rows as
 //   mean: sum_r loss[r] * ce_scale + sum_r z_loss[r] * z_scale; sum: plain sums;
 //   none: loss[r] + z_loss[r].
-std::pair<at::Tensor, at::Tensor> ce_reduction_scales(const at::Tensor& target, const at::Tensor& weight,
-                                                      int64_t ignore_index, Reduction reduction);
-
-// Both of the above in one step (on CUDA one launch, cross_entropy_reduce.cu),
-// plus the sum of the class weights: a float32 tensor [3] =
-// (ce_scale, z_scale, sum_j weight[j]) (the last 0 without weights), on
-// target's device. Same semantics and failure modes as check_ce_target_values
-// and ce_reduction_scales; float64 sums on CUDA.
 at::Tensor ce_prologue(const at::Tensor& target, const at::Tensor& weight, int64_t V, int64_t ignore_index,
                        Reduction reduction);
 
@@ -75,7 +83,8 @@ struct CeScales {
   at::Tensor ce, z, weight_sum;
 };
 inline CeScales split_ce_scales(const at::Tensor& scales, bool weighted) {
-  return {scales.narrow(0, 0, 1), scales.narrow(0, 1, 1), weighted ? scales.narrow(0, 2, 1) : at::Tensor()};
+  return {small_slice(scales, 0, 1), small_slice(scales, 1, 1),
+          weighted ? small_slice(scales, 2, 1) : at::Tensor()};
 }
 
 // The reduced loss of a mean or sum from the row step's outputs and

@@ -19,6 +19,12 @@
 namespace liger_cpp {
 namespace {
 
+// target as a flat contiguous int64 tensor (itself when it already is one: no ATen round trip).
+at::Tensor flat_long(const at::Tensor& target) {
+  if (target.dim() == 1 && target.scalar_type() == at::kLong && target.is_contiguous()) return target;
+  return target.reshape({-1}).to(at::kLong).contiguous();
+}
+
 // Inputs after checking and normalising: logits as rows, flat int64 target,
 // float32 weight (or undefined).
 struct CeInputs {
@@ -82,7 +88,7 @@ CeInputs prepare(const at::Tensor& logits, const at::Tensor& target, const c10::
                   "expected a finite value >= 0 (0 or None: no softcapping), got ", softcap);
 
   in.rows = as_rows(logits);
-  in.target = target.reshape({-1}).to(at::kLong).contiguous();
+  in.target = flat_long(target);
   return in;
 }
 
@@ -105,9 +111,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run(const CeInputs& in, const at:
   a.weight = in.weight;
   a.weight_sum = sc.weight_sum;
   a.dlogits = dl;
-  a.loss = at::empty({rows}, f32);
-  if (lse_square_scale > 0) a.z_loss = at::empty({rows}, f32);
-  if (return_argmax) a.argmax = at::empty({rows}, in.target.options());
+  a.loss = small_empty({rows}, f32);
+  if (lse_square_scale > 0) a.z_loss = small_empty({rows}, f32);
+  if (return_argmax) a.argmax = small_empty({rows}, in.target.options());
   a.ce_scale = sc.ce;
   a.z_scale = sc.z;
   a.ignore_index = ignore_index;
@@ -129,7 +135,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run(const CeInputs& in, const at:
       std::tie(loss, z) = ce_reduce_rows(a.loss, a.z_loss, scales);
       break;
   }
-  at::Tensor argmax = return_argmax ? a.argmax.view(shape) : at::empty({0}, in.target.options());
+  at::Tensor argmax = return_argmax ? a.argmax.view(shape) : small_empty({0}, in.target.options());
   return {loss, z, argmax};
 }
 
@@ -142,8 +148,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> cross_entropy_fwd(
   const c10::DeviceGuard guard(logits.device());
   // A fresh, contiguous gradient: the op's one logits-sized allocation.
   at::Tensor dlogits =
-      compute_grad ? at::empty(logits.sizes(), logits.options()) : at::empty({0}, logits.options());
-  const at::Tensor dl = compute_grad ? dlogits.view({in.rows.size(0), in.rows.size(1)}) : at::Tensor();
+      compute_grad ? small_empty(logits.sizes(), logits.options()) : small_empty({0}, logits.options());
+  const at::Tensor dl = !compute_grad       ? at::Tensor()
+                        : logits.dim() == 2 ? dlogits
+                                            : dlogits.view({in.rows.size(0), in.rows.size(1)});
   auto [loss, z, argmax] =
       run(in, target, dl, ignore_index, label_smoothing, lse_square_scale, softcap, return_argmax);
   return {loss, z, dlogits, argmax};
@@ -200,7 +208,9 @@ void cross_entropy_scale_grad_inplace(at::Tensor& grad, const at::Tensor& grad_o
       shape_str(grad), " and strides ", grad.strides());
   const c10::DeviceGuard guard(grad.device());
   mark_written(grad);
-  ce_scale_rows_(d, grad_output.to(at::kFloat).reshape({-1}).contiguous());
+  // The row scaling reads grad_output's numel() float32 values (1 or one per row), whatever its shape.
+  ce_scale_rows_(
+      d, (grad_output.scalar_type() == at::kFloat ? grad_output : grad_output.to(at::kFloat)).contiguous());
 }
 
 }  // namespace

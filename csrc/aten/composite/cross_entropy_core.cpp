@@ -1,6 +1,9 @@
 // Device dispatch of the cross-entropy row step (csrc/aten/checks/cross_entropy_core.h).
 #include "aten/checks/cross_entropy_core.h"
 
+#include <atomic>
+#include <string>
+
 #include "aten/checks/common.h"
 
 namespace liger_cpp {
@@ -33,15 +36,39 @@ at::Tensor ce_prologue(const at::Tensor& target, const at::Tensor& weight, int64
                        Reduction reduction) {
   if (target.is_cuda()) {
 #ifdef LIGER_CPP_WITH_CUDA
+    if (check_targets_enabled()) check_ce_target_values(target, V, ignore_index);
     return ce_prologue_cuda(target, weight, V, ignore_index, reduction);
 #else
-    LIGER_FAIL("argument 'target' is on ", target.device(), ", but this build has no CUDA kernels");
+    LIGER_FAIL("argument 'target': is on ", target.device(), ", but this build has no CUDA kernels");
 #endif
   }
-  check_ce_target_values(target, V, ignore_index);
-  auto [ce_scale, z_scale] = ce_reduction_scales(target, weight, ignore_index, reduction);
-  const at::Tensor wsum = weight.defined() ? weight.sum().reshape({1}) : at::zeros({1}, ce_scale.options());
-  return at::cat({ce_scale, z_scale, wsum});
+  // CPU: one pass over the targets (the check, the valid count and the weights' sums), no ATen ops:
+  // at an eager call's sizes the ops' fixed costs were most of the cross entropy's host time.
+  const at::Tensor t = target.contiguous();
+  const int64_t* y = t.const_data_ptr<int64_t>();
+  const int64_t n = t.numel();
+  const float* w = weight.defined() ? weight.const_data_ptr<float>() : nullptr;
+  int64_t valid = 0;
+  double wy = 0;  // sum of w[y] over valid rows
+  for (int64_t i = 0; i < n; ++i) {
+    if (y[i] == ignore_index) continue;
+    if (y[i] < 0 || y[i] >= V) fail_bad_target(V, ignore_index, y[i], i);
+    ++valid;
+    if (w) wy += w[y[i]];
+  }
+  double wsum = 0;
+  if (w)
+    for (int64_t j = 0; j < V; ++j) wsum += w[j];
+  at::Tensor scales = small_empty({3}, target.options().dtype(at::kFloat));
+  float* s = scales.data_ptr<float>();
+  if (reduction == Reduction::kMean) {
+    s[1] = valid > 0 ? static_cast<float>(1.0 / static_cast<double>(valid)) : 0.f;
+    s[0] = !w ? s[1] : (valid > 0 && wy != 0 ? static_cast<float>(1.0 / wy) : 0.f);
+  } else {
+    s[0] = s[1] = 1.f;
+  }
+  s[2] = static_cast<float>(wsum);
+  return scales;
 }
 
 std::pair<at::Tensor, at::Tensor> ce_reduce_rows(const at::Tensor& loss_rows, const at::Tensor& z_rows,
@@ -53,10 +80,20 @@ std::pair<at::Tensor, at::Tensor> ce_reduce_rows(const at::Tensor& loss_rows, co
     LIGER_FAIL("argument 'loss' is on ", loss_rows.device(), ", but this build has no CUDA kernels");
 #endif
   }
-  at::Tensor loss = (loss_rows.sum() * scales[0]).reshape({});
-  at::Tensor z = z_rows.defined() ? (z_rows.sum() * scales[1]).reshape({}) : at::zeros({}, loss.options());
-  if (z_rows.defined()) loss = loss + z;
-  return {loss, z};
+  // CPU: float64 sums of the (contiguous, float32) rows, scaled and rounded once.
+  const auto sum = [](const at::Tensor& r) {
+    const float* p = r.const_data_ptr<float>();
+    double acc = 0;
+    for (int64_t i = 0, n = r.numel(); i < n; ++i) acc += p[i];
+    return acc;
+  };
+  const float* sc = scales.const_data_ptr<float>();
+  const double z = z_rows.defined() ? sum(z_rows) * sc[1] : 0.0;
+  at::Tensor loss = small_empty({}, loss_rows.options());
+  at::Tensor zt = small_empty({}, loss_rows.options());
+  *loss.data_ptr<float>() = static_cast<float>(sum(loss_rows) * sc[0] + z);
+  *zt.data_ptr<float>() = static_cast<float>(z);
+  return {loss, zt};
 }
 
 }  // namespace liger_cpp
@@ -70,39 +107,41 @@ Reduction parse_reduction(std::string_view reduction) {
   LIGER_FAIL("argument 'reduction': expected 'none', 'mean' or 'sum', got '", reduction, "'");
 }
 
+namespace {
+std::atomic<bool> g_check_targets{false};
+}  // namespace
+
+bool check_targets_enabled() { return g_check_targets.load(std::memory_order_relaxed); }
+
+bool set_check_targets(bool enabled) { return g_check_targets.exchange(enabled); }
+
+[[noreturn]] void fail_bad_target(int64_t V, int64_t ignore_index, int64_t value, int64_t position) {
+  std::string msg = "liger_cpp: argument 'target': expected values in [0, " + std::to_string(V) +
+                    ") or ignore_index (" + std::to_string(ignore_index) + "), got " + std::to_string(value) +
+                    " at position " + std::to_string(position);
+  throw c10::ValueError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                        std::move(msg));
+}
+
 void check_ce_target_values(const at::Tensor& target, int64_t V, int64_t ignore_index) {
   if (target.numel() == 0) return;
+  if (!target.is_cuda()) {
+    const at::Tensor t = target.contiguous().to(at::kLong);
+    const int64_t* y = t.const_data_ptr<int64_t>();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i)
+      if (y[i] != ignore_index && (y[i] < 0 || y[i] >= V)) fail_bad_target(V, ignore_index, y[i], i);
+    return;
+  }
   const at::Tensor bad = ((target < 0) | (target >= V)) & (target != ignore_index);
-  if (target.is_cuda()) {
+  if (!check_targets_enabled()) {
     at::_assert_async(bad.any().logical_not(),
                       "liger_cpp: argument 'target': every value must be ignore_index or in [0, V)");
     return;
   }
-  const at::Tensor pos = bad.nonzero();
-  if (pos.size(0) > 0) {
-    const int64_t i = pos[0][0].item<int64_t>();
-    LIGER_FAIL("argument 'target': expected values in [0, ", V, ") or ignore_index (", ignore_index,
-               "), got ", target[i].item<int64_t>(), " at position ", i);
-  }
-}
-
-std::pair<at::Tensor, at::Tensor> ce_reduction_scales(const at::Tensor& target, const at::Tensor& weight,
-                                                      int64_t ignore_index, Reduction reduction) {
-  const auto f32 = target.options().dtype(at::kFloat);
-  if (reduction != Reduction::kMean) {
-    const at::Tensor one = at::ones({1}, f32);
-    return {one, one};
-  }
-  const at::Tensor valid = target != ignore_index;
-  const at::Tensor n = valid.sum().to(at::kFloat).reshape({1});
-  const at::Tensor zero = at::zeros({1}, f32);
-  const at::Tensor z_scale = at::where(n > 0, n.reciprocal(), zero);
-  if (!weight.defined()) return {z_scale, z_scale};
-  // sum of w[y] over valid rows; ignored rows index class 0 and are masked out.
-  const at::Tensor safe = at::where(valid, target, at::zeros_like(target)).clamp(0, weight.size(0) - 1);
-  const at::Tensor wsum = (weight.index_select(0, safe) * valid.to(at::kFloat)).sum().reshape({1});
-  const at::Tensor ce_scale = at::where(wsum != 0, wsum.reciprocal(), zero);
-  return {ce_scale, z_scale};
+  // The opt-in check (liger_cpp.set_check_targets): synchronises with the host, raises ValueError.
+  if (!bad.any().item<bool>()) return;
+  const int64_t i = bad.reshape({-1}).nonzero()[0][0].item<int64_t>();
+  fail_bad_target(V, ignore_index, target.reshape({-1})[i].item<int64_t>(), i);
 }
 
 }  // namespace liger_cpp

@@ -12,8 +12,15 @@
 //   dX[s:e] = dL @ W                                  mm_out into dX's rows
 //   dW     += dL^T @ x[s:e]                           first chunk beta 0, then beta 1
 //   dB     += column sums of dL                       float32 (float64 for float64)
+// With use_token_scaling (TRL's DFT loss, Liger's option) each row's loss (CE and
+// z-loss) is multiplied by p_y = softmax(L)[y], the probability of its target
+// under the logits the loss sees (scaled and softcapped, before label
+// smoothing), detached: p_y comes from a first pass of the row step over the
+// chunk, and the gradient scales carry it, so dL is p_y times the unscaled
+// gradient. The mean's normaliser is unchanged.
 // The mean normaliser stays a device tensor: nothing here synchronises with the
-// host on CUDA (the target check is an async assert there).
+// host on CUDA (the target check is an async assert there, unless the opt-in
+// liger_cpp.set_check_targets asks for a synchronising check).
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -59,34 +66,46 @@ constexpr double kMaxChunkMiB = 251.0;
 // (1.168 x, 691 MiB) (-fused_linear_cross_entropy-chunkrule-a708369).
 constexpr double kMinChunkMiB = 64.0;
 
-// The automatic budget in MiB; LIGER_CPP_FLCE_CHUNK_MB, when set, replaces it.
-double chunk_budget_mib(int64_t M, int64_t V, int64_t H, int64_t elem_size) {
-  const char* s = std::getenv("LIGER_CPP_FLCE_CHUNK_MB");
-  if (s == nullptr || *s == '\0') {
-    const int64_t liger_chunks = std::max<int64_t>(1, (V + H - 1) / H);
-    int64_t liger_rows = 1;
-    while (liger_rows < (M + liger_chunks - 1) / liger_chunks) liger_rows *= 2;
-    const double rows = std::max(static_cast<double>(liger_rows), static_cast<double>(H) / 4.0);
-    const double mib = rows * static_cast<double>(V) * static_cast<double>(elem_size) / 1048576.0;
-    return std::clamp(mib, kMinChunkMiB, kMaxChunkMiB);
-  }
-  char* end = nullptr;
-  const double v = std::strtod(s, &end);
-  if (end == s || *end != '\0' || !std::isfinite(v) || !(v > 0))
-    LIGER_FAIL("environment variable LIGER_CPP_FLCE_CHUNK_MB: expected a positive number of MiB, got '", s,
-               "'");
-  return v;
+// LIGER_CPP_FLCE_CHUNK_MB, read once per process: a fixed budget in MiB, or none when unset or
+// empty. An invalid value raises on every call (the static is not initialised until it parses).
+std::optional<double> env_chunk_budget_mib() {
+  static const std::optional<double> value = []() -> std::optional<double> {
+    const char* s = std::getenv("LIGER_CPP_FLCE_CHUNK_MB");
+    if (s == nullptr || *s == '\0') return std::nullopt;
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end == s || *end != '\0' || !std::isfinite(v) || !(v > 0))
+      LIGER_FAIL("environment variable LIGER_CPP_FLCE_CHUNK_MB: expected a positive number of MiB, got '", s,
+                 "'");
+    return v;
+  }();
+  return value;
+}
+
+// The chunk budget in MiB: the caller's (chunk_budget_mib), else LIGER_CPP_FLCE_CHUNK_MB's, else
+// the automatic one above.
+double chunk_budget_mib(int64_t M, int64_t V, int64_t H, int64_t elem_size, std::optional<double> requested) {
+  if (requested.has_value()) return *requested;
+  if (const std::optional<double> env = env_chunk_budget_mib()) return *env;
+  const int64_t liger_chunks = std::max<int64_t>(1, (V + H - 1) / H);
+  int64_t liger_rows = 1;
+  while (liger_rows < (M + liger_chunks - 1) / liger_chunks) liger_rows *= 2;
+  const double rows = std::max(static_cast<double>(liger_rows), static_cast<double>(H) / 4.0);
+  const double mib = rows * static_cast<double>(V) * static_cast<double>(elem_size) / 1048576.0;
+  return std::clamp(mib, kMinChunkMiB, kMaxChunkMiB);
 }
 
 // Rows per chunk. An explicit chunk_rows is used as given (tests force small,
-// uneven chunks). Otherwise: as many rows as the budget allows, a multiple of 8
+// uneven chunks). Otherwise: as many rows as the budget (chunk_budget_mib) allows, a multiple of 8
 // (keeps every chunk of x 16-byte aligned for any H), then evened out over the
 // chunks that count needs, so the last chunk is not a sliver.
-int64_t pick_chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, int64_t requested) {
+int64_t pick_chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, int64_t requested,
+                        std::optional<double> budget_mib) {
   if (M == 0) return 0;
   if (requested > 0) return std::min(requested, M);
   const double per_row = static_cast<double>(V) * static_cast<double>(elem_size);
-  int64_t rows = static_cast<int64_t>(std::floor(chunk_budget_mib(M, V, H, elem_size) * 1048576.0 / per_row));
+  int64_t rows = static_cast<int64_t>(
+      std::floor(chunk_budget_mib(M, V, H, elem_size, budget_mib) * 1048576.0 / per_row));
   if (rows >= 8) rows -= rows % 8;
   rows = std::max<int64_t>(rows, 1);
   if (rows >= M) return M;
@@ -107,7 +126,8 @@ struct Flce {
   int64_t ignore_index = -100;
   double label_smoothing = 0, lse_square_scale = 0, softcap = 0, logit_scale = 1;
   Reduction reduction = Reduction::kMean;
-  bool accum_fp32 = false;  // dW accumulated in a float32 buffer (low-precision inputs only)
+  bool accum_fp32 = false;     // dW accumulated in a float32 buffer (low-precision inputs only)
+  bool token_scaling = false;  // each row's loss times the detached probability of its target
   int64_t chunk = 0;
 };
 
@@ -115,7 +135,8 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
              const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& ce_weight,
              int64_t ignore_index, double lse_square_scale, double label_smoothing,
              c10::string_view reduction, double softcap, double logit_scale,
-             std::optional<at::ScalarType> accum_dtype, int64_t chunk_rows) {
+             std::optional<at::ScalarType> accum_dtype, int64_t chunk_rows, bool use_token_scaling,
+             std::optional<double> chunk_budget_mib) {
   Flce f;
   f.reduction = parse_reduction(std::string_view(reduction.data(), reduction.size()));
   const bool cuda = input.is_cuda();
@@ -171,6 +192,10 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
   LIGER_CHECK_ARG(std::isfinite(logit_scale), "logit_scale", "expected a finite value, got ", logit_scale);
   LIGER_CHECK_ARG(chunk_rows >= 0, "chunk_rows", "expected a non-negative row count (0: automatic), got ",
                   chunk_rows);
+  if (chunk_budget_mib.has_value())
+    LIGER_CHECK_ARG(std::isfinite(*chunk_budget_mib) && *chunk_budget_mib > 0, "chunk_budget_mib",
+                    "expected None or a positive number of MiB, got ", *chunk_budget_mib);
+  f.token_scaling = use_token_scaling;
   if (accum_dtype.has_value()) {
     const at::ScalarType a = *accum_dtype;
     LIGER_CHECK_ARG(a == at::kFloat || (a == at::kDouble && input.scalar_type() == at::kDouble),
@@ -189,7 +214,7 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
   // anything else would be copied by every GEMM, so copy once here.
   f.w = (weight.stride(1) == 1 || weight.stride(0) == 1) ? weight : weight.contiguous();
   f.target = target.reshape({f.M}).to(at::kLong).contiguous();
-  f.chunk = pick_chunk_rows(f.M, f.V, f.H, input.element_size(), chunk_rows);
+  f.chunk = pick_chunk_rows(f.M, f.V, f.H, input.element_size(), chunk_rows, chunk_budget_mib);
   // The target values are checked by ce_prologue, which every caller runs first.
   return f;
 }
@@ -240,6 +265,10 @@ void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_s
   const bool want_grad = g.dx_rows.defined() || g.dw.defined() || g.db.defined();
   if (f.M == 0) return;
   at::Tensor buf = at::empty({f.chunk, f.V}, f.x.options());
+  // Token scaling: each chunk's target log-probabilities x_y - lse first (the row step without
+  // smoothing, class weights or z-loss), into this buffer.
+  at::Tensor tgt_nll = f.token_scaling ? at::empty({f.chunk}, f.x.options().dtype(at::kFloat)) : at::Tensor();
+  const at::Tensor one = f.token_scaling ? at::ones({1}, f.x.options().dtype(at::kFloat)) : at::Tensor();
   const at::Tensor wt = f.w.t();
   const at::ScalarType acc = f.x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t rows_dim[1] = {0};
@@ -271,7 +300,26 @@ void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_s
     r.label_smoothing = f.label_smoothing;
     r.lse_square_scale = f.lse_square_scale;
     r.softcap = f.softcap;
+    at::Tensor p;  // token scaling: p_y = softmax(logits)[y] per row, detached
+    if (f.token_scaling) {
+      CeRows q;
+      q.logits = lc;
+      q.target = r.target;
+      q.loss = tgt_nll.narrow(0, 0, n);
+      q.ce_scale = one;
+      q.z_scale = one;
+      q.ignore_index = f.ignore_index;
+      q.softcap = f.softcap;
+      ce_rows(q);
+      p = at::exp(-q.loss);  // ignored rows: 1, but their loss and gradient are 0 anyway
+      r.ce_scale = (r.ce_scale * p).contiguous();
+      r.z_scale = (r.z_scale * p).contiguous();
+    }
     ce_rows(r);
+    if (p.defined()) {
+      r.loss.mul_(p);
+      if (r.z_loss.defined()) r.z_loss.mul_(p);
+    }
     if (!want_grad) continue;
 
     if (g.dx_rows.defined()) {
@@ -335,12 +383,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     double lse_square_scale, double label_smoothing, c10::string_view reduction, double softcap,
     double logit_scale, bool return_z_loss, bool return_token_accuracy, bool return_predicted_tokens,
     bool compute_dx, bool compute_dw, bool compute_db, std::optional<at::ScalarType> accum_dtype,
-    int64_t chunk_rows) {
+    int64_t chunk_rows, bool use_token_scaling, std::optional<double> chunk_budget_mib) {
   const c10::DeviceGuard device_guard(input.device());
   // The GEMMs run in the dtype they are given, whatever autocast state the caller has.
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  Flce f = prepare(input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing,
-                   reduction, softcap, logit_scale, accum_dtype, chunk_rows);
+  Flce f =
+      prepare(input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing,
+              reduction, softcap, logit_scale, accum_dtype, chunk_rows, use_token_scaling, chunk_budget_mib);
   const auto f32 = input.options().dtype(at::kFloat);
   const bool want_argmax = return_token_accuracy || return_predicted_tokens;
   const bool want_z = return_z_loss || f.lse_square_scale != 0.0;
@@ -387,11 +436,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flce_bwd(
     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& ce_weight, int64_t ignore_index,
     double lse_square_scale, double label_smoothing, c10::string_view reduction, double softcap,
     double logit_scale, bool compute_dx, bool compute_dw, bool compute_db,
-    std::optional<at::ScalarType> accum_dtype, int64_t chunk_rows) {
+    std::optional<at::ScalarType> accum_dtype, int64_t chunk_rows, bool use_token_scaling,
+    std::optional<double> chunk_budget_mib) {
   const c10::DeviceGuard device_guard(input.device());
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  Flce f = prepare(input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing,
-                   reduction, softcap, logit_scale, accum_dtype, chunk_rows);
+  Flce f =
+      prepare(input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing,
+              reduction, softcap, logit_scale, accum_dtype, chunk_rows, use_token_scaling, chunk_budget_mib);
   const int64_t want = f.reduction == Reduction::kNone ? f.M : 1;
   LIGER_CHECK_ARG(grad_loss.device() == input.device(), "grad_loss", "expected device ", input.device(),
                   " (input's), got ", grad_loss.device());

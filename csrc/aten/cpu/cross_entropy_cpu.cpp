@@ -19,6 +19,8 @@ template <typename T>
 using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
 using sum_t = double;
 
+constexpr int64_t kStackCols = 256;
+
 template <typename T>
 void ce_rows_impl(const CeRows& a) {
   using acc_t = acc_of<T>;
@@ -46,7 +48,12 @@ void ce_rows_impl(const CeRows& a) {
   const acc_t nan = std::numeric_limits<acc_t>::quiet_NaN();
 
   at::parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
-    std::vector<acc_t> x(V);
+    // x: the (softcapped) row; ex: exp(x_j - max). Rows of up to kStackCols classes live on the
+    // stack (no allocation per call at small sizes).
+    acc_t stack[2 * kStackCols];
+    std::vector<acc_t> heap(V > kStackCols ? 2 * V : 0);
+    acc_t* x = V > kStackCols ? heap.data() : stack;
+    acc_t* ex = x + (V > kStackCols ? V : kStackCols);
     for (int64_t r = b; r < e; ++r) {
       const int64_t y = target[r];
       T* dr = dl ? dl + r * dl_stride : nullptr;
@@ -76,8 +83,11 @@ void ce_rows_impl(const CeRows& a) {
         }
         wx += static_cast<sum_t>(w ? w[j] : 1.f) * v;
       }
-      sum_t s = 0;
-      for (int64_t j = 0; j < V; ++j) s += std::exp(static_cast<sum_t>(x[j] - m));
+      sum_t s = 0;  // exp in the accumulation type (one per class, reused for p), summed in float64
+      for (int64_t j = 0; j < V; ++j) {
+        ex[j] = std::exp(x[j] - m);
+        s += static_cast<sum_t>(ex[j]);
+      }
       const sum_t lse_d = seen_nan ? static_cast<sum_t>(nan) : static_cast<sum_t>(m) + std::log(s);
       const acc_t lse = static_cast<acc_t>(lse_d);
       const acc_t wy = w ? w[y] : acc_t(1);
@@ -96,12 +106,12 @@ void ce_rows_impl(const CeRows& a) {
       // #1268), and the terms vanish exactly where they should (V = 1, no smoothing).
       const acc_t ca = cs * (1 - ls) * wy, cb = cs * eps, zc = zs * 2 * lss * lse;
       const acc_t ws = static_cast<acc_t>(wsum);
-      // p_j = exp((x_j - m) - log(s)), not exp(x_j - lse): x_j - m is exact near the max, where p
-      // is large, whereas lse = m + log(s) rounded to the accumulation type carries an absolute
-      // error of half an ulp of |lse| into every exponent.
-      const acc_t log_s = seen_nan ? nan : static_cast<acc_t>(std::log(s));
+      // p_j = exp(x_j - m) / s, not exp(x_j - lse): x_j - m is exact near the max, where p is
+      // large, whereas lse = m + log(s) rounded to the accumulation type carries an absolute error
+      // of half an ulp of |lse| into every exponent.
+      const acc_t inv_s = seen_nan ? nan : static_cast<acc_t>(1.0 / s);
       for (int64_t j = 0; j < V; ++j) {
-        const acc_t p = std::exp((x[j] - m) - log_s);
+        const acc_t p = ex[j] * inv_s;
         acc_t g = ca * (j == y ? p - 1 : p) + zc * p;
         if (eps != 0) g += cb * (ws * p - (w ? w[j] : acc_t(1)));
         if (sc > 0) g *= 1 - (x[j] / sc) * (x[j] / sc);

@@ -12,14 +12,15 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/glu_checks.h"
+#include "aten/checks/small_tensors.h"
+#include "aten/cpu/cpu_common.h"
 
 namespace liger_cpp {
 namespace {
 
 constexpr int64_t kGrain = 1 << 15;
 
-template <typename T>
-using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
+using cpu::acc_of;
 
 // act(x) and, when d is non-null, act'(x).
 template <typename acc_t>
@@ -72,41 +73,45 @@ void for_rows(int64_t rows, int64_t cols, F&& f) {
   });
 }
 
+// One GLU operand as a row matrix: its data and row stride (rows and cols are a's).
 template <typename T>
-void fwd_rows(const at::Tensor& a2, const at::Tensor& b2, at::Tensor& c2, GluKind kind) {
+struct Operand {
+  T* p;
+  int64_t stride;
+};
+
+template <typename T>
+Operand<T> operand(const at::Tensor& t) {
+  cpu::Rows r;
+  TORCH_INTERNAL_ASSERT(cpu::flat_rows(t, r));
+  return {static_cast<T*>(t.data_ptr()), r.stride};
+}
+
+template <typename T>
+void fwd_rows(Operand<const T> a, Operand<const T> b, Operand<T> c, int64_t rows, int64_t cols,
+              GluKind kind) {
   using acc_t = acc_of<T>;
-  const T* a = a2.data_ptr<T>();
-  const T* b = b2.data_ptr<T>();
-  T* c = c2.data_ptr<T>();
-  const int64_t as = a2.stride(0), bs = b2.stride(0), cs = c2.stride(0);
-  for_rows(a2.size(0), a2.size(1), [&](int64_t r, int64_t c0, int64_t c1) {
-    const T* ar = a + r * as;
-    const T* br = b + r * bs;
-    T* cr = c + r * cs;
+  for_rows(rows, cols, [&](int64_t r, int64_t c0, int64_t c1) {
+    const T* ar = a.p + r * a.stride;
+    const T* br = b.p + r * b.stride;
+    T* cr = c.p + r * c.stride;
     for (int64_t k = c0; k < c1; ++k)
       cr[k] = static_cast<T>(glu_act<acc_t>(kind, static_cast<acc_t>(ar[k]), nullptr) *
                              static_cast<acc_t>(br[k]));
   });
 }
 
-// da2/db2 may be a2/b2 (in place): every element is read before it is written.
+// da/db may be a/b (in place): every element is read before it is written.
 template <typename T>
-void bwd_rows(const at::Tensor& dc2, const at::Tensor& a2, const at::Tensor& b2, const at::Tensor& da2,
-              const at::Tensor& db2, GluKind kind) {
+void bwd_rows(Operand<const T> g, Operand<const T> a, Operand<const T> b, Operand<T> da, Operand<T> db,
+              int64_t rows, int64_t cols, GluKind kind) {
   using acc_t = acc_of<T>;
-  const T* g = dc2.data_ptr<T>();
-  const T* a = a2.data_ptr<T>();
-  const T* b = b2.data_ptr<T>();
-  T* da = da2.data_ptr<T>();
-  T* db = db2.data_ptr<T>();
-  const int64_t gs = dc2.stride(0), as = a2.stride(0), bs = b2.stride(0);
-  const int64_t das = da2.stride(0), dbs = db2.stride(0);
-  for_rows(a2.size(0), a2.size(1), [&](int64_t r, int64_t c0, int64_t c1) {
-    const T* gr = g + r * gs;
-    const T* ar = a + r * as;
-    const T* br = b + r * bs;
-    T* dar = da + r * das;
-    T* dbr = db + r * dbs;
+  for_rows(rows, cols, [&](int64_t r, int64_t c0, int64_t c1) {
+    const T* gr = g.p + r * g.stride;
+    const T* ar = a.p + r * a.stride;
+    const T* br = b.p + r * b.stride;
+    T* dar = da.p + r * da.stride;
+    T* dbr = db.p + r * db.stride;
     for (int64_t k = c0; k < c1; ++k) {
       const acc_t gk = static_cast<acc_t>(gr[k]), bk = static_cast<acc_t>(br[k]);
       acc_t d;
@@ -119,38 +124,43 @@ void bwd_rows(const at::Tensor& dc2, const at::Tensor& a2, const at::Tensor& b2,
 
 at::Tensor glu_fwd_cpu(const at::Tensor& A, const at::Tensor& B, GluKind kind) {
   check_glu_inputs(A, B, /*cuda=*/false);
-  at::Tensor c = at::empty(A.sizes(), A.options());
+  at::Tensor c = small_empty(A.sizes(), A.options());
   if (A.numel() == 0) return c;
-  const at::Tensor a2 = glu_rows(A), b2 = glu_rows(B);
-  at::Tensor c2 = c.view({-1, A.size(-1)});
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, A.scalar_type(), "glu_fwd_cpu",
-                                  [&] { fwd_rows<scalar_t>(a2, b2, c2, kind); });
+  cpu::Rows ar, br;
+  const at::Tensor a2 = cpu::as_rows(A, ar), b2 = cpu::as_rows(B, br);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, A.scalar_type(), "glu_fwd_cpu", [&] {
+    fwd_rows<scalar_t>(operand<const scalar_t>(a2), operand<const scalar_t>(b2), operand<scalar_t>(c),
+                       ar.rows, ar.cols, kind);
+  });
   return c;
 }
 
+// The backward into da/db (which may be a/b); all row matrices of a's rows and cols.
 void glu_bwd_into(const at::Tensor& dC, const at::Tensor& a2, const at::Tensor& b2, GluKind kind,
                   const at::Tensor& da2, const at::Tensor& db2) {
-  const at::Tensor dc2 = glu_rows(dC);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a2.scalar_type(), "glu_bwd_cpu",
-                                  [&] { bwd_rows<scalar_t>(dc2, a2, b2, da2, db2, kind); });
+  cpu::Rows gr, ar;
+  const at::Tensor dc2 = cpu::as_rows(dC, gr);
+  cpu::flat_rows(a2, ar);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a2.scalar_type(), "glu_bwd_cpu", [&] {
+    bwd_rows<scalar_t>(operand<const scalar_t>(dc2), operand<const scalar_t>(a2), operand<const scalar_t>(b2),
+                       operand<scalar_t>(da2), operand<scalar_t>(db2), ar.rows, ar.cols, kind);
+  });
 }
 
 std::tuple<at::Tensor, at::Tensor> glu_bwd_cpu(const at::Tensor& dC, const at::Tensor& A, const at::Tensor& B,
                                                GluKind kind) {
   check_glu_bwd(dC, A, B, /*cuda=*/false);
-  at::Tensor da = at::empty(A.sizes(), A.options());
-  at::Tensor db = at::empty(A.sizes(), A.options());
+  at::Tensor da = small_empty(A.sizes(), A.options());
+  at::Tensor db = small_empty(A.sizes(), A.options());
   if (A.numel() == 0) return {da, db};
-  glu_bwd_into(dC, glu_rows(A), glu_rows(B), kind, da.view({-1, A.size(-1)}), db.view({-1, A.size(-1)}));
+  cpu::Rows r;
+  glu_bwd_into(dC, cpu::as_rows(A, r), cpu::as_rows(B, r), kind, da, db);
   return {da, db};
 }
 
 void glu_bwd_inplace_cpu(const at::Tensor& dC, at::Tensor& A, at::Tensor& B, GluKind kind) {
   check_glu_bwd_inplace(dC, A, B, /*cuda=*/false);
-  if (A.numel() > 0) {
-    const at::Tensor a2 = A.view({-1, A.size(-1)}), b2 = B.view({-1, A.size(-1)});
-    glu_bwd_into(dC, a2, b2, kind, a2, b2);
-  }
+  if (A.numel() > 0) glu_bwd_into(dC, A, B, kind, A, B);
   mark_written(A);
   mark_written(B);
 }

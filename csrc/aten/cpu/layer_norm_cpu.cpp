@@ -11,42 +11,30 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/layer_norm_checks.h"
+#include "aten/checks/small_tensors.h"
+#include "aten/cpu/cpu_common.h"
 
 namespace liger_cpp {
 namespace {
 
 constexpr int64_t kRowsPerBlock = 64;
 
-template <typename T>
-using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <typename acc_t>
-std::vector<acc_t> as_acc(const c10::optional<at::Tensor>& t) {
-  std::vector<acc_t> out;
-  if (!(t.has_value() && t->defined())) return out;
-  const at::Tensor c = t->to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
-  out.assign(c.data_ptr<acc_t>(), c.data_ptr<acc_t>() + c.numel());
-  return out;
-}
+using cpu::acc_of;
 
 template <typename T>
-void fwd_rows(const at::Tensor& x2, const std::vector<acc_of<T>>& w, const std::vector<acc_of<T>>& b,
-              at::Tensor& y2, at::Tensor& mean, at::Tensor& rstd, double eps) {
+void fwd_rows(const T* x, const cpu::Rows& xr, const std::vector<acc_of<T>>& w,
+              const std::vector<acc_of<T>>& b, T* y, acc_of<T>* mu, acc_of<T>* rs, double eps) {
   using acc_t = acc_of<T>;
-  const int64_t rows = x2.size(0), cols = x2.size(1), xs = x2.stride(0);
-  const T* x = x2.data_ptr<T>();
-  T* y = y2.data_ptr<T>();
-  acc_t* mu = mean.data_ptr<acc_t>();
-  acc_t* rs = rstd.data_ptr<acc_t>();
-  at::parallel_for(0, rows, 16, [&](int64_t bb, int64_t be) {
+  const int64_t rows = xr.rows, cols = xr.cols, xs = xr.stride;
+  cpu::parallel(rows, 16, rows * cols, [&](int64_t bb, int64_t be) {
     for (int64_t r = bb; r < be; ++r) {
-      const T* xr = x + r * xs;
+      const T* xrow = x + r * xs;
       double s = 0;
-      for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(xr[c]);
+      for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(xrow[c]);
       const double m = s / static_cast<double>(cols);
       double v = 0;
       for (int64_t c = 0; c < cols; ++c) {
-        const double d = static_cast<double>(xr[c]) - m;
+        const double d = static_cast<double>(xrow[c]) - m;
         v += d * d;
       }
       const acc_t inv = static_cast<acc_t>(1.0 / std::sqrt(v / static_cast<double>(cols) + eps));
@@ -55,7 +43,7 @@ void fwd_rows(const at::Tensor& x2, const std::vector<acc_of<T>>& w, const std::
       rs[r] = inv;
       T* yr = y + r * cols;
       for (int64_t c = 0; c < cols; ++c) {
-        acc_t o = (static_cast<acc_t>(xr[c]) - ma) * inv;
+        acc_t o = (static_cast<acc_t>(xrow[c]) - ma) * inv;
         if (!w.empty()) o *= w[c];
         if (!b.empty()) o += b[c];
         yr[c] = static_cast<T>(o);
@@ -69,41 +57,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(const at::Tens
                                                                   const c10::optional<at::Tensor>& B,
                                                                   double eps) {
   check_layer_norm_fwd(X, W, B, /*cuda=*/false);
-  const at::Tensor x2 = as_rows(X);
-  at::Tensor y = at::empty(X.sizes(), X.options());
+  cpu::Rows xr;
+  const at::Tensor x2 = cpu::as_rows(X, xr);
+  at::Tensor y = small_empty(X.sizes(), X.options());
   const auto acc_dtype = X.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor mean = at::empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
-  at::Tensor rstd = at::empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
-  at::Tensor y2 = y.view({-1, X.size(-1)});
+  at::Tensor mean = small_empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
+  at::Tensor rstd = small_empty(X.sizes().slice(0, X.dim() - 1), X.options().dtype(acc_dtype));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, X.scalar_type(), "layer_norm_fwd_cpu", [&] {
-    fwd_rows<scalar_t>(x2, as_acc<acc_of<scalar_t>>(W), as_acc<acc_of<scalar_t>>(B), y2, mean, rstd, eps);
+    using acc_t = acc_of<scalar_t>;
+    fwd_rows<scalar_t>(x2.const_data_ptr<scalar_t>(), xr, cpu::param_vector<acc_t>(W),
+                       cpu::param_vector<acc_t>(B), y.data_ptr<scalar_t>(), mean.data_ptr<acc_t>(),
+                       rstd.data_ptr<acc_t>(), eps);
   });
   return {y, mean, rstd};
 }
 
 template <typename T>
-void bwd_rows(const at::Tensor& dy2, const at::Tensor& x2, const std::vector<acc_of<T>>& w,
-              const at::Tensor& mean, const at::Tensor& rstd, at::Tensor& dx2, double* pw, double* pb) {
+void bwd_rows(const T* dy, const cpu::Rows& dyr, const T* x, const cpu::Rows& xr,
+              const std::vector<acc_of<T>>& w, const acc_of<T>* mu, const acc_of<T>* rs, T* dx, double* pw,
+              double* pb) {
   using acc_t = acc_of<T>;
-  const int64_t rows = x2.size(0), cols = x2.size(1);
-  const int64_t xs = x2.stride(0), gs = dy2.stride(0);
-  const T* x = x2.data_ptr<T>();
-  const T* dy = dy2.data_ptr<T>();
-  T* dx = dx2.data_ptr<T>();
-  const acc_t* mu = mean.data_ptr<acc_t>();
-  const acc_t* rs = rstd.data_ptr<acc_t>();
+  const int64_t rows = xr.rows, cols = xr.cols;
+  const int64_t xs = xr.stride, gs = dyr.stride;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  at::parallel_for(0, blocks, 1, [&](int64_t bb, int64_t be) {
+  cpu::parallel(blocks, 1, rows * cols, [&](int64_t bb, int64_t be) {
     std::vector<acc_t> xh(cols), g(cols);
     for (int64_t blk = bb; blk < be; ++blk) {
       const int64_t r_end = std::min(rows, (blk + 1) * kRowsPerBlock);
       for (int64_t r = blk * kRowsPerBlock; r < r_end; ++r) {
-        const T* xr = x + r * xs;
+        const T* xrow = x + r * xs;
         const T* gr = dy + r * gs;
         const acc_t inv = rs[r], m = mu[r];
         double sg = 0, sgx = 0;
         for (int64_t c = 0; c < cols; ++c) {
-          xh[c] = (static_cast<acc_t>(xr[c]) - m) * inv;
+          xh[c] = (static_cast<acc_t>(xrow[c]) - m) * inv;
           const acc_t dyc = static_cast<acc_t>(gr[c]);
           g[c] = w.empty() ? dyc : dyc * w[c];
           sg += g[c];
@@ -130,23 +117,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
   const bool want_dw = has_w && compute_dw;
   const int64_t n = X.size(-1);
   const auto p_dtype = ln_grad_dtype(W, X);
-  const at::Tensor x2 = as_rows(X);
-  const at::Tensor dy2 = as_rows(dY);
+  cpu::Rows xr, dyr;
+  const at::Tensor x2 = cpu::as_rows(X, xr);
+  const at::Tensor dy2 = cpu::as_rows(dY, dyr);
   const at::Tensor mean = MEAN.contiguous(), rstd = RSTD.contiguous();
-  at::Tensor dx = at::empty(X.sizes(), X.options());
-  at::Tensor dx2 = dx.view({-1, n});
-  at::Tensor dw = at::empty({want_dw ? n : 0}, X.options().dtype(p_dtype));
-  at::Tensor db = at::empty({compute_db ? n : 0}, X.options().dtype(p_dtype));
-  const int64_t blocks = (x2.size(0) + kRowsPerBlock - 1) / kRowsPerBlock;
-  at::Tensor pw = at::zeros({want_dw ? blocks : 0, n}, X.options().dtype(at::kDouble));
-  at::Tensor pb = at::zeros({compute_db ? blocks : 0, n}, X.options().dtype(at::kDouble));
+  at::Tensor dx = small_empty(X.sizes(), X.options());
+  at::Tensor dw = small_empty({want_dw ? n : 0}, X.options().dtype(p_dtype));
+  at::Tensor db = small_empty({compute_db ? n : 0}, X.options().dtype(p_dtype));
+  const int64_t blocks = (xr.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  std::vector<double> pw(want_dw ? blocks * n : 0, 0.0), pb(compute_db ? blocks * n : 0, 0.0);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, X.scalar_type(), "layer_norm_bwd_cpu", [&] {
-    bwd_rows<scalar_t>(dy2, x2, as_acc<acc_of<scalar_t>>(W), mean, rstd, dx2,
-                       want_dw ? pw.data_ptr<double>() : nullptr,
-                       compute_db ? pb.data_ptr<double>() : nullptr);
+    using acc_t = acc_of<scalar_t>;
+    bwd_rows<scalar_t>(dy2.const_data_ptr<scalar_t>(), dyr, x2.const_data_ptr<scalar_t>(), xr,
+                       cpu::param_vector<acc_t>(W), mean.const_data_ptr<acc_t>(),
+                       rstd.const_data_ptr<acc_t>(), dx.data_ptr<scalar_t>(), want_dw ? pw.data() : nullptr,
+                       compute_db ? pb.data() : nullptr);
   });
-  if (want_dw) dw.copy_(pw.sum(0));  // block order: deterministic
-  if (compute_db) db.copy_(pb.sum(0));
+  if (want_dw) cpu::sum_blocks_into(dw, pw, blocks, n);  // block order: deterministic
+  if (compute_db) cpu::sum_blocks_into(db, pb, blocks, n);
   return {dx, dw, db};
 }
 

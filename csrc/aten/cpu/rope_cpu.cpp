@@ -13,6 +13,7 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/rope_checks.h"
+#include "aten/checks/small_tensors.h"
 
 namespace liger_cpp {
 namespace {

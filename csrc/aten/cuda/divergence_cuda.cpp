@@ -36,8 +36,6 @@ void distill_rows_cuda(const DistillRows& c) {
   a.loss = c.loss;
   a.mask_soft = c.mask_soft;
   a.dtype = to_kernel_dtype(c.s.scalar_type(), "student logits");
-  a.sm_count = sm_count();
-  a.l2_bytes = at::cuda::getCurrentDeviceProperties()->l2CacheSize;
   LIGER_CUDA_CHECK(kernels::distill_rows(a, at::cuda::getCurrentCUDAStream()));
 }
 

@@ -33,8 +33,6 @@ enum class Key : int {
   kRmsFwd,
   kRmsBwd,
   kLnBwd,
-  // The RL / distillation row kernels (csrc/kernels/divergence/divergence.cu).
-  kDivGrid,
   // The fused MoE experts' GEMMs (csrc/aten/cuda/moe_experts_cuda.cpp).
   kMoeGemm,
   kCount
@@ -61,9 +59,6 @@ inline constexpr KeyInfo kKeys[] = {
     {"ln_bwd",
      {"tma", "tma_unpaired", "pipe16", "pipe", "generic"},
      "LayerNorm backward kernel (LnBwdKernel)"},
-    {"div_grid",
-     {"l2", "rows"},
-     "distillation row kernel: persistent blocks whose rows fit half the L2, or a block per row"},
     {"moe_gemm",
      {"grouped", "loop"},
      "MoE experts GEMMs: at::_grouped_mm (bf16, aligned) or one at::mm per expert (host sync)"},

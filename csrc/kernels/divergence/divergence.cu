@@ -419,21 +419,6 @@ int threads_for(int64_t cols, int ve) {
   return 128;
 }
 
-// The distillation kernel reads each row pair (student and teacher logits) three times: a block
-// per row puts two blocks per SM on 2 x 132 rows at once (160 MB at V 151936 bf16, three times the
-// H200's L2), so every re-read comes from HBM. Its default grid is persistent instead: as many
-// blocks as keep their rows in half the L2, at least half the SMs (the bandwidth of the first read)
-// and at most two blocks per SM (div_grid=rows: a block per row).
-unsigned distill_grid(const DistillRowsArgs& a, int64_t row_bytes) {
-  const int64_t rows = a.rows < (int64_t{1} << 30) ? a.rows : (int64_t{1} << 30);
-  if (plan_override::forced(plan_override::Key::kDivGrid) == 1 || a.sm_count <= 0 || a.l2_bytes <= 0)
-    return static_cast<unsigned>(rows);
-  int64_t blocks = a.l2_bytes / 2 / (row_bytes > 0 ? row_bytes : 1);
-  blocks = std::max<int64_t>(blocks, std::max(1, a.sm_count / 2));
-  blocks = std::min<int64_t>(blocks, 2 * static_cast<int64_t>(a.sm_count));
-  return static_cast<unsigned>(std::min(blocks, rows));
-}
-
 unsigned grid_for(int64_t rows) {
   return static_cast<unsigned>(rows < (int64_t{1} << 30) ? rows : (int64_t{1} << 30));
 }
@@ -454,7 +439,8 @@ cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream) {
     constexpr int VE = 16 / sizeof(T);
     const bool vec =
         rows_aligned<T>(a.s, a.s_row_stride, a.cols) && rows_aligned<T>(a.t, a.t_row_stride, a.cols);
-    const unsigned grid = distill_grid(a, 2 * a.cols * static_cast<int64_t>(sizeof(T)));
+    // A block per row (a persistent grid sized to keep the rows in L2 lost: docs/kernels/rl_losses.md).
+    const unsigned grid = grid_for(a.rows);
     if (vec)
       distill_kernel<T, VE><<<grid, threads_for(a.cols, VE), 0, stream>>>(a);
     else

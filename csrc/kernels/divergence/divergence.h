@@ -40,8 +40,6 @@ struct DistillRowsArgs {
   int loss;  // 0 JSD, 1 cosine
   bool mask_soft;
   DType dtype;
-  int sm_count;  // the device's multiprocessors and L2 bytes: the grid (see divergence.cu)
-  int64_t l2_bytes;
 };
 cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream);
 

@@ -1,0 +1,124 @@
+// Autograd for liger::swiglu_fwd and liger::geglu_fwd (C++ on the Autograd key: why and the
+// pattern in autograd_common.h).
+//
+// Saved: a and b (the activation is recomputed in the backward). One *_bwd call gives da and db.
+// in_place=True: da and db are written into a and b through *_bwd_ (declared mutations: their
+// version counters record the write, so another user of a or b saved for backward raises instead
+// of reading overwritten values), and only when that cannot be seen elsewhere: a and b are
+// intermediates autograd owns (require grad, have a grad_fn: never a leaf such as a parameter),
+// contiguous, of one dtype, in separate memory, and not traced.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <string>
+#include <tuple>
+
+#include "aten/autograd/autograd_common.h"
+
+namespace liger_cpp {
+namespace {
+
+using namespace autograd;  // NOLINT(build/namespaces)
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+using SwiFwd = at::Tensor(const at::Tensor&, const at::Tensor&, bool);
+using SwiBwd = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&);
+using SwiBwdInplace = void(const at::Tensor&, at::Tensor&, at::Tensor&);
+using GeFwd = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, bool);
+using GeBwd = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view);
+using GeBwdInplace = void(const at::Tensor&, at::Tensor&, at::Tensor&, c10::string_view);
+
+// approximate: std::nullopt for SwiGLU, GeGLU's approximation otherwise.
+at::Tensor glu_fwd(const at::Tensor& a, const at::Tensor& b, const std::optional<std::string>& approximate,
+                   bool in_place) {
+  static const auto swiglu = find_op<SwiFwd>("liger::swiglu_fwd");
+  static const auto geglu = find_op<GeFwd>("liger::geglu_fwd");
+  const at::AutoDispatchBelowADInplaceOrView below;
+  return approximate ? geglu.call(a, b, *approximate, in_place) : swiglu.call(a, b, in_place);
+}
+
+Pair glu_bwd(const at::Tensor& dc, const at::Tensor& a, const at::Tensor& b,
+             const std::optional<std::string>& approximate) {
+  static const auto swiglu = find_op<SwiBwd>("liger::swiglu_bwd");
+  static const auto geglu = find_op<GeBwd>("liger::geglu_bwd");
+  const at::AutoDispatchBelowADInplaceOrView below;
+  return approximate ? geglu.call(dc, a, b, *approximate) : swiglu.call(dc, a, b);
+}
+
+void glu_bwd_inplace(const at::Tensor& dc, at::Tensor& a, at::Tensor& b,
+                     const std::optional<std::string>& approximate) {
+  static const auto swiglu = find_op<SwiBwdInplace>("liger::swiglu_bwd_");
+  static const auto geglu = find_op<GeBwdInplace>("liger::geglu_bwd_");
+  const at::AutoDispatchBelowADInplaceOrView below;
+  if (approximate)
+    geglu.call(dc, a, b, *approximate);
+  else
+    swiglu.call(dc, a, b);
+}
+
+// Whether the backward may overwrite a and b (see the file comment; owned is checked in forward).
+bool may_write_inputs(const at::Tensor& a, const at::Tensor& b) {
+  if (tracing(a) || tracing(b) || a.scalar_type() != b.scalar_type()) return false;
+  if (!(a.is_contiguous() && b.is_contiguous())) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data_ptr()), b0 = reinterpret_cast<uintptr_t>(b.data_ptr());
+  const auto na = static_cast<uintptr_t>(a.numel() * a.element_size());
+  const auto nb = static_cast<uintptr_t>(b.numel() * b.element_size());
+  return a0 + na <= b0 || b0 + nb <= a0;
+}
+
+struct GluFunction : public torch::autograd::Function<GluFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                               std::optional<std::string> approximate, bool in_place) {
+    at::Tensor c = glu_fwd(a, b, approximate, in_place);
+    ctx->save_for_backward({a, b});
+    if (approximate) ctx->saved_data["approximate"] = *approximate;
+    // Only intermediates autograd owns (never a leaf such as a parameter, never a tensor that
+    // does not require a gradient) are ever written.
+    const auto owned = [](const at::Tensor& t) { return t.requires_grad() && t.grad_fn() != nullptr; };
+    ctx->saved_data["in_place"] = in_place && owned(a) && owned(b);
+    return {c};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(4);  // a, b, approximate, in_place
+    const bool need_a = ctx->needs_input_grad(0), need_b = ctx->needs_input_grad(1);
+    if (!grads[0].defined() || !(need_a || need_b)) return out;
+    variable_list saved = ctx->get_saved_variables();
+    at::Tensor &a = saved[0], &b = saved[1];
+    std::optional<std::string> approximate;
+    const auto it = ctx->saved_data.find("approximate");
+    if (it != ctx->saved_data.end()) approximate = it->second.toStringRef();
+    const at::Tensor dc = grad_as(grads[0], a.scalar_type());
+    at::Tensor da, db;
+    if (ctx->saved_data["in_place"].toBool() && may_write_inputs(a, b)) {
+      glu_bwd_inplace(dc, a, b, approximate);
+      da = a.detach();
+      db = b.detach();
+    } else {
+      std::tie(da, db) = glu_bwd(dc, a, b, approximate);
+    }
+    if (need_a) out[0] = std::move(da);
+    if (need_b) out[1] = std::move(db);
+    return once_differentiable(std::move(out), approximate ? "geglu" : "swiglu", {grads[0]});
+  }
+};
+
+at::Tensor swiglu_fwd_autograd(const at::Tensor& a, const at::Tensor& b, bool in_place) {
+  if (!any_requires_grad(a, b)) return glu_fwd(a, b, std::nullopt, in_place);
+  return GluFunction::apply(a, b, std::nullopt, in_place)[0];
+}
+
+at::Tensor geglu_fwd_autograd(const at::Tensor& a, const at::Tensor& b, c10::string_view approximate,
+                              bool in_place) {
+  std::optional<std::string> approx(std::string(approximate.data(), approximate.size()));
+  if (!any_requires_grad(a, b)) return glu_fwd(a, b, approx, in_place);
+  return GluFunction::apply(a, b, std::move(approx), in_place)[0];
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  m.impl("swiglu_fwd", &swiglu_fwd_autograd);
+  m.impl("geglu_fwd", &geglu_fwd_autograd);
+}
+
+}  // namespace liger_cpp

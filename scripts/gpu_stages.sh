@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One device call in named stages (H200 machine, repo root), for a session whose device minutes are
+# few: a carried sm_90a build (SKIP_BUILD=1, the default here) and only the stages named, each with
+# its own time limit, everything packed into ONE file, $OUT/stages.tgz, after each stage, a summary
+# of every stage last.
+#
+#   STAGES="tests host_cost rl e2e_b1" bash scripts/gpu_stages.sh
+#   STAGES="moe_tests moe_bench captured failure" bash scripts/gpu_stages.sh
+#
+#   build      python3 setup.py build_ext --inplace (sm_90a) when SKIP_BUILD=0
+#   tests      pytest $TEST_FILES -k "cuda" -n $NPROC (default: the CUDA cases of every test file)
+#   host_cost  benchmarks/bench_host_cost.py (CPU and CUDA, each op against PyTorch's, 1 x 64)
+#   rl         benchmarks/bench_rl_losses.py (GRPO, JSD distillation: x floor, first call, memory)
+#   e2e_b1     benchmarks/bench_e2e.py 1B Llama at batch 1 x 1024 (host-bound): hf, liger_cpp, liger
+#   moe_tests  pytest tests/test_moe*.py -k cuda
+#   moe_bench  benchmarks/bench_moe.py (experts layer fwd+bwd, two shapes)
+#   captured / failure / beyond / long: scripts/reliability_gpu.sh's stages of those names
+# Export LIGER_CPP_COMMIT=<sha> for the record (git's HEAD on the device machine may be stale).
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+W=${WORK:-/tmp/stages_work}
+rm -rf "$W" && mkdir -p "$W"
+pack() { tar czf "$OUT/stages.tgz" -C "$W" . 2>/dev/null; }
+cd "$(dirname "$0")/.." || exit 1
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then  # the carried Liger-Kernel wheel: the baseline
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:$PWD/benchmarks:${PYTHONPATH:-}
+T0=$(date +%s)
+stamp() { echo "== $1 at +$(($(date +%s) - T0)) s" | tee -a "$W/timeline.txt"; }
+echo "commit ${LIGER_CPP_COMMIT:-unknown}, stages: ${STAGES:-}" | tee "$W/timeline.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv >"$W/gpu.txt" 2>&1
+if [ "${SKIP_BUILD:-1}" != 1 ]; then
+  TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a} MAX_JOBS=16 python3 setup.py build_ext --inplace >"$W/build.log" 2>&1 \
+    || { tail -40 "$W/build.log"; pack; exit 1; }
+fi
+python3 -m liger_cpp.env >"$W/env.txt" 2>&1
+
+run() {  # run NAME TIMEOUT CMD...: output in $W/NAME.log, rc appended
+  local name=$1 limit=$2
+  shift 2
+  stamp "$name"
+  timeout "$limit" "$@" >"$W/$name.log" 2>&1
+  echo "$name rc=$?" | tee -a "$W/$name.log" "$W/timeline.txt"
+  pack
+}
+for s in ${STAGES:-}; do
+  case $s in
+    tests) run tests "${TESTS_TIMEOUT:-300}" python3 -m pytest ${TEST_FILES:-tests} -q -n "${NPROC:-16}" \
+      -p no:cacheprovider -k "${TEST_K:-cuda}" ;;
+    host_cost) run host_cost "${HOST_TIMEOUT:-120}" python3 benchmarks/bench_host_cost.py --out "$W/host_cost.json" ;;
+    rl) run rl "${RL_TIMEOUT:-240}" python3 benchmarks/bench_rl_losses.py --out "$W/rl_losses.json" ;;
+    e2e_b1) run e2e_b1 "${E2E_TIMEOUT:-200}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 --batch 1 \
+      --seq 1024 --variants hf,liger_cpp,liger --quick --timeout 90 --out "$W/e2e_b1.json" ;;
+    moe_tests) run moe_tests "${MOE_TESTS_TIMEOUT:-150}" python3 -m pytest tests/test_moe*.py -q -n "${NPROC:-16}" \
+      -p no:cacheprovider -k cuda ;;
+    moe_bench) run moe_bench "${MOE_BENCH_TIMEOUT:-150}" python3 benchmarks/bench_moe.py --out "$W/moe.json" ;;
+    captured | failure | beyond | long)
+      stamp "$s"
+      OUT="$W/rel" WORK="$W/rel_work" STAGES="$s" bash scripts/reliability_gpu.sh >"$W/$s.log" 2>&1
+      echo "$s rc=$?" | tee -a "$W/timeline.txt"
+      pack ;;
+    *) echo "unknown stage $s" | tee -a "$W/timeline.txt" ;;
+  esac
+done
+stamp done
+pack
+echo
+for s in ${STAGES:-}; do
+  echo "== $s"
+  case $s in
+    tests | moe_tests) grep -E "^(FAILED|ERROR)" "$W/$s.log" | head -15; tail -2 "$W/$s.log" ;;
+    captured | failure | beyond | long) tail -12 "$W/$s.log" ;;
+    *) sed -n '/^[A-Z].* on /,$p' "$W/$s.log" | head -40; tail -3 "$W/$s.log" ;;
+  esac
+done
