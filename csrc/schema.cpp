@@ -438,12 +438,14 @@ TORCH_LIBRARY(liger, m) {
   //   d W_down[e] = sum_s (a_s)^T dy_s, d W_gu[e] = sum_s x_t^T d gu_s (in the weights' layout;
   //   zero for experts with no slot), d b_down[e] = sum_s dy_s, d b_gu[e] = sum_s d gu_s.
   // Every sum in a fixed order (deterministic, no float atomics). Bias gradients are empty
-  // tensors when the biases are None.
+  // tensors when the biases are None; compute_d_hidden=False leaves d_hidden empty (no dX GEMM),
+  // compute_d_experts=False the four expert-weight gradients (frozen experts: no weight GEMMs).
   m.def(
       "moe_experts_bwd(Tensor grad_out, Tensor hidden, Tensor top_k_weights, Tensor gate_up_proj, "
       "Tensor down_proj, Tensor? gate_up_bias, Tensor? down_bias, Tensor gate_up, Tensor offsets, "
       "Tensor sorted_slot, Tensor slot_row, Tensor sorted_expert, str activation=\"silu\", "
-      "bool transposed=False, bool interleaved=False, float alpha=1.702, float limit=7.0) -> "
+      "bool transposed=False, bool interleaved=False, float alpha=1.702, float limit=7.0, "
+      "bool compute_d_hidden=True, bool compute_d_experts=True) -> "
       "(Tensor d_hidden, Tensor d_top_k_weights, Tensor d_gate_up_proj, Tensor d_down_proj, "
       "Tensor d_gate_up_bias, Tensor d_down_bias)");
 }

@@ -11,6 +11,7 @@ from torch import Tensor
 from liger_cpp.ops._common import check_device
 
 _ACTIVATIONS = ("silu", "gelu_tanh", "gpt_oss")
+_fwd = torch.ops.liger.moe_experts_fwd.default
 
 
 def _check(hidden, top_k_index, top_k_weights, gate_up_proj, down_proj, transposed):
@@ -75,17 +76,23 @@ def _moe_experts_bwd_fake(
     interleaved=False,
     alpha=1.702,
     limit=7.0,
+    compute_d_hidden=True,
+    compute_d_experts=True,
 ):
     torch._check(
         grad_out.shape == hidden.shape, lambda: "liger_cpp: argument 'grad_out': expected hidden's shape"
     )
+
+    def grad(t, wanted):
+        return hidden.new_empty(t.shape if t is not None and wanted else (0,))
+
     return (
-        hidden.new_empty(hidden.shape),
+        grad(hidden, compute_d_hidden),
         top_k_weights.new_empty(top_k_weights.shape),
-        gate_up_proj.new_empty(gate_up_proj.shape),
-        down_proj.new_empty(down_proj.shape),
-        hidden.new_empty(gate_up_bias.shape if gate_up_bias is not None else (0,)),
-        hidden.new_empty(down_bias.shape if down_bias is not None else (0,)),
+        grad(gate_up_proj, compute_d_experts),
+        grad(down_proj, compute_d_experts),
+        grad(gate_up_bias, compute_d_experts),
+        grad(down_bias, compute_d_experts),
     )
 
 
@@ -116,11 +123,26 @@ def moe_experts(
         raise ValueError(
             f"liger_cpp: argument 'activation': expected one of {_ACTIVATIONS}, got {activation!r}"
         )
+    if hidden.dim() == 2:  # no view nodes around the op's own
+        return _fwd(
+            hidden,
+            top_k_index,
+            top_k_weights,
+            gate_up_proj,
+            down_proj,
+            gate_up_bias,
+            down_bias,
+            activation,
+            transposed,
+            interleaved,
+            alpha,
+            limit,
+        )[0]
     shape = hidden.shape
     h = hidden.reshape(-1, shape[-1])
     idx = top_k_index.reshape(h.shape[0], top_k_index.shape[-1])
     w = top_k_weights.reshape(h.shape[0], top_k_weights.shape[-1])
-    out = torch.ops.liger.moe_experts_fwd(
+    out = _fwd(
         h,
         idx,
         w,

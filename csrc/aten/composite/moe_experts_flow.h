@@ -77,7 +77,7 @@ MoeBwdOut moe_experts_bwd_flow(const at::Tensor& grad_out, const at::Tensor& hid
                                const at::Tensor& offsets, const at::Tensor& sorted_slot,
                                const at::Tensor& slot_row, const at::Tensor& sorted_expert,
                                std::string_view activation, bool transposed, bool interleaved, double alpha,
-                               double limit) {
+                               double limit, bool compute_dx, bool compute_experts) {
   const at::Tensor gub = gate_up_bias_.has_value() ? *gate_up_bias_ : at::Tensor();
   const at::Tensor db = down_bias_.has_value() ? *down_bias_ : at::Tensor();
   const int64_t T = hidden.size(0), k = top_k_weights.size(1);
@@ -110,19 +110,23 @@ MoeBwdOut moe_experts_bwd_flow(const at::Tensor& grad_out, const at::Tensor& hid
   const at::Tensor d_act = Backend::gmm(grows, moe_down_kn(down_proj, transposed).transpose(1, 2), R);
   at::Tensor d_gu, act_w, dw32;
   Backend::act_bwd(gate_up, gub, d_act, w32, grows, db, R, o, d_gu, act_w, dw32);
-  // d(down_proj): [E, H, I] = G^T (w a) per expert, or [E, I, H] = (w a)^T G when transposed.
-  const at::Tensor d_down =
-      transposed ? Backend::gmm_wgrad(act_w.t(), grows, R) : Backend::gmm_wgrad(grows.t(), act_w, R);
-  const at::Tensor d_db = db.defined() ? Backend::segsum(grows, w32, R) : at::empty({0}, hidden.options());
-  grows = at::Tensor();
-  const at::Tensor xs = Backend::gather(hidden.contiguous(), R, k);
-  const at::Tensor d_gate_up =
-      transposed ? Backend::gmm_wgrad(xs.t(), d_gu, R) : Backend::gmm_wgrad(d_gu.t(), xs, R);
-  const at::Tensor d_gub =
-      gub.defined() ? Backend::segsum(d_gu, at::Tensor(), R) : at::empty({0}, hidden.options());
-  // dXs = dGU W_gate_up_e^T: gate_up's [E, 2I, H] view.
-  const at::Tensor dxs = Backend::gmm(d_gu, moe_gate_up_kn(gate_up_proj, transposed).transpose(1, 2), R);
-  at::Tensor dx = Backend::combine(dxs, at::Tensor(), at::Tensor(), R, T, k);
+  // Gradients not asked for (and absent biases') are empty tensors, each its own.
+  const auto none = [&] { return at::empty({0}, hidden.options()); };
+  at::Tensor d_down = none(), d_db = none(), d_gate_up = none(), d_gub = none(), dx = none();
+  if (compute_experts) {
+    // d(down_proj): [E, H, I] = G^T (w a) per expert, or [E, I, H] = (w a)^T G when transposed.
+    d_down = transposed ? Backend::gmm_wgrad(act_w.t(), grows, R) : Backend::gmm_wgrad(grows.t(), act_w, R);
+    if (db.defined()) d_db = Backend::segsum(grows, w32, R);
+    grows = at::Tensor();
+    const at::Tensor xs = Backend::gather(hidden.contiguous(), R, k);
+    d_gate_up = transposed ? Backend::gmm_wgrad(xs.t(), d_gu, R) : Backend::gmm_wgrad(d_gu.t(), xs, R);
+    if (gub.defined()) d_gub = Backend::segsum(d_gu, at::Tensor(), R);
+  }
+  if (compute_dx) {
+    // dXs = dGU W_gate_up_e^T: gate_up's [E, 2I, H] view; dX[t] = sum of its k rows.
+    const at::Tensor dxs = Backend::gmm(d_gu, moe_gate_up_kn(gate_up_proj, transposed).transpose(1, 2), R);
+    dx = Backend::combine(dxs, at::Tensor(), at::Tensor(), R, T, k);
+  }
   at::Tensor dw = dw32.view({T, k}).to(top_k_weights.scalar_type());
   return {dx, dw, d_gate_up, d_down, d_gub, d_db};
 }

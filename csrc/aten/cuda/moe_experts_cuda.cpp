@@ -247,11 +247,11 @@ MoeBwdOut moe_experts_bwd_cuda(const at::Tensor& grad_out, const at::Tensor& hid
                                const at::Tensor& offsets, const at::Tensor& sorted_slot,
                                const at::Tensor& slot_row, const at::Tensor& sorted_expert,
                                c10::string_view activation, bool transposed, bool interleaved, double alpha,
-                               double limit) {
+                               double limit, bool compute_dx, bool compute_experts) {
   return moe_experts_bwd_flow<CudaBackend>(
       grad_out, hidden, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, gate_up, offsets,
       sorted_slot, slot_row, sorted_expert, std::string_view(activation.data(), activation.size()),
-      transposed, interleaved, alpha, limit);
+      transposed, interleaved, alpha, limit, compute_dx, compute_experts);
 }
 
 }  // namespace
