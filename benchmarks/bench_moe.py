@@ -7,7 +7,9 @@
 - hf_eager:      the same class's eager per-expert loop (--eager; slow, host-synchronising);
 - liger:         Liger-Kernel 0.8.5's LigerExperts (Triton fused MoE), when importable (--liger-whl:
   a liger_kernel wheel unpacked into a temporary directory and put first on sys.path; default
-  .whl/liger_kernel-*.whl of the repository when present); skipped with a note otherwise;
+  .whl/liger_kernel-*.whl of the repository when present); skipped with a note otherwise. Its
+  autotuner is off by default (one pinned config a kernel: the tuning takes minutes per shape);
+  --liger-autotune turns it on;
 - liger_cpp:     liger_cpp's LigerExperts (torch.ops.liger.moe_experts_fwd / _bwd).
 
 Every variant gets the same weights, router choices (top-k of random router logits, softmax of the
@@ -16,8 +18,8 @@ in the JSON). Times: harness.bench_ms (CUDA events, L2 flushed). The routed GEMM
 the bf16 GEMM rate G measured in the same run (8192^3): forward 6 S H I, backward 12 S H I flops
 (S = tokens x k); each row reports time / floor. Peak: the extra memory a fwd+bwd allocates.
 Usage: python benchmarks/bench_moe.py [--shapes qwen3,mixtral] [--eager] [--liger-whl PATH]
-       [--out FILE.json]  (default JSON: $OUT/bench_moe.json when $OUT is set). About 1 minute on an
-       H200 without --eager (Liger's Triton JIT included).
+       [--liger-autotune] [--out FILE.json]  (default JSON: $OUT/bench_moe.json when $OUT is set).
+       About 1 minute on an H200 without --eager and --liger-autotune (Liger's Triton JIT included).
 """
 
 import argparse
@@ -40,8 +42,13 @@ SHAPES = {
 }
 
 
-def add_liger(whl):
-    """Puts an unpacked liger_kernel wheel first on sys.path; whether LigerExperts imports."""
+def add_liger(whl, autotune=False):
+    """Puts an unpacked liger_kernel wheel first on sys.path; whether LigerExperts imports.
+    Without `autotune`, Liger's fused-MoE kernels run one pinned config each (its own escape hatch
+    LIGER_FUSED_MOE_AUTOTUNE=0): its autotuner compiles and times 32 configs per GEMM kernel and
+    shape, minutes per shape, beyond this benchmark's budget; --liger-autotune lets it tune."""
+    if not autotune:
+        os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
     whl = whl or next(iter(sorted(glob.glob(os.path.join(ROOT, ".whl", "liger_kernel-*.whl")))), None)
     if whl:
         d = tempfile.mkdtemp(prefix="liger_whl_")
@@ -173,12 +180,17 @@ def main(argv=None):
     p.add_argument("--shapes", default="qwen3,mixtral")
     p.add_argument("--eager", action="store_true", help="also time HF's eager per-expert loop")
     p.add_argument("--liger-whl", default=None)
+    p.add_argument(
+        "--liger-autotune", action="store_true", help="let Liger's Triton autotuner run (minutes per shape)"
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_moe: needs a CUDA GPU", file=sys.stderr)
         return 1
-    have_liger, liger_note = add_liger(args.liger_whl)
+    have_liger, liger_note = add_liger(args.liger_whl, args.liger_autotune)
+    if have_liger:
+        liger_note += f" (autotune {'on' if args.liger_autotune else 'off: LIGER_FUSED_MOE_AUTOTUNE=0'})"
     variants = ["hf_grouped_mm"] + (["hf_eager"] if args.eager else []) + (["liger"] if have_liger else [])
     variants.append("liger_cpp")
     G = gemm_tflops()
