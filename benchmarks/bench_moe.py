@@ -211,6 +211,7 @@ def main(argv=None):
         "peak_gib",
         "max_abs_diff_vs_first",
     ]
+    print(f"MoE experts layer fwd / fwd+bwd (bf16) on {torch.cuda.get_device_name()}")
     print(
         f"bf16 GEMM rate G = {G:.0f} TFLOP/s; liger: {'LigerExperts of ' if have_liger else ''}{liger_note}"
     )
