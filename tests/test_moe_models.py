@@ -160,3 +160,24 @@ def test_cuda_bf16_model_matches_hf(model_type):
     for n in g0:
         a, b = g1[n].float(), g0[n].float()
         assert (a - b).norm() <= 5e-2 * b.norm() + 1e-6, n
+
+
+def test_autocast_runs_in_the_autocast_dtype():
+    """float32 experts under torch.autocast(bfloat16): the op runs in bfloat16 (as HF's eager F.linear
+    does), its gradients reach the float32 parameters."""
+    cfg = tiny_config("qwen3_moe")
+    mod, _ = modeling("qwen3_moe")
+    hf = mod.Qwen3MoeExperts(cfg)
+    torch.nn.init.normal_(hf.gate_up_proj, std=0.1)
+    torch.nn.init.normal_(hf.down_proj, std=0.1)
+    ours = lt.LigerExperts(cfg)
+    ours.load_state_dict(hf.state_dict())
+    x = torch.randn(10, cfg.hidden_size)
+    idx = torch.randint(0, cfg.num_experts, (10, 2))
+    w = torch.rand(10, 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = ours(x, idx, w), hf(x, idx, w)
+    assert a.dtype == b.dtype == torch.float32
+    torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+    a.sum().backward()
+    assert ours.gate_up_proj.grad.dtype == torch.float32 and ours.gate_up_proj.grad.abs().sum() > 0

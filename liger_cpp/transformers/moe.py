@@ -36,15 +36,23 @@ def experts_activation(config, module=None) -> str:
 def _run(self, hidden_states, top_k_index, top_k_weights, **kw):
     shape = hidden_states.shape
     x = hidden_states.reshape(-1, shape[-1])
-    wdt = self.gate_up_proj.dtype
-    out = moe_experts(
-        x.to(wdt),  # HF's grouped_mm casts the input to the weights' dtype as well (autocast)
-        top_k_index.reshape(x.shape[0], top_k_index.shape[-1]),
-        top_k_weights.reshape(x.shape[0], top_k_weights.shape[-1]),
-        self.gate_up_proj,
-        self.down_proj,
-        **kw,
-    )
+    gate_up, down = self.gate_up_proj, self.down_proj
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        # As autocast runs F.linear (HF's eager experts): operands in the autocast dtype (float32
+        # master weights are cast per call, their gradients flow back through the cast).
+        dt = torch.get_autocast_dtype(dev)
+        gate_up, down = gate_up.to(dt), down.to(dt)
+        kw = {n: (v.to(dt) if isinstance(v, torch.Tensor) else v) for n, v in kw.items()}
+    with torch.autocast(dev, enabled=False):
+        out = moe_experts(
+            x.to(gate_up.dtype),  # HF's grouped_mm casts the input to the weights' dtype as well
+            top_k_index.reshape(x.shape[0], top_k_index.shape[-1]),
+            top_k_weights.reshape(x.shape[0], top_k_weights.shape[-1]),
+            gate_up,
+            down,
+            **kw,
+        )
     return out.to(hidden_states.dtype).view(shape)
 
 
