@@ -39,13 +39,19 @@ inline MoeShape check_moe_inputs(const at::Tensor& hidden, const at::Tensor& top
                   "expected float32, float16 or bfloat16", allow_double ? " (or float64 on CPU)" : "",
                   ", got ", dtype_str(hidden.scalar_type()));
   const int64_t T = hidden.size(0), H = hidden.size(1);
-  LIGER_CHECK_ARG(top_k_index.dim() == 2 && top_k_index.size(0) == T, "top_k_index", "expected shape (", T,
-                  ", k) to match hidden's tokens, got ", shape_str(top_k_index));
-  LIGER_CHECK_ARG(top_k_index.scalar_type() == at::kLong || top_k_index.scalar_type() == at::kInt,
-                  "top_k_index", "expected int64 or int32, got ", dtype_str(top_k_index.scalar_type()));
-  const int64_t k = top_k_index.size(1);
+  // The backward passes an undefined index (checked by the forward; its shape is the weights').
+  const at::Tensor& shape_of_k = top_k_index.defined() ? top_k_index : top_k_weights;
+  if (top_k_index.defined()) {
+    LIGER_CHECK_ARG(top_k_index.dim() == 2 && top_k_index.size(0) == T, "top_k_index", "expected shape (", T,
+                    ", k) to match hidden's tokens, got ", shape_str(top_k_index));
+    LIGER_CHECK_ARG(top_k_index.scalar_type() == at::kLong || top_k_index.scalar_type() == at::kInt,
+                    "top_k_index", "expected int64 or int32, got ", dtype_str(top_k_index.scalar_type()));
+  }
+  LIGER_CHECK_ARG(shape_of_k.dim() == 2, "top_k_weights", "expected a 2-D tensor [T, k], got shape ",
+                  shape_str(shape_of_k));
+  const int64_t k = shape_of_k.size(1);
   LIGER_CHECK_ARG(k >= 1, "top_k_index", "expected at least one expert a token, got shape ",
-                  shape_str(top_k_index));
+                  shape_str(shape_of_k));
   LIGER_CHECK_ARG(top_k_weights.dim() == 2 && top_k_weights.size(0) == T && top_k_weights.size(1) == k,
                   "top_k_weights", "expected shape (", T, ", ", k, ") (top_k_index's), got ",
                   shape_str(top_k_weights));

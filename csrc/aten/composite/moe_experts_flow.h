@@ -82,8 +82,8 @@ MoeBwdOut moe_experts_bwd_flow(const at::Tensor& grad_out, const at::Tensor& hid
   const at::Tensor db = down_bias_.has_value() ? *down_bias_ : at::Tensor();
   const int64_t T = hidden.size(0), k = top_k_weights.size(1);
   // The index's checks ran in the forward; its shape is the weights'.
-  const MoeShape sh = check_moe_inputs(hidden, top_k_weights.to(at::kLong), top_k_weights, gate_up_proj,
-                                       down_proj, gub, db, transposed, Backend::kCuda);
+  const MoeShape sh = check_moe_inputs(hidden, at::Tensor(), top_k_weights, gate_up_proj, down_proj, gub, db,
+                                       transposed, Backend::kCuda);
   LIGER_CHECK_ARG(grad_out.sizes() == hidden.sizes(), "grad_out", "expected hidden's shape ",
                   shape_str(hidden), ", got ", shape_str(grad_out));
   const int64_t S = T * k;
