@@ -181,3 +181,14 @@ def test_autocast_runs_in_the_autocast_dtype():
     torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
     a.sum().backward()
     assert ours.gate_up_proj.grad.dtype == torch.float32 and ours.gate_up_proj.grad.abs().sum() > 0
+
+
+def test_expert_parallel_keeps_hf_forward():
+    """HF's expert parallelism marks other ranks' experts with the sentinel index E: the patched
+    module then runs HF's own forward (which skips them)."""
+    model = build("qwen3_moe")
+    lt.apply_liger_kernel_to_qwen3_moe(model=model, **ONLY_EXPERTS)
+    ex = experts_modules(model)[0]
+    assert runs_fused_op(ex, model.config.hidden_size)
+    ex._is_expert_parallel = True
+    assert not runs_fused_op(ex, model.config.hidden_size)
