@@ -137,12 +137,30 @@ __device__ __forceinline__ void store_f(T* p, const float (&f)[VEC]) {
   }
 }
 
-// Gate and up of elements i .. i + VEC - 1 (VEC > 1: concatenated halves only), bias added.
-template <typename T, int VEC>
+// Gate and up of elements i .. i + VEC - 1, bias added. VEC == 1: either layout (runtime flag);
+// VEC > 1: IL (interleaved pairs: one 16-byte access of 2 VEC elements) or concatenated halves
+// (one 16-byte access of VEC elements in each half).
+template <typename T, int VEC, bool IL>
 __device__ __forceinline__ void load_gu_vec(const T* row, const T* bias, int64_t i, int64_t inter,
                                             bool interleaved, float (&g)[VEC], float (&u)[VEC]) {
   if constexpr (VEC == 1) {
     load_gu(row, bias, i, inter, interleaved, g[0], u[0]);
+  } else if constexpr (IL) {
+    float p[2 * VEC];
+    load_f<T, 2 * VEC>(row + 2 * i, p);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      g[j] = p[2 * j];
+      u[j] = p[2 * j + 1];
+    }
+    if (bias) {
+      load_f<T, 2 * VEC>(bias + 2 * i, p);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        g[j] += p[2 * j];
+        u[j] += p[2 * j + 1];
+      }
+    }
   } else {
     load_f<T, VEC>(row + i, g);
     load_f<T, VEC>(row + inter + i, u);
@@ -159,7 +177,7 @@ __device__ __forceinline__ void load_gu_vec(const T* row, const T* bias, int64_t
   }
 }
 
-template <typename T, int ACT, int VEC>
+template <typename T, int ACT, int VEC, bool IL>
 __global__ void act_fwd_kernel(MoeActArgs a) {
   const T* gu = static_cast<const T*>(a.gate_up);
   const T* gb = static_cast<const T*>(a.gu_bias);
@@ -176,7 +194,7 @@ __global__ void act_fwd_kernel(MoeActArgs a) {
     for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < a.inter;
          i += static_cast<int64_t>(blockDim.x) * VEC) {
       float g[VEC], u[VEC], v[VEC];
-      load_gu_vec<T, VEC>(row, b, i, a.inter, a.interleaved, g, u);
+      load_gu_vec<T, VEC, IL>(row, b, i, a.inter, a.interleaved, g, u);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         float dg, du;
@@ -187,7 +205,7 @@ __global__ void act_fwd_kernel(MoeActArgs a) {
   }
 }
 
-template <typename T, int ACT, int VEC>
+template <typename T, int ACT, int VEC, bool IL>
 __global__ void act_bwd_kernel(MoeActArgs a) {
   __shared__ float scratch[32];
   const T* gu = static_cast<const T*>(a.gate_up);
@@ -216,7 +234,7 @@ __global__ void act_bwd_kernel(MoeActArgs a) {
     for (int64_t i = static_cast<int64_t>(threadIdx.x) * VEC; i < a.inter;
          i += static_cast<int64_t>(blockDim.x) * VEC) {
       float g[VEC], u[VEC], d[VEC], dgo[VEC], duo[VEC], awo[VEC];
-      load_gu_vec<T, VEC>(row, b, i, a.inter, a.interleaved, g, u);
+      load_gu_vec<T, VEC, IL>(row, b, i, a.inter, a.interleaved, g, u);
       load_f<T, VEC>(darow + i, d);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
@@ -232,6 +250,14 @@ __global__ void act_bwd_kernel(MoeActArgs a) {
         const int64_t gi = a.interleaved ? 2 * i : i, ui = a.interleaved ? 2 * i + 1 : a.inter + i;
         dg_row[gi] = from_float<T>(dgo[0]);
         dg_row[ui] = from_float<T>(duo[0]);
+      } else if constexpr (IL) {
+        float p[2 * VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          p[2 * j] = dgo[j];
+          p[2 * j + 1] = duo[j];
+        }
+        store_f<T, 2 * VEC>(dg_row + 2 * i, p);
       } else {
         store_f<T, VEC>(dg_row + i, dgo);
         store_f<T, VEC>(dg_row + a.inter + i, duo);
@@ -300,16 +326,17 @@ bool vec_ok(int64_t cols, std::initializer_list<const void*> ptrs, std::initiali
   return true;
 }
 
-// The activation kernels' 16-byte path: concatenated halves, I and the row stride multiples of the
-// vector, every row start (gate_up, its bias, the outputs) 16-byte aligned.
+// The activation kernels' 16-byte paths: a row's layout (IL: interleaved), I a multiple of the
+// elements a thread takes (V concatenated, V / 2 interleaved pairs), the row stride a multiple of
+// the vector, every base pointer 16-byte aligned.
 template <typename T>
-bool act_vec_ok(const MoeActArgs& a) {
+bool act_vec_ok(const MoeActArgs& a, bool il) {
   constexpr int V = 16 / sizeof(T);
-  if (a.interleaved || a.inter % V || a.gu_stride % V) return false;
+  if (a.interleaved != il || a.inter % (il ? V / 2 : V) || a.gu_stride % V) return false;
   for (const void* p :
        std::initializer_list<const void*>{a.gate_up, a.gu_bias, a.act_out, a.d_gate_up, a.act_w})
     if (p && !is_aligned(p, 16)) return false;
-  return true;
+  return !a.d_act || (is_aligned(a.d_act, 16) && a.da_stride % (il ? V / 2 : V) == 0);
 }
 
 // A row's threads: enough 32-thread warps for one vector each, at most kRowThreads.
@@ -370,40 +397,40 @@ cudaError_t moe_combine(const MoeCombineArgs& a, cudaStream_t stream) {
   });
 }
 
-cudaError_t moe_act_fwd(const MoeActArgs& a, cudaStream_t stream) {
+namespace {
+
+// The activation kernels for this call's layout: NO elements a thread, IL interleaved pairs.
+template <typename T, int A, int NO, bool IL>
+void launch_act(bool bwd, const MoeActArgs& a, int threads, cudaStream_t stream) {
+  if (bwd)
+    act_bwd_kernel<T, A, NO, IL><<<row_grid(a.num_slots), threads, 0, stream>>>(a);
+  else
+    act_fwd_kernel<T, A, NO, IL><<<row_grid(a.num_slots), threads, 0, stream>>>(a);
+}
+
+cudaError_t act_launch(bool bwd, const MoeActArgs& a, cudaStream_t stream) {
   if (a.num_slots == 0 || a.inter == 0) return cudaSuccess;
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = 16 / sizeof(T);
-    const bool vec = act_vec_ok<T>(a);
     return dispatch_act(a.act, [&](auto act) {
       constexpr int A = decltype(act)::value;
-      if (vec)
-        act_fwd_kernel<T, A, V><<<row_grid(a.num_slots), act_threads(a.inter, V), 0, stream>>>(a);
+      if (act_vec_ok<T>(a, false))
+        launch_act<T, A, V, false>(bwd, a, act_threads(a.inter, V), stream);
+      else if (act_vec_ok<T>(a, true))
+        launch_act<T, A, V / 2, true>(bwd, a, act_threads(a.inter, V / 2), stream);
       else
-        act_fwd_kernel<T, A, 1><<<row_grid(a.num_slots), kRowThreads, 0, stream>>>(a);
+        launch_act<T, A, 1, false>(bwd, a, kRowThreads, stream);
       return cudaGetLastError();
     });
   });
 }
 
-cudaError_t moe_act_bwd(const MoeActArgs& a, cudaStream_t stream) {
-  if (a.num_slots == 0) return cudaSuccess;
-  return dispatch_dtype(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int V = 16 / sizeof(T);
-    const bool vec =
-        act_vec_ok<T>(a) && (a.d_act == nullptr || (is_aligned(a.d_act, 16) && a.da_stride % V == 0));
-    return dispatch_act(a.act, [&](auto act) {
-      constexpr int A = decltype(act)::value;
-      if (vec)
-        act_bwd_kernel<T, A, V><<<row_grid(a.num_slots), act_threads(a.inter, V), 0, stream>>>(a);
-      else
-        act_bwd_kernel<T, A, 1><<<row_grid(a.num_slots), kRowThreads, 0, stream>>>(a);
-      return cudaGetLastError();
-    });
-  });
-}
+}  // namespace
+
+cudaError_t moe_act_fwd(const MoeActArgs& a, cudaStream_t stream) { return act_launch(false, a, stream); }
+
+cudaError_t moe_act_bwd(const MoeActArgs& a, cudaStream_t stream) { return act_launch(true, a, stream); }
 
 cudaError_t moe_segment_sum(const MoeSegSumArgs& a, cudaStream_t stream) {
   if (a.num_experts == 0 || a.cols == 0) return cudaSuccess;
