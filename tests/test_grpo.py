@@ -172,7 +172,10 @@ def _run(
         res[rdt] = (rl, rm, rlp, x, w, b)
     r64, rlo = res[torch.float64], res[lo]
     assert loss.dtype == torch.float32 and loss.shape == () and lp.shape == d["ids"].shape
-    tol_close("loss", loss, r64[0], rlo[0], dtype)
+    # The loss is a mean of per-token terms of size ~|A| x ratio (ratios up to e ~ 2.7 unclipped
+    # here) that cancel down to |loss| ~ 5e-3: the rounding floor scales with the terms, not the sum.
+    terms = 3.0 * d["adv"].abs().max().item()
+    tol_close("loss", loss, r64[0], rlo[0], dtype, magnitude=terms)
     beta = ref_kw["beta"]
     if beta != 0.0:
         tol_close("kl", kl, r64[1][0], rlo[1][0], dtype)

@@ -41,7 +41,8 @@
 #include "aten/checks/common.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace cross_entropy_autograd_impl {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -283,9 +284,11 @@ CeOut cross_entropy_fwd_autograd(const at::Tensor& logits, const at::Tensor& tar
   return result;
 }
 
-}  // namespace
+}  // namespace cross_entropy_autograd_impl
 
 TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace cross_entropy_autograd_impl;  // NOLINT(build/namespaces)
+
   m.impl("cross_entropy_fwd", &cross_entropy_fwd_autograd);
   m.impl("cross_entropy_fwd_", &cross_entropy_fwd_inplace_autograd);
 }

@@ -12,7 +12,8 @@
 #include "aten/autograd/forward_grads.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace divergence_autograd_impl {
 
 using Opt = std::optional<at::Tensor>;
 using Pair = std::tuple<at::Tensor, at::Tensor>;
@@ -49,9 +50,11 @@ Pair tvd_autograd(const at::Tensor& p, const at::Tensor& q, const Opt& shift_lab
   return finish(call, p);
 }
 
-}  // namespace
+}  // namespace divergence_autograd_impl
 
 TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace divergence_autograd_impl;  // NOLINT(build/namespaces)
+
   m.impl("jsd_fwd", &jsd_autograd);
   m.impl("kl_div_fwd", &kl_div_autograd);
   m.impl("tvd_fwd", &tvd_autograd);

@@ -16,7 +16,8 @@
 #include "aten/autograd/autograd_common.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_add_rms_norm_autograd_impl {
 
 using namespace autograd;  // NOLINT(build/namespaces)
 using Opt = std::optional<at::Tensor>;
@@ -87,8 +88,11 @@ Triple fused_add_rms_norm_fwd_autograd(const at::Tensor& X, const at::Tensor& R,
   return {std::move(ys[0]), std::move(ys[1]), std::move(rstd)};
 }
 
-}  // namespace
+}  // namespace fused_add_rms_norm_autograd_impl
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("fused_add_rms_norm_fwd", &fused_add_rms_norm_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace fused_add_rms_norm_autograd_impl;  // NOLINT(build/namespaces)
+  m.impl("fused_add_rms_norm_fwd", &fused_add_rms_norm_fwd_autograd);
+}
 
 }  // namespace liger_cpp

@@ -22,7 +22,8 @@
 #include "aten/autograd/scaled_forward_grads.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_cross_entropy_autograd_impl {
 
 using namespace autograd;  // NOLINT(build/namespaces)
 using Opt = std::optional<at::Tensor>;
@@ -168,8 +169,11 @@ T7 flce_fwd_autograd(const at::Tensor& input, const at::Tensor& weight, const at
   return result;
 }
 
-}  // namespace
+}  // namespace fused_linear_cross_entropy_autograd_impl
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("fused_linear_cross_entropy_fwd", &flce_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace fused_linear_cross_entropy_autograd_impl;  // NOLINT(build/namespaces)
+  m.impl("fused_linear_cross_entropy_fwd", &flce_fwd_autograd);
+}
 
 }  // namespace liger_cpp

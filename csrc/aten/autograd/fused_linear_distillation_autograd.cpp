@@ -12,7 +12,8 @@
 #include "aten/autograd/forward_grads.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_distillation_autograd_impl {
 
 using Opt = std::optional<at::Tensor>;
 using Result = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
@@ -44,9 +45,11 @@ Result distillation_fwd_autograd(const at::Tensor& student_input, const at::Tens
           o[3].toTensor(), o[4].toTensor(), o[5].toTensor()};
 }
 
-}  // namespace
+}  // namespace fused_linear_distillation_autograd_impl
 
 TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace fused_linear_distillation_autograd_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_linear_distillation_fwd", &distillation_fwd_autograd);
 }
 

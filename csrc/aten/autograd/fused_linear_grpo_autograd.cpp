@@ -12,7 +12,8 @@
 #include "aten/autograd/forward_grads.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_grpo_autograd_impl {
 
 using Opt = std::optional<at::Tensor>;
 using GrpoResult =
@@ -50,8 +51,11 @@ GrpoResult grpo_fwd_autograd(const at::Tensor& input, const at::Tensor& weight, 
           o[4].toTensor(), o[5].toTensor(), o[6].toTensor()};
 }
 
-}  // namespace
+}  // namespace fused_linear_grpo_autograd_impl
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("fused_linear_grpo_fwd", &grpo_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace fused_linear_grpo_autograd_impl;  // NOLINT(build/namespaces)
+  m.impl("fused_linear_grpo_fwd", &grpo_fwd_autograd);
+}
 
 }  // namespace liger_cpp

@@ -13,7 +13,8 @@
 #include <tuple>
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_logprobs_autograd_impl {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -91,8 +92,11 @@ Triple logprobs_fwd_autograd(const at::Tensor& input, const at::Tensor& weight, 
   return {r[0], r[1], stats};
 }
 
-}  // namespace
+}  // namespace fused_linear_logprobs_autograd_impl
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("fused_linear_logprobs_fwd", &logprobs_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace fused_linear_logprobs_autograd_impl;  // NOLINT(build/namespaces)
+  m.impl("fused_linear_logprobs_fwd", &logprobs_fwd_autograd);
+}
 
 }  // namespace liger_cpp

@@ -18,7 +18,8 @@
 #include "aten/autograd/scaled_forward_grads.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_preference_autograd_impl {
 
 using namespace autograd;  // NOLINT(build/namespaces)
 using Opt = std::optional<at::Tensor>;
@@ -139,9 +140,11 @@ T10 kto_fwd_autograd(const at::Tensor& input, const at::Tensor& weight, const at
       with_autograd(input, weight, bias, run, {compute_dx, compute_dw, compute_db}, "fused_linear_kto_fwd"));
 }
 
-}  // namespace
+}  // namespace fused_linear_preference_autograd_impl
 
 TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace fused_linear_preference_autograd_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_linear_preference_fwd", &preference_fwd_autograd);
   m.impl("fused_linear_kto_fwd", &kto_fwd_autograd);
 }

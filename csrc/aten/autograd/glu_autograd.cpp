@@ -16,7 +16,8 @@
 #include "aten/autograd/autograd_common.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace glu_autograd_impl {
 
 using namespace autograd;  // NOLINT(build/namespaces)
 using Pair = std::tuple<at::Tensor, at::Tensor>;
@@ -114,9 +115,11 @@ at::Tensor geglu_fwd_autograd(const at::Tensor& a, const at::Tensor& b, c10::str
   return GluFunction::apply(a, b, std::move(approx), in_place)[0];
 }
 
-}  // namespace
+}  // namespace glu_autograd_impl
 
 TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace glu_autograd_impl;  // NOLINT(build/namespaces)
+
   m.impl("swiglu_fwd", &swiglu_fwd_autograd);
   m.impl("geglu_fwd", &geglu_fwd_autograd);
 }

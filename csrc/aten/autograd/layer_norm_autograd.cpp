@@ -14,7 +14,8 @@
 #include "aten/autograd/autograd_common.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace layer_norm_autograd_impl {
 
 using namespace autograd;  // NOLINT(build/namespaces)
 using Opt = std::optional<at::Tensor>;
@@ -79,8 +80,11 @@ Triple layer_norm_fwd_autograd(const at::Tensor& X, const Opt& W, const Opt& B, 
   return {std::move(y[0]), std::move(mean), std::move(rstd)};
 }
 
-}  // namespace
+}  // namespace layer_norm_autograd_impl
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("layer_norm_fwd", &layer_norm_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace layer_norm_autograd_impl;  // NOLINT(build/namespaces)
+  m.impl("layer_norm_fwd", &layer_norm_fwd_autograd);
+}
 
 }  // namespace liger_cpp

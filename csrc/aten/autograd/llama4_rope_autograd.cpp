@@ -16,7 +16,8 @@
 #include <tuple>
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace llama4_rope_autograd_impl {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -97,8 +98,11 @@ Pair llama4_rope_fwd_autograd(const at::Tensor& q, const at::Tensor& k, const at
   return {r[0], r[1]};
 }
 
-}  // namespace
+}  // namespace llama4_rope_autograd_impl
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("llama4_rope_fwd", &llama4_rope_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace llama4_rope_autograd_impl;  // NOLINT(build/namespaces)
+  m.impl("llama4_rope_fwd", &llama4_rope_fwd_autograd);
+}
 
 }  // namespace liger_cpp

@@ -8,7 +8,8 @@
 #include <torch/library.h>
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace relu_squared_autograd_impl {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -41,8 +42,11 @@ struct ReluSquaredFunction : public torch::autograd::Function<ReluSquaredFunctio
 
 at::Tensor relu_squared_fwd_autograd(const at::Tensor& x) { return ReluSquaredFunction::apply(x); }
 
-}  // namespace
+}  // namespace relu_squared_autograd_impl
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("relu_squared_fwd", &relu_squared_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace relu_squared_autograd_impl;  // NOLINT(build/namespaces)
+  m.impl("relu_squared_fwd", &relu_squared_fwd_autograd);
+}
 
 }  // namespace liger_cpp

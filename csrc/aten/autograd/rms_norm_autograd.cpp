@@ -17,7 +17,8 @@
 #include "aten/autograd/autograd_common.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace rms_norm_autograd_impl {
 
 using namespace autograd;  // NOLINT(build/namespaces)
 using Opt = std::optional<at::Tensor>;
@@ -97,8 +98,11 @@ Pair rms_norm_fwd_autograd(const at::Tensor& X, const Opt& W, double eps, double
   return {std::move(y[0]), std::move(rstd)};
 }
 
-}  // namespace
+}  // namespace rms_norm_autograd_impl
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("rms_norm_fwd", &rms_norm_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace rms_norm_autograd_impl;  // NOLINT(build/namespaces)
+  m.impl("rms_norm_fwd", &rms_norm_fwd_autograd);
+}
 
 }  // namespace liger_cpp

@@ -35,7 +35,8 @@
 #include "aten/autograd/autograd_common.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace rope_autograd_impl {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -171,9 +172,11 @@ Pair mrope_fwd_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tens
   return {r[0], r[1]};
 }
 
-}  // namespace
+}  // namespace rope_autograd_impl
 
 TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace rope_autograd_impl;  // NOLINT(build/namespaces)
+
   m.impl("rope_fwd", &rope_fwd_autograd);
   m.impl("mrope_fwd", &mrope_fwd_autograd);
 }

@@ -17,7 +17,8 @@
 #include "aten/checks/cross_entropy_core.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace cross_entropy_impl {
 
 // target as a flat contiguous int64 tensor (itself when it already is one: no ATen round trip).
 at::Tensor flat_long(const at::Tensor& target) {
@@ -213,9 +214,11 @@ void cross_entropy_scale_grad_inplace(at::Tensor& grad, const at::Tensor& grad_o
       d, (grad_output.scalar_type() == at::kFloat ? grad_output : grad_output.to(at::kFloat)).contiguous());
 }
 
-}  // namespace
+}  // namespace cross_entropy_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace cross_entropy_impl;  // NOLINT(build/namespaces)
+
   m.impl("cross_entropy_fwd", &cross_entropy_fwd);
   m.impl("cross_entropy_fwd_", &cross_entropy_fwd_inplace);
   m.impl("cross_entropy_scale_grad_", &cross_entropy_scale_grad_inplace);
@@ -223,6 +226,8 @@ TORCH_LIBRARY_IMPL(liger, CPU, m) {
 
 #ifdef LIGER_CPP_WITH_CUDA
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace cross_entropy_impl;  // NOLINT(build/namespaces)
+
   m.impl("cross_entropy_fwd", &cross_entropy_fwd);
   m.impl("cross_entropy_fwd_", &cross_entropy_fwd_inplace);
   m.impl("cross_entropy_scale_grad_", &cross_entropy_scale_grad_inplace);

@@ -107,13 +107,16 @@ Reduction parse_reduction(std::string_view reduction) {
   LIGER_FAIL("argument 'reduction': expected 'none', 'mean' or 'sum', got '", reduction, "'");
 }
 
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace cross_entropy_core_impl {
 std::atomic<bool> g_check_targets{false};
-}  // namespace
+}  // namespace cross_entropy_core_impl
 
-bool check_targets_enabled() { return g_check_targets.load(std::memory_order_relaxed); }
+bool check_targets_enabled() {
+  return cross_entropy_core_impl::g_check_targets.load(std::memory_order_relaxed);
+}
 
-bool set_check_targets(bool enabled) { return g_check_targets.exchange(enabled); }
+bool set_check_targets(bool enabled) { return cross_entropy_core_impl::g_check_targets.exchange(enabled); }
 
 [[noreturn]] void fail_bad_target(int64_t V, int64_t ignore_index, int64_t value, int64_t position) {
   std::string msg = "liger_cpp: argument 'target': expected values in [0, " + std::to_string(V) +
@@ -150,7 +153,7 @@ void check_ce_target_values(const at::Tensor& target, int64_t V, int64_t ignore_
 #include <torch/library.h>
 
 namespace liger_cpp {
-namespace {
+namespace cross_entropy_core_impl {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> ce_rows_op(
     const at::Tensor& logits, const at::Tensor& target, const c10::optional<at::Tensor>& weight,
@@ -183,11 +186,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> ce_rows_op(
   return {c.loss, c.z_loss, c.argmax, compute_grad ? c.dlogits : at::empty({0}, logits.options())};
 }
 
-}  // namespace
+}  // namespace cross_entropy_core_impl
 
-TORCH_LIBRARY_IMPL(liger, CPU, m) { m.impl("_ce_rows", &ce_rows_op); }
+TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace cross_entropy_core_impl;  // NOLINT(build/namespaces)
+  m.impl("_ce_rows", &ce_rows_op);
+}
 #ifdef LIGER_CPP_WITH_CUDA
-TORCH_LIBRARY_IMPL(liger, CUDA, m) { m.impl("_ce_rows", &ce_rows_op); }
+TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace cross_entropy_core_impl;  // NOLINT(build/namespaces)
+  m.impl("_ce_rows", &ce_rows_op);
+}
 #endif
 
 }  // namespace liger_cpp

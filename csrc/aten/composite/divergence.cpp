@@ -16,7 +16,8 @@
 #include "aten/checks/divergence_core.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace divergence_impl {
 
 enum class Red { kNone, kSum, kMean, kBatchMean };
 
@@ -139,9 +140,11 @@ std::tuple<at::Tensor, at::Tensor> tvd_fwd(const at::Tensor& p, const at::Tensor
   return run(r, p, DivKind::kTvd, red == Red::kNone, scale, compute_grad, 0.0, 0.0, false, ignore_index);
 }
 
-}  // namespace
+}  // namespace divergence_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace divergence_impl;  // NOLINT(build/namespaces)
+
   m.impl("jsd_fwd", &jsd_fwd);
   m.impl("kl_div_fwd", &kl_div_fwd);
   m.impl("tvd_fwd", &tvd_fwd);
@@ -149,6 +152,8 @@ TORCH_LIBRARY_IMPL(liger, CPU, m) {
 
 #ifdef LIGER_CPP_WITH_CUDA
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace divergence_impl;  // NOLINT(build/namespaces)
+
   m.impl("jsd_fwd", &jsd_fwd);
   m.impl("kl_div_fwd", &kl_div_fwd);
   m.impl("tvd_fwd", &tvd_fwd);

@@ -37,7 +37,8 @@
 #include "aten/checks/cross_entropy_core.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_cross_entropy_impl {
 
 // Chunk budget when chunk_rows is 0: the chunk's logits take about this many
 // MiB. Every chunk after the first re-reads and re-writes dW in its GEMM's
@@ -496,9 +497,11 @@ void flce_scale_(const at::Tensor& dX, const at::Tensor& dW, const at::Tensor& d
   }
 }
 
-}  // namespace
+}  // namespace fused_linear_cross_entropy_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace fused_linear_cross_entropy_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_linear_cross_entropy_fwd", &flce_fwd);
   m.impl("fused_linear_cross_entropy_bwd", &flce_bwd);
   m.impl("fused_linear_cross_entropy_scale_", &flce_scale_);
@@ -506,6 +509,8 @@ TORCH_LIBRARY_IMPL(liger, CPU, m) {
 
 #ifdef LIGER_CPP_WITH_CUDA
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace fused_linear_cross_entropy_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_linear_cross_entropy_fwd", &flce_fwd);
   m.impl("fused_linear_cross_entropy_bwd", &flce_bwd);
   m.impl("fused_linear_cross_entropy_scale_", &flce_scale_);

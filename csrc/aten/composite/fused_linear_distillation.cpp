@@ -26,7 +26,8 @@
 #include "aten/checks/linear_chunks.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_distillation_impl {
 
 using DistillResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
@@ -125,12 +126,18 @@ DistillResult distill_fwd(const at::Tensor& student_input, const at::Tensor& stu
   return {total, soft, hard, dX, dW, dB};
 }
 
-}  // namespace
+}  // namespace fused_linear_distillation_impl
 
-TORCH_LIBRARY_IMPL(liger, CPU, m) { m.impl("fused_linear_distillation_fwd", &distill_fwd); }
+TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace fused_linear_distillation_impl;  // NOLINT(build/namespaces)
+  m.impl("fused_linear_distillation_fwd", &distill_fwd);
+}
 
 #ifdef LIGER_CPP_WITH_CUDA
-TORCH_LIBRARY_IMPL(liger, CUDA, m) { m.impl("fused_linear_distillation_fwd", &distill_fwd); }
+TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace fused_linear_distillation_impl;  // NOLINT(build/namespaces)
+  m.impl("fused_linear_distillation_fwd", &distill_fwd);
+}
 #endif
 
 }  // namespace liger_cpp

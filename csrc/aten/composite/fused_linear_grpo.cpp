@@ -51,7 +51,8 @@
 #include "aten/checks/linear_chunks.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_grpo_impl {
 
 enum class Grpo { kGrpo, kBnpo, kDrGrpo, kDapo, kCispo, kSapo, kLuspo, kVespo };
 
@@ -504,12 +505,18 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
   return {loss, kl, clip, logps, dX, dW, dB};
 }
 
-}  // namespace
+}  // namespace fused_linear_grpo_impl
 
-TORCH_LIBRARY_IMPL(liger, CPU, m) { m.impl("fused_linear_grpo_fwd", &grpo_fwd); }
+TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace fused_linear_grpo_impl;  // NOLINT(build/namespaces)
+  m.impl("fused_linear_grpo_fwd", &grpo_fwd);
+}
 
 #ifdef LIGER_CPP_WITH_CUDA
-TORCH_LIBRARY_IMPL(liger, CUDA, m) { m.impl("fused_linear_grpo_fwd", &grpo_fwd); }
+TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace fused_linear_grpo_impl;  // NOLINT(build/namespaces)
+  m.impl("fused_linear_grpo_fwd", &grpo_fwd);
+}
 #endif
 
 }  // namespace liger_cpp

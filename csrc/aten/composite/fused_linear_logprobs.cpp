@@ -21,7 +21,8 @@
 #include "aten/checks/linear_chunks.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_logprobs_impl {
 
 struct Prepared {
   at::Tensor x, w, b, target;
@@ -178,15 +179,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> logprobs_bwd(
   return heads::finish_grads(gr, input, p.b);
 }
 
-}  // namespace
+}  // namespace fused_linear_logprobs_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace fused_linear_logprobs_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_linear_logprobs_fwd", &logprobs_fwd);
   m.impl("fused_linear_logprobs_bwd", &logprobs_bwd);
 }
 
 #ifdef LIGER_CPP_WITH_CUDA
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace fused_linear_logprobs_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_linear_logprobs_fwd", &logprobs_fwd);
   m.impl("fused_linear_logprobs_bwd", &logprobs_bwd);
 }

@@ -32,7 +32,8 @@
 #include "aten/checks/cross_entropy_core.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_linear_preference_impl {
 
 enum class Pref {
   kSigmoid,
@@ -606,15 +607,19 @@ KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::T
           db.defined() ? db.to(b.scalar_type()) : none()};
 }
 
-}  // namespace
+}  // namespace fused_linear_preference_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace fused_linear_preference_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_linear_preference_fwd", &preference_fwd);
   m.impl("fused_linear_kto_fwd", &kto_fwd);
 }
 
 #ifdef LIGER_CPP_WITH_CUDA
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace fused_linear_preference_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_linear_preference_fwd", &preference_fwd);
   m.impl("fused_linear_kto_fwd", &kto_fwd);
 }

@@ -13,7 +13,8 @@
 #include "aten/checks/cross_entropy_core.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace cross_entropy_cpu_impl {
 
 template <typename T>
 using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -121,12 +122,12 @@ void ce_rows_impl(const CeRows& a) {
   });
 }
 
-}  // namespace
+}  // namespace cross_entropy_cpu_impl
 
 void ce_rows_cpu(const CeRows& a) {
   if (a.logits.size(0) == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.logits.scalar_type(), "liger_ce_rows_cpu",
-                                  [&] { ce_rows_impl<scalar_t>(a); });
+                                  [&] { cross_entropy_cpu_impl::ce_rows_impl<scalar_t>(a); });
 }
 
 void ce_scale_rows_cpu_(const at::Tensor& d, const at::Tensor& g) {
@@ -135,7 +136,7 @@ void ce_scale_rows_cpu_(const at::Tensor& d, const at::Tensor& g) {
   const float* gp = g.data_ptr<float>();
   const int64_t gs = g.numel() == 1 ? 0 : 1;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, d.scalar_type(), "liger_ce_scale_rows_cpu", [&] {
-    using acc_t = acc_of<scalar_t>;
+    using acc_t = cross_entropy_cpu_impl::acc_of<scalar_t>;
     scalar_t* p = d.data_ptr<scalar_t>();
     at::parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {

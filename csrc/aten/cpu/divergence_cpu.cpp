@@ -11,7 +11,8 @@
 #include "aten/checks/divergence_core.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace divergence_cpu_impl {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -272,26 +273,26 @@ void pointwise_impl(const PointwiseDiv& a) {
   });
 }
 
-}  // namespace
+}  // namespace divergence_cpu_impl
 
 void distill_rows_cpu(const DistillRows& a) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.s.scalar_type(), "liger_distill_rows_cpu",
-                                  [&] { distill_impl<scalar_t>(a); });
+                                  [&] { divergence_cpu_impl::distill_impl<scalar_t>(a); });
 }
 
 void logprob_rows_fwd_cpu(const LogprobRows& a) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.z.scalar_type(), "liger_logprob_rows_fwd_cpu",
-                                  [&] { logprob_fwd_impl<scalar_t>(a); });
+                                  [&] { divergence_cpu_impl::logprob_fwd_impl<scalar_t>(a); });
 }
 
 void logprob_rows_bwd_cpu(const LogprobRows& a) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.z.scalar_type(), "liger_logprob_rows_bwd_cpu",
-                                  [&] { logprob_bwd_impl<scalar_t>(a); });
+                                  [&] { divergence_cpu_impl::logprob_bwd_impl<scalar_t>(a); });
 }
 
 void pointwise_div_cpu(const PointwiseDiv& a) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.x.scalar_type(), "liger_pointwise_div_cpu",
-                                  [&] { pointwise_impl<scalar_t>(a); });
+                                  [&] { divergence_cpu_impl::pointwise_impl<scalar_t>(a); });
 }
 
 }  // namespace liger_cpp

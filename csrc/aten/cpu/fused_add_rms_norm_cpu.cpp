@@ -9,7 +9,8 @@
 #include "aten/cpu/rms_norm_cpu.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_add_rms_norm_cpu_impl {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rms_norm_fwd_cpu(
     const at::Tensor& X, const at::Tensor& R, const c10::optional<at::Tensor>& W, double eps, double offset,
@@ -32,9 +33,11 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_bwd_cpu(
   return {ds, dw};
 }
 
-}  // namespace
+}  // namespace fused_add_rms_norm_cpu_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace fused_add_rms_norm_cpu_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_add_rms_norm_fwd", &fused_add_rms_norm_fwd_cpu);
   m.impl("fused_add_rms_norm_bwd", &fused_add_rms_norm_bwd_cpu);
 }

@@ -16,7 +16,8 @@
 #include "aten/cpu/cpu_common.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace glu_cpu_impl {
 
 constexpr int64_t kGrain = 1 << 15;
 
@@ -187,9 +188,11 @@ void geglu_bwd_inplace_cpu(const at::Tensor& dc, at::Tensor& a, at::Tensor& b, c
   glu_bwd_inplace_cpu(dc, a, b, parse_gelu_approximate(approximate));
 }
 
-}  // namespace
+}  // namespace glu_cpu_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace glu_cpu_impl;  // NOLINT(build/namespaces)
+
   m.impl("swiglu_fwd", &swiglu_fwd_cpu);
   m.impl("swiglu_bwd", &swiglu_bwd_cpu);
   m.impl("swiglu_bwd_", &swiglu_bwd_inplace_cpu);

@@ -15,7 +15,8 @@
 #include "aten/cpu/cpu_common.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace layer_norm_cpu_impl {
 
 constexpr int64_t kRowsPerBlock = 64;
 
@@ -138,9 +139,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
   return {dx, dw, db};
 }
 
-}  // namespace
+}  // namespace layer_norm_cpu_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace layer_norm_cpu_impl;  // NOLINT(build/namespaces)
+
   m.impl("layer_norm_fwd", &layer_norm_fwd_cpu);
   m.impl("layer_norm_bwd", &layer_norm_bwd_cpu);
 }

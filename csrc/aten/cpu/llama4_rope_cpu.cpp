@@ -8,7 +8,8 @@
 #include "aten/checks/llama4_rope_checks.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace llama4_rope_cpu_impl {
 
 template <typename T>
 using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -69,9 +70,11 @@ std::tuple<at::Tensor, at::Tensor> llama4_rope_bwd_cpu(const at::Tensor& dq, con
   return llama4_rope_cpu(dq, dk, freqs, heads_first, /*conj=*/true, "dq_out", "dk_out");
 }
 
-}  // namespace
+}  // namespace llama4_rope_cpu_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace llama4_rope_cpu_impl;  // NOLINT(build/namespaces)
+
   m.impl("llama4_rope_fwd", &llama4_rope_fwd_cpu);
   m.impl("llama4_rope_bwd", &llama4_rope_bwd_cpu);
 }

@@ -8,7 +8,8 @@
 #include "aten/checks/relu_squared_checks.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace relu_squared_cpu_impl {
 
 constexpr int64_t kGrain = 1 << 15;
 
@@ -54,9 +55,11 @@ at::Tensor relu_squared_bwd_cpu(const at::Tensor& dY, const at::Tensor& X) {
   return dx;
 }
 
-}  // namespace
+}  // namespace relu_squared_cpu_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace relu_squared_cpu_impl;  // NOLINT(build/namespaces)
+
   m.impl("relu_squared_fwd", &relu_squared_fwd_cpu);
   m.impl("relu_squared_bwd", &relu_squared_bwd_cpu);
 }

@@ -18,7 +18,8 @@
 #include "aten/cpu/cpu_common.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace rms_norm_cpu_impl {
 
 constexpr int64_t kRowsPerBlock = 64;
 
@@ -170,25 +171,27 @@ at::Tensor rms_norm_bwd_inplace_cpu(at::Tensor& dY, const at::Tensor& X, const c
   return dw;
 }
 
-}  // namespace
+}  // namespace rms_norm_cpu_impl
 
 // Entry points reused by FusedAddRMSNorm (csrc/aten/cpu/rms_norm_cpu.h).
 std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu_impl(const at::Tensor& X,
                                                          const c10::optional<at::Tensor>& W, double eps,
                                                          double offset, c10::string_view casting_mode) {
-  return rms_norm_fwd_cpu(X, W, eps, offset, casting_mode, false);
+  return rms_norm_cpu_impl::rms_norm_fwd_cpu(X, W, eps, offset, casting_mode, false);
 }
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu_impl(const at::Tensor& dY, const at::Tensor& X,
                                                          const c10::optional<at::Tensor>& W,
                                                          const at::Tensor& RSTD, double offset,
                                                          c10::string_view casting_mode, bool compute_dw) {
-  return rms_norm_bwd_cpu(dY, X, W, RSTD, offset, casting_mode, compute_dw);
+  return rms_norm_cpu_impl::rms_norm_bwd_cpu(dY, X, W, RSTD, offset, casting_mode, compute_dw);
 }
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
-  m.impl("rms_norm_fwd", &rms_norm_fwd_cpu);
-  m.impl("rms_norm_bwd", &rms_norm_bwd_cpu);
+  using namespace rms_norm_cpu_impl;  // NOLINT(build/namespaces)
+
+  m.impl("rms_norm_fwd", &rms_norm_cpu_impl::rms_norm_fwd_cpu);
+  m.impl("rms_norm_bwd", &rms_norm_cpu_impl::rms_norm_bwd_cpu);
   m.impl("rms_norm_bwd_", &rms_norm_bwd_inplace_cpu);
 }
 

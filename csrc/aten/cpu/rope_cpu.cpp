@@ -16,7 +16,8 @@
 #include "aten/checks/small_tensors.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace rope_cpu_impl {
 
 template <typename T>
 using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -118,9 +119,11 @@ std::tuple<at::Tensor, at::Tensor> mrope_bwd_cpu(const at::Tensor& dq, const at:
   return rope_cpu(dq, dk, cos, sin, unsqueeze_dim, &mrope_section, true);
 }
 
-}  // namespace
+}  // namespace rope_cpu_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace rope_cpu_impl;  // NOLINT(build/namespaces)
+
   m.impl("rope_fwd", &rope_fwd_cpu);
   m.impl("rope_bwd", &rope_bwd_cpu);
   m.impl("mrope_fwd", &mrope_fwd_cpu);

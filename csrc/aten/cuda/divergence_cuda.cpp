@@ -9,12 +9,13 @@
 #include "kernels/divergence/divergence.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace divergence_cuda_impl {
 template <typename T>
 T* ptr_or_null(const at::Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
-}  // namespace
+}  // namespace divergence_cuda_impl
 
 void distill_rows_cuda(const DistillRows& c) {
   const c10::cuda::CUDAGuard guard(c.s.device());
@@ -23,10 +24,10 @@ void distill_rows_cuda(const DistillRows& c) {
   a.s_row_stride = c.s.stride(0);
   a.t = c.t.data_ptr();
   a.t_row_stride = c.t.stride(0);
-  a.target = ptr_or_null<int64_t>(c.target);
+  a.target = divergence_cuda_impl::ptr_or_null<int64_t>(c.target);
   a.soft = c.soft.data_ptr<float>();
   a.hard = c.hard.data_ptr<float>();
-  a.scales = ptr_or_null<float>(c.scales);
+  a.scales = divergence_cuda_impl::ptr_or_null<float>(c.scales);
   a.rows = c.s.size(0);
   a.cols = c.s.size(1);
   a.student_cols = c.student_cols;
@@ -39,7 +40,7 @@ void distill_rows_cuda(const DistillRows& c) {
   LIGER_CUDA_CHECK(kernels::distill_rows(a, at::cuda::getCurrentCUDAStream()));
 }
 
-namespace {
+namespace divergence_cuda_impl {
 kernels::LogprobRowsArgs logprob_args(const LogprobRows& c) {
   kernels::LogprobRowsArgs a{};
   a.z = c.z.data_ptr();
@@ -57,16 +58,18 @@ kernels::LogprobRowsArgs logprob_args(const LogprobRows& c) {
   a.dtype = to_kernel_dtype(c.z.scalar_type(), "logits");
   return a;
 }
-}  // namespace
+}  // namespace divergence_cuda_impl
 
 void logprob_rows_fwd_cuda(const LogprobRows& c) {
   const c10::cuda::CUDAGuard guard(c.z.device());
-  LIGER_CUDA_CHECK(kernels::logprob_rows_fwd(logprob_args(c), at::cuda::getCurrentCUDAStream()));
+  LIGER_CUDA_CHECK(
+      kernels::logprob_rows_fwd(divergence_cuda_impl::logprob_args(c), at::cuda::getCurrentCUDAStream()));
 }
 
 void logprob_rows_bwd_cuda(const LogprobRows& c) {
   const c10::cuda::CUDAGuard guard(c.z.device());
-  LIGER_CUDA_CHECK(kernels::logprob_rows_bwd(logprob_args(c), at::cuda::getCurrentCUDAStream()));
+  LIGER_CUDA_CHECK(
+      kernels::logprob_rows_bwd(divergence_cuda_impl::logprob_args(c), at::cuda::getCurrentCUDAStream()));
 }
 
 void pointwise_div_cuda(const PointwiseDiv& c) {
@@ -76,12 +79,12 @@ void pointwise_div_cuda(const PointwiseDiv& c) {
   a.x_row_stride = c.x.stride(0);
   a.y = c.y.data_ptr();
   a.y_row_stride = c.y.stride(0);
-  a.labels = ptr_or_null<int64_t>(c.labels);
-  a.loss_rows = ptr_or_null<float>(c.loss_rows);
-  a.loss_elems = ptr_or_null<float>(c.loss_elems);
+  a.labels = divergence_cuda_impl::ptr_or_null<int64_t>(c.labels);
+  a.loss_rows = divergence_cuda_impl::ptr_or_null<float>(c.loss_rows);
+  a.loss_elems = divergence_cuda_impl::ptr_or_null<float>(c.loss_elems);
   a.grad = c.grad.defined() ? c.grad.data_ptr() : nullptr;
   a.grad_row_stride = c.grad.defined() ? c.grad.stride(0) : 0;
-  a.grad_scale = ptr_or_null<float>(c.grad_scale);
+  a.grad_scale = divergence_cuda_impl::ptr_or_null<float>(c.grad_scale);
   a.kind = static_cast<int>(c.kind);
   a.beta = static_cast<float>(c.beta);
   a.eps = static_cast<float>(c.eps);

@@ -10,7 +10,8 @@
 #include "kernels/rms_norm/rms_norm.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace fused_add_rms_norm_cuda_impl {
 
 namespace k = kernels;
 
@@ -99,9 +100,11 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_bwd_cuda(
   return {ds, dw};
 }
 
-}  // namespace
+}  // namespace fused_add_rms_norm_cuda_impl
 
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace fused_add_rms_norm_cuda_impl;  // NOLINT(build/namespaces)
+
   m.impl("fused_add_rms_norm_fwd", &fused_add_rms_norm_fwd_cuda);
   m.impl("fused_add_rms_norm_bwd", &fused_add_rms_norm_bwd_cuda);
 }

@@ -10,7 +10,8 @@
 #include "kernels/glu/glu.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace glu_cuda_impl {
 
 namespace k = kernels;
 
@@ -103,9 +104,11 @@ void geglu_bwd_inplace_cuda(const at::Tensor& dc, at::Tensor& a, at::Tensor& b,
   glu_bwd_inplace_cuda(dc, a, b, parse_gelu_approximate(approximate));
 }
 
-}  // namespace
+}  // namespace glu_cuda_impl
 
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace glu_cuda_impl;  // NOLINT(build/namespaces)
+
   m.impl("swiglu_fwd", &swiglu_fwd_cuda);
   m.impl("swiglu_bwd", &swiglu_bwd_cuda);
   m.impl("swiglu_bwd_", &swiglu_bwd_inplace_cuda);

@@ -10,7 +10,8 @@
 #include "kernels/layer_norm/layer_norm.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace layer_norm_cuda_impl {
 
 namespace k = kernels;
 
@@ -92,9 +93,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cuda(const at::Ten
   return {dx, dw, db};
 }
 
-}  // namespace
+}  // namespace layer_norm_cuda_impl
 
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace layer_norm_cuda_impl;  // NOLINT(build/namespaces)
+
   m.impl("layer_norm_fwd", &layer_norm_fwd_cuda);
   m.impl("layer_norm_bwd", &layer_norm_bwd_cuda);
 }

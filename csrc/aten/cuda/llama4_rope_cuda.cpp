@@ -9,7 +9,8 @@
 #include "kernels/rope/llama4_rope.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace llama4_rope_cuda_impl {
 
 namespace k = kernels;
 
@@ -58,9 +59,11 @@ std::tuple<at::Tensor, at::Tensor> llama4_rope_bwd_cuda(const at::Tensor& dq, co
   return llama4_rope_cuda(dq, dk, freqs, heads_first, /*conj=*/true, "dq_out", "dk_out");
 }
 
-}  // namespace
+}  // namespace llama4_rope_cuda_impl
 
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace llama4_rope_cuda_impl;  // NOLINT(build/namespaces)
+
   m.impl("llama4_rope_fwd", &llama4_rope_fwd_cuda);
   m.impl("llama4_rope_bwd", &llama4_rope_bwd_cuda);
 }

@@ -9,7 +9,8 @@
 #include "kernels/activation/relu_squared.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace relu_squared_cuda_impl {
 
 namespace k = kernels;
 
@@ -43,9 +44,11 @@ at::Tensor relu_squared_bwd_cuda(const at::Tensor& dY, const at::Tensor& X) {
   return dx;
 }
 
-}  // namespace
+}  // namespace relu_squared_cuda_impl
 
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace relu_squared_cuda_impl;  // NOLINT(build/namespaces)
+
   m.impl("relu_squared_fwd", &relu_squared_fwd_cuda);
   m.impl("relu_squared_bwd", &relu_squared_bwd_cuda);
 }

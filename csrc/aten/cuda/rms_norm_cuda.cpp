@@ -10,7 +10,8 @@
 #include "kernels/rms_norm/rms_norm.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace rms_norm_cuda_impl {
 
 namespace k = kernels;
 
@@ -113,9 +114,11 @@ at::Tensor rms_norm_bwd_inplace_cuda(at::Tensor& dY, const at::Tensor& X, const 
   return dw;
 }
 
-}  // namespace
+}  // namespace rms_norm_cuda_impl
 
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace rms_norm_cuda_impl;  // NOLINT(build/namespaces)
+
   m.impl("rms_norm_fwd", &rms_norm_fwd_cuda);
   m.impl("rms_norm_bwd", &rms_norm_bwd_cuda);
   m.impl("rms_norm_bwd_", &rms_norm_bwd_inplace_cuda);

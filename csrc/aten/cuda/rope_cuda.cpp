@@ -13,7 +13,8 @@
 #include "kernels/rope/rope.h"
 
 namespace liger_cpp {
-namespace {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace rope_cuda_impl {
 
 namespace k = kernels;
 
@@ -85,9 +86,11 @@ std::tuple<at::Tensor, at::Tensor> mrope_bwd_cuda(const at::Tensor& dq, const at
   return rope_cuda(dq, dk, cos, sin, unsqueeze_dim, &mrope_section, true);
 }
 
-}  // namespace
+}  // namespace rope_cuda_impl
 
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace rope_cuda_impl;  // NOLINT(build/namespaces)
+
   m.impl("rope_fwd", &rope_fwd_cuda);
   m.impl("rope_bwd", &rope_bwd_cuda);
   m.impl("mrope_fwd", &mrope_fwd_cuda);
