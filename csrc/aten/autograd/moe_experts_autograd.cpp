@@ -17,7 +17,7 @@
 #include "aten/autograd/autograd_common.h"
 
 namespace liger_cpp {
-namespace {
+namespace moe_experts_autograd_impl {
 
 using namespace autograd;  // NOLINT(build/namespaces)
 using Opt = std::optional<at::Tensor>;
@@ -112,8 +112,11 @@ Six moe_experts_fwd_autograd(const at::Tensor& hidden, const at::Tensor& top_k_i
   return rest;
 }
 
-}  // namespace
+}  // namespace moe_experts_autograd_impl
 
-TORCH_LIBRARY_IMPL(liger, Autograd, m) { m.impl("moe_experts_fwd", &moe_experts_fwd_autograd); }
+TORCH_LIBRARY_IMPL(liger, Autograd, m) {
+  using namespace moe_experts_autograd_impl;  // NOLINT(build/namespaces)
+  m.impl("moe_experts_fwd", &moe_experts_fwd_autograd);
+}
 
 }  // namespace liger_cpp

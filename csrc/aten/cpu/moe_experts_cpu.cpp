@@ -10,7 +10,7 @@
 #include "aten/composite/moe_experts_flow.h"
 
 namespace liger_cpp {
-namespace {
+namespace moe_experts_cpu_impl {
 
 template <typename T>
 using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -283,9 +283,10 @@ MoeBwdOut moe_experts_bwd_cpu(const at::Tensor& grad_out, const at::Tensor& hidd
       transposed, interleaved, alpha, limit, compute_dx, compute_experts);
 }
 
-}  // namespace
+}  // namespace moe_experts_cpu_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  using namespace moe_experts_cpu_impl;  // NOLINT(build/namespaces)
   m.impl("moe_experts_fwd", &moe_experts_fwd_cpu);
   m.impl("moe_experts_bwd", &moe_experts_bwd_cpu);
 }

@@ -15,7 +15,7 @@
 #include "kernels/moe/moe.h"
 
 namespace liger_cpp {
-namespace {
+namespace moe_experts_cuda_impl {
 
 namespace k = kernels;
 namespace po = kernels::plan_override;
@@ -254,9 +254,10 @@ MoeBwdOut moe_experts_bwd_cuda(const at::Tensor& grad_out, const at::Tensor& hid
       transposed, interleaved, alpha, limit, compute_dx, compute_experts);
 }
 
-}  // namespace
+}  // namespace moe_experts_cuda_impl
 
 TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  using namespace moe_experts_cuda_impl;  // NOLINT(build/namespaces)
   m.impl("moe_experts_fwd", &moe_experts_fwd_cuda);
   m.impl("moe_experts_bwd", &moe_experts_bwd_cuda);
 }
