@@ -23,10 +23,12 @@ check: hidden 64, 2 layers, vocab 1000, B2 T64, fp32).
 1b presets (FAMILIES below; each patched by apply_liger_kernel_to_<family>() with its defaults, in
 liger_cpp and in Liger-Kernel alike): olmo3 (dense: 2048 hidden, 16 layers, 32/8 heads, inter 8192,
 vocab 100278), hunyuan_v1_moe (MoE: 1024 hidden, 16 layers, 16 experts of 1536 + a shared MLP, top 2,
-vocab 128256; 1.6 B parameters, 0.4 B active; the routed experts are HF's grouped_mm in hf and
-liger_cpp, Liger-Kernel's fused MoE in liger) and qwen3_vl (multimodal, trained on its text path:
-Qwen3-VL-2B's text model with 16 layers, hidden 2048, 16/8 heads of 128, inter 6144, vocab 151936,
-and a 2-block vision tower).
+vocab 128256; 1.6 B parameters, 0.4 B active; the routed experts are HF's grouped_mm in hf,
+liger_cpp's fused experts op in liger_cpp, Liger-Kernel's fused MoE in liger) and qwen3_vl
+(multimodal, trained on its text path: Qwen3-VL-2B's text model with 16 layers, hidden 2048, 16/8
+heads of 128, inter 6144, vocab 151936, and a 2-block vision tower). With the moe-b8t2048 preset:
+qwen3_moe (issue 28: Qwen3-30B-A3B's experts, 128 of 768, top 8, hidden 2048, in 12 layers;
+8.1 B parameters, 16384 tokens a step).
 
 --breakdown (CUDA only) profiles one more step per variant after the timed ones and sums its GPU
 kernel time by category (GEMM, attention, the stack's own kernels, optimizer, other), plus the GPU
@@ -39,6 +41,7 @@ Usage:
         [--steps 10] [--warmup 3] [--quick] [--breakdown] [--batch B] [--seq T] [--timeout 600]
         [--out FILE.json]
     python benchmarks/bench_e2e.py --preset 1b-b8t2048 --family olmo3   (or hunyuan_v1_moe, qwen3_vl)
+    python benchmarks/bench_e2e.py --preset moe-b8t2048 --family qwen3_moe --variants hf,liger_cpp,liger
     python benchmarks/bench_e2e.py --preset tiny --device cpu --variants hf,liger_cpp --steps 3
 The subprocesses inherit the environment (PYTHONPATH), so liger_cpp / liger_kernel resolve the same
 as in the driver. A variant that fails (out of memory, import error, crash, timeout) is a row with
@@ -91,6 +94,8 @@ PRESETS = {
     "1b-b4t8192": dict(model="1b", batch=4, seq=8192, dtype="bf16", grad_checkpointing=False),
     "8b-gc": dict(model="8b", batch=1, seq=16384, dtype="bf16", grad_checkpointing=True),
     "tiny": dict(model="tiny", batch=2, seq=64, dtype="fp32", grad_checkpointing=False),
+    # --family qwen3_moe only: FAMILIES["qwen3_moe"]["moe"], 16384 tokens a step
+    "moe-b8t2048": dict(model="moe", batch=8, seq=2048, dtype="bf16", grad_checkpointing=False),
 }
 VARIANTS = ("hf", "liger_cpp", "liger", "compile")
 
@@ -131,6 +136,25 @@ FAMILIES = {
             tie_word_embeddings=False,
         ),
         "tiny": dict(_TINY, head_dim=16, num_experts=4, moe_topk=2),
+    },
+    # Qwen3-30B-A3B's experts (128 of 768, top 8, hidden 2048) in a 12-layer model that trains on one
+    # H200: 8.1 B parameters (1.3 B active); the routed experts are most of each step's GEMM time.
+    "qwen3_moe": {
+        "moe": dict(
+            hidden_size=2048,
+            intermediate_size=6144,
+            moe_intermediate_size=768,
+            num_experts=128,
+            num_experts_per_tok=8,
+            norm_topk_prob=True,
+            num_hidden_layers=12,
+            num_attention_heads=32,
+            num_key_value_heads=4,
+            head_dim=128,
+            vocab_size=151936,
+            tie_word_embeddings=False,
+        ),
+        "tiny": dict(_TINY, head_dim=16, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2),
     },
     "qwen3_vl": {
         "1b": dict(

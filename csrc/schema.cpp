@@ -405,6 +405,49 @@ TORCH_LIBRARY(liger, m) {
   m.def(
       "llama4_rope_bwd(Tensor dq_out, Tensor dk_out, Tensor freqs, bool heads_first=False) -> "
       "(Tensor dq, Tensor dk)");
+
+  // ---- Fused MoE experts (transformers 5.x's stacked experts; Liger's LigerExperts) ----
+  // hidden [T, H]; top_k_index [T, k] int64/int32 (expert of token t's j-th slot s = t k + j);
+  // top_k_weights [T, k] any float dtype; gate_up_proj [E, 2I, H], down_proj [E, H, I] (HF
+  // Qwen3MoeExperts / MixtralExperts), or [E, H, 2I] and [E, I, H] when transposed (GPT-OSS);
+  // gate_up_bias [E, 2I], down_bias [E, H] or None; hidden, weights and biases of one dtype
+  // float32/float16/bfloat16 (float64 on CPU). With e = top_k_index[t, j], W_gu[e] as x @ W (the
+  // layout's [H, 2I] view), and gu = x_t W_gu[e] + b_gu[e], g/u its gate and up halves (or
+  // g = gu[0::2], u = gu[1::2] when interleaved):
+  //   act "silu":      a = silu(g) * u            "gelu_tanh": a = gelu_tanh(g) * u
+  //   act "gpt_oss":   a = (clamp(u, -limit, limit) + 1) * g' * sigmoid(alpha g'), g' = min(g, limit)
+  //   y_s = a W_down[e] + b_down[e]      out[t] = sum_j top_k_weights[t, j] * y_s
+  // float32 accumulation; out in hidden's dtype. The GEMM outputs (gate_up, the down projection)
+  // are rounded to the dtype as nn.functional.linear's are; the activation and the k-slot sum in
+  // float32, one rounding each. An index outside [0, E) is an error on the CPU; on CUDA its slot
+  // is dropped (contributes 0, zero gradients), the kernels cannot raise (docs/kernels/moe.md).
+  // Also returns, for the backward: gate_up [S, 2I] (the first GEMM's output, without its bias) and
+  // the routing (int32): offsets [E] (inclusive routed-row ends per expert), sorted_slot [S] (the
+  // slots stably sorted by expert), slot_row [S] (its inverse), sorted_expert [S] (E: dropped).
+  // Autograd in C++ (csrc/aten/autograd/moe_experts_autograd.cpp): gradients for hidden,
+  // top_k_weights, both projections and both biases; the others are not differentiable.
+  m.def(
+      "moe_experts_fwd(Tensor hidden, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up_proj, "
+      "Tensor down_proj, Tensor? gate_up_bias=None, Tensor? down_bias=None, str activation=\"silu\", "
+      "bool transposed=False, bool interleaved=False, float alpha=1.702, float limit=7.0) -> "
+      "(Tensor out, Tensor gate_up, Tensor offsets, Tensor sorted_slot, Tensor slot_row, "
+      "Tensor sorted_expert)");
+  // The backward, from the forward's saved outputs: with G_s = grad_out[t] and a_s recomputed,
+  //   d top_k_weights[t, j] = <G_s, y_s>,   dy_s = w G_s,   d a_s = dy_s W_down[e]^T,
+  //   d gu = d a * da/d(g, u),   d hidden[t] = sum_j d gu_s W_gu[e]^T,
+  //   d W_down[e] = sum_s (a_s)^T dy_s, d W_gu[e] = sum_s x_t^T d gu_s (in the weights' layout;
+  //   zero for experts with no slot), d b_down[e] = sum_s dy_s, d b_gu[e] = sum_s d gu_s.
+  // Every sum in a fixed order (deterministic, no float atomics). Bias gradients are empty
+  // tensors when the biases are None; compute_d_hidden=False leaves d_hidden empty (no dX GEMM),
+  // compute_d_experts=False the four expert-weight gradients (frozen experts: no weight GEMMs).
+  m.def(
+      "moe_experts_bwd(Tensor grad_out, Tensor hidden, Tensor top_k_weights, Tensor gate_up_proj, "
+      "Tensor down_proj, Tensor? gate_up_bias, Tensor? down_bias, Tensor gate_up, Tensor offsets, "
+      "Tensor sorted_slot, Tensor slot_row, Tensor sorted_expert, str activation=\"silu\", "
+      "bool transposed=False, bool interleaved=False, float alpha=1.702, float limit=7.0, "
+      "bool compute_d_hidden=True, bool compute_d_experts=True) -> "
+      "(Tensor d_hidden, Tensor d_top_k_weights, Tensor d_gate_up_proj, Tensor d_down_proj, "
+      "Tensor d_gate_up_bias, Tensor d_down_bias)");
 }
 
 // An empty Python module: importing it loads the shared library, whose static

@@ -171,6 +171,26 @@ def divergences(rows, vocab, dtype=BF16):
 
 
 # name -> (callable, plan override or {}). Shapes reach the kernels named (see docs/kernels/*.md).
+def moe(tokens, experts, k, hidden, inter, dtype=BF16, gpt_oss=False, drop=False):
+    from liger_cpp.ops.moe_experts import moe_experts
+
+    def run():
+        x, w = _g(tokens, hidden, dtype=dtype), _g(tokens, k, dtype=dtype)
+        idx = torch.stack([torch.randperm(experts, device=DEV)[:k] for _ in range(tokens)])
+        if drop and DEV == "cuda":  # slots outside [0, E): dropped on CUDA (an error on the CPU)
+            idx[::3, 0] = experts
+        gu_shape = (experts, hidden, 2 * inter) if gpt_oss else (experts, 2 * inter, hidden)
+        dn_shape = (experts, inter, hidden) if gpt_oss else (experts, hidden, inter)
+        gu, dn = _g(*gu_shape, dtype=dtype), _g(*dn_shape, dtype=dtype)
+        if gpt_oss:
+            b1, b2 = _g(experts, 2 * inter, dtype=dtype), _g(experts, hidden, dtype=dtype)
+            _backward(moe_experts(x, idx, w, gu, dn, b1, b2, "gpt_oss", True, True))
+        else:
+            _backward(moe_experts(x, idx, w, gu, dn))
+
+    return run
+
+
 CASES = {
     "rms_small_rows": (rms(4096, 64), {}),
     "rms_4096": (rms(512, 4096), {}),
@@ -223,6 +243,13 @@ CASES = {
     "logprobs_entropy_odd": (logprobs(37, 32, 1001), {}),
     "divergences": (divergences(64, 4096), {}),
     "divergences_odd": (divergences(37, 1001), {}),
+    # Fused MoE experts (docs/kernels/moe.md): the grouped GEMMs with empty experts and E = 256, the
+    # per-expert loop (float32, odd sizes), GPT-OSS's interleaved layout with biases, dropped slots.
+    "moe_grouped": (moe(300, 64, 8, 128, 64), {}),
+    "moe_many_experts": (moe(40, 256, 8, 64, 32), {}),
+    "moe_loop_odd": (moe(37, 7, 3, 52, 20, dtype=torch.float32), {}),
+    "moe_gpt_oss": (moe(64, 8, 4, 64, 32, gpt_oss=True), {}),
+    "moe_dropped": (moe(64, 8, 2, 64, 32, drop=True), {}),
 }
 
 

@@ -19,6 +19,7 @@ from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from liger_cpp.ops.fused_linear_preference import fused_linear_kto, fused_linear_preference
 from liger_cpp.ops.geglu import geglu
 from liger_cpp.ops.layer_norm import layer_norm
+from liger_cpp.ops.moe_experts import moe_experts
 from liger_cpp.ops.rms_norm import rms_norm
 from liger_cpp.ops.rope import mrope, rope
 from liger_cpp.ops.swiglu import swiglu
@@ -37,6 +38,7 @@ AUTOGRAD_FILES = {
     "fused_linear_kto_fwd": "fused_linear_preference_autograd.cpp",
     "rope_fwd": "rope_autograd.cpp",
     "mrope_fwd": "rope_autograd.cpp",
+    "moe_experts_fwd": "moe_experts_autograd.cpp",
 }
 
 
@@ -80,6 +82,8 @@ def _cases(rnd):
     cos, sin = rnd(3, 8, grad=False), rnd(3, 8, grad=False)
     c3, s3 = rnd(3, 1, 3, 8, grad=False), rnd(3, 1, 3, 8, grad=False)
     lg = rnd(6, 40)
+    mx, mw, mgu, mdn = rnd(5, 8), rnd(5, 2), rnd(3, 8, 8), rnd(3, 8, 4)
+    midx = torch.tensor([[0, 1], [1, 2], [2, 0], [0, 2], [1, 0]])
     return {
         "rms_norm": lambda: ([rms_norm(x, w)], [x, w]),
         "fused_add_rms_norm": lambda: (list(fused_add_rms_norm(x, r, w)), [x, r, w]),
@@ -94,6 +98,7 @@ def _cases(rnd):
         "kto": lambda: ([fused_linear_kto(h, lw, t, torch.tensor([True, False]), lb)[0]], [h, lw, lb]),
         "rope": lambda: (list(rope(q, k, cos, sin)), [q, k]),
         "mrope": lambda: (list(mrope(q, k, c3, s3, [2, 1, 1])), [q, k]),
+        "moe_experts": lambda: ([moe_experts(mx, midx, mw, mgu, mdn)], [mx, mw, mgu, mdn]),
     }
 
 
@@ -168,6 +173,20 @@ def test_frozen_weights_cost_no_weight_gradient():
     out = fused_linear_cross_entropy(h, lw, t, reduction="none")[0]
     (a,) = _backward_calls(out, torch.ones(2, 3), "liger.fused_linear_cross_entropy_bwd.default")
     assert (a["compute_dx"], a["compute_dw"], a["compute_db"]) == (True, False, False)
+    # MoE experts: frozen experts cost no weight GEMMs, a frozen input no dX GEMM
+    mx, mw, mgu, mdn = rnd(5, 8), rnd(5, 2), rnd(3, 8, 8, grad=False), rnd(3, 8, 4, grad=False)
+    midx = torch.tensor([[0, 1], [1, 2], [2, 0], [0, 2], [1, 0]])
+    (a,) = _backward_calls(
+        moe_experts(mx, midx, mw, mgu, mdn), torch.ones(5, 8), "liger.moe_experts_bwd.default"
+    )
+    assert (a["compute_d_hidden"], a["compute_d_experts"]) == (True, False) and mgu.grad is None
+    mx.requires_grad_(False)
+    mdn.requires_grad_(True)
+    (a,) = _backward_calls(
+        moe_experts(mx, midx, mw, mgu, mdn), torch.ones(5, 8), "liger.moe_experts_bwd.default"
+    )
+    assert (a["compute_d_hidden"], a["compute_d_experts"]) == (False, True) and mdn.grad is not None
+    assert mw.grad is not None and mgu.grad is None
 
 
 def test_no_zero_gradients_for_unused_outputs():

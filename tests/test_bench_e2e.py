@@ -186,7 +186,8 @@ def test_breakdown_rows_bound_liger_by_the_floor():
     "family, norm, mlp",
     [
         ("olmo3", "LigerRMSNormForOlmo3", "LigerSwiGLUMLP"),
-        ("hunyuan_v1_moe", "LigerRMSNorm", "LigerHunYuanMoEV1Experts"),  # grouped_mm: HF's forward
+        ("hunyuan_v1_moe", "LigerRMSNorm", "LigerHunYuanMoEV1Experts"),  # the fused experts op
+        ("qwen3_moe", "LigerRMSNorm", "LigerQwen3MoeExperts"),
         ("qwen3_vl", "LigerRMSNorm", "Qwen3VLTextMLP"),  # Liger-Kernel's default: swiglu off
     ],
 )
@@ -232,3 +233,15 @@ def test_family_shapes_at_1b():
         with torch.device("meta"):
             n = sum(p.numel() for p in auto.from_config(cfg).parameters())
         assert low < n < high, (family, n)
+
+
+def test_qwen3_moe_shape():
+    """The moe preset's Qwen3-MoE-like model: 12 layers of 128 experts (768, top 8), ~8.1 B parameters."""
+    import torch
+    import transformers
+
+    cfg = bench_e2e.family_config("qwen3_moe", "moe", 2048)
+    assert bench_e2e.PRESETS["moe-b8t2048"]["batch"] * bench_e2e.PRESETS["moe-b8t2048"]["seq"] == 16384
+    with torch.device("meta"):
+        n = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(cfg).parameters())
+    assert 7.8e9 < n < 8.4e9, n

@@ -34,8 +34,10 @@ from reference import (
     rope_ref,
     swiglu_ref,
 )
+from test_moe_experts import reference as moe_experts_ref
 
 from liger_cpp.chunked_loss import LigerFusedLinearDPOLoss
+from liger_cpp.ops.moe_experts import moe_experts
 from liger_cpp.transformers import (
     liger_cross_entropy,
     liger_fused_add_rms_norm,
@@ -195,6 +197,28 @@ CASES = {
         bad=("x", (1, 2, 3)),
         other="target",
         other_arg="target",
+        strided=("x",),
+    ),
+    "moe_experts": Case(
+        # 3 experts of I = 8, top 2; token t's slots on experts t % 3 and (t + 1) % 3
+        make=lambda d, n: dict(
+            x=_rand(n, H, device=d),
+            idx=torch.stack([torch.arange(n) % 3, (torch.arange(n) + 1) % 3], -1).to(d),
+            w=torch.rand(n, 2, device=d),
+            gu=_rand(3, 16, H, device=d, scale=0.3),
+            dn=_rand(3, H, 8, device=d, scale=0.3),
+        ),
+        fwd=lambda i: (moe_experts(i["x"], i["idx"], i["w"], i["gu"], i["dn"]),),
+        # (no rows: x * 0, the empty output connected to the graph, as the per-expert loop is not)
+        ref=lambda i: (
+            moe_experts_ref(i["x"], i["idx"], i["w"], i["gu"], i["dn"], None, None, "silu", False, False)
+            if len(i["x"])
+            else i["x"] * 0,
+        ),
+        grads=("x", "w", "gu", "dn"),
+        bad=("x", (1, 3)),
+        other="gu",
+        other_arg="gate_up_proj",
         strided=("x",),
     ),
 }

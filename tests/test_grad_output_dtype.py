@@ -15,6 +15,7 @@ from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from liger_cpp.ops.fused_linear_preference import fused_linear_kto, fused_linear_preference
 from liger_cpp.ops.geglu import geglu
 from liger_cpp.ops.layer_norm import layer_norm
+from liger_cpp.ops.moe_experts import moe_experts
 from liger_cpp.ops.rms_norm import rms_norm
 from liger_cpp.ops.rope import mrope, rope
 from liger_cpp.ops.swiglu import swiglu
@@ -74,6 +75,11 @@ def _cases(device, dtype):
         c, s = rnd(3, 8, grad=False), rnd(3, 8, grad=False)
         return lambda: (list(rope(q, k, c, s)), [q, k])
 
+    def moe():
+        x, w, gu, dn = rnd(5, 8), rnd(5, 2), rnd(3, 16, 8), rnd(3, 8, 8)
+        idx = torch.tensor([[0, 1], [1, 2], [2, 0], [0, 2], [1, 0]], device=device)
+        return lambda: ([moe_experts(x, idx, w, gu, dn)], [x, w, gu, dn])
+
     return {
         "rms_norm": norm(lambda x, w, b: ([rms_norm(x, w)], [x, w])),
         "rms_norm_inplace": norm(lambda x, w, b: ([rms_norm(x, w, in_place=True)], [x, w])),
@@ -91,6 +97,7 @@ def _cases(device, dtype):
         "kto": kto(),
         "rope": rot(False),
         "mrope": rot(True),
+        "moe_experts": moe(),
     }
 
 

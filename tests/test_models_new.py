@@ -31,7 +31,7 @@ GRAD_TOL = {"rtol": 1e-5, "atol": 2e-5}
 HF_BROKEN = {"llama4"}
 TYPES = [t for t in NEW_MODEL_TYPES if t not in HF_BROKEN]
 # Flags a type cannot honour (NotImplementedError, tested below).
-UNSUPPORTED = {"gpt_oss": {"swiglu"}, "deepseek_v4": {"rope"}, "glm4v": {"rope"}}
+UNSUPPORTED = {"deepseek_v4": {"rope"}, "glm4v": {"rope"}}
 
 
 def apply_fn(model_type):
@@ -154,7 +154,6 @@ def test_cross_entropy_mode_matches_hf(model_type):
 @pytest.mark.parametrize(
     "model_type, flag, match",
     [
-        ("gpt_oss", "swiglu", "clamped, alpha-scaled GLU"),
         ("glm4v", "rope", "interleaved"),
     ],
 )

@@ -164,6 +164,14 @@ class LigerGELUMulFunction:
         return _geglu(a, b, approximate="tanh")
 
 
+class LigerFusedMoEFunction:
+    @staticmethod
+    def apply(x, gate_up_proj, down_proj, top_k_index, top_k_weights):
+        from liger_cpp.ops.moe_experts import moe_experts
+
+        return moe_experts(x, top_k_index, top_k_weights, gate_up_proj, down_proj)
+
+
 class LigerReLUSquaredFunction:
     @staticmethod
     def apply(X):

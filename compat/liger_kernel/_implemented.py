@@ -42,6 +42,7 @@ IMPLEMENTED = {
     f"{_T}.swiglu.LigerFalconH1SwiGLUMLP": "liger_cpp.transformers.swiglu:LigerFalconH1SwiGLUMLP",
     f"{_T}.swiglu.LigerHunyuanV1SwiGLUMLP": "liger_cpp.transformers.swiglu:LigerHunyuanV1SwiGLUMLP",
     f"{_T}.relu_squared.LigerReLUSquared": "liger_cpp.transformers.relu_squared:LigerReLUSquared",
+    f"{_T}.swiglu.LigerExperts": "liger_cpp.transformers.moe:LigerExperts",
     **{
         f"{_T}.llama4_rope.{n}": f"liger_cpp.transformers.llama4_rope:{n}"
         for n in (
@@ -133,6 +134,7 @@ _OPS_FUNCTIONS = {
     "tvd": "LigerTVDLossFunction",
     "relu_squared": "LigerReLUSquaredFunction",
     "llama4_rope": "LigerLlama4RopeFunction",
+    "fused_moe": "LigerFusedMoEFunction",
 }
 for _mod, _cls in _OPS_FUNCTIONS.items():
     IMPLEMENTED[f"{_O}.{_mod}.{_cls}"] = f"liger_kernel._functions:{_cls}"

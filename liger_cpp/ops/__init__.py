@@ -15,6 +15,7 @@ from liger_cpp.ops.fused_linear_preference import fused_linear_preference  # noq
 from liger_cpp.ops.geglu import geglu  # noqa: F401
 from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401
 from liger_cpp.ops.llama4_rope import llama4_rope  # noqa: F401
+from liger_cpp.ops.moe_experts import moe_experts  # noqa: F401
 from liger_cpp.ops.relu_squared import relu_squared  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm  # noqa: F401
 from liger_cpp.ops.rope import mrope, rope  # noqa: F401

@@ -31,6 +31,7 @@ from liger_cpp.transformers.llama4_rope import (  # noqa: F401,E402
     liger_llama4_text_rotary_pos_emb,
     liger_llama4_vision_rotary_pos_emb,
 )
+from liger_cpp.transformers.moe import LigerExperts, LigerGptOssExpertsMixin  # noqa: F401,E402
 from liger_cpp.transformers.monkey_patch import (  # noqa: F401
     MODEL_TYPE_TO_APPLY_LIGER_FN,
     _apply_liger_kernel,
@@ -197,7 +198,9 @@ __all__ = [
     "LigerBlockSparseTop2MLP",
     "LigerCrossEntropyLoss",
     "LigerDeepseekV4SwiGLUMLP",
+    "LigerExperts",
     "LigerExpertsSwiGLUMixin",
+    "LigerGptOssExpertsMixin",
     "LigerFalconH1SwiGLUMLP",
     "LigerFusedAddRMSNorm",
     "LigerFusedLinearCrossEntropyLoss",

@@ -1,7 +1,6 @@
 """SwiGLU MLP modules, drop-in for HF's LlamaMLP, Phi3MLP and MixtralBlockSparseTop2MLP (same
 parameter names, so state dicts load unchanged), with liger_cpp's fused silu(a) * b."""
 
-import torch
 from torch import nn
 
 from liger_cpp.ops.swiglu import swiglu
@@ -116,33 +115,8 @@ class LigerBlockSparseTop2MLP(nn.Module):
         return self.w2(swiglu(self.w1(x), self.w3(x), in_place=ip))
 
 
-class LigerExpertsSwiGLUMixin:
-    """Mixin for HF 5.x fused-expert modules (MixtralExperts: 3-D `gate_up_proj` [E, 2I, H] and
-    `down_proj` [E, H, I]). With the eager experts implementation, runs HF's per-expert loop with
-    liger_cpp's fused silu(gate) * up; any other `config._experts_implementation` (e.g. HF's default
-    "grouped_mm") keeps HF's dispatched forward unchanged."""
-
-    def forward(self, hidden_states, top_k_index, top_k_weights):
-        impl = getattr(getattr(self, "config", None), "_experts_implementation", None)
-        if impl not in (None, "eager"):
-            return super().forward(hidden_states, top_k_index, top_k_weights)
-        final = torch.zeros_like(hidden_states)
-        with torch.no_grad():
-            mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1)
-            mask = mask.permute(2, 1, 0)
-            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
-        for expert_idx in hit:
-            expert_idx = expert_idx[0]
-            if expert_idx == self.num_experts:
-                continue
-            top_k_pos, token_idx = torch.where(mask[expert_idx])
-            state = hidden_states[token_idx]
-            gate, up = nn.functional.linear(state, self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
-            out = nn.functional.linear(swiglu(gate, up), self.down_proj[expert_idx])
-            out = out * top_k_weights[token_idx, top_k_pos, None]
-            final.index_add_(0, token_idx, out.to(final.dtype))
-        return final
-
+# The fused experts mixin lives with the MoE modules (it runs liger_cpp's fused experts op).
+from liger_cpp.transformers.moe import LigerExpertsSwiGLUMixin  # noqa: E402, F401
 
 # ---- SwiGLU MLPs of the newer model families (each drop-in for its HF class: same parameter
 # names and constructor, so class-level patching builds them and state dicts load unchanged) ----

@@ -33,6 +33,8 @@ enum class Key : int {
   kRmsFwd,
   kRmsBwd,
   kLnBwd,
+  // The fused MoE experts' GEMMs (csrc/aten/cuda/moe_experts_cuda.cpp).
+  kMoeGemm,
   kCount
 };
 
@@ -57,6 +59,9 @@ inline constexpr KeyInfo kKeys[] = {
     {"ln_bwd",
      {"tma", "tma_unpaired", "pipe16", "pipe", "generic"},
      "LayerNorm backward kernel (LnBwdKernel)"},
+    {"moe_gemm",
+     {"grouped", "loop"},
+     "MoE experts GEMMs: at::_grouped_mm (bf16, aligned) or one at::mm per expert (host sync)"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 

@@ -131,8 +131,9 @@ def apply_liger_kernel_to_gpt_oss(
     model=None,
 ) -> None:
     """GPT-OSS: RoPE (half-width cos / sin), RMSNorm (HF's (w * x).to(dtype) rounding), FLCE or CE
-    (the router auxiliary loss added as in HF). swiglu=True is a NotImplementedError: GPT-OSS's
-    experts are a clamped, alpha-scaled GLU with biases, and it has no other MLP."""
+    (the router auxiliary loss added as in HF). swiglu=True (off by default, as in Liger-Kernel,
+    which has no kernel for these experts) replaces GptOssExperts' forward with liger_cpp's fused
+    experts op (its interleaved gate / up, biases and clamped alpha-scaled GLU)."""
     _patch("gpt_oss", model, rope, cross_entropy, fused_linear_cross_entropy, rms_norm, swiglu)
 
 

@@ -10,23 +10,26 @@ import torch
 
 from liger_cpp.transformers.causal_lm import make_forward
 from liger_cpp.transformers.layer_norm import LigerNNLayerNorm
+from liger_cpp.transformers.moe import LigerExpertsSwiGLUMixin, LigerGptOssExpertsMixin
 from liger_cpp.transformers.monkey_patch.revert import original, set_patched
 from liger_cpp.transformers.monkey_patch.specs import MLP_CLS, ROPE_IMPLS, Spec, import_modeling
-from liger_cpp.transformers.swiglu import LigerExpertsSwiGLUMixin
 
 # (module name, class name) -> liger subclass of HF's experts class (made once, reused).
 _EXPERT_CLASSES: dict = {}
+# experts kinds -> the mixin whose forward runs liger_cpp's fused experts op
+EXPERT_MIXINS = {"experts": LigerExpertsSwiGLUMixin, "experts_gpt_oss": LigerGptOssExpertsMixin}
 
 
-def experts_class(mod, name):
+def experts_class(mod, name, kind="experts"):
     """The liger_cpp subclass of the modeling module's fused experts class `name`."""
     key = (mod.__name__, name)
     if key not in _EXPERT_CLASSES:
         base = original(mod, name)
+        mixin = EXPERT_MIXINS[kind]
         _EXPERT_CLASSES[key] = type(
             f"Liger{base.__name__}",
-            (LigerExpertsSwiGLUMixin, base),
-            {"__module__": __name__, "__doc__": LigerExpertsSwiGLUMixin.__doc__},
+            (mixin, base),
+            {"__module__": __name__, "__doc__": mixin.__doc__},
         )
     return _EXPERT_CLASSES[key]
 
@@ -59,7 +62,7 @@ def liger_mlp_class(mod, name: str, kind: str, cls):
     """The liger_cpp class replacing the modeling module's MLP class `name` of this kind."""
     if cls is not None:
         return cls
-    return experts_class(mod, name) if kind == "experts" else MLP_CLS[kind]
+    return experts_class(mod, name, kind) if kind in EXPERT_MIXINS else MLP_CLS[kind]
 
 
 def patch_rope(model_type: str, spec: Spec, mod) -> None:

@@ -9,19 +9,19 @@ type is a clear error), and every other module of a norm or MLP class the model 
 
 import inspect
 import types
-import warnings
 
 from torch import nn
 
 from liger_cpp.transformers.causal_lm import make_forward
 from liger_cpp.transformers.geglu import gelu_approximate
 from liger_cpp.transformers.layer_norm import LigerNNLayerNorm
+from liger_cpp.transformers.moe import LigerExpertsSwiGLUMixin, LigerGptOssExpertsMixin, experts_activation
 from liger_cpp.transformers.monkey_patch.class_level import liger_mlp_class
 from liger_cpp.transformers.monkey_patch.revert import base_model, original
 from liger_cpp.transformers.monkey_patch.specs import MLP_CLS, Spec, import_modeling
 from liger_cpp.transformers.relu_squared import check_relu2
 from liger_cpp.transformers.rms_norm import LigerL2Norm, LigerRMSNorm, LigerRMSNormGated
-from liger_cpp.transformers.swiglu import SILU_NAMES, LigerExpertsSwiGLUMixin, _check_act
+from liger_cpp.transformers.swiglu import SILU_NAMES, _check_act
 
 # MLP kinds by what their HF modules hold and compute.
 _GEGLU_KINDS = ("geglu", "gemma4", "gemma3n")
@@ -100,11 +100,15 @@ def _check_silu(module, config) -> None:
 
 
 def _mlp_convert(module, kind, config, liger_cls):
-    if kind == "experts":
-        for a in ("gate_up_proj", "down_proj", "num_experts"):
+    if kind in ("experts", "experts_gpt_oss"):
+        need = ("gate_up_proj", "down_proj", "num_experts")
+        if kind == "experts_gpt_oss":
+            need += ("gate_up_proj_bias", "down_proj_bias", "alpha", "limit")
+        for a in need:
             if not hasattr(module, a):
                 raise ValueError(f"expected fused experts with {a!r}, got {type(module).__name__}")
-        _check_act(config)
+        if kind == "experts":
+            experts_activation(config, module)
         return lambda: _swap_class(module, liger_cls)
     names = _PROJECTIONS.get(kind, ("gate_proj", "up_proj", "down_proj"))
     for a in names:
@@ -191,7 +195,12 @@ def patch_instance(model_type: str, spec: Spec, model, rms_norm, mlp, layer_norm
     if mlp:
         for n, kind, cls in spec.mlp_classes():
             mlp_map[original(mod, n)] = (kind, liger_mlp_class(mod, n, kind, cls))
-    liger_mlps = (LigerExpertsSwiGLUMixin, *MLP_CLS.values(), *(c for _, c in mlp_map.values()))
+    liger_mlps = (
+        LigerExpertsSwiGLUMixin,
+        LigerGptOssExpertsMixin,
+        *MLP_CLS.values(),
+        *(c for _, c in mlp_map.values()),
+    )
     todo = []  # every check first, then every change: never a half-patched model
     seen = set()
 
@@ -275,15 +284,6 @@ def patch_instance(model_type: str, spec: Spec, model, rms_norm, mlp, layer_norm
                 fwd = make_forward(type(base).forward, mode, loss_spec)
                 todo.append(lambda fwd=fwd: base.__dict__.__setitem__("forward", types.MethodType(fwd, base)))
                 break
-    impl = getattr(text_config, "_experts_implementation", None)
-    if mlp and any(k == "experts" for k, _ in mlp_map.values()) and impl not in (None, "eager"):
-        warnings.warn(
-            f"liger_cpp: this model uses experts_implementation={impl!r}; "
-            "the liger_cpp SwiGLU runs only in the eager experts loop, so Hugging Face's experts "
-            "forward is kept (load with experts_implementation='eager' to use it).",
-            UserWarning,
-            stacklevel=4,
-        )
     for apply in todo:
         apply()
 

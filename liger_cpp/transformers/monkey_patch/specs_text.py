@@ -49,10 +49,6 @@ MLP_KINDS = {
 _QK = ("q_norm", "k_norm")
 _POST_NORMS = ("post_attention_layernorm", "post_feedforward_layernorm")
 _SINGLE_ROPE = (("apply_rotary_pos_emb", "single"),)
-_GPT_OSS_EXPERTS = (
-    "GPT-OSS's experts compute a clamped, alpha-scaled GLU with biases (not SwiGLU) and have no "
-    "dense or shared MLP; swiglu=True has nothing liger_cpp can run. Pass swiglu=False."
-)
 
 
 def _moe(name, prefix, experts, shared, **kw):
@@ -173,12 +169,11 @@ TEXT_SPECS = {
         _M.format("gpt_oss"),
         "GptOssRMSNorm",
         LigerRMSNormForOlmo3,
-        "",
-        "swiglu",
+        "GptOssExperts",
+        "experts_gpt_oss",
         _LLAMA_NORMS,
         rope=(("apply_rotary_pos_emb", "gpt_oss"),),
         lm=_lm("GptOssForCausalLM"),
-        no_mlp=_GPT_OSS_EXPERTS,
     ),
     "deepseek_v2": _moe(
         "deepseek_v2",
