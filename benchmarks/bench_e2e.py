@@ -542,7 +542,11 @@ def parse(argv=None):
     # worker mode (internal)
     p.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
-    p.add_argument("--model", choices=list(MODELS), help=argparse.SUPPRESS)
+    p.add_argument(
+        "--model",
+        choices=sorted({*MODELS, *(m for f in FAMILIES.values() for m in f)}),
+        help=argparse.SUPPRESS,
+    )
     p.add_argument("--grad-checkpointing", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
