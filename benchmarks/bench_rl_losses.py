@@ -19,6 +19,7 @@ Usage: python benchmarks/bench_rl_losses.py [--out FILE.json] [--quick] [--devic
 """
 
 import argparse
+import importlib.metadata
 import time
 
 import torch
@@ -410,7 +411,7 @@ def main():
         **meta(),
         "liger_cpp_version": liger_cpp.__version__,
         "liger_importable": have_liger,
-        "liger_version": __import__("liger_kernel").__version__ if have_liger else None,
+        "liger_version": importlib.metadata.version("liger-kernel") if have_liger else None,
         "grpo": {"loss_type": "dapo", "beta": BETA, "epsilon_high": EPS_HI},
         "jsd": JSD_KW,
         "rows": rows,

@@ -54,7 +54,7 @@ for s in ${STAGES:-}; do
     tests) run tests "${TESTS_TIMEOUT:-300}" python3 -m pytest ${TEST_FILES:-tests} -q -n "${NPROC:-16}" \
       -p no:cacheprovider -k "${TEST_K:-cuda}" ;;
     host_cost) run host_cost "${HOST_TIMEOUT:-120}" python3 benchmarks/bench_host_cost.py --out "$W/host_cost.json" ;;
-    rl) run rl "${RL_TIMEOUT:-240}" python3 benchmarks/bench_rl_losses.py --out "$W/rl_losses.json" ;;
+    rl) run rl "${RL_TIMEOUT:-240}" python3 benchmarks/bench_rl_losses.py ${RL_ARGS:-} --out "$W/rl_losses.json" ;;
     e2e_b1) run e2e_b1 "${E2E_TIMEOUT:-200}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 --batch 1 \
       --seq 1024 --variants hf,liger_cpp,liger --quick --timeout 90 --out "$W/e2e_b1.json" ;;
     e2e_families)  # issue 27: one dense, one MoE, one multimodal family at ~1B (E2E_FAMILIES)
