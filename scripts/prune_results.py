@@ -19,7 +19,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def _citing_text() -> str:
-    paths = [ROOT / "README.md", ROOT / "CHANGELOG.md", RESULTS / "record.json"]
+    paths = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "setup.py", RESULTS / "record.json"]
     paths += list((ROOT / "docs").rglob("*.md"))
     for sub in ("csrc", "liger_cpp", "benchmarks", "tests", "scripts", "compat"):
         paths += [
