@@ -72,6 +72,7 @@ VLM_TYPES = [
     "internvl",
     "llama4",
     "llava",
+    "muse_glimmer",
     "paligemma",
     "qwen3_5",
     "qwen3_5_moe",
@@ -243,6 +244,17 @@ def _text(model_type):
             rope_parameters=dict(_MROPE3, partial_rotary_factor=0.5),
         )
         t["rope_parameters"]["mrope_section"] = [1, 1, 0]
+    elif model_type == "muse_glimmer":
+        # layer 1 is a NoPE full-attention layer (HF's default pattern), layer 0 sliding; a small
+        # softcap and a multiplier != 1 so that T * tanh(m * logits / T) changes the loss visibly.
+        t.update(
+            hidden_activation="silu",
+            sliding_window=8,
+            final_logit_softcapping=3.0,
+            output_multiplier=1.7,
+            qk_scale_factor=1.3,
+            post_norm_eps=1e-6,
+        )
     elif model_type == "glm4v":
         t.update(rope_parameters=dict(_MROPE3, partial_rotary_factor=0.5))
         t["rope_parameters"]["mrope_section"] = [1, 1, 0]
@@ -296,6 +308,26 @@ def tiny_config_new(model_type, attn="eager"):
             video_token_id=6,
             image_start_token_id=7,
             image_end_token_id=8,
+        )
+    elif model_type == "muse_glimmer":
+        # 4x4 patches of 2 frames x 3 channels (96 values), 2x2 merged: 128 features a token
+        cfg = cm["muse_glimmer"](
+            text_config=t,
+            vision_config=dict(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,  # one window-attention block, one full-attention block
+                num_attention_heads=4,
+                patch_size=4,
+                patch_temporal=2,
+                pos_emb_height=4,
+                pos_emb_width=4,
+                merge_size=2,
+            ),
+            out_hidden_size=128,
+            projector_hidden_size=32,
+            image_token_id=5,
+            video_token_id=6,
         )
     elif model_type == "gemma4":
         cfg = cm["gemma4"](

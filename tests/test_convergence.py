@@ -67,6 +67,7 @@ IMAGES = {
     "qwen3_5_moe",
     "glm4v",
     "glm4v_moe",
+    "muse_glimmer",
 }
 # Gemma 3 and Mllama train on text only here (their image inputs need a processor's layout): their
 # vision towers, and Mllama's cross-attention layer (skipped without images), stay as initialised.
@@ -97,7 +98,7 @@ def _reverted():
 
 def make_batch(model, g, device, dtype):
     """(input_ids, labels, extra inputs): random tokens, labels ignored on a prompt prefix and on
-    scattered tokens. Qwen2-VL / Qwen2.5-VL get an image per sample (4 image tokens after a
+    scattered tokens. The Qwen-style VLMs (IMAGES) get an image per sample (4 image tokens after a
     vision-start token: a 4x4 patch grid merged 2x2), so their vision tower (LigerNNLayerNorm) and
     mRoPE positions train too."""
     ids = torch.randint(8, VOCAB, (B, T), generator=g)
@@ -106,7 +107,10 @@ def make_batch(model, g, device, dtype):
     labels[torch.rand(B, T, generator=g) < 0.15] = -100
     kw = {}
     if model.config.model_type in IMAGES:
-        ids[:, 1] = getattr(model.config, "vision_start_token_id", None) or model.config.image_start_token_id
+        start = getattr(model.config, "vision_start_token_id", None)
+        start = start or getattr(model.config, "image_start_token_id", None)
+        if start is not None:  # MuseGlimmer has no start token: its image tokens follow any token
+            ids[:, 1] = start
         ids[:, 2:6] = model.config.image_token_id
         labels[:, 1:6] = -100
         kw = dict(

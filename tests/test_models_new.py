@@ -139,7 +139,7 @@ def test_instance_all_flags_match_hf_keep_parameters_and_revert(model_type):
     torch.testing.assert_close(model(input_ids=ids).logits, ref_model(input_ids=ids).logits)
 
 
-@pytest.mark.parametrize("model_type", ["qwen3_vl_moe", "qwen3_next", "gemma4_text"])
+@pytest.mark.parametrize("model_type", ["qwen3_vl_moe", "qwen3_next", "gemma4_text", "muse_glimmer"])
 def test_cross_entropy_mode_matches_hf(model_type):
     ref_model = build(model_type)
     ref = results(ref_model)

@@ -15,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 from hf_models import build, grads, single_thread  # noqa: E402,F401  (autouse fixture)
 from test_models_new import TOL, all_flags, apply_fn, grads_close  # noqa: E402
 
+import liger_cpp.transformers as lt  # noqa: E402
 from liger_cpp.transformers import monkey_patch as mp  # noqa: E402
 from liger_cpp.transformers.monkey_patch import specs  # noqa: E402
 from liger_cpp.transformers.monkey_patch.specs_multimodal import MULTIMODAL_SPECS  # noqa: E402
@@ -22,7 +23,7 @@ from liger_cpp.transformers.monkey_patch.specs_text import TEXT_SPECS  # noqa: E
 
 # Qwen-style vision (flattened patches and a (t, h, w) grid: 16 patches, 4 tokens after the 2x2
 # merge), LLaVA / PaliGemma (4 patch tokens of a 28x28 image), InternVL / SmolVLM (one token).
-QWEN_STYLE = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v", "glm4v_moe")
+QWEN_STYLE = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v", "glm4v_moe", "muse_glimmer")
 IMAGE_TYPES = QWEN_STYLE + ("llava", "internvl", "smolvlm", "paligemma")
 
 
@@ -87,6 +88,48 @@ def test_llama4_vision_encoder_matches_hf():
         outs.append((y.detach(), grads(m)))
     torch.testing.assert_close(outs[1][0], outs[0][0], **TOL)
     grads_close(outs[1][1], outs[0][1])
+
+
+def test_muse_glimmer_base_and_text_models_patched_without_a_head():
+    """MuseGlimmerModel and MuseGlimmerTextModel (no lm_head): their norms, MLPs and LayerNorms are
+    patched, their forward is not; the hidden states match Hugging Face's, forward and backward."""
+    ref = build("muse_glimmer")
+    for part in ("model", "model.language_model"):
+        m0 = ref.get_submodule(part)
+        patched = build("muse_glimmer").get_submodule(part)
+        patched.load_state_dict(m0.state_dict())
+        lt.apply_liger_kernel_to_muse_glimmer(model=patched)
+        assert "forward" not in vars(patched)
+        names = {type(m).__name__ for m in patched.modules()}
+        assert not names & {"MuseGlimmerRMSNorm", "MuseGlimmerTextCenteredRMSNorm", "MuseGlimmerTextMLP"}
+        assert ("LigerNNLayerNorm" in names) == (part == "model")
+        ids = torch.randint(8, 96, (2, 9), generator=torch.Generator().manual_seed(4))
+        outs = []
+        for m in (m0, patched):
+            m.zero_grad(set_to_none=True)
+            y = m(input_ids=ids).last_hidden_state
+            # a mean, as a loss is (embed_norm of the tiny embeddings scales their gradients up ~50x)
+            (y * torch.linspace(-1, 1, y.shape[-1])).mean().backward()
+            outs.append((y.detach(), grads(m)))
+        torch.testing.assert_close(outs[1][0], outs[0][0], **TOL)
+        grads_close(outs[1][1], outs[0][1])
+        mp.revert_liger_kernel(model=patched)
+        assert not any(type(m).__module__.startswith("liger_cpp") for m in patched.modules())
+
+
+def test_muse_glimmer_non_silu_mlp_is_a_clear_error():
+    model = build("muse_glimmer", hidden_activation="gelu_pytorch_tanh")
+    classes = {n: type(m) for n, m in model.named_modules()}
+    with pytest.raises(ValueError, match="hidden_activation"):
+        lt.apply_liger_kernel_to_muse_glimmer(model=model)
+    assert {n: type(m) for n, m in model.named_modules()} == classes and "forward" not in vars(model)
+    lt.apply_liger_kernel_to_muse_glimmer()
+    with pytest.raises(ValueError, match="hidden_activation"):
+        build("muse_glimmer", hidden_activation="gelu_pytorch_tanh")
+    lt.apply_liger_kernel_to_muse_glimmer(swiglu=False)  # the other flags still apply
+    mp.revert_liger_kernel()
+    lt.apply_liger_kernel_to_muse_glimmer(swiglu=False)
+    assert any(type(m).__module__.startswith("liger_cpp") for m in build("muse_glimmer").modules())
 
 
 # The newer families' rows (the older ones: tests/test_monkey_patch.py).

@@ -29,6 +29,10 @@ IMPLEMENTED = {
     f"{_T}.rms_norm.LigerRMSNormForGlm4": "liger_cpp.transformers.rms_norm:LigerRMSNormForOlmo2",
     f"{_T}.rms_norm.LigerRMSNormForQwen3Next": "liger_cpp.transformers.rms_norm:LigerRMSNormForQwen3Next",
     f"{_T}.rms_norm.LigerRMSNormForGemma4": "liger_cpp.transformers.rms_norm:LigerRMSNormForGemma4",
+    **{
+        f"{_T}.rms_norm.{n}": f"liger_cpp.transformers.rms_norm:{n}"
+        for n in ("LigerRMSNormForMuseGlimmer", "LigerRMSNormForMuseGlimmerTextCentered")
+    },
     f"{_T}.layer_norm.LigerLayerNorm": "liger_cpp.transformers.layer_norm:LigerLayerNorm",
     f"{_T}.fused_add_rms_norm.LigerFusedAddRMSNorm": (
         "liger_cpp.transformers.fused_add_rms_norm:LigerFusedAddRMSNorm"
@@ -41,6 +45,7 @@ IMPLEMENTED = {
     f"{_T}.geglu.LigerGEGLUMLPForGemma4": "liger_cpp.transformers.geglu:LigerGEGLUMLPForGemma4",
     f"{_T}.swiglu.LigerFalconH1SwiGLUMLP": "liger_cpp.transformers.swiglu:LigerFalconH1SwiGLUMLP",
     f"{_T}.swiglu.LigerHunyuanV1SwiGLUMLP": "liger_cpp.transformers.swiglu:LigerHunyuanV1SwiGLUMLP",
+    f"{_T}.swiglu.LigerSwiGLUMLPForMuseGlimmer": "liger_cpp.transformers.swiglu:LigerSwiGLUMLPForMuseGlimmer",
     f"{_T}.relu_squared.LigerReLUSquared": "liger_cpp.transformers.relu_squared:LigerReLUSquared",
     f"{_T}.swiglu.LigerExperts": "liger_cpp.transformers.moe:LigerExperts",
     **{

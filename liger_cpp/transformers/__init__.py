@@ -63,6 +63,7 @@ from liger_cpp.transformers.monkey_patch import (  # noqa: F401
     apply_liger_kernel_to_mistral,
     apply_liger_kernel_to_mixtral,
     apply_liger_kernel_to_mllama,
+    apply_liger_kernel_to_muse_glimmer,
     apply_liger_kernel_to_nemotron,
     apply_liger_kernel_to_olmo2,
     apply_liger_kernel_to_olmo3,
@@ -92,6 +93,8 @@ from liger_cpp.transformers.rms_norm import (  # noqa: F401  # noqa: F401,E402
     LigerRMSNormForGemma2,
     LigerRMSNormForGemma3,
     LigerRMSNormForGemma4,
+    LigerRMSNormForMuseGlimmer,
+    LigerRMSNormForMuseGlimmerTextCentered,
     LigerRMSNormForOlmo2,
     LigerRMSNormForOlmo3,
     LigerRMSNormForQwen3Next,
@@ -114,6 +117,7 @@ from liger_cpp.transformers.swiglu import (  # noqa: F401  # noqa: F401,E402
     LigerPhi3SwiGLUMLP,
     LigerQwen3MoeSwiGLUMLP,
     LigerSwiGLUMLP,
+    LigerSwiGLUMLPForMuseGlimmer,
 )
 
 
@@ -156,6 +160,7 @@ __all__ = [
     "apply_liger_kernel_to_mistral",
     "apply_liger_kernel_to_mixtral",
     "apply_liger_kernel_to_mllama",
+    "apply_liger_kernel_to_muse_glimmer",
     "apply_liger_kernel_to_nemotron",
     "apply_liger_kernel_to_olmo2",
     "apply_liger_kernel_to_olmo3",
@@ -221,11 +226,14 @@ __all__ = [
     "LigerRMSNormForGemma2",
     "LigerRMSNormForGemma3",
     "LigerRMSNormForGemma4",
+    "LigerRMSNormForMuseGlimmer",
+    "LigerRMSNormForMuseGlimmerTextCentered",
     "LigerRMSNormForOlmo2",
     "LigerRMSNormForOlmo3",
     "LigerRMSNormForQwen3Next",
     "LigerRMSNormGated",
     "LigerSwiGLUMLP",
+    "LigerSwiGLUMLPForMuseGlimmer",
     "MODEL_TYPE_TO_APPLY_LIGER_FN",
     "revert_liger_kernel",
 ]

@@ -184,6 +184,55 @@ class LigerRMSNormForGemma4(LigerRMSNorm):
         self.with_scale = with_scale
 
 
+class LigerRMSNormForMuseGlimmer(LigerRMSNorm):
+    """MuseGlimmer's RMSNorm (HF ``MuseGlimmerRMSNorm(dim=None, eps, with_scale)``): float32 math,
+    ``* weight`` (no offset, ones init) when ``with_scale`` (the text model's final norm), no weight
+    otherwise (the attention's qk_norm, the embedding's embed_norm, the projected vision features'
+    perception_emb_norm); one rounding; never in place. HF normalises with ``pow(ms + eps, -0.5)``,
+    the kernel with rsqrt: they can differ by an ulp."""
+
+    def __init__(
+        self,
+        dim=None,
+        eps=1e-6,
+        offset=0.0,
+        casting_mode="gemma",
+        init_fn="ones",
+        in_place=False,
+        with_scale=True,
+    ):
+        if with_scale and dim is None:
+            raise ValueError("liger_cpp: argument 'dim': needed when with_scale=True (the weight's size)")
+        super().__init__(
+            dim if dim is not None else 0,
+            eps,
+            offset,
+            casting_mode,
+            init_fn,
+            in_place,
+            elementwise_affine=with_scale,
+        )
+        self.with_scale = with_scale
+
+
+class LigerRMSNormForMuseGlimmerTextCentered(LigerRMSNorm):
+    """MuseGlimmer's decoder-layer norms (HF ``MuseGlimmerTextCenteredRMSNorm(dim, eps)``): float32
+    math, ``* (1 + weight)`` with zeros init, one rounding (Gemma's); never in place (the post norms
+    sit between a sub-layer and its residual)."""
+
+    def __init__(
+        self,
+        hidden_size,
+        eps=1e-6,
+        offset=1.0,
+        casting_mode="gemma",
+        init_fn="zeros",
+        in_place=False,
+        row_mode=None,
+    ):
+        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
+
+
 class LigerL2Norm(LigerRMSNorm):
     """A weightless RMSNorm, ``x * rsqrt(mean(x^2) + eps)`` in float32 rounded once (HF's
     Llama4TextL2Norm(eps), the q / k norm of Llama 4's RoPE layers). The size is taken from the

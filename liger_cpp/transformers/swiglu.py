@@ -192,3 +192,17 @@ class LigerGlm4VisionSwiGLUMLP(LigerSwiGLUMLP):
         self.intermediate_size = config.out_hidden_size
         _projections(self, self.hidden_size, self.intermediate_size, bias)
         self.in_place = None
+
+
+class LigerSwiGLUMLPForMuseGlimmer(LigerSwiGLUMLP):
+    """MuseGlimmer's text MLP (HF MuseGlimmerTextMLP(config)): a SwiGLU MLP whose activation is
+    ``config.hidden_activation`` (not ``hidden_act``); no biases."""
+
+    def __init__(self, config):
+        nn.Module.__init__(self)
+        _check_act(config, "hidden_activation")
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.intermediate_size
+        _projections(self, self.hidden_size, self.intermediate_size, False)
+        self.in_place = None

@@ -62,6 +62,33 @@ def apply_liger_kernel_to_glm4v_moe(
     _patch("glm4v_moe", model, rope, cross_entropy, fused_linear_cross_entropy, rms_norm, swiglu)
 
 
+def apply_liger_kernel_to_muse_glimmer(
+    rope: bool = True,
+    cross_entropy: bool = False,
+    fused_linear_cross_entropy: bool = True,
+    layer_norm: bool = True,
+    rms_norm: bool = True,
+    swiglu: bool = True,
+    model=None,
+) -> None:
+    """MuseGlimmer: the text RoPE, every RMSNorm (the decoder layers' (1 + w) norms, the final norm,
+    the weightless qk / embedding / vision-feature norms), MuseGlimmerTextMLP -> SwiGLU, the vision
+    tower's LayerNorms (layer_norm; also at class level, inside the modeling module only), FLCE with
+    the head's output multiplier and final softcapping, or CE
+    (MuseGlimmerForConditionalGeneration). ``model`` may also be a MuseGlimmerModel or
+    MuseGlimmerTextModel (no head: its layers only). The vision RoPE, MLP and adapter stay HF's."""
+    _patch(
+        "muse_glimmer",
+        model,
+        rope,
+        cross_entropy,
+        fused_linear_cross_entropy,
+        rms_norm,
+        swiglu,
+        layer_norm=layer_norm,
+    )
+
+
 def apply_liger_kernel_to_pixtral(
     rope: bool = True,
     rms_norm: bool = True,

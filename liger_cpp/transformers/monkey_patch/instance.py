@@ -126,6 +126,8 @@ def _mlp_convert(module, kind, config, liger_cls):
         approximate = gelu_approximate(cfg)
     elif kind == "relu2":
         check_relu2(cfg)
+    elif kind == "muse_glimmer":
+        _check_act(cfg, "hidden_activation")
     elif kind != "phi3":
         _check_silu(module, config)
     else:

@@ -3,8 +3,13 @@ modeling module (Qwen3-VL(-MoE), GLM-4V(-MoE), Pixtral's vision encoder), read f
 5.24. The composite models built from other model types (LLaVA, InternVL, SmolVLM, PaliGemma) are
 patched through their towers' own apply functions (composite.py)."""
 
-from liger_cpp.transformers.monkey_patch.specs import _LLAMA_NORMS, _M, _ROPE, Spec, _lm
-from liger_cpp.transformers.rms_norm import LigerRMSNorm
+from liger_cpp.transformers.causal_lm import LossSpec
+from liger_cpp.transformers.monkey_patch.specs import _LLAMA_NORMS, _M, _ROPE, _SANDWICH, Spec, _lm
+from liger_cpp.transformers.rms_norm import (
+    LigerRMSNorm,
+    LigerRMSNormForMuseGlimmer,
+    LigerRMSNormForMuseGlimmerTextCentered,
+)
 
 _VISION_ROPE = (("apply_rotary_pos_emb_vision", "vision"),)
 _GLM4V_ROPE = (
@@ -62,6 +67,31 @@ MULTIMODAL_SPECS = {
         mlps=(("Glm4vMoeTextMLP", "swiglu", None), ("Glm4vMoeisionMlp", "glm4_vision", None)),
         rope=_ROPE + _VISION_ROPE,
         lm=_lm("Glm4vMoeForConditionalGeneration"),
+    ),
+    # MuseGlimmer: the decoder layers' four (1 + w) norms, the weighted final norm and the weightless
+    # qk_norm / embed_norm / perception_emb_norm (MuseGlimmerRMSNorm, float32, no offset), the SwiGLU
+    # text MLP (its activation is config.hidden_activation), the text RoPE (NoPE layers skip it, as
+    # HF), the vision tower's nn.LayerNorms, and the head's T * tanh(m * logits / T) (m =
+    # output_multiplier, T = final_logit_softcapping) inside the fused loss. The vision RoPE (4-D,
+    # (1, S, H, D)), the vision MLP and the vision adapter (GELU) stay HF's, as in Liger-Kernel.
+    "muse_glimmer": Spec(
+        _M.format("muse_glimmer"),
+        "MuseGlimmerTextCenteredRMSNorm",
+        LigerRMSNormForMuseGlimmerTextCentered,
+        "MuseGlimmerTextMLP",
+        "muse_glimmer",
+        _SANDWICH,
+        attn_norm_attrs=("qk_norm",),
+        norms=(("MuseGlimmerRMSNorm", LigerRMSNormForMuseGlimmer),),
+        rope=_ROPE,
+        lm=_lm(
+            "MuseGlimmerForConditionalGeneration",
+            spec=LossSpec(
+                softcap=lambda c: c.get_text_config().final_logit_softcapping,
+                logit_scale=lambda c: float(c.get_text_config().output_multiplier),
+            ),
+        ),
+        layer_norm=((_M.format("muse_glimmer"), "nn"),),
     ),
     # Pixtral's vision encoder (the vision tower of Mistral's multimodal LLaVA models).
     "pixtral": Spec(

@@ -31,6 +31,7 @@ from liger_cpp.transformers.swiglu import (
     LigerFalconH1SwiGLUMLP,
     LigerGlm4VisionSwiGLUMLP,
     LigerHunyuanV1SwiGLUMLP,
+    LigerSwiGLUMLPForMuseGlimmer,
 )
 
 # MLP kinds beyond specs.MLP_CLS's -> the liger_cpp class (drop-in for the HF class: same
@@ -44,6 +45,7 @@ MLP_KINDS = {
     "relu2": LigerReLUSquaredMLP,  # Nemotron: down(relu(up(x))^2)
     "gemma4": LigerGEGLUMLPForGemma4,  # double-wide on KV-shared layers
     "gemma3n": LigerGEGLUMLPForGemma3n,  # per-layer width, Gaussian top-k gate sparsity
+    "muse_glimmer": LigerSwiGLUMLPForMuseGlimmer,  # activation named config.hidden_activation
 }
 
 _QK = ("q_norm", "k_norm")
