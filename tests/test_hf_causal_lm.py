@@ -26,9 +26,10 @@ from liger_cpp.transformers import monkey_patch as mp  # noqa: E402
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 # FLCE on: plain, softcapped (gemma2 softcap 3), scaled (granite / 4), MoE, multimodal class; of the
 # newer families: softcapped Gemma 4, Falcon-H1's logit multiplier, Qwen3.5-MoE (gated delta net,
-# shared experts), Llama 4 (L2 q/k norm, complex RoPE), Qwen3-VL's multimodal class.
+# shared experts), Llama 4 (L2 q/k norm, complex RoPE), Qwen3-VL's multimodal class, MuseGlimmer's
+# (output multiplier, then softcap).
 FLCE_TYPES = ["llama", "gemma2", "granite", "mixtral", "qwen2_vl"]
-FLCE_TYPES_NEW = ["gemma4_text", "falcon_h1", "qwen3_5_moe_text", "llama4_text", "qwen3_vl"]
+FLCE_TYPES_NEW = ["gemma4_text", "falcon_h1", "qwen3_5_moe_text", "llama4_text", "qwen3_vl", "muse_glimmer"]
 FLCE_TYPES += FLCE_TYPES_NEW
 
 
@@ -156,6 +157,35 @@ def test_falcon_h1_lm_head_multiplier_changes_the_loss():
         same(o1, g1, o0, g0)
         losses.append(o1.loss)
     assert not torch.allclose(losses[0], losses[1], rtol=1e-3)
+
+
+def test_muse_glimmer_output_multiplier_and_softcap_change_the_loss():
+    """MuseGlimmer's head computes T * tanh(m * logits / T): both m and T reach the fused loss. The
+    gradients (up to ~50 here: the weightless embed_norm scales the tiny embeddings' up) are held to
+    2x Hugging Face's own fp32 error against its float64 run."""
+    losses = []
+    for mult, cap in ((1.7, 3.0), (1.0, 3.0), (1.7, 1e6)):
+        cfg = dict(output_multiplier=mult, final_logit_softcapping=cap)
+        ref, model = pair("muse_glimmer", **cfg)
+        with torch.no_grad():  # logits of a few units: the softcap (3) bites
+            for m in (ref, model):
+                m.lm_head.weight.mul_(40)
+        ref64 = build("muse_glimmer", **cfg)
+        ref64.load_state_dict(ref.state_dict())
+        ids, labels = batch()
+        o0, g0 = run(ref, ids, labels)
+        o1, g1 = run(model, ids, labels)
+        o64, g64 = run(ref64.double(), ids, labels)
+        assert o1.logits is None
+        torch.testing.assert_close(o1.loss, o0.loss, **TOL)
+        assert g0.keys() == g1.keys() == g64.keys() and g0
+        for n in g0:
+            err_hf = (g0[n].double() - g64[n]).abs().max().item()
+            err = (g1[n].double() - g64[n]).abs().max().item()
+            assert err <= 2 * err_hf + 1e-7, f"grad of {n}: {err:.3g} from float64 (HF fp32: {err_hf:.3g})"
+        losses.append(o1.loss)
+    assert not torch.allclose(losses[0], losses[1], rtol=1e-3)
+    assert not torch.allclose(losses[0], losses[2], rtol=1e-3)
 
 
 def test_granite_flce_needs_cross_entropy_off():

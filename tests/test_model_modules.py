@@ -178,3 +178,31 @@ def test_gemma4_gemma3n_geglu_mlps(dtype):
             ours, hf = ours.to(dtype), hf.to(dtype)
             tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
             torch.testing.assert_close(ours(x), hf(x), **tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_muse_glimmer_norms_and_mlp(dtype):
+    m = _modeling("muse_glimmer")
+    for with_scale in (True, False):  # the final norm; qk_norm / embed_norm / perception_emb_norm
+        hf = m.MuseGlimmerRMSNorm(40 if with_scale else None, eps=1e-6, with_scale=with_scale)
+        if with_scale:
+            with torch.no_grad():
+                hf.weight.normal_(1, 0.3)
+        ours = lt.LigerRMSNormForMuseGlimmer(40 if with_scale else None, eps=1e-6, with_scale=with_scale)
+        ours.load_state_dict(hf.state_dict())
+        ref = (lambda x, w: x * _rstd(x, 1e-6) * w) if with_scale else (lambda x: x * _rstd(x, 1e-6))
+        _compare(ours, hf, ref, [_x(2, 3, 40)], dtype)
+    # qk_norm sees the (B, H, T, D) view of a (B, T, H, D) projection: not contiguous
+    hf, ours = (
+        m.MuseGlimmerRMSNorm(eps=1e-5, with_scale=False),
+        lt.LigerRMSNormForMuseGlimmer(eps=1e-5, with_scale=False),
+    )
+    _compare(ours, hf, lambda x: x * _rstd(x, 1e-5), [_x(2, 5, 4, 8).transpose(1, 2)], dtype)
+    hf = m.MuseGlimmerTextCenteredRMSNorm(24, eps=1e-8)
+    with torch.no_grad():
+        hf.weight.normal_(0, 0.3)
+    ours = lt.LigerRMSNormForMuseGlimmerTextCentered(24, eps=1e-8)
+    ours.load_state_dict(hf.state_dict())
+    _compare(ours, hf, lambda x, w: x * _rstd(x, 1e-8) * (1 + w), [_x(5, 24)], dtype)
+    _, hf, ours = _mlp_pair("muse_glimmer", m.MuseGlimmerTextMLP, lt.LigerSwiGLUMLPForMuseGlimmer)
+    _compare(ours, hf, _swiglu_ref, [_x(2, 5, 32)], dtype)
