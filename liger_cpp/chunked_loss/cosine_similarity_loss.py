@@ -8,12 +8,7 @@ function does not look at the labels) while n counts the labelled rows. `compile
 are accepted and ignored.
 """
 
-from typing import Optional
-
-import torch
-from torch import Tensor
-
-from liger_cpp.chunked_loss.jsd_loss import _distill
+from liger_cpp.chunked_loss.jsd_loss import _distill, _FusedLinearDistillationLoss
 
 
 def liger_fused_linear_cosine(
@@ -52,50 +47,7 @@ def liger_fused_linear_cosine(
     )
 
 
-class LigerFusedLinearCosineSimilarityLoss(torch.nn.Module):
+class LigerFusedLinearCosineSimilarityLoss(_FusedLinearDistillationLoss):
     """Fused lm_heads + cosine-similarity distillation loss (with a weighted hard CE term)."""
 
-    def __init__(
-        self,
-        weight_hard_loss: float = 0.5,
-        weight_soft_loss: float = 0.5,
-        beta: float = 0.5,
-        ignore_index: int = -100,
-        temperature: float = 1.0,
-        compiled: bool = True,
-        chunk_size: int = 1024,
-        return_soft_hard_loss: bool = False,
-    ):
-        super().__init__()
-        if temperature == 0:
-            raise ValueError("Temperature cannot be 0.")
-        self.weight_hard_loss, self.weight_soft_loss, self.beta = weight_hard_loss, weight_soft_loss, beta
-        self.ignore_index, self.temperature, self.compiled = ignore_index, temperature, compiled
-        self.chunk_size, self.return_soft_hard_loss = chunk_size, return_soft_hard_loss
-
-    def forward(
-        self,
-        student_input: Tensor,
-        student_weight: Tensor,
-        teacher_input: Tensor,
-        teacher_weight: Tensor,
-        true_labels: Tensor,
-        student_bias: Optional[Tensor] = None,
-        teacher_bias: Optional[Tensor] = None,
-    ):
-        return _distill(
-            "cosine",
-            student_input,
-            student_weight,
-            teacher_input,
-            teacher_weight,
-            true_labels,
-            student_bias,
-            teacher_bias,
-            self.weight_hard_loss,
-            self.weight_soft_loss,
-            self.beta,
-            self.ignore_index,
-            self.temperature,
-            self.return_soft_hard_loss,
-        )
+    _loss = "cosine"

@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from liger_cpp.ops.fused_linear_grpo import LOSS_TYPES, fused_linear_grpo
+from liger_cpp.ops.fused_linear_grpo import check_loss_type, fused_linear_grpo
 
 
 def _metrics(beta, kl, clip_ratio):
@@ -117,10 +117,7 @@ class LigerFusedLinearGRPOLoss(torch.nn.Module):
         vespo_lambda_neg: float = 2.0,
     ):
         super().__init__()
-        if loss_type not in LOSS_TYPES:
-            raise ValueError(
-                f"liger_cpp: argument 'loss_type': expected one of {LOSS_TYPES}, got {loss_type!r}"
-            )
+        check_loss_type(loss_type)
         if sapo_temperature_pos <= 0:
             raise ValueError(f"sapo_temperature_pos must be positive, got {sapo_temperature_pos}")
         if sapo_temperature_neg <= 0:

@@ -89,8 +89,11 @@ def liger_fused_linear_jsd(
     )
 
 
-class LigerFusedLinearJSDLoss(torch.nn.Module):
-    """Fused lm_heads + generalized JSD distillation loss (with a weighted hard CE term)."""
+class _FusedLinearDistillationLoss(torch.nn.Module):
+    """The distillation modules' shared body: Liger's constructor and forward, `_loss` names the
+    soft term ("jsd" or "cosine")."""
+
+    _loss = ""
 
     def __init__(
         self,
@@ -121,7 +124,7 @@ class LigerFusedLinearJSDLoss(torch.nn.Module):
         teacher_bias: Optional[Tensor] = None,
     ):
         return _distill(
-            "jsd",
+            self._loss,
             student_input,
             student_weight,
             teacher_input,
@@ -136,3 +139,9 @@ class LigerFusedLinearJSDLoss(torch.nn.Module):
             self.temperature,
             self.return_soft_hard_loss,
         )
+
+
+class LigerFusedLinearJSDLoss(_FusedLinearDistillationLoss):
+    """Fused lm_heads + generalized JSD distillation loss (with a weighted hard CE term)."""
+
+    _loss = "jsd"

@@ -22,6 +22,12 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 _DAPO_NORMALIZED = ("dapo", "cispo", "vespo")
 
 
+def check_loss_type(loss_type: str) -> None:
+    """The loss_type check of the functional and of LigerFusedLinearGRPOLoss's constructor."""
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"liger_cpp: argument 'loss_type': expected one of {LOSS_TYPES}, got {loss_type!r}")
+
+
 @torch.library.register_fake("liger::fused_linear_grpo_fwd")
 def _fwd_fake(
     input,
@@ -139,8 +145,7 @@ def fused_linear_grpo(
     use_ref_model; otherwise the KL term is 0.
     """
     check_device(input, "_input")
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"liger_cpp: argument 'loss_type': expected one of {LOSS_TYPES}, got {loss_type!r}")
+    check_loss_type(loss_type)
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
         raise ValueError(
             "liger_cpp: argument 'importance_sampling_level': expected 'token' or 'sequence', got "
