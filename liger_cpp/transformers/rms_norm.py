@@ -148,21 +148,9 @@ class LigerRMSNormForOlmo3(LigerRMSNorm):
         super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
 
 
-class LigerRMSNormForQwen3Next(LigerRMSNorm):
+class LigerRMSNormForQwen3Next(LigerRMSNormForGemma):
     """Qwen3-Next / Qwen3.5's RMSNorm: ``x_normed * (1 + w)`` in float32, rounded once (HF's
-    Qwen3NextRMSNorm: Gemma's formula and zeros init), never in place."""
-
-    def __init__(
-        self,
-        hidden_size,
-        eps=1e-6,
-        offset=1.0,
-        casting_mode="gemma",
-        init_fn="zeros",
-        in_place=False,
-        row_mode=None,
-    ):
-        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
+    Qwen3NextRMSNorm: Gemma's formula and zeros init, Gemma's constructor), never in place."""
 
 
 class LigerRMSNormForGemma4(LigerRMSNorm):
@@ -215,22 +203,10 @@ class LigerRMSNormForMuseGlimmer(LigerRMSNorm):
         self.with_scale = with_scale
 
 
-class LigerRMSNormForMuseGlimmerTextCentered(LigerRMSNorm):
+class LigerRMSNormForMuseGlimmerTextCentered(LigerRMSNormForGemma):
     """MuseGlimmer's decoder-layer norms (HF ``MuseGlimmerTextCenteredRMSNorm(dim, eps)``): float32
-    math, ``* (1 + weight)`` with zeros init, one rounding (Gemma's); never in place (the post norms
-    sit between a sub-layer and its residual)."""
-
-    def __init__(
-        self,
-        hidden_size,
-        eps=1e-6,
-        offset=1.0,
-        casting_mode="gemma",
-        init_fn="zeros",
-        in_place=False,
-        row_mode=None,
-    ):
-        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
+    math, ``* (1 + weight)`` with zeros init, one rounding: Gemma's norm, constructor included; never
+    in place (the post norms sit between a sub-layer and its residual)."""
 
 
 class LigerL2Norm(LigerRMSNorm):
