@@ -5,22 +5,8 @@ Granite's logit scaling, Phi-3's partial rotary, MoE dense layers)."""
 import pytest
 import torch
 import transformers
-from hf_models_new import NEW_MODEL_TYPES, NEW_MOE, VLM_TYPES, tiny_config_new
+from hf_models_new import NEW_MODEL_TYPES, NEW_MOE, TEXT, VLM_TYPES, VOCAB, tiny_config_new
 
-VOCAB = 96
-TEXT = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    max_position_embeddings=64,
-    pad_token_id=0,
-    bos_token_id=1,
-    eos_token_id=2,
-)
 MODEL_TYPES = [
     "gemma",
     "gemma2",
