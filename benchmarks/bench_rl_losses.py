@@ -41,8 +41,6 @@ MiB = 1 << 20
 def real_liger_importable():
     """Liger-Kernel itself (not liger_cpp's compatibility package, whose liger_kernel is liger_cpp)."""
     try:
-        import importlib.metadata
-
         import liger_kernel  # noqa: F401
 
         # Liger-Kernel has no __version__; the compatibility package's version names liger.cpp.
