@@ -20,7 +20,7 @@ using Pair = std::tuple<at::Tensor, at::Tensor>;
 
 // All three: (x, y, ..., compute_grad at argument 5) -> (loss, dx).
 const fwdgrad::OpSpec& spec_of(const char* name, bool elementwise) {
-  return *new fwdgrad::OpSpec{name, &fwdgrad::find_op(name), {1, 1, 1}, {5, -1, -1}, {0, 1}, elementwise};
+  return *new fwdgrad::OpSpec{name, &fwdgrad::find_schema(name), {1, 1, 1}, {5, -1, -1}, {0, 1}, elementwise};
 }
 
 Pair finish(fwdgrad::Call& call, const at::Tensor& x) {

@@ -1,16 +1,21 @@
-// Shared pieces of the C++ autograd (Autograd dispatch key) of the ops that compute their
-// gradients in the forward, chunk by chunk while the logits are at hand (the RL and distillation
-// losses, the divergences of given distributions), and hand them out in the backward:
+// The one home of the ops that compute their gradients in the forward, chunk by chunk while the
+// logits are at hand, and hand them out in the backward (fused linear cross entropy with reduction
+// mean / sum, the preference losses, KTO, GRPO, the distillation losses, the divergences):
 // - the backward scales the forward's gradients by grad_output in place and hands those buffers
-//   out (no second dX / dW-sized allocation; on CUDA a unit grad_output costs no pass);
-// - a second backward through the same graph (retain_graph, gradcheck's reentrancy check) reruns
-//   the op from its arguments, the large ones (hidden states, weights, logits) held by WEAK
-//   reference (keeping them alive would cost their memory whenever the caller drops them), after
-//   checking every tensor's version counter; otherwise a clear error;
+//   out (no second dX / dW-sized allocation; on CUDA a unit grad_output costs no pass), through
+//   liger::fused_linear_cross_entropy_scale_ (scale_in_place);
 // - under tracing (fake / functional tensors: torch.compile, opcheck) the backward is the
-//   functional expression grad * grad_output and nothing is kept for a rerun.
-// The replay state rides in saved_data as the context of an empty CPU tensor's storage (freed with
-// it): compiled autograd hashes every saved_data entry, and a tensor is simply lifted.
+//   functional expression grad * grad_output (scaled) and nothing is kept for a rerun.
+// Two ways to use it:
+// - save_forward_grads / take_forward_grads, for an op with its own autograd Function (FLCE,
+//   the preference losses, KTO): a second backward through the same graph raises;
+// - FwdGradFunction (apply), a whole node described by an OpSpec (GRPO, distillation, the
+//   divergences): a second backward (retain_graph, gradcheck's reentrancy check) reruns the op from
+//   its arguments, the large ones (hidden states, weights, logits) held by WEAK reference (keeping
+//   them alive would cost their memory whenever the caller drops them), after checking every
+//   tensor's version counter; otherwise a clear error. The replay state rides in saved_data as the
+//   context of an empty CPU tensor's storage (freed with it): compiled autograd hashes every
+//   saved_data entry, and a tensor is simply lifted.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -18,6 +23,7 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/autograd.h>
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -26,17 +32,16 @@
 #include <utility>
 #include <vector>
 
+#include "aten/autograd/autograd_common.h"
 #include "aten/checks/common.h"
 
 namespace liger_cpp::fwdgrad {
 
-// Fake or functional tensors (torch.compile, AOT autograd, opcheck): only functional code then.
-inline bool tracing(const at::Tensor& t) {
-  return t.defined() && t.key_set().has_any(
-                            c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
-}
+using autograd::AutogradContext;
+using autograd::tracing;
 
-inline const c10::OperatorHandle& find_op(const char* name) {
+// The untyped handle (boxed calls, for a rerun), looked up once per op.
+inline const c10::OperatorHandle& find_schema(const char* name) {
   // The dispatcher's handles live as long as the library: a reference to a static copy per name.
   return *new c10::OperatorHandle(c10::Dispatcher::singleton().findSchemaOrThrow(name, ""));
 }
@@ -146,14 +151,51 @@ inline at::Tensor scaled(const at::Tensor& t, const at::Tensor& g) {
 // through liger::fused_linear_cross_entropy_scale_, which records the writes in their version
 // counters.
 inline void scale_in_place(at::Tensor& dx, at::Tensor& dw, at::Tensor& db, const at::Tensor& g) {
+  // The signature its kernels are registered with (csrc/aten/composite/fused_linear_cross_entropy.cpp).
   using Sig = void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&);
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("liger::fused_linear_cross_entropy_scale_", "")
-                             .typed<Sig>();
+  static const auto op = autograd::find_op<Sig>("liger::fused_linear_cross_entropy_scale_");
   auto none = [&] { return at::empty({0}, g.options()); };
   at::Tensor a = dx.defined() ? dx : none(), b = dw.defined() ? dw : none(), c = db.defined() ? db : none();
   const at::AutoDispatchBelowADInplaceOrView below;
   op.call(a, b, c, g);
+}
+
+// For an op with its own Function, in its forward: keeps dX, dW, dB ((0,) tensors for those not
+// computed) and which were.
+inline void save_forward_grads(AutogradContext* ctx, const at::Tensor& dx, const at::Tensor& dw,
+                               const at::Tensor& db, bool computed_dx, bool computed_dw, bool computed_db) {
+  ctx->save_for_backward({dx, dw, db});
+  ctx->saved_data["computed_dx"] = computed_dx;
+  ctx->saved_data["computed_dw"] = computed_dw;
+  ctx->saved_data["computed_db"] = computed_db;
+  ctx->saved_data["scaled"] = false;
+}
+
+// In its backward: the saved gradients times grad_loss (one element), those not needed undefined.
+// op / entry_point name the op and the call that sets its compute_* flags (for the error when a
+// needed gradient was not computed); second_backward: the message of a second backward.
+inline std::array<at::Tensor, 3> take_forward_grads(AutogradContext* ctx, const at::Tensor& grad_loss,
+                                                    std::array<bool, 3> needed, const char* op,
+                                                    const char* entry_point, const char* second_backward) {
+  static const char* const kNames[3] = {"dx", "dw", "db"};
+  static const char* const kKeys[3] = {"computed_dx", "computed_dw", "computed_db"};
+  for (int i = 0; i < 3; ++i)
+    if (needed[i] && !ctx->saved_data[kKeys[i]].toBool())
+      LIGER_FAIL(op, " ran with compute_", kNames[i], "=False, but that gradient is needed; call ",
+                 entry_point, " (it sets the flags)");
+  if (ctx->saved_data["scaled"].toBool()) LIGER_FAIL(second_backward);
+  torch::autograd::variable_list saved = ctx->get_saved_variables();
+  std::array<at::Tensor, 3> out;
+  if (tracing(grad_loss) || tracing(saved[0])) {
+    for (int i = 0; i < 3; ++i)
+      if (needed[i]) out[i] = scaled(saved[i], grad_loss.reshape({}));
+    return out;
+  }
+  scale_in_place(saved[0], saved[1], saved[2], grad_loss);
+  ctx->saved_data["scaled"] = true;
+  for (int i = 0; i < 3; ++i)
+    if (needed[i]) out[i] = std::move(saved[i]);
+  return out;
 }
 
 // How one op returns its forward-computed gradients.

@@ -19,7 +19,7 @@
 #include <tuple>
 
 #include "aten/autograd/autograd_common.h"
-#include "aten/autograd/scaled_forward_grads.h"
+#include "aten/autograd/forward_grads.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
@@ -90,7 +90,7 @@ struct FlceFunction : public torch::autograd::Function<FlceFunction> {
       ctx->saved_data["use_token_scaling"] = o.use_token_scaling;
       ctx->saved_data["chunk_budget_mib"] = opt_ivalue(o.chunk_budget_mib);
     } else {
-      save_forward_grads(ctx, std::get<4>(*result), std::get<5>(*result), std::get<6>(*result), o.compute_dx,
+      fwdgrad::save_forward_grads(ctx, std::get<4>(*result), std::get<5>(*result), std::get<6>(*result), o.compute_dx,
                          o.compute_dw, o.compute_db && has_bias);
     }
     ctx->saved_data["per_row"] = o.reduction == "none";
@@ -122,7 +122,7 @@ struct FlceFunction : public torch::autograd::Function<FlceFunction> {
           ctx->saved_data["chunk_rows"].toInt(), ctx->saved_data["use_token_scaling"].toBool(),
           mib.isNone() ? OptDouble() : OptDouble(mib.toDouble()));
     } else {
-      auto r = take_forward_grads(
+      auto r = fwdgrad::take_forward_grads(
           ctx, g, {need_x, need_w, need_b}, "fused_linear_cross_entropy_fwd",
           "liger_cpp.ops.fused_linear_cross_entropy",
           "fused_linear_cross_entropy with reduction='mean'/'sum' computes its gradients in the forward and "

@@ -20,7 +20,7 @@ using Result = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Te
 
 const fwdgrad::OpSpec& spec() {
   static const fwdgrad::OpSpec s{"liger::fused_linear_distillation_fwd",
-                                 &fwdgrad::find_op("liger::fused_linear_distillation_fwd"),
+                                 &fwdgrad::find_schema("liger::fused_linear_distillation_fwd"),
                                  {3, 4, 5},
                                  {15, 16, 17},
                                  {0, 1, 2, 3},  // the hidden states and weights of both heads

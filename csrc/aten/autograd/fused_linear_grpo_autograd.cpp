@@ -21,7 +21,7 @@ using GrpoResult =
 
 const fwdgrad::OpSpec& spec() {
   static const fwdgrad::OpSpec s{"liger::fused_linear_grpo_fwd",
-                                 &fwdgrad::find_op("liger::fused_linear_grpo_fwd"),
+                                 &fwdgrad::find_schema("liger::fused_linear_grpo_fwd"),
                                  {4, 5, 6},
                                  {29, 30, 31},
                                  {0, 1, 8, 9},  // input, weight, ref_input, ref_weight

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "aten/autograd/autograd_common.h"
-#include "aten/autograd/scaled_forward_grads.h"
+#include "aten/autograd/forward_grads.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
@@ -37,7 +37,7 @@ struct LossWithForwardGrads : public torch::autograd::Function<LossWithForwardGr
     ctx->set_materialize_grads(false);
     const bool has_bias = bias.has_value() && bias->defined();
     const size_t n = result->size();
-    save_forward_grads(ctx, (*result)[n - 3], (*result)[n - 2], (*result)[n - 1], flags[0], flags[1],
+    fwdgrad::save_forward_grads(ctx, (*result)[n - 3], (*result)[n - 2], (*result)[n - 1], flags[0], flags[1],
                        flags[2] && has_bias);
     ctx->saved_data["has_bias"] = has_bias;
     ctx->saved_data["op"] = std::string(op);
@@ -52,7 +52,7 @@ struct LossWithForwardGrads : public torch::autograd::Function<LossWithForwardGr
     if (!grads[0].defined() || !(need_x || need_w || need_b)) return out;
     const std::string op = ctx->saved_data["op"].toStringRef();
     auto r =
-        take_forward_grads(ctx, grad_as(grads[0], at::kFloat), {need_x, need_w, need_b}, op.c_str(),
+        fwdgrad::take_forward_grads(ctx, grad_as(grads[0], at::kFloat), {need_x, need_w, need_b}, op.c_str(),
                            "the functional entry point",
                            "the fused preference losses compute their gradients in the forward and the first "
                            "backward scales them in place; a second backward through the same graph "

@@ -38,17 +38,13 @@ namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
 namespace rope_autograd_impl {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
+using autograd::AutogradContext;
+using autograd::find_op;
+using autograd::variable_list;
 using Pair = std::tuple<at::Tensor, at::Tensor>;
 using RopeSig = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t);
 using MropeSig = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                       c10::IntArrayRef, int64_t);
-
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> find_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
 
 Pair call_rope(bool backward, const at::Tensor& a, const at::Tensor& b, const at::Tensor& cos,
                const at::Tensor& sin, const std::optional<std::vector<int64_t>>& sections,
