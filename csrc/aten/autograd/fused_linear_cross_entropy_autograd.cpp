@@ -90,8 +90,8 @@ struct FlceFunction : public torch::autograd::Function<FlceFunction> {
       ctx->saved_data["use_token_scaling"] = o.use_token_scaling;
       ctx->saved_data["chunk_budget_mib"] = opt_ivalue(o.chunk_budget_mib);
     } else {
-      fwdgrad::save_forward_grads(ctx, std::get<4>(*result), std::get<5>(*result), std::get<6>(*result), o.compute_dx,
-                         o.compute_dw, o.compute_db && has_bias);
+      fwdgrad::save_forward_grads(ctx, std::get<4>(*result), std::get<5>(*result), std::get<6>(*result),
+                                  o.compute_dx, o.compute_dw, o.compute_db && has_bias);
     }
     ctx->saved_data["per_row"] = o.reduction == "none";
     return {std::get<0>(*result)};

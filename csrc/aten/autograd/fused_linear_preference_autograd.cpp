@@ -38,7 +38,7 @@ struct LossWithForwardGrads : public torch::autograd::Function<LossWithForwardGr
     const bool has_bias = bias.has_value() && bias->defined();
     const size_t n = result->size();
     fwdgrad::save_forward_grads(ctx, (*result)[n - 3], (*result)[n - 2], (*result)[n - 1], flags[0], flags[1],
-                       flags[2] && has_bias);
+                                flags[2] && has_bias);
     ctx->saved_data["has_bias"] = has_bias;
     ctx->saved_data["op"] = std::string(op);
     return {(*result)[0]};
@@ -51,12 +51,12 @@ struct LossWithForwardGrads : public torch::autograd::Function<LossWithForwardGr
     const bool need_b = has_bias && ctx->needs_input_grad(2);
     if (!grads[0].defined() || !(need_x || need_w || need_b)) return out;
     const std::string op = ctx->saved_data["op"].toStringRef();
-    auto r =
-        fwdgrad::take_forward_grads(ctx, grad_as(grads[0], at::kFloat), {need_x, need_w, need_b}, op.c_str(),
-                           "the functional entry point",
-                           "the fused preference losses compute their gradients in the forward and the first "
-                           "backward scales them in place; a second backward through the same graph "
-                           "(retain_graph=True) is not supported. Run the forward again.");
+    auto r = fwdgrad::take_forward_grads(
+        ctx, grad_as(grads[0], at::kFloat), {need_x, need_w, need_b}, op.c_str(),
+        "the functional entry point",
+        "the fused preference losses compute their gradients in the forward and the first "
+        "backward scales them in place; a second backward through the same graph "
+        "(retain_graph=True) is not supported. Run the forward again.");
     out[0] = std::move(r[0]);
     out[1] = std::move(r[1]);
     out[2] = std::move(r[2]);
