@@ -52,12 +52,22 @@ done
 if [ "${SANITIZE:-0}" = 1 ]; then
   # compute-sanitizer over every op's default path and kept fallbacks (scripts/gpu_sanitize.py);
   # without the caching allocator so out-of-bounds accesses inside a cached block are seen.
+  # SANITIZE_SHARDS=N (N > 1) splits each tool's cases over N processes and runs every tool's
+  # shards at once (one call covers all four tools: the sanitizers are host-bound, 16 cores idle).
+  shards=${SANITIZE_SHARDS:-1}
+  sanitize_one() {  # tool shard
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool "$1" \
+      --print-limit 100 python3 scripts/gpu_sanitize.py --shard "$2/$shards" ${SANITIZE_ARGS:-} \
+      >"$OUT/sanitize-$1-$2.log" 2>&1
+    echo "sanitize $1 shard $2/$shards rc=$?"
+  }
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool "$tool" \
-      --print-limit 100 python3 scripts/gpu_sanitize.py ${SANITIZE_ARGS:-} >"$OUT/sanitize-$tool.log" 2>&1
-    echo "sanitize $tool rc=$?"
-    pack
+    for ((i = 0; i < shards; i++)); do
+      if [ "$shards" -gt 1 ]; then sanitize_one "$tool" "$i" & else sanitize_one "$tool" "$i"; pack; fi
+    done
   done
+  wait
+  pack
   python3 scripts/sanitize_summary.py "$OUT"/sanitize-*.log | tee "$OUT/sanitize-summary.txt"
 fi
 if [ -n "${DEMO:-}" ]; then

@@ -5,9 +5,10 @@
 
 Each case runs forward + backward once on small shapes that still reach the kernel it names (the
 sanitizers slow kernels down 10-100x). Fallbacks are forced through the plan override. Cases are
-listed by name with --list; --only NAME[,NAME] runs a subset. The script itself checks nothing but
-that every call returns finite values: the sanitizer's report is the result (scripts/gpu_check.sh
-SANITIZE=1 runs all four tools and counts errors in liger_cpp's kernels and elsewhere).
+listed by name with --list; --only NAME[,NAME] runs a subset, --shard I/N every N-th of them.
+The script itself checks nothing but that every call returns finite values: the sanitizer's
+report is the result (scripts/gpu_check.sh SANITIZE=1 runs all four tools and counts errors in
+liger_cpp's kernels and elsewhere).
 """
 
 import argparse
@@ -81,6 +82,30 @@ def rope(b, s, hq, hk, d, dtype=BF16):
         f = torch.randn(1, s, d // 2, device=DEV)
         emb = torch.cat([f, f], -1)
         _backward(*liger_rotary_pos_emb(q, k, emb.cos(), emb.sin()))
+
+    return run
+
+
+def llama4_rope(b, s, h, d, vision=False, dtype=BF16):
+    from liger_cpp.transformers import liger_llama4_text_rotary_pos_emb, liger_llama4_vision_rotary_pos_emb
+
+    def run():
+        q, k = _g(b, s, h, d, dtype=dtype), _g(b, s, h, d, dtype=dtype)
+        angle = torch.randn(s, d // 2, device=DEV)
+        freqs = torch.polar(torch.ones_like(angle), angle)
+        if vision:  # HF's (N, 1, D/2) view, one table for every image and head
+            _backward(*liger_llama4_vision_rotary_pos_emb(q, k, freqs[:, None]))
+        else:
+            _backward(*liger_llama4_text_rotary_pos_emb(q, k, freqs.expand(b, s, d // 2)))
+
+    return run
+
+
+def relu_squared(rows, cols, dtype=BF16):
+    from liger_cpp.transformers import liger_relu_squared
+
+    def run():
+        _backward(liger_relu_squared(_g(rows, cols, dtype=dtype)))
 
     return run
 
@@ -210,6 +235,10 @@ CASES = {
     "geglu": (glu(512, 4096, "geglu"), {}),
     "rope": (rope(2, 256, 8, 2, 128), {}),
     "rope_odd": (rope(1, 37, 5, 1, 92), {}),
+    "llama4_rope_text": (llama4_rope(2, 37, 4, 64), {}),
+    "llama4_rope_vision_odd": (llama4_rope(3, 17, 3, 88, vision=True), {}),
+    "relu_squared": (relu_squared(512, 4096), {}),
+    "relu_squared_odd": (relu_squared(37, 1001), {}),
     "ce_32000": (ce(64, 32000), {}),
     "ce_151936": (ce(16, 151936), {}),
     "ce_odd": (ce(37, 1001), {}),
@@ -257,11 +286,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--list", action="store_true")
     p.add_argument("--only", default="")
+    p.add_argument("--shard", default="0/1", help="I/N: every N-th case from the I-th (parallel processes)")
     a = p.parse_args()
     if a.list:
         print("\n".join(CASES))
         return 0
     names = a.only.split(",") if a.only else list(CASES)
+    i, n = (int(v) for v in a.shard.split("/"))
+    names = names[i::n]
     torch.manual_seed(0)
     for name in names:
         fn, override = CASES[name]
