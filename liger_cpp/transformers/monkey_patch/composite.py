@@ -37,7 +37,10 @@ class Composite:
     layer_norm: tuple = ()  # ((module, attr), ...) as Spec.layer_norm, for class-level layer_norm
 
 
-_SOFTCAP_IF_ANY = LossSpec(softcap=lambda c: getattr(c.get_text_config(), "final_logit_softcapping", None))
+# PaliGemma's forward applies the text config's softcap in transformers 5.24, not in 5.17: the probe decides.
+_SOFTCAP_IF_ANY = LossSpec(
+    softcap=lambda c: getattr(c.get_text_config(), "final_logit_softcapping", None), softcap_optional=True
+)
 
 COMPOSITES = {
     "llava": Composite(
