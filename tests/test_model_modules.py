@@ -154,7 +154,9 @@ def _gelu_tanh(x):
 def test_gemma4_gemma3n_geglu_mlps(dtype):
     # Gemma 4: the KV-shared layer (the last of the tiny config's three) is double-wide
     cfg = tiny_config("gemma4_text")
-    assert cfg.kv_sharing_modes[2] == "reuse" and cfg.use_double_wide_mlp
+    from liger_cpp.transformers.geglu import gemma4_kv_shared
+
+    assert cfg.use_double_wide_mlp and [gemma4_kv_shared(cfg, i) for i in range(3)] == [False, False, True]
     for layer in (0, 2):
         hf = _modeling("gemma4").Gemma4TextMLP(cfg, layer)
         ours = lt.LigerGEGLUMLPForGemma4(cfg, layer_idx=layer)

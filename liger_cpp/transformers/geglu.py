@@ -48,17 +48,27 @@ class LigerGEGLUMLP(nn.Module):
         return self.down_proj(geglu(a, b, approximate=self.approximate, in_place=ip))
 
 
+def gemma4_kv_shared(config, layer_idx) -> bool:
+    """Whether Gemma 4's layer reuses an earlier layer's keys and values, as HF decides it:
+    ``config.kv_sharing_modes[layer_idx] == "reuse"`` (transformers 5.24), or the last
+    ``config.num_kv_shared_layers`` layers (5.17, which has no kv_sharing_modes)."""
+    if layer_idx is None:
+        return False
+    modes = getattr(config, "kv_sharing_modes", None)
+    if modes is not None:
+        return modes[layer_idx] == "reuse"
+    first = config.num_hidden_layers - (getattr(config, "num_kv_shared_layers", 0) or 0)
+    return layer_idx >= first > 0
+
+
 class LigerGEGLUMLPForGemma4(LigerGEGLUMLP):
     """Gemma 4's text MLP (HF Gemma4TextMLP(config, layer_idx)): GeGLU of config.intermediate_size,
-    twice as wide on the KV-shared layers (``config.kv_sharing_modes[layer_idx] == "reuse"``) when
-    ``config.use_double_wide_mlp`` is set, as HF builds it."""
+    twice as wide on the KV-shared layers (gemma4_kv_shared) when ``config.use_double_wide_mlp``
+    is set, as HF builds it."""
 
     def __init__(self, config, layer_idx=None):
         nn.Module.__init__(self)
-        shared = False
-        if layer_idx is not None and getattr(config, "kv_sharing_modes", None) is not None:
-            shared = config.kv_sharing_modes[layer_idx] == "reuse"
-        double = bool(getattr(config, "use_double_wide_mlp", False)) and shared
+        double = bool(getattr(config, "use_double_wide_mlp", False)) and gemma4_kv_shared(config, layer_idx)
         self.config = config
         self.layer_idx = layer_idx
         self.hidden_size = config.hidden_size
