@@ -32,9 +32,11 @@ qwen3_moe (issue 28: Qwen3-30B-A3B's experts, 128 of 768, top 8, hidden 2048, in
 
 --breakdown (CUDA only) profiles one more step per variant after the timed ones and sums its GPU
 kernel time by category (GEMM, attention, the stack's own kernels, optimizer, other), plus the GPU
-idle time inside the step. The GEMMs and attention are the same cuBLAS / SDPA kernels in every
-stack, so a stack's best possible step is that time: this bounds the speed-up any kernel library
-can give at the shape (what the 1.25-1.3 x Liger targets need is checked against it).
+idle time inside the step, and its host time: CPU self time by category (CUDA runtime, liger_cpp
+ops, aten ops, autograd engine, optimizer) and thread, kernel launches, the costliest ops. The
+GEMMs and attention are the same cuBLAS / SDPA kernels in every stack, so a stack's best possible
+step is that time: this bounds the speed-up any kernel library can give at the shape (what the
+1.25-1.3 x Liger targets need is checked against it).
 
 Usage:
     python benchmarks/bench_e2e.py --preset 1b-b8t2048 [--variants hf,liger_cpp,liger,compile]
@@ -295,6 +297,52 @@ def profiled_step(step, device) -> dict:
         gpu_busy_ms=busy / 1e3,
         by_category_ms={k: round(v, 3) for k, v in sorted(cats.items())},
         top_kernels=[dict(category=c, name=n, ms=round(ms, 3)) for (c, n), ms in top],
+        host=host_profile(prof.events(), wall * 1e3),
+    )
+
+
+# Where a step's host time goes, by the profiler's CPU events' self time (first match wins).
+HOST_CATEGORIES = (
+    ("cuda runtime", ("cuda", "cu")),  # launches, memsets, copies, synchronisation
+    ("liger_cpp ops", ("liger::",)),
+    ("optimizer", ("Optimizer.",)),
+    ("autograd engine", ("autograd::", "torch::autograd::")),
+    ("aten ops", ("aten::",)),
+)
+
+
+def host_category(name: str) -> str:
+    for cat, prefixes in HOST_CATEGORIES:
+        if name.startswith(prefixes):
+            return cat
+    return "other"
+
+
+def host_profile(events, wall_ms: float) -> dict:
+    """Host side of one profiled step: CPU self time by category and by thread (the forward and
+    optimizer run on the caller's thread, the CUDA backward on the autograd engine's), the number of
+    kernel launches, and the ops with the most self time. Python between the ops is not an event:
+    the caller's thread's untraced time (wall - its events' self time) bounds it."""
+    import torch
+
+    cats, threads, ops, launches = {}, {}, {}, 0
+    for e in events:
+        if e.device_type != torch.autograd.DeviceType.CPU:
+            continue
+        us = e.self_cpu_time_total
+        c = host_category(e.name)
+        cats[c] = cats.get(c, 0.0) + us / 1e3
+        threads[e.thread] = threads.get(e.thread, 0.0) + us / 1e3
+        ops[e.name[:90]] = ops.get(e.name[:90], 0.0) + us / 1e3
+        launches += e.name.startswith(("cudaLaunchKernel", "cuLaunchKernel"))
+    busiest = max(threads.values(), default=0.0)
+    top = sorted(ops.items(), key=lambda kv: -kv[1])[:15]
+    return dict(
+        by_category_ms={k: round(v, 3) for k, v in sorted(cats.items())},
+        by_thread_ms=sorted((round(v, 3) for v in threads.values()), reverse=True),
+        untraced_ms=round(max(wall_ms - busiest, 0.0), 3),
+        kernel_launches=launches,
+        top_ops=[dict(name=n, ms=round(ms, 3)) for n, ms in top],
     )
 
 
@@ -654,6 +702,20 @@ def main(argv=None) -> int:
             print(f"  {r['variant']} top kernels outside GEMM/attention/optimizer:")
             for k in results[r["variant"]]["breakdown"]["top_kernels"][:8]:
                 print(f"    {k['ms']:8.3f} ms  {k['category']:<5} {k['name']}")
+        for r in brows:
+            h = results[r["variant"]]["breakdown"].get("host")
+            if not h:
+                continue
+            cats = ", ".join(
+                f"{k} {v:.1f}" for k, v in sorted(h["by_category_ms"].items(), key=lambda kv: -kv[1])
+            )
+            threads = " + ".join(f"{v:.1f}" for v in h["by_thread_ms"][:3])
+            print(
+                f"  {r['variant']} host: {h['kernel_launches']} launches; self time ms by category: {cats};"
+            )
+            print(f"    by thread {threads}; caller's thread untraced (Python) {h['untraced_ms']:.1f}")
+            for o in h["top_ops"][:8]:
+                print(f"    {o['ms']:8.3f} ms  {o['name']}")
     print(title)
     print(harness.fmt_table(rows, cols))
     return 0 if all("error" not in r or r.get("skipped") for r in results.values()) else 1

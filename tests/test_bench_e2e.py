@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -159,6 +160,36 @@ def test_breakdown_kernel_categories():
     assert cat("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0") == "own"
     assert cat("void at::native::vectorized_elementwise_kernel<8, CUDAFunctor_add<...>>") == "other"
     assert cat("Memset (Device)") == "other"
+
+
+def test_host_profile_of_a_step_on_the_cpu():
+    """--breakdown's host side, from the profiler's CPU events of a small step (liger_cpp's RMSNorm,
+    a matmul, backward, AdamW): categories, threads, the untraced bound and the top ops."""
+    from torch.profiler import ProfilerActivity, profile
+
+    import liger_cpp.transformers as lt
+
+    assert bench_e2e.host_category("cudaLaunchKernel") == "cuda runtime"
+    assert bench_e2e.host_category("liger::rms_norm_fwd") == "liger_cpp ops"
+    assert bench_e2e.host_category("Optimizer.step#AdamW.step") == "optimizer"
+    assert bench_e2e.host_category("autograd::engine::evaluate_function: MmBackward0") == "autograd engine"
+    assert bench_e2e.host_category("aten::mm") == "aten ops"
+    assert bench_e2e.host_category("ProfilerStep#1") == "other"
+    w = torch.nn.Parameter(torch.ones(64))
+    lin = torch.nn.Linear(64, 64)
+    opt = torch.optim.AdamW([w, *lin.parameters()])
+    x = torch.randn(8, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        lin(lt.liger_rms_norm(x, w, 1e-6)).square().sum().backward()
+        opt.step()
+    h = bench_e2e.host_profile(prof.events(), wall_ms=1e6)
+    cats = h["by_category_ms"]
+    assert {"liger_cpp ops", "aten ops", "optimizer"} <= set(cats) and all(v >= 0 for v in cats.values())
+    assert h["kernel_launches"] == 0  # the CPU launches no kernels
+    assert h["by_thread_ms"] == sorted(h["by_thread_ms"], reverse=True)
+    assert 0 < h["untraced_ms"] < 1e6
+    assert sum(cats.values()) == pytest.approx(sum(h["by_thread_ms"]), abs=0.01)  # rounded to µs
+    assert any(o["name"].startswith("liger::rms_norm") for o in h["top_ops"])
 
 
 def test_breakdown_rows_bound_liger_by_the_floor():
