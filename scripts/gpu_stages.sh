@@ -11,12 +11,14 @@
 #   tests      pytest $TEST_FILES -k "cuda" -n $NPROC (default: the CUDA cases of every test file)
 #   host_cost  benchmarks/bench_host_cost.py (CPU and CUDA, each op against PyTorch's, 1 x 64)
 #   rl         benchmarks/bench_rl_losses.py (GRPO, JSD distillation: x floor, first call, memory)
-#   e2e_b1     benchmarks/bench_e2e.py 1B Llama at batch 1 x 1024 (host-bound): hf, liger_cpp, liger
+#   e2e_b1     benchmarks/bench_e2e.py 1B Llama at batch 1 x 1024 (host-bound): hf, liger_cpp, liger,
+#              with --breakdown (one profiled step: GPU time by category and the host-time profile)
 #   e2e_families  bench_e2e.py --family $E2E_FAMILIES (default olmo3 hunyuan_v1_moe qwen3_vl), 1b-b8t2048
 #   e2e_moe    bench_e2e.py --preset moe-b8t2048 --family qwen3_moe (the fused experts, issue 28)
 #   moe_tests  pytest tests/test_moe*.py -k cuda
 #   moe_bench  benchmarks/bench_moe.py (experts layer fwd+bwd, two shapes)
-#   captured / failure / beyond / long: scripts/reliability_gpu.sh's stages of those names
+#   captured / failure / beyond / long / sanitize: scripts/reliability_gpu.sh's stages of those names
+#              (sanitize: all four compute-sanitizer tools at once, each over 3 processes, ~2 min)
 # Export LIGER_CPP_COMMIT=<sha> for the record (git's HEAD on the device machine may be stale).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
@@ -56,7 +58,7 @@ for s in ${STAGES:-}; do
     host_cost) run host_cost "${HOST_TIMEOUT:-120}" python3 benchmarks/bench_host_cost.py --out "$W/host_cost.json" ;;
     rl) run rl "${RL_TIMEOUT:-240}" python3 benchmarks/bench_rl_losses.py ${RL_ARGS:-} --out "$W/rl_losses.json" ;;
     e2e_b1) run e2e_b1 "${E2E_TIMEOUT:-200}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 --batch 1 \
-      --seq 1024 --variants hf,liger_cpp,liger --quick --timeout 90 --out "$W/e2e_b1.json" ;;
+      --seq 1024 --variants hf,liger_cpp,liger --quick --breakdown --timeout 90 --out "$W/e2e_b1.json" ;;
     e2e_families)  # issue 27: one dense, one MoE, one multimodal family at ~1B (E2E_FAMILIES)
       for fam in ${E2E_FAMILIES:-olmo3 hunyuan_v1_moe qwen3_vl}; do
         run "e2e_$fam" "${E2E_TIMEOUT:-200}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 --family "$fam" \
@@ -67,7 +69,7 @@ for s in ${STAGES:-}; do
     moe_tests) run moe_tests "${MOE_TESTS_TIMEOUT:-150}" python3 -m pytest tests/test_moe*.py -q -n "${NPROC:-16}" \
       -p no:cacheprovider -k cuda ;;
     moe_bench) run moe_bench "${MOE_BENCH_TIMEOUT:-150}" python3 benchmarks/bench_moe.py --out "$W/moe.json" ;;
-    captured | failure | beyond | long)
+    captured | failure | beyond | long | sanitize)
       stamp "$s"
       OUT="$W/rel" WORK="$W/rel_work" STAGES="$s" bash scripts/reliability_gpu.sh >"$W/$s.log" 2>&1
       echo "$s rc=$?" | tee -a "$W/timeline.txt"
@@ -82,7 +84,7 @@ for s in ${STAGES:-}; do
   echo "== $s"
   case $s in
     tests | moe_tests) grep -E "^(FAILED|ERROR)" "$W/$s.log" | head -15; tail -2 "$W/$s.log" ;;
-    captured | failure | beyond | long) tail -12 "$W/$s.log" ;;
+    captured | failure | beyond | long | sanitize) tail -12 "$W/$s.log" ;;
     e2e_families) for fam in ${E2E_FAMILIES:-olmo3 hunyuan_v1_moe qwen3_vl}; do
         sed -n '/^[A-Z].* on /,$p' "$W/e2e_$fam.log" | head -8; done ;;
     *) sed -n '/^[A-Z].* on /,$p' "$W/$s.log" | head -40; tail -3 "$W/$s.log" ;;

@@ -8,11 +8,12 @@
 #   STAGES="beyond long" bash scripts/reliability_gpu.sh                            # call 2 (warm)
 #
 # Stages run in the order given; each has a time limit (*_TIMEOUT, seconds) so that a call's stages
-# fit the device's 10 minutes (typical: build 2-4 min, captured ~1, failure ~0.5, sanitize <= 2 x
-# 100 s, dist ~1, beyond ~3, long ~4):
+# fit the device's 10 minutes (typical: build 2-4 min, captured ~1, failure ~0.5, sanitize ~2-3 (four
+# tools at once), dist ~1, beyond ~3, long ~4):
 #   build     python3 setup.py build_ext --inplace (sm_90a; TORCH_CUDA_ARCH_LIST overrides)
-#   sanitize  compute-sanitizer $SANITIZE_TOOLS (default "initcheck synccheck") over
-#             scripts/gpu_sanitize.py, through scripts/gpu_check.sh's SANITIZE mode
+#   sanitize  compute-sanitizer $SANITIZE_TOOLS (default all four, run at once, each tool's cases
+#             over $SANITIZE_SHARDS=3 processes) over scripts/gpu_sanitize.py, through
+#             scripts/gpu_check.sh's SANITIZE mode
 #   captured  benchmarks/captured_step.py: the "1b" Llama's training step and a DPO step, eager under
 #             sync debug "error", then captured in a CUDA graph and replayed (bitwise comparison)
 #   failure   tests/test_failure_behaviour.py (CUDA rows), test_captured_step.py, test_fsdp.py
@@ -50,7 +51,8 @@ stage_build() {
 }
 stage_sanitize() {
   OUT=/tmp/reliability_gc_out WORK="$W/sanitize" SKIP_BUILD=1 TESTS=0 BENCHES=none SANITIZE=1 \
-    SANITIZE_TOOLS="${SANITIZE_TOOLS:-initcheck synccheck}" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-100} \
+    SANITIZE_TOOLS="${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}" SANITIZE_SHARDS=${SANITIZE_SHARDS:-3} \
+    SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-180} \
     bash scripts/gpu_check.sh >"$W/sanitize.log" 2>&1
 }
 stage_captured() {
