@@ -228,6 +228,10 @@ class LigerRMSNormGated(nn.Module):
     the input's dtype. Two liger_cpp kernels with exactly that rounding: RMSNorm in "llama" casting,
     then the fused silu(gate) * y of SwiGLU (float32 math, one rounding)."""
 
+    # HF's module before transformers 5.17 has no activation attribute (its gate is always silu):
+    # an instance patched in place (its class swapped) reads this default.
+    activation = "silu"
+
     def __init__(self, hidden_size, eps=1e-6, **kwargs):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))

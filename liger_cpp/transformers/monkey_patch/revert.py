@@ -19,9 +19,18 @@ def _key(owner) -> str:
 
 
 def original(owner, name):
-    """HF's value of owner.name, also when liger_cpp has rebound it."""
+    """HF's value of owner.name, also when liger_cpp has rebound it; a clear error when this
+    transformers' module has no such class or function (HF renames and adds them between versions)."""
     saved = _ORIGINALS.get((_key(owner), name))
     if saved is None:
+        if isinstance(owner, types.ModuleType) and not hasattr(owner, name):
+            import transformers
+
+            raise AttributeError(
+                f"liger_cpp: {owner.__name__} has no {name} in the installed transformers "
+                f"{transformers.__version__}; liger_cpp's patching follows transformers 5.17-5.24 (tested). "
+                "Upgrade transformers, or turn off the flag that patches it."
+            )
         return getattr(owner, name)
     return getattr(owner, name) if saved[1] is _MISSING else saved[1]
 

@@ -231,7 +231,16 @@ def import_modeling(name: str):
     try:
         return importlib.import_module(name)
     except ImportError as e:  # pragma: no cover - depends on the installed transformers
-        raise ImportError(f"liger_cpp: cannot import {name} (is transformers>=5 installed?): {e}") from e
+        try:
+            import transformers
+
+            have = f"transformers {transformers.__version__} is installed"
+        except ImportError:
+            have = "transformers is not installed"
+        raise ImportError(
+            f"liger_cpp: cannot import {name} ({have}; liger_cpp's patching follows transformers "
+            f"5.17-5.24, and a model type newer than the installed transformers is absent): {e}"
+        ) from e
 
 
 # The newer families' rows (imported here, after Spec and the helpers they use are defined).
