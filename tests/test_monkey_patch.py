@@ -341,3 +341,21 @@ def test_auto_model_from_config_and_pretrained(tmp_path):
     with pytest.warns(UserWarning, match="unpatched"):
         model = lt.AutoLigerKernelForCausalLM.from_config(gpt2)
     assert isinstance(model, transformers.GPT2LMHeadModel)
+
+
+def test_missing_hf_module_or_class_is_a_clear_error():
+    """A modeling module or class the installed transformers lacks (older 5.x releases): errors that
+    name it and the installed version, not a bare AttributeError from deep inside the patch."""
+    import types
+
+    from liger_cpp.transformers.monkey_patch.revert import original
+    from liger_cpp.transformers.monkey_patch.specs import import_modeling
+
+    installed = rf"transformers {transformers.__version__} is installed"
+    with pytest.raises(ImportError, match=rf"modeling_not_a_model \({installed}"):
+        import_modeling("transformers.models.not_a_model.modeling_not_a_model")
+    mod = types.ModuleType("transformers.models.fake.modeling_fake")
+    with pytest.raises(
+        AttributeError, match="modeling_fake has no FakeExperts in the installed transformers"
+    ):
+        original(mod, "FakeExperts")
