@@ -4,6 +4,7 @@ choices, revert, LigerExperts' state-dict compatibility, and a 32-step convergen
 
 import pytest
 import torch
+from conftest import CUDA_OK
 from hf_models import batch, build, run, single_thread, tiny_config  # noqa: F401
 
 import liger_cpp.transformers as lt
@@ -142,7 +143,7 @@ def test_convergence_32_steps():
 @pytest.mark.skipif(
     not torch.cuda.is_available() or "cuda: yes" not in torch.ops.liger.build_info(), reason="GPU"
 )
-@pytest.mark.parametrize("model_type", TYPES)
+@pytest.mark.parametrize("model_type", TYPES + ["llama4_text"])
 def test_cuda_bf16_model_matches_hf(model_type):
     """On the GPU in bf16 (the grouped GEMMs where the sizes allow): the loss and every parameter
     gradient of the patched model against plain HF (grouped_mm experts), to bf16 accuracy."""
@@ -192,3 +193,61 @@ def test_expert_parallel_keeps_hf_forward():
     assert runs_fused_op(ex, model.config.hidden_size)
     ex._is_expert_parallel = True
     assert not runs_fused_op(ex, model.config.hidden_size)
+
+
+_LLAMA4_CASES = [("cpu", torch.float64), ("cpu", torch.float32)] + (
+    [("cuda", torch.float32), ("cuda", torch.bfloat16)] if CUDA_OK else []
+)
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+@pytest.mark.parametrize("device,dtype", _LLAMA4_CASES)
+def test_llama4_moe_block_matches_hf(top_k, device, dtype):
+    """Llama 4's MoE block (HF runs every token through every expert, the input scaled by a router
+    score that is 0 outside the top k): liger_cpp's sparse block gives HF's output, router logits
+    and every gradient (router, experts, shared expert, input), with a skewed router and an expert
+    no token picks."""
+    import transformers.models.llama4.modeling_llama4 as m4
+
+    cfg = tiny_config("llama4_text")
+    cfg.num_experts_per_tok, cfg.num_local_experts, cfg.hidden_act = top_k, 5, "silu"
+    torch.manual_seed(0)
+    hf = m4.Llama4TextMoe(cfg).to(device, dtype)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0, 0.2)
+        hf.router.weight[4] = -10.0  # expert 4: never in anyone's top k
+        hf.router.weight[0] += 0.3  # expert 0: most tokens' choice
+    mp.apply_liger_kernel_to_llama4(**_LLAMA4_ONLY_MOE)  # class level: the block built next is ours
+    try:
+        ours = m4.Llama4TextMoe(cfg).to(device, dtype)
+    finally:
+        mp.revert_liger_kernel()
+    assert type(ours).__name__ == "LigerLlama4TextMoe" and m4.Llama4TextMoe is type(hf)
+    ours.load_state_dict(hf.state_dict())
+    # positive inputs: expert 4's logit (-10 * sum(x)) is the lowest for every token
+    x = (torch.randn(2, 7, cfg.hidden_size, dtype=torch.float64).abs() + 0.1).to(device, dtype)
+    g = torch.randn(2 * 7, cfg.hidden_size, dtype=torch.float64).to(device, dtype)
+    outs = []
+    for mod in (hf, ours):
+        xi = x.clone().requires_grad_(True)
+        out, logits = mod(xi)
+        (out * g).sum().backward()
+        outs.append((out, logits, xi.grad, {n: p.grad for n, p in mod.named_parameters()}))
+    (o0, l0, dx0, g0), (o1, l1, dx1, g1) = outs
+    torch.testing.assert_close(l1, l0, rtol=0, atol=0)  # the router is HF's
+    assert g0.keys() == g1.keys()
+    pairs = [("output", o1, o0), ("dx", dx1, dx0)] + [(f"grad of {n}", g1[n], g0[n]) for n in g0]
+    for what, a, b in pairs:
+        if dtype == torch.bfloat16:  # HF rounds gate, act(gate) and their product: bf16 accuracy
+            assert (a.float() - b.float()).norm() <= 2e-2 * b.float().norm() + 1e-6, what
+        else:
+            tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
+            torch.testing.assert_close(a, b, **tol, msg=lambda s, what=what: f"{what}: {s}")
+    assert g1["experts.gate_up_proj"][4].abs().max() == 0  # the unpicked expert: no gradient
+    assert g1["experts.gate_up_proj"][0].abs().max() > 0
+
+
+_LLAMA4_ONLY_MOE = dict(
+    rope=False, cross_entropy=False, fused_linear_cross_entropy=False, rms_norm=False, swiglu=True
+)

@@ -126,4 +126,45 @@ class LigerGptOssExpertsMixin:
         )
 
 
-__all__ = ["LigerExperts", "LigerExpertsSwiGLUMixin", "LigerGptOssExpertsMixin", "experts_activation"]
+class LigerLlama4TextMoeMixin:
+    """Mixin for HF's Llama4TextMoe: its routed experts through liger_cpp's fused experts op.
+
+    HF runs every token through every expert (`torch.bmm` over E copies of the tokens), each copy
+    scaled by its router score *before* the expert (Llama 4 scales the input, not the output), with
+    score sigmoid(-inf) = 0 outside a token's top k, so that those copies add exact zeros. liger_cpp
+    runs only the top-k copies: rows x_t * s_tj (the same bf16 products HF forms), each through its
+    one expert with unit output weight, summed over j. Same values, k / E of the GEMM work; the
+    router (its top-k and sigmoid) and the shared expert stay HF's, and the router's gradient flows
+    through the gathered scores as through HF's scatter."""
+
+    def forward(self, hidden_states):
+        x = hidden_states.reshape(-1, self.hidden_dim)
+        router_scores, router_logits = self.router(x)
+        k = self.router.top_k
+        # the router's own top-k (the same call on the same logits: the same experts)
+        top_idx = torch.topk(router_logits, k, dim=1).indices
+        scores = router_scores.gather(1, top_idx)  # sigmoid of the top-k logits, as HF scales by
+        routed_in = (x.unsqueeze(1) * scores.unsqueeze(-1)).reshape(-1, x.shape[-1])  # [T k, H]
+        unit = torch.ones(routed_in.shape[0], 1, dtype=routed_in.dtype, device=routed_in.device)
+        experts = self.experts
+        routed_out = _run(
+            experts,
+            routed_in,
+            top_idx.reshape(-1, 1),
+            unit,
+            activation=experts_activation(None, experts),
+            # Llama4TextExperts: gate_up_proj [E, H, 2I] (gate | up), down_proj [E, I, H]
+            transposed=True,
+        )
+        out = self.shared_expert(x)
+        out.add_(routed_out.view(x.shape[0], k, -1).sum(dim=1))
+        return out, router_logits
+
+
+__all__ = [
+    "LigerExperts",
+    "LigerExpertsSwiGLUMixin",
+    "LigerGptOssExpertsMixin",
+    "LigerLlama4TextMoeMixin",
+    "experts_activation",
+]

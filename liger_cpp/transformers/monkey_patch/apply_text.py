@@ -192,7 +192,8 @@ def apply_liger_kernel_to_llama4(
 ) -> None:
     """Llama 4 (text and multimodal): the complex RoPE of the text and vision attention
     (liger_llama4_text / vision_rotary_pos_emb), RMSNorm and the RoPE layers' L2 q/k norm, the dense
-    MLPs and the MoE layers' shared expert -> LigerSwiGLUMLP (the routed experts stay HF's), the
+    MLPs and the MoE layers' shared expert -> LigerSwiGLUMLP, the MoE block's routed experts through
+    the fused experts op (each token's top-k experts only; HF's bmm runs every expert), the
     vision encoder's LayerNorms, FLCE or CE (Llama4ForCausalLM; Llama4ForConditionalGeneration
     through its language model's lm_head)."""
     _patch("llama4", model, rope, cross_entropy, fused_linear_cross_entropy, rms_norm, swiglu, layer_norm)

@@ -10,14 +10,22 @@ import torch
 
 from liger_cpp.transformers.causal_lm import make_forward
 from liger_cpp.transformers.layer_norm import LigerNNLayerNorm
-from liger_cpp.transformers.moe import LigerExpertsSwiGLUMixin, LigerGptOssExpertsMixin
+from liger_cpp.transformers.moe import (
+    LigerExpertsSwiGLUMixin,
+    LigerGptOssExpertsMixin,
+    LigerLlama4TextMoeMixin,
+)
 from liger_cpp.transformers.monkey_patch.revert import original, set_patched
 from liger_cpp.transformers.monkey_patch.specs import MLP_CLS, ROPE_IMPLS, Spec, import_modeling
 
 # (module name, class name) -> liger subclass of HF's experts class (made once, reused).
 _EXPERT_CLASSES: dict = {}
 # experts kinds -> the mixin whose forward runs liger_cpp's fused experts op
-EXPERT_MIXINS = {"experts": LigerExpertsSwiGLUMixin, "experts_gpt_oss": LigerGptOssExpertsMixin}
+EXPERT_MIXINS = {
+    "experts": LigerExpertsSwiGLUMixin,
+    "experts_gpt_oss": LigerGptOssExpertsMixin,
+    "moe_llama4": LigerLlama4TextMoeMixin,  # the whole MoE block: HF's experts run every token
+}
 
 
 def experts_class(mod, name, kind="experts"):

@@ -100,6 +100,15 @@ def _check_silu(module, config) -> None:
 
 
 def _mlp_convert(module, kind, config, liger_cls):
+    if kind == "moe_llama4":
+        experts = getattr(module, "experts", None)
+        for owner, a in ((module, "router"), (module, "shared_expert"), (module, "hidden_dim")) + tuple(
+            (experts, a) for a in ("gate_up_proj", "down_proj", "act_fn")
+        ):
+            if not hasattr(owner, a):
+                raise ValueError(f"expected Llama 4's MoE block with {a!r}, got {type(module).__name__}")
+        experts_activation(None, experts)
+        return lambda: _swap_class(module, liger_cls)
     if kind in ("experts", "experts_gpt_oss"):
         need = ("gate_up_proj", "down_proj", "num_experts")
         if kind == "experts_gpt_oss":

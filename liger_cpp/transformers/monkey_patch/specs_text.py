@@ -211,6 +211,7 @@ TEXT_SPECS = {
         "swiglu",
         _LLAMA_NORMS,
         norms=(("Llama4TextL2Norm", LigerL2Norm),),
+        mlps=(("Llama4TextMoe", "moe_llama4", None),),  # its routed experts through the fused op
         rope=(("apply_rotary_emb", "llama4_text"), ("vision_apply_rotary_emb", "llama4_vision")),
         lm=_lm("Llama4ForCausalLM")
         + _lm("Llama4ForConditionalGeneration", spec=LossSpec(head="language_model.lm_head")),
