@@ -374,6 +374,23 @@ TORCH_LIBRARY(liger, m) {
   m.def(
       "kl_div_fwd(Tensor input, Tensor target, str reduction=\"batchmean\", bool log_target=False, "
       "float eps=1e-10, bool compute_grad=True) -> (Tensor loss, Tensor dinput)");
+  // KL divergence of a given target distribution from the student head's softmax, fused with the
+  // head (Liger's LigerFusedLinearKLDivLoss: offline distillation from cached teacher probabilities):
+  //   z = (student_input @ student_weight^T + student_bias) / temperature, per row
+  //   KL(q || softmax(z)) = sum_v q_v (log max(q_v, eps) - log_softmax(z)_v);
+  // rows whose shift_label is ignore_index count nothing; reduction batchmean: / n (the rows
+  // counted), mean: / (n V), sum (n = 0: a zero loss). student_input (..., H), target (..., V)
+  // probabilities of any float dtype (float64 on CPU; no gradient), shift_labels one per row or
+  // None. Loss float32 (float64 for float64); dX, dW, dB (of the student head) as
+  // fused_linear_preference_fwd, from
+  //   dz = scale (softmax(z) sum_v q_v - q) / temperature
+  // (dW accumulated in float32 with accum_dtype=torch.float32 for low-precision weights).
+  m.def(
+      "fused_linear_kl_div_fwd(Tensor student_input, Tensor student_weight, Tensor target, Tensor? "
+      "shift_labels=None, Tensor? student_bias=None, str reduction=\"batchmean\", int ignore_index=-100, "
+      "float temperature=1., float eps=1e-10, ScalarType? accum_dtype=None, int chunk_rows=0, bool "
+      "compute_dx=False, bool compute_dw=False, bool compute_db=False) -> (Tensor loss, Tensor dX, Tensor "
+      "dW, Tensor dB)");
   // Total variation distance: element loss 0.5 |p - q|, gradient w.r.t. p 0.5 sign(p - q);
   // reduction none (p's shape, 0 for ignored rows), sum, mean (/ (rows counted * V)), batchmean
   // (/ rows counted).

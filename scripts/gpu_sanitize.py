@@ -196,6 +196,21 @@ def divergences(rows, vocab, dtype=BF16):
 
 
 # name -> (callable, plan override or {}). Shapes reach the kernels named (see docs/kernels/*.md).
+def kl_div_head(rows, hidden, vocab, dtype=BF16):
+    from liger_cpp.ops import fused_linear_kl_div
+
+    def run():
+        x, w = _g(rows, hidden, dtype=dtype), _g(vocab, hidden, dtype=dtype)
+        q = torch.softmax(torch.randn(rows, vocab, device=DEV), -1)
+        labels = torch.randint(0, vocab, (rows,), device=DEV)
+        labels[::5] = -100
+        fused_linear_kl_div(
+            x, w, q, labels, temperature=2.0, chunk_rows=64, accum_dtype=torch.float32
+        ).backward()
+
+    return run
+
+
 def moe(tokens, experts, k, hidden, inter, dtype=BF16, gpt_oss=False, drop=False):
     from liger_cpp.ops.moe_experts import moe_experts
 
@@ -272,6 +287,7 @@ CASES = {
     "logprobs_entropy_odd": (logprobs(37, 32, 1001), {}),
     "divergences": (divergences(64, 4096), {}),
     "divergences_odd": (divergences(37, 1001), {}),
+    "fused_linear_kl_div": (kl_div_head(300, 64, 4099), {}),
     # Fused MoE experts (docs/kernels/moe.md): the grouped GEMMs with empty experts and E = 256, the
     # per-expert loop (float32, odd sizes), GPT-OSS's interleaved layout with biases, dropped slots.
     "moe_grouped": (moe(300, 64, 8, 128, 64), {}),

@@ -114,6 +114,9 @@ IMPLEMENTED = {
     f"{_T}.fused_linear_jsd.LigerFusedLinearJSD": (
         "liger_cpp.transformers.fused_linear_jsd:LigerFusedLinearJSD"
     ),
+    f"{_T}.fused_linear_kl_div.LigerFusedLinearKLDivLoss": (
+        "liger_cpp.transformers.fused_linear_kl_div:LigerFusedLinearKLDivLoss"
+    ),
     f"{_O}.fused_linear_scaled_cross_entropy.LigerFusedLinearScaledCrossEntropyFunction": (
         "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyFunction"
     ),
@@ -149,6 +152,10 @@ IMPLEMENTED[f"{_O}.fused_linear_jsd.LigerFusedLinearJSDFunction"] = (
     "liger_kernel._functions:LigerFusedLinearJSDOps"
 )
 IMPLEMENTED[f"{_O}.LigerFusedLinearJSDFunction"] = "liger_kernel._functions:LigerFusedLinearJSDOps"
+for _where in (f"{_O}.fused_linear_kl_div", _O):
+    IMPLEMENTED[f"{_where}.LigerFusedLinearKLDivFunction"] = (
+        "liger_kernel._functions:LigerFusedLinearKLDivFunction"
+    )
 
 
 def _load(target: str):

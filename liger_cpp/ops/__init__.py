@@ -7,6 +7,7 @@ from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm  # noqa: F401
 from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: F401
 from liger_cpp.ops.fused_linear_distillation import fused_linear_distillation  # noqa: F401,E402
 from liger_cpp.ops.fused_linear_grpo import fused_linear_grpo  # noqa: F401,E402
+from liger_cpp.ops.fused_linear_kl_div import fused_linear_kl_div  # noqa: F401,E402
 from liger_cpp.ops.fused_linear_logprobs import (  # noqa: F401,E402
     LigerFusedLinearScaledCrossEntropyFunction,
     fused_linear_token_logprobs,

@@ -1,12 +1,13 @@
 // Helpers of the chunk loops that fuse an lm_head with a loss (the RL and distillation losses:
-// csrc/aten/composite/fused_linear_{grpo,distillation,logprobs}.cpp): argument checks of a
-// head (hidden states, weight, bias), the chunk size, the logits GEMM of a chunk and the dX / dW /
-// dB GEMMs of its dlogits. ATen GEMMs: cuBLAS on CUDA, ATen's CPU BLAS in CI.
+// csrc/aten/composite/fused_linear_{grpo,distillation,logprobs,kl_div}.cpp; FLCE's float32 dW): argument
+// checks of a head (hidden states, weight, bias), the chunk size, the logits GEMM of a chunk and the dX / dW
+// / dB GEMMs of its dlogits. ATen GEMMs: cuBLAS on CUDA, ATen's CPU BLAS in CI.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -158,6 +159,36 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> finish_grads(Grads& g, con
   at::Tensor dw = g.dw.defined() ? g.dw : none();
   at::Tensor db = g.db.defined() ? g.db.to(bias.scalar_type()) : none();
   return {dx, dw, db};
+}
+
+// Whether ATen's mm/addmm with out_dtype (low-precision inputs, float32 output)
+// works here; set false the first time it throws (a torch without it), after
+// which the float32 accumulation upcasts each chunk's operands instead.
+inline std::atomic<bool> g_out_dtype_gemm{true};
+
+// dW (+)= dL^T @ xc into a float32 buffer from low-precision dL and xc.
+inline void accumulate_dw_fp32(at::Tensor& dw32, const at::Tensor& dlt, const at::Tensor& xc, bool first) {
+  if (dw32.is_cuda() && g_out_dtype_gemm.load(std::memory_order_relaxed)) {
+    try {
+      // cuBLAS: bf16/fp16 operands, fp32 accumulation and fp32 C, read back
+      // with beta 1 on later chunks: no rounding to the low dtype at all.
+      if (first)
+        at::mm_out(dw32, dlt, xc, at::kFloat);
+      else
+        at::addmm_out(dw32, dw32, dlt, xc, at::kFloat, 1, 1);
+      return;
+    } catch (const c10::Error&) {
+      // The dtype checks run before any work is queued, so falling back is safe.
+      g_out_dtype_gemm.store(false, std::memory_order_relaxed);
+    }
+  }
+  // CPU (no out_dtype kernels) or an older CUDA torch: exact, but pays a
+  // float32 copy of the chunk's operands and a float32 GEMM.
+  const at::Tensor a = dlt.to(at::kFloat), b = xc.to(at::kFloat);
+  if (first)
+    at::mm_out(dw32, a, b);
+  else
+    dw32.addmm_(a, b);
 }
 
 }  // namespace liger_cpp::heads

@@ -27,7 +27,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -35,6 +34,7 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/cross_entropy_core.h"
+#include "aten/checks/linear_chunks.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
@@ -220,36 +220,6 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
   return f;
 }
 
-// Whether ATen's mm/addmm with out_dtype (low-precision inputs, float32 output)
-// works here; set false the first time it throws (a torch without it), after
-// which the float32 accumulation upcasts each chunk's operands instead.
-std::atomic<bool> g_out_dtype_gemm{true};
-
-// dW (+)= dL^T @ xc into a float32 buffer from low-precision dL and xc.
-void accumulate_dw_fp32(at::Tensor& dw32, const at::Tensor& dlt, const at::Tensor& xc, bool first) {
-  if (dw32.is_cuda() && g_out_dtype_gemm.load(std::memory_order_relaxed)) {
-    try {
-      // cuBLAS: bf16/fp16 operands, fp32 accumulation and fp32 C, read back
-      // with beta 1 on later chunks: no rounding to the low dtype at all.
-      if (first)
-        at::mm_out(dw32, dlt, xc, at::kFloat);
-      else
-        at::addmm_out(dw32, dw32, dlt, xc, at::kFloat, 1, 1);
-      return;
-    } catch (const c10::Error&) {
-      // The dtype checks run before any work is queued, so falling back is safe.
-      g_out_dtype_gemm.store(false, std::memory_order_relaxed);
-    }
-  }
-  // CPU (no out_dtype kernels) or an older CUDA torch: exact, but pays a
-  // float32 copy of the chunk's operands and a float32 GEMM.
-  const at::Tensor a = dlt.to(at::kFloat), b = xc.to(at::kFloat);
-  if (first)
-    at::mm_out(dw32, a, b);
-  else
-    dw32.addmm_(a, b);
-}
-
 struct Grads {
   at::Tensor dx_rows;  // [M, H] input dtype, or undefined
   at::Tensor dw;       // [V, H] weight dtype or float32 (accum_fp32), or undefined
@@ -330,7 +300,7 @@ void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_s
     if (g.dw.defined()) {
       const at::Tensor lt = lc.t();
       if (f.accum_fp32)
-        accumulate_dw_fp32(g.dw, lt, xc, first);
+        heads::accumulate_dw_fp32(g.dw, lt, xc, first);
       else if (first)
         at::mm_out(g.dw, lt, xc);  // beta 0: no zero-fill of dW, no read of it
       else
