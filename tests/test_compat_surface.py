@@ -147,6 +147,9 @@ def test_what_liger_cpp_implements_is_liger_cpp():
         "LigerPhi3SwiGLUMLP",
         "LigerQwen3MoeSwiGLUMLP",
         "LigerBlockSparseTop2MLP",
+        "LigerMLP",
+        "LigerFalconH1MLP",
+        "LigerFusedLinearKLDivLoss",
         "LigerCrossEntropyLoss",
         "LigerFusedLinearCrossEntropyLoss",
         "liger_rotary_pos_emb",
@@ -674,3 +677,24 @@ def test_liger_for_causal_lm_loss(num_items, monkeypatch):
     valid = target != -100
     acc = ((logits.argmax(-1) == target) & valid).sum() / valid.sum()
     torch.testing.assert_close(out.token_accuracy.double(), acc.double())
+
+
+def test_mlp_and_fused_linear_kl_div_functions_apply_in_liger_order():
+    """liger_kernel.ops' LigerMLPFunction and LigerFusedLinearKLDivFunction in Liger-Kernel's
+    positional order equal liger_cpp's calls with keywords."""
+    import liger_kernel.ops as ops
+
+    from liger_cpp.ops.fused_linear_kl_div import fused_linear_kl_div
+    from liger_cpp.transformers.swiglu import liger_mlp
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 8)
+    g, u, d = torch.randn(12, 8), torch.randn(12, 8), torch.randn(8, 12)
+    _close(
+        ops.LigerMLPFunction.apply(x, g, u, d, 0.5, 2.0),
+        liger_mlp(x, g, u, d, gate_multiplier=0.5, down_multiplier=2.0),
+    )
+    w, q = torch.randn(11, 8), torch.softmax(torch.randn(5, 11), -1)
+    lab = torch.tensor([1, -100, 3, 4, 5])
+    got = ops.LigerFusedLinearKLDivFunction.apply(x, w, q, lab, "sum", -100, 2.0, 1e-8, None)
+    _close(got, fused_linear_kl_div(x, w, q, lab, reduction="sum", temperature=2.0, eps=1e-8))

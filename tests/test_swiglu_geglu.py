@@ -588,3 +588,29 @@ def test_cuda_mismatched_devices():
         swiglu(a, torch.randn(4, 64))
     with pytest.raises(RuntimeError, match="'dc'.*device"):
         torch.ops.liger.swiglu_bwd(torch.randn(4, 64), a, a.clone())
+
+
+def test_liger_mlp_and_falcon_h1_mlp_and_mlp_function():
+    """Liger-Kernel's LigerMLP (no biases, whatever config.mlp_bias says), LigerFalconH1MLP (its gate
+    and down multipliers) and LigerMLPFunction's maths (liger_mlp) against a float64 formula."""
+    from types import SimpleNamespace
+
+    from liger_cpp.transformers import LigerFalconH1MLP, LigerFalconH1SwiGLUMLP, LigerMLP
+    from liger_cpp.transformers.swiglu import liger_mlp
+
+    cfg = SimpleNamespace(hidden_size=16, intermediate_size=24, hidden_act="silu", mlp_bias=True)
+    torch.manual_seed(0)
+    m = LigerMLP(cfg).double()
+    assert all(p.bias is None for p in (m.gate_proj, m.up_proj, m.down_proj))
+    x = torch.randn(3, 5, 16, dtype=torch.float64)
+    g, u, d = m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight
+
+    def ref(gm=1.0, dm=1.0):
+        a = x @ g.t() * gm
+        return (a * torch.sigmoid(a) * (x @ u.t())) @ d.t() * dm
+
+    torch.testing.assert_close(m(x), ref(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(liger_mlp(x, g, u, d, 0.5, 3.0), ref(0.5, 3.0), rtol=1e-12, atol=1e-12)
+    assert LigerFalconH1MLP is LigerFalconH1SwiGLUMLP
+    with pytest.raises(ValueError):
+        LigerMLP(SimpleNamespace(hidden_size=16, intermediate_size=24, hidden_act="gelu"))

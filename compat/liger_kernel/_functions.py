@@ -32,6 +32,7 @@ from liger_cpp.ops.swiglu import swiglu as _swiglu
 from liger_cpp.transformers import functional as _functional
 from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb
 from liger_cpp.transformers.rope import liger_rotary_pos_emb
+from liger_cpp.transformers.swiglu import liger_mlp
 
 
 def _four(out, loss_only: bool):
@@ -238,6 +239,12 @@ class LigerTVDLossFunction:
     @staticmethod
     def apply(p, q, shift_labels=None, reduction="batchmean", ignore_index=-100):
         return _tvd(p, q, shift_labels, reduction, ignore_index)
+
+
+class LigerMLPFunction:
+    @staticmethod
+    def apply(input, gate_weight, up_weight, down_weight, gate_multiplier=1.0, down_multiplier=1.0):
+        return liger_mlp(input, gate_weight, up_weight, down_weight, gate_multiplier, down_multiplier)
 
 
 class LigerFusedLinearKLDivFunction:

@@ -44,6 +44,8 @@ IMPLEMENTED = {
     f"{_T}.geglu.LigerGEGLUMLP": "liger_cpp.transformers.geglu:LigerGEGLUMLP",
     f"{_T}.geglu.LigerGEGLUMLPForGemma4": "liger_cpp.transformers.geglu:LigerGEGLUMLPForGemma4",
     f"{_T}.swiglu.LigerFalconH1SwiGLUMLP": "liger_cpp.transformers.swiglu:LigerFalconH1SwiGLUMLP",
+    f"{_T}.mlp.LigerMLP": "liger_cpp.transformers.swiglu:LigerMLP",
+    f"{_T}.mlp.LigerFalconH1MLP": "liger_cpp.transformers.swiglu:LigerFalconH1MLP",
     f"{_T}.swiglu.LigerHunyuanV1SwiGLUMLP": "liger_cpp.transformers.swiglu:LigerHunyuanV1SwiGLUMLP",
     f"{_T}.swiglu.LigerSwiGLUMLPForMuseGlimmer": "liger_cpp.transformers.swiglu:LigerSwiGLUMLPForMuseGlimmer",
     f"{_T}.relu_squared.LigerReLUSquared": "liger_cpp.transformers.relu_squared:LigerReLUSquared",
@@ -143,6 +145,7 @@ _OPS_FUNCTIONS = {
     "relu_squared": "LigerReLUSquaredFunction",
     "llama4_rope": "LigerLlama4RopeFunction",
     "fused_moe": "LigerFusedMoEFunction",
+    "mlp": "LigerMLPFunction",
 }
 for _mod, _cls in _OPS_FUNCTIONS.items():
     IMPLEMENTED[f"{_O}.{_mod}.{_cls}"] = f"liger_kernel._functions:{_cls}"

@@ -2,6 +2,7 @@
 parameter names, so state dicts load unchanged), with liger_cpp's fused silu(a) * b."""
 
 from torch import nn
+from torch.nn import functional as F
 
 from liger_cpp.ops.swiglu import swiglu
 
@@ -150,6 +151,33 @@ class LigerFalconH1SwiGLUMLP(nn.Module):
         ip = resolve_in_place(self.in_place, self.gate_proj, self.up_proj)  # gate * m is private too
         y = self.down_proj(swiglu(gate, self.up_proj(x), in_place=ip))
         return y * self.down_multiplier if self.down_multiplier != 1.0 else y
+
+
+class LigerMLP(LigerSwiGLUMLP):
+    """Liger-Kernel's LigerMLP (the module of its LigerMLPFunction): LlamaMLP's SwiGLU MLP,
+    down_proj(silu(gate_proj(x)) * up_proj(x)), its projections always without bias (Liger's)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        if self.gate_proj.bias is not None:  # config.mlp_bias: Liger's class has none
+            h, i = self.hidden_size, self.intermediate_size
+            self.gate_proj = nn.Linear(h, i, bias=False)
+            self.up_proj = nn.Linear(h, i, bias=False)
+            self.down_proj = nn.Linear(i, h, bias=False)
+
+
+# Liger-Kernel's name for the same module (liger_kernel.transformers.mlp.LigerFalconH1MLP).
+LigerFalconH1MLP = LigerFalconH1SwiGLUMLP
+
+
+def liger_mlp(x, gate_weight, up_weight, down_weight, gate_multiplier=1.0, down_multiplier=1.0):
+    """Liger-Kernel's LigerMLPFunction: down(silu(x gate^T * gate_multiplier) * (x up^T)) *
+    down_multiplier, with liger_cpp's fused silu(a) * b between the projections."""
+    gate = F.linear(x, gate_weight)
+    if gate_multiplier != 1.0:
+        gate = gate * gate_multiplier
+    y = F.linear(swiglu(gate, F.linear(x, up_weight)), down_weight)
+    return y * down_multiplier if down_multiplier != 1.0 else y
 
 
 class LigerHunyuanV1SwiGLUMLP(LigerSwiGLUMLP):
