@@ -1,5 +1,6 @@
 """RL and distillation losses fused with the lm_head (bf16, fwd+bwd): GRPO (liger_cpp's
-LigerFusedLinearGRPOLoss) and JSD distillation (LigerFusedLinearJSDLoss) against eager PyTorch (full
+LigerFusedLinearGRPOLoss), JSD distillation (LigerFusedLinearJSDLoss) and KL distillation from cached
+teacher probabilities (LigerFusedLinearKLDivLoss) against eager PyTorch (full
 logits, TRL's formulas: selective_log_softmax and GRPOTrainer's dapo loss; GKD's generalized JSD) and
 Liger-Kernel's chunked losses when importable (compiled=True and compiled=False, first step and
 steady state), in one run.
@@ -13,7 +14,8 @@ GRPO also: peak memory as completions grow (2..16 x 1024 tokens, dX subtracted),
 completion.
 
 Shapes: GRPO 8 completions x 1024 tokens, H 4096, V 151936 (Qwen's vocabulary), ref_per_token_logps
-given and a reference model in the loop; JSD 8192 tokens, student H 2048, teacher H 4096, V 151936.
+given and a reference model in the loop; JSD 8192 tokens, student H 2048, teacher H 4096, V 151936;
+KL 8192 tokens, H 2048, V 151936 (float32 teacher probabilities: 5 GB of input).
 --device cpu: tiny fp32 shapes, each eager formula against liger_cpp (no timing).
 Usage: python benchmarks/bench_rl_losses.py [--out FILE.json] [--quick] [--device cpu]
 """
@@ -28,6 +30,7 @@ from harness import bench_ms, fmt_table, meta, peak_extra_bytes, write_json
 
 import liger_cpp
 from liger_cpp import chunked_loss as cl
+from liger_cpp import transformers as lt
 
 GRPO_SHAPE = (8, 1024, 4096, 151936)  # completions, T, H, V
 JSD_SHAPE = (8192, 2048, 4096, 151936)  # tokens, student H, teacher H, V
@@ -187,6 +190,47 @@ def jsd_variants(have_liger):
                 return lambda d: mod(d["xs"], d["ws"], d["xt"], d["wt"], d["t"])
 
             out[f"liger[compiled={compiled}]"] = liger
+    return out
+
+
+KL_SHAPE = (8192, 2048, 151936)  # tokens, student H, V: cached teacher probabilities (M, V) float32
+KL_TEMPERATURE = 0.9
+
+
+def eager_kl(x, w, q, t):
+    """KL(q || softmax(x W^T / T)) batchmean over labelled tokens (nn.KLDivLoss on full logits)."""
+    lp = torch.log_softmax((x @ w.t()).float() / KL_TEMPERATURE, -1)
+    rows = (q * (q.clamp_min(1e-10).log() - lp)).sum(-1)
+    keep = t != -100
+    return (rows * keep).sum() / keep.sum()
+
+
+def kl_inputs(shape, device, dtype, seed=0):
+    m, h, v = shape
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = (torch.randn(m, h, generator=g, device=device)).to(dtype).requires_grad_(True)
+    w = (torch.randn(v, h, generator=g, device=device) * h**-0.5).to(dtype).requires_grad_(True)
+    q = torch.softmax(torch.randn(m, v, generator=g, device=device) * 2.0, -1)
+    t = torch.randint(0, v, (m,), generator=g, device=device)
+    t[: m // 8] = -100
+    return dict(x=x, w=w, q=q, t=t)
+
+
+def kl_variants(have_liger):
+    def ours():
+        mod = lt.LigerFusedLinearKLDivLoss(temperature=KL_TEMPERATURE)
+        return lambda d: mod(d["x"], d["w"], d["q"], d["t"])
+
+    out = {"liger_cpp": ours, "eager": lambda: lambda d: eager_kl(d["x"], d["w"], d["q"], d["t"])}
+    if have_liger:
+
+        def liger():
+            import liger_kernel.transformers as lkt
+
+            mod = lkt.LigerFusedLinearKLDivLoss(temperature=KL_TEMPERATURE)
+            return lambda d: mod(d["x"], d["w"], d["q"], d["t"])
+
+        out["liger"] = liger
     return out
 
 
@@ -353,6 +397,26 @@ def jsd_rows(have_liger):
     return rows
 
 
+def kl_rows(have_liger):
+    m, h, v = KL_SHAPE
+    d = kl_inputs(KL_SHAPE, "cuda", torch.bfloat16)
+    floor, parts, rate = gemm_floor_ms(m, h, v)
+    with torch.no_grad():
+        ref_loss = float(eager_kl(d["x"], d["w"], d["q"], d["t"]))
+    torch.cuda.empty_cache()
+    rows = run_rows(
+        "kl distillation (cached teacher probabilities)",
+        f"M{m} H{h} V{v}",
+        kl_variants(have_liger),
+        d,
+        [d["x"], d["w"]],
+        floor,
+        ref_loss,
+    )
+    rows[0].update({"gemm_ms": parts, "gemm_TFLOP/s": round(rate, 1)})
+    return rows
+
+
 # ---------------------------------------------------------------- CPU formula check
 def cpu_check():
     rows = []
@@ -382,6 +446,19 @@ def cpu_check():
             }
         )
         dj["xs"].grad = dj["ws"].grad = None
+    dk = kl_inputs((40, 16, 64), "cpu", torch.float32)
+    for name, make in kl_variants(False).items():
+        loss = make()(dk)
+        loss.backward()
+        rows.append(
+            {
+                "case": "kl",
+                "impl": name,
+                "loss": round(float(loss.detach()), 6),
+                "dX0": float(dk["x"].grad.sum()),
+            }
+        )
+        dk["x"].grad = dk["w"].grad = None
     return rows
 
 
@@ -400,7 +477,10 @@ def main():
     t0 = time.perf_counter()
     have_liger = real_liger_importable()
     rows = (
-        grpo_rows(have_liger, ref_model=False) + grpo_rows(have_liger, ref_model=True) + jsd_rows(have_liger)
+        grpo_rows(have_liger, ref_model=False)
+        + grpo_rows(have_liger, ref_model=True)
+        + jsd_rows(have_liger)
+        + kl_rows(have_liger)
     )
     sweep = [] if args.quick else grpo_sweep()
     payload = {
