@@ -120,6 +120,7 @@ def test_losses_and_gradients(device, dtype, reduction, temperature):
         dict(chunk_rows=1),
         dict(n_ignored=94),  # every row ignored: a zero loss and zero gradients
         dict(M=1, n_ignored=0),
+        dict(M=0, n_ignored=0),  # no rows: a zero loss, zero weight gradients
         dict(grad_out=-3.0),
         dict(zeros=False, temperature=0.5),
     ],
@@ -135,6 +136,7 @@ def test_accum_dtype_float32(device, dtype):
     """accum_dtype=torch.float32: dW summed over the chunks in float32 (one rounding at the end), so
     within the single-rounding tolerance however many chunks."""
     _check(device, dtype, chunk_rows=8, accum=torch.float32)
+    _check(device, dtype, accum=torch.float32, M=0, n_ignored=0)
     x, w, b, q, lab = _make(device, dtype)
     kw = dict(chunk_rows=8)
     g = [

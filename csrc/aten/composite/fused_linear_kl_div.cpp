@@ -89,8 +89,9 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
   const at::Tensor w = heads::gemm_ready(student_weight), b = heads::opt(student_bias);
   heads::Grads gr =
       heads::alloc_grads(x, student_weight, b, compute_dx, compute_dw && !accum_fp32, compute_db);
-  at::Tensor dw32;  // the float32 dW accumulator (accum_dtype), or undefined
-  if (compute_dw && accum_fp32) dw32 = at::empty(student_weight.sizes(), acc_opts);
+  at::Tensor dw32;               // the float32 dW accumulator (accum_dtype), or undefined
+  if (compute_dw && accum_fp32)  // no rows: no chunk writes it
+    dw32 = M > 0 ? at::empty(student_weight.sizes(), acc_opts) : at::zeros(student_weight.sizes(), acc_opts);
   const bool want_grad = gr.any() || dw32.defined();
   at::Tensor rows_loss = at::zeros({M}, acc_opts);
   if (M > 0) {
