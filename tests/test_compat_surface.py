@@ -698,3 +698,6 @@ def test_mlp_and_fused_linear_kl_div_functions_apply_in_liger_order():
     lab = torch.tensor([1, -100, 3, 4, 5])
     got = ops.LigerFusedLinearKLDivFunction.apply(x, w, q, lab, "sum", -100, 2.0, 1e-8, None)
     _close(got, fused_linear_kl_div(x, w, q, lab, reduction="sum", temperature=2.0, eps=1e-8))
+    import liger_kernel.transformers.functional as kf
+
+    _close(kf.liger_fused_linear_kl_div(x, w, q, lab, "sum", -100, 2.0, 1e-8, None), got)

@@ -238,3 +238,31 @@ def liger_tvd(
 ) -> Tensor:
     """Liger's liger_tvd (reduction default "mean", the module's "batchmean")."""
     return _tvd(input, target, shift_labels, reduction, ignore_index)
+
+
+def liger_fused_linear_kl_div(
+    student_input: Tensor,
+    student_weight: Tensor,
+    target: Tensor,
+    shift_labels: Optional[Tensor] = None,
+    reduction: str = "batchmean",
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+    eps: float = 1e-10,
+    accum_dtype: Optional[torch.dtype] = None,
+) -> Tensor:
+    """Liger's liger_fused_linear_kl_div: KL(target || softmax(student_input @ student_weight^T /
+    temperature)) (liger_cpp.ops.fused_linear_kl_div; LigerFusedLinearKLDivLoss's functional)."""
+    from liger_cpp.ops.fused_linear_kl_div import fused_linear_kl_div
+
+    return fused_linear_kl_div(
+        student_input,
+        student_weight,
+        target,
+        shift_labels,
+        reduction=reduction,
+        ignore_index=ignore_index,
+        temperature=temperature,
+        eps=eps,
+        accum_dtype=accum_dtype,
+    )
