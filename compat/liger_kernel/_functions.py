@@ -22,7 +22,6 @@ from liger_cpp.ops.divergence import jsd as _jsd
 from liger_cpp.ops.divergence import kl_div as _kl_div
 from liger_cpp.ops.divergence import tvd as _tvd
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm as _fused_add_rms_norm
-from liger_cpp.ops.fused_linear_kl_div import fused_linear_kl_div as _fused_linear_kl_div
 from liger_cpp.ops.geglu import geglu as _geglu
 from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
 from liger_cpp.ops.llama4_rope import llama4_rope as _llama4_rope
@@ -248,29 +247,8 @@ class LigerMLPFunction:
 
 
 class LigerFusedLinearKLDivFunction:
-    @staticmethod
-    def apply(
-        student_input,
-        student_weight,
-        target,
-        shift_labels=None,
-        reduction="batchmean",
-        ignore_index=-100,
-        temperature=1.0,
-        eps=1e-10,
-        accum_dtype=None,
-    ):
-        return _fused_linear_kl_div(
-            student_input,
-            student_weight,
-            target,
-            shift_labels,
-            reduction=reduction,
-            ignore_index=ignore_index,
-            temperature=temperature,
-            eps=eps,
-            accum_dtype=accum_dtype,
-        )
+    # liger_fused_linear_kl_div takes .apply's arguments in Liger-Kernel's order
+    apply = staticmethod(_functional.liger_fused_linear_kl_div)
 
 
 class LigerFusedLinearJSDOps:  # liger_kernel.ops.fused_linear_jsd.LigerFusedLinearJSDFunction

@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from liger_cpp.ops._common import check_device
+from liger_cpp.ops._common import check_device, head_grads_fake
 
 REDUCTIONS = ("none", "mean", "sum")
 
@@ -44,14 +44,6 @@ def _check_fake(input, weight, target, bias, reduction):
     torch._check(
         reduction in REDUCTIONS, lambda: "liger_cpp: argument 'reduction': expected 'none', 'mean' or 'sum'"
     )
-
-
-def _grad_fakes(input, weight, bias, compute_dx, compute_dw, compute_db):
-    # absent outputs are distinct empty tensors (outputs must not alias each other)
-    dx = input.new_empty(input.shape if compute_dx else (0,))
-    dw = weight.new_empty(weight.shape) if compute_dw else input.new_empty((0,))
-    db = bias.new_empty(bias.shape) if (compute_db and bias is not None) else input.new_empty((0,))
-    return dx, dw, db
 
 
 @torch.library.register_fake("liger::fused_linear_cross_entropy_fwd")
@@ -91,7 +83,7 @@ def _fwd_fake(
         z_loss,
         accuracy,
         predicted,
-        *_grad_fakes(input, weight, bias, compute_dx, compute_dw, compute_db),
+        *head_grads_fake(input, weight, bias, compute_dx, compute_dw, compute_db),
     )
 
 
@@ -118,7 +110,7 @@ def _bwd_fake(
     chunk_budget_mib=None,
 ):
     _check_fake(input, weight, target, bias, reduction)
-    return _grad_fakes(input, weight, bias, compute_dx, compute_dw, compute_db)
+    return head_grads_fake(input, weight, bias, compute_dx, compute_dw, compute_db)
 
 
 @torch.library.register_fake("liger::fused_linear_cross_entropy_scale_")

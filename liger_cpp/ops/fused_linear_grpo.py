@@ -14,7 +14,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from liger_cpp.ops._common import check_device
+from liger_cpp.ops._common import check_device, head_grads_fake
 from liger_cpp.ops.fused_linear_preference import _autocast_cast
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
@@ -75,9 +75,7 @@ def _fwd_fake(
     torch._check(loss_type in LOSS_TYPES, lambda: "liger_cpp: argument 'loss_type': unknown loss type")
     f32 = torch.float32
     scalar = input.new_empty((), dtype=f32)
-    dx = input.new_empty(input.shape if compute_dx else (0,))
-    dw = weight.new_empty(weight.shape) if compute_dw else input.new_empty((0,))
-    db = bias.new_empty(bias.shape) if (compute_db and bias is not None) else input.new_empty((0,))
+    dx, dw, db = head_grads_fake(input, weight, bias, compute_dx, compute_dw, compute_db)
     logps = input.new_empty(input.shape[:2], dtype=f32)
     return scalar, scalar.clone(), scalar.clone(), logps, dx, dw, db
 

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from liger_cpp.ops._common import check_device
+from liger_cpp.ops._common import check_device, head_grads_fake
 from liger_cpp.ops.fused_linear_preference import _autocast_cast
 
 REDUCTIONS = ("batchmean", "mean", "sum")
@@ -49,10 +49,9 @@ def _fwd_fake(
     )
     acc = torch.float64 if student_input.dtype == torch.float64 else torch.float32
     loss = student_input.new_empty((), dtype=acc)
-    dx = student_input.new_empty(student_input.shape if compute_dx else (0,))
-    dw = student_weight.new_empty(student_weight.shape) if compute_dw else student_input.new_empty((0,))
-    has_b = compute_db and student_bias is not None
-    db = student_bias.new_empty(student_bias.shape) if has_b else student_input.new_empty((0,))
+    dx, dw, db = head_grads_fake(
+        student_input, student_weight, student_bias, compute_dx, compute_dw, compute_db
+    )
     return loss, dx, dw, db
 
 

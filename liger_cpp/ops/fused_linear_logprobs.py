@@ -14,7 +14,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from liger_cpp.ops._common import check_device
+from liger_cpp.ops._common import check_device, head_grads_fake
 
 
 @torch.library.register_fake("liger::fused_linear_logprobs_fwd")
@@ -53,10 +53,7 @@ def _bwd_fake(
     compute_dw=True,
     compute_db=True,
 ):
-    dx = input.new_empty(input.shape if compute_dx else (0,))
-    dw = weight.new_empty(weight.shape) if compute_dw else input.new_empty((0,))
-    db = bias.new_empty(bias.shape) if (compute_db and bias is not None) else input.new_empty((0,))
-    return dx, dw, db
+    return head_grads_fake(input, weight, bias, compute_dx, compute_dw, compute_db)
 
 
 def fused_linear_token_logprobs(

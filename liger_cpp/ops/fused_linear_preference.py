@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from liger_cpp.ops._common import check_device
+from liger_cpp.ops._common import check_device, head_grads_fake
 
 DPO_LOSS_TYPES = (
     "sigmoid",
@@ -74,9 +74,7 @@ def _fwd_fake(
     scalar = input.new_empty((), dtype=f32)
     vec = input.new_empty((B,), dtype=f32)
     extra = input.new_empty((2,) if loss_type == "orpo" else (0,), dtype=f32)
-    dx = input.new_empty(input.shape if compute_dx else (0,))
-    dw = weight.new_empty(weight.shape) if compute_dw else input.new_empty((0,))
-    db = bias.new_empty(bias.shape) if (compute_db and bias is not None) else input.new_empty((0,))
+    dx, dw, db = head_grads_fake(input, weight, bias, compute_dx, compute_dw, compute_db)
     return (
         scalar,
         vec,
@@ -206,9 +204,7 @@ def _kto_fake(
         lambda: "liger_cpp: argument 'weight': expected shape (V, H)",
     )
     scalars = tuple(input.new_empty((), dtype=torch.float32) for _ in range(7))
-    dx = input.new_empty(input.shape if compute_dx else (0,))
-    dw = weight.new_empty(weight.shape) if compute_dw else input.new_empty((0,))
-    db = bias.new_empty(bias.shape) if (compute_db and bias is not None) else input.new_empty((0,))
+    dx, dw, db = head_grads_fake(input, weight, bias, compute_dx, compute_dw, compute_db)
     return (*scalars, dx, dw, db)
 
 

@@ -177,28 +177,8 @@ def liger_fused_linear_jsd(
     )
 
 
-def liger_fused_linear_kl_div(
-    student_input,
-    student_weight,
-    target,
-    shift_labels=None,
-    reduction: str = "batchmean",
-    ignore_index: int = -100,
-    temperature: float = 1.0,
-    eps: float = 1e-10,
-    accum_dtype=None,
-):
-    return _cpp.liger_fused_linear_kl_div(
-        student_input,
-        student_weight,
-        target,
-        shift_labels,
-        reduction=reduction,
-        ignore_index=ignore_index,
-        temperature=temperature,
-        eps=eps,
-        accum_dtype=accum_dtype,
-    )
+# liger_cpp's functional has Liger-Kernel's exact signature
+liger_fused_linear_kl_div = _cpp.liger_fused_linear_kl_div
 
 
 def _route_patched_forward(fn) -> None:
