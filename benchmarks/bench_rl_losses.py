@@ -377,88 +377,68 @@ def grpo_sweep():
     return rows
 
 
+def _head_rows(case, shape_desc, variants, d, grads, floor, eager):
+    """run_rows for a distillation case, its loss checked against the eager formula, the floor's
+    GEMM parts and rate on its first row."""
+    floor_ms, parts, rate = floor
+    with torch.no_grad():
+        ref_loss = float(eager())
+    torch.cuda.empty_cache()
+    rows = run_rows(case, shape_desc, variants, d, grads, floor_ms, ref_loss)
+    rows[0].update({"gemm_ms": parts, "gemm_TFLOP/s": round(rate, 1)})
+    return rows
+
+
 def jsd_rows(have_liger):
     m, hs, ht, v = JSD_SHAPE
     d = jsd_inputs(JSD_SHAPE, "cuda", torch.bfloat16)
-    floor, parts, rate = gemm_floor_ms(m, hs, v, ref_h=ht)
-    with torch.no_grad():
-        ref_loss = float(eager_jsd(d["xs"], d["ws"], d["xt"], d["wt"], d["t"]))
-    torch.cuda.empty_cache()
-    rows = run_rows(
+    return _head_rows(
         "jsd distillation (GKD config)",
         f"M{m} Hs{hs} Ht{ht} V{v}",
         jsd_variants(have_liger),
         d,
         [d["xs"], d["ws"]],
-        floor,
-        ref_loss,
+        gemm_floor_ms(m, hs, v, ref_h=ht),
+        lambda: eager_jsd(d["xs"], d["ws"], d["xt"], d["wt"], d["t"]),
     )
-    rows[0].update({"gemm_ms": parts, "gemm_TFLOP/s": round(rate, 1)})
-    return rows
 
 
 def kl_rows(have_liger):
     m, h, v = KL_SHAPE
     d = kl_inputs(KL_SHAPE, "cuda", torch.bfloat16)
-    floor, parts, rate = gemm_floor_ms(m, h, v)
-    with torch.no_grad():
-        ref_loss = float(eager_kl(d["x"], d["w"], d["q"], d["t"]))
-    torch.cuda.empty_cache()
-    rows = run_rows(
+    return _head_rows(
         "kl distillation (cached teacher probabilities)",
         f"M{m} H{h} V{v}",
         kl_variants(have_liger),
         d,
         [d["x"], d["w"]],
-        floor,
-        ref_loss,
+        gemm_floor_ms(m, h, v),
+        lambda: eager_kl(d["x"], d["w"], d["q"], d["t"]),
     )
-    rows[0].update({"gemm_ms": parts, "gemm_TFLOP/s": round(rate, 1)})
-    return rows
 
 
 # ---------------------------------------------------------------- CPU formula check
 def cpu_check():
+    """Each eager formula against liger_cpp at tiny fp32 shapes: loss and the sum of dX."""
+    cases = [
+        ("grpo", grpo_inputs((3, 16, 32, 64), "cpu", torch.float32), grpo_variants(False, False), "x", "w"),
+        ("jsd", jsd_inputs((40, 16, 24, 64), "cpu", torch.float32), jsd_variants(False), "xs", "ws"),
+        ("kl", kl_inputs((40, 16, 64), "cpu", torch.float32), kl_variants(False), "x", "w"),
+    ]
     rows = []
-    d = grpo_inputs((3, 16, 32, 64), "cpu", torch.float32)
-    for name, make in grpo_variants(False, False).items():
-        loss = make()(d)
-        loss.backward()
-        rows.append(
-            {
-                "case": "grpo",
-                "impl": name,
-                "loss": round(float(loss.detach()), 6),
-                "dX0": float(d["x"].grad.sum()),
-            }
-        )
-        d["x"].grad = d["w"].grad = None
-    dj = jsd_inputs((40, 16, 24, 64), "cpu", torch.float32)
-    for name, make in jsd_variants(False).items():
-        loss = make()(dj)
-        loss.backward()
-        rows.append(
-            {
-                "case": "jsd",
-                "impl": name,
-                "loss": round(float(loss.detach()), 6),
-                "dX0": float(dj["xs"].grad.sum()),
-            }
-        )
-        dj["xs"].grad = dj["ws"].grad = None
-    dk = kl_inputs((40, 16, 64), "cpu", torch.float32)
-    for name, make in kl_variants(False).items():
-        loss = make()(dk)
-        loss.backward()
-        rows.append(
-            {
-                "case": "kl",
-                "impl": name,
-                "loss": round(float(loss.detach()), 6),
-                "dX0": float(dk["x"].grad.sum()),
-            }
-        )
-        dk["x"].grad = dk["w"].grad = None
+    for case, d, variants, xk, wk in cases:
+        for name, make in variants.items():
+            loss = make()(d)
+            loss.backward()
+            rows.append(
+                {
+                    "case": case,
+                    "impl": name,
+                    "loss": round(float(loss.detach()), 6),
+                    "dX0": float(d[xk].grad.sum()),
+                }
+            )
+            d[xk].grad = d[wk].grad = None
     return rows
 
 
