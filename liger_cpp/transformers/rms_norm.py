@@ -86,19 +86,8 @@ class LigerRMSNormForGemma(LigerRMSNorm):
 
 
 class LigerRMSNormForGemma2(LigerRMSNormForGemma):
-    """Gemma 2 sandwich norms: the incoming gradient is shared with the residual, so never in place."""
-
-    def __init__(
-        self,
-        hidden_size,
-        eps=1e-6,
-        offset=1.0,
-        casting_mode="gemma",
-        init_fn="zeros",
-        in_place=False,
-        row_mode=None,
-    ):
-        super().__init__(hidden_size, eps, offset, casting_mode, init_fn, in_place, row_mode)
+    """Gemma 2 sandwich norms: the incoming gradient is shared with the residual, so never in place
+    (Gemma's constructor and defaults, in_place=False among them)."""
 
 
 class LigerRMSNormForGemma3(LigerRMSNorm):
