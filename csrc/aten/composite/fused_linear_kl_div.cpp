@@ -99,6 +99,7 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
     if (chunk_rows == 0) R = heads::even_chunk(M, R);
     at::Tensor buf = at::empty({R, V}, student_input.options());
     const at::Tensor grad_scale = scale / temperature;
+    const at::Tensor zero = keep.defined() ? at::zeros({}, acc_opts) : at::Tensor();  // ignored rows' value
     for (int64_t r0 = 0; r0 < M; r0 += R) {
       const int64_t rows = std::min(R, M - r0);
       const at::Tensor xc = x.narrow(0, r0, rows);
@@ -108,11 +109,11 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
       const at::Tensor qc = q.narrow(0, r0, rows).to(acc);
       at::Tensor row = (qc * (at::clamp_min(qc, eps).log() - lp)).sum(1);
       const at::Tensor kc = keep.defined() ? keep.narrow(0, r0, rows) : at::Tensor();
-      if (kc.defined()) row = at::where(kc, row, at::zeros({}, acc_opts));
+      if (kc.defined()) row = at::where(kc, row, zero);
       rows_loss.narrow(0, r0, rows).copy_(row);
       if (!want_grad) continue;
       at::Tensor dz = (lp.exp() * qc.sum(1, true) - qc) * grad_scale;
-      if (kc.defined()) dz = at::where(kc.unsqueeze(1), dz, at::zeros({}, acc_opts));
+      if (kc.defined()) dz = at::where(kc.unsqueeze(1), dz, zero);
       const at::Tensor dl = dz.to(student_input.scalar_type());
       heads::chunk_grads(dl, xc, w, gr, r0);
       if (dw32.defined()) heads::accumulate_dw_fp32(dw32, dl.t(), xc, r0 == 0);
