@@ -8,8 +8,10 @@ steady state), in one run.
 Floor: the GEMMs themselves, timed in this run with torch.matmul at the same shapes: the policy's
 logits x @ W^T, dX = dL @ W and dW = dL^T @ x (6*M*H*V FLOPs), plus the reference model's (or the
 teacher's) forward logits (2*M*H'*V). Per row: median ms of a steady fwd+bwd, x floor, the first
-call's ms (a fresh process's first call of that implementation at that shape: what a training run's
-first step pays), peak memory above the inputs (it includes the returned dX and dW) and |loss - eager|.
+call's ms (the first call of that implementation in this process, after the floor's GEMMs and the
+rows before it at that shape: what a training run's first loss step pays once the model's own
+forward has warmed cuBLAS), peak memory above the inputs (it includes the returned dX and dW) and
+|loss - eager|.
 GRPO also: peak memory as completions grow (2..16 x 1024 tokens, dX subtracted), and one 65,536-token
 completion.
 
@@ -17,7 +19,9 @@ Shapes: GRPO 8 completions x 1024 tokens, H 4096, V 151936 (Qwen's vocabulary), 
 given and a reference model in the loop; JSD 8192 tokens, student H 2048, teacher H 4096, V 151936;
 KL 8192 tokens, H 2048, V 151936 (float32 teacher probabilities: 5 GB of input).
 --device cpu: tiny fp32 shapes, each eager formula against liger_cpp (no timing).
-Usage: python benchmarks/bench_rl_losses.py [--out FILE.json] [--quick] [--device cpu]
+--breakdown: also one steady liger_cpp call per case profiled (GPU ms of cuBLAS GEMMs, liger_cpp's row
+kernels, the rest) with its costliest kernels.
+Usage: python benchmarks/bench_rl_losses.py [--out FILE.json] [--quick] [--breakdown] [--device cpu]
 """
 
 import argparse
@@ -42,13 +46,19 @@ MiB = 1 << 20
 
 
 def real_liger_importable():
-    """Liger-Kernel itself (not liger_cpp's compatibility package, whose liger_kernel is liger_cpp)."""
+    """Liger-Kernel itself (not liger_cpp's compatibility package, whose liger_kernel is liger_cpp);
+    says why not when it is not (a run without Liger's rows must say so)."""
     try:
-        import liger_kernel  # noqa: F401
+        import liger_kernel.chunked_loss  # noqa: F401
 
         # Liger-Kernel has no __version__; the compatibility package's version names liger.cpp.
-        return "liger.cpp" not in importlib.metadata.version("liger-kernel")
-    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        version = importlib.metadata.version("liger-kernel")
+        if "liger.cpp" in version:
+            print(f"Liger-Kernel not benchmarked: liger_kernel is liger_cpp's compat package {version}")
+            return False
+        return True
+    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+        print(f"Liger-Kernel not benchmarked: {_err(e)}")
         return False
 
 
@@ -417,6 +427,65 @@ def kl_rows(have_liger):
     )
 
 
+# ---------------------------------------------------------------- where liger_cpp's time goes
+def _kernel_category(name):
+    n = name.lower()
+    if any(k in n for k in ("nvjet", "gemm", "xmma", "cutlass", "splitkreduce", "cublas")):
+        return "gemm"
+    return "liger_cpp" if "liger_cpp" in n else "other"
+
+
+def breakdown(case, make, d, grads):
+    """GPU time of one steady liger_cpp fwd+bwd by category (cuBLAS GEMMs, liger_cpp's row kernels,
+    the rest: ATen's reductions, casts, fills) and its costliest kernels: what the x floor is made of."""
+    from torch.profiler import ProfilerActivity, profile
+
+    f = make()
+    for _ in range(2):
+        f(d).backward()
+        for p in grads:
+            p.grad = None
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        f(d).backward()
+        torch.cuda.synchronize()
+    for p in grads:
+        p.grad = None
+    cats, names = {}, {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        ms = (e.time_range.end - e.time_range.start) / 1e3
+        c = _kernel_category(e.name)
+        cats[c] = cats.get(c, 0.0) + ms
+        key = (c, e.name[:80])
+        names[key] = names.get(key, (0.0, 0))
+        names[key] = (names[key][0] + ms, names[key][1] + 1)
+    top = sorted(names.items(), key=lambda kv: -kv[1][0])[:8]
+    torch.cuda.empty_cache()
+    return {
+        "case": case,
+        "by_category_ms": {k: round(v, 3) for k, v in sorted(cats.items())},
+        "top": [{"category": c, "kernel": n, "ms": round(ms, 3), "launches": k} for (c, n), (ms, k) in top],
+    }
+
+
+def breakdowns():
+    out = []
+    for ref_model in (False, True):
+        d = grpo_inputs(GRPO_SHAPE, "cuda", torch.bfloat16, ref_model=ref_model)
+        case = "grpo, reference model in the loop" if ref_model else "grpo, ref_per_token_logps given"
+        out.append(breakdown(case, grpo_variants(False, ref_model)["liger_cpp"], d, [d["x"], d["w"]]))
+        del d
+    d = jsd_inputs(JSD_SHAPE, "cuda", torch.bfloat16)
+    jsd = jsd_variants(False)["liger_cpp"]
+    out.append(breakdown("jsd distillation (GKD config)", jsd, d, [d["xs"], d["ws"]]))
+    del d
+    d = kl_inputs(KL_SHAPE, "cuda", torch.bfloat16)
+    out.append(breakdown("kl distillation", kl_variants(False)["liger_cpp"], d, [d["x"], d["w"]]))
+    return out
+
+
 # ---------------------------------------------------------------- CPU formula check
 def cpu_check():
     """Each eager formula against liger_cpp at tiny fp32 shapes: loss and the sum of dX."""
@@ -447,6 +516,7 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="no memory sweep, no 65,536-token completion")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: tiny fp32 formula check")
+    ap.add_argument("--breakdown", action="store_true", help="also liger_cpp's GPU time by kernel category")
     args = ap.parse_args()
     if args.device == "cpu":
         rows = cpu_check()
@@ -463,6 +533,7 @@ def main():
         + kl_rows(have_liger)
     )
     sweep = [] if args.quick else grpo_sweep()
+    split = breakdowns() if args.breakdown else []
     payload = {
         "op": "rl_losses",
         "dtype": "bfloat16",
@@ -474,6 +545,7 @@ def main():
         "jsd": JSD_KW,
         "rows": rows,
         "sweep_rows": sweep,
+        "breakdown": split,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     if args.out:
@@ -508,6 +580,10 @@ def main():
         print(
             fmt_table(sweep, ["completions", "ms", "TFLOP/s", "peak_MiB", "dX_MiB", "peak-dX_MiB", "error"])
         )
+    for b in split:
+        print(f"\nliger_cpp GPU time, {b['case']}: {b['by_category_ms']} ms")
+        for t in b["top"]:
+            print(f"  {t['ms']:8.3f} ms  x{t['launches']:<3d} {t['category']:9s} {t['kernel']}")
 
 
 if __name__ == "__main__":
