@@ -21,7 +21,8 @@ KL 8192 tokens, H 2048, V 151936 (float32 teacher probabilities: 5 GB of input).
 --device cpu: tiny fp32 shapes, each eager formula against liger_cpp (no timing).
 --breakdown: also one steady liger_cpp call per case profiled (GPU ms of cuBLAS GEMMs, liger_cpp's row
 kernels, the rest) with its costliest kernels.
-Usage: python benchmarks/bench_rl_losses.py [--out FILE.json] [--quick] [--breakdown] [--device cpu]
+--cases grpo,grpo_ref,jsd,kl: the case groups, in that order (the JSON is rewritten after each).
+Usage: python benchmarks/bench_rl_losses.py [--out F.json] [--quick] [--breakdown] [--cases C] [--device cpu]
 """
 
 import argparse
@@ -517,6 +518,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="no memory sweep, no 65,536-token completion")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: tiny fp32 formula check")
     ap.add_argument("--breakdown", action="store_true", help="also liger_cpp's GPU time by kernel category")
+    ap.add_argument(
+        "--cases", type=lambda v: v.split(","), default="grpo,grpo_ref,jsd,kl".split(","), help="in order"
+    )
     args = ap.parse_args()
     if args.device == "cpu":
         rows = cpu_check()
@@ -526,14 +530,6 @@ def main():
         return
     t0 = time.perf_counter()
     have_liger = real_liger_importable()
-    rows = (
-        grpo_rows(have_liger, ref_model=False)
-        + grpo_rows(have_liger, ref_model=True)
-        + jsd_rows(have_liger)
-        + kl_rows(have_liger)
-    )
-    sweep = [] if args.quick else grpo_sweep()
-    split = breakdowns() if args.breakdown else []
     payload = {
         "op": "rl_losses",
         "dtype": "bfloat16",
@@ -543,13 +539,35 @@ def main():
         "liger_version": importlib.metadata.version("liger-kernel") if have_liger else None,
         "grpo": {"loss_type": "dapo", "beta": BETA, "epsilon_high": EPS_HI},
         "jsd": JSD_KW,
-        "rows": rows,
-        "sweep_rows": sweep,
-        "breakdown": split,
-        "wall_s": round(time.perf_counter() - t0, 1),
+        "rows": [],
+        "sweep_rows": [],
+        "breakdown": [],
     }
-    if args.out:
-        write_json(args.out, payload)
+    groups = {
+        "grpo": lambda: grpo_rows(have_liger, ref_model=False),
+        "grpo_ref": lambda: grpo_rows(have_liger, ref_model=True),
+        "jsd": lambda: jsd_rows(have_liger),
+        "kl": lambda: kl_rows(have_liger),
+    }
+    unknown = set(args.cases) - set(groups)
+    if unknown:
+        ap.error(f"--cases: unknown {sorted(unknown)}; expected some of {list(groups)}")
+
+    def save():  # after every group: a run stopped at its time limit keeps what it measured
+        payload["wall_s"] = round(time.perf_counter() - t0, 1)
+        if args.out:
+            write_json(args.out, payload)
+
+    if args.breakdown:
+        payload["breakdown"] = breakdowns()
+        save()
+    for name in args.cases:
+        payload["rows"] += groups[name]()
+        save()
+    if not args.quick:
+        payload["sweep_rows"] = grpo_sweep()
+        save()
+    rows, sweep, split = payload["rows"], payload["sweep_rows"], payload["breakdown"]
     print(
         f"RL / distillation losses fwd+bwd (bf16) on {payload['gpu']}, commit {payload['commit']}; "
         f"{payload['wall_s']:.0f} s"

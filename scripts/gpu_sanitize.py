@@ -120,6 +120,26 @@ def ce(rows, vocab, dtype=BF16):
     return run
 
 
+def gemm_then_read(rows, hidden, vocab, dtype=BF16):
+    """initcheck's control: logits written by cuBLAS (as the chunk loops write them), then read by
+    ATen's own reduction and by liger_cpp's CE kernel. A report on ATen's read says the tool does not
+    see cuBLAS's writes (its reports on our kernels reading such buffers are then the tool's)."""
+
+    def run():
+        x = torch.randn(rows, hidden, device=DEV, dtype=dtype)
+        w = torch.randn(vocab, hidden, device=DEV, dtype=dtype)
+        logits = torch.empty(rows, vocab, device=DEV, dtype=dtype)
+        torch.mm(x, w.t(), out=logits)
+        torch.cuda.synchronize()
+        print(f"control: ATen sum of cuBLAS's output {float(logits.float().sum()):.3e}", flush=True)
+        torch.cuda.synchronize()
+        t = torch.randint(0, vocab, (rows,), device=DEV)
+        ce = float(liger_cross_entropy(logits, t))
+        print(f"control: liger_cpp CE of cuBLAS's output {ce:.3e}", flush=True)
+
+    return run
+
+
 def flce(rows, hidden, vocab, dtype=BF16):
     def run():
         x, w = _g(rows, hidden, dtype=dtype), _g(vocab, hidden, dtype=dtype)
@@ -280,6 +300,7 @@ CASES = {
     # (aligned with a padded teacher vocabulary, odd widths, both grids), log-probs with entropy, the
     # divergences of given distributions.
     "grpo": (grpo(2, 37, 64, 4096), {}),
+    "control_gemm_then_read": (gemm_then_read(74, 64, 4096), {}),
     "grpo_pieces_sequence": (grpo(1, 300, 64, 1001, chunk_rows=64, importance_sampling_level="sequence"), {}),
     "distill_jsd": (distill(300, 64, 96, 4096, 4104), {}),
     "distill_cosine_odd": (distill(37, 32, 48, 1001, 1001, loss="cosine"), {}),

@@ -17,6 +17,8 @@
 #   e2e_moe    bench_e2e.py --preset moe-b8t2048 --family qwen3_moe (the fused experts, issue 28)
 #   moe_tests  pytest tests/test_moe*.py -k cuda
 #   moe_bench  benchmarks/bench_moe.py (experts layer fwd+bwd, two shapes)
+#   sanitize_only  compute-sanitizer $SANITIZE_TOOLS (memcheck initcheck) over gpu_sanitize.py's $SANITIZE_ONLY
+#   ce_bench   benchmarks/bench_cross_entropy.py --ours-only (the CE kernels' bench of record shapes)
 #   captured / failure / beyond / long / sanitize: scripts/reliability_gpu.sh's stages of those names
 #              (sanitize: all four compute-sanitizer tools at once, each over 3 processes, ~2 min)
 # Export LIGER_CPP_COMMIT=<sha> for the record (git's HEAD on the device machine may be stale).
@@ -68,6 +70,13 @@ for s in ${STAGES:-}; do
       --variants hf,liger_cpp,liger --quick --timeout 110 --out "$W/e2e_moe.json" ;;
     moe_tests) run moe_tests "${MOE_TESTS_TIMEOUT:-150}" python3 -m pytest tests/test_moe*.py -q -n "${NPROC:-16}" \
       -p no:cacheprovider -k cuda ;;
+    sanitize_only)  # $SANITIZE_TOOLS (default memcheck initcheck) over the cases $SANITIZE_ONLY names
+      for tool in ${SANITIZE_TOOLS:-memcheck initcheck}; do
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 run "sanitize-$tool" "${SANITIZE_TIMEOUT:-150}" compute-sanitizer \
+          --tool "$tool" python3 scripts/gpu_sanitize.py --only "${SANITIZE_ONLY:?name the cases}"
+      done
+      python3 scripts/sanitize_summary.py "$W"/sanitize-*.log | tee "$W/sanitize-only-summary.txt" ;;
+    ce_bench) run ce_bench "${CE_TIMEOUT:-150}" python3 benchmarks/bench_cross_entropy.py --ours-only --out "$W/ce.json" ;;
     moe_bench) run moe_bench "${MOE_BENCH_TIMEOUT:-150}" python3 benchmarks/bench_moe.py --out "$W/moe.json" ;;
     captured | failure | beyond | long | sanitize)
       stamp "$s"

@@ -10,6 +10,18 @@ import re
 import sys
 
 
+def kernel_of(block: str) -> str:
+    """The kernel a report block names: "at <kernel>+0x..." (memcheck, initcheck, synccheck),
+    "Read / Write access at <kernel>+0x..." (racecheck), or an older tool's "in <kernel>" /
+    "kernel <name>" (never the "in block (x,y,z)" of the thread's position)."""
+    m = re.search(r"(?:Read|Write) access at (?:void )?(.+?)\+0x[0-9a-f]+", block) or re.search(
+        r"^=========\s+at (?:void )?(.+?)(?:\+0x[0-9a-f]+)?\s*$", block, re.M
+    )
+    if not m:
+        m = re.search(r"(?:\bin|\bkernel) (?!block\b)(\S+)", block)
+    return re.split(r"[(<]", m.group(1))[0] if m else "?"
+
+
 def scan(path: str):
     """(tool, cases ran, summary lines, reports in liger_cpp's kernels, {other kernel: reports})."""
     text = open(path, errors="replace").read()
@@ -21,8 +33,7 @@ def scan(path: str):
             r"========= (Invalid|Uninitialized|Race|Error|Barrier|Program hit|.*hazard)", block
         ):
             continue
-        m = re.search(r"(?:in|kernel) (\S+)", block)
-        name = m.group(1) if m else "?"
+        name = kernel_of(block)
         if "liger_cpp" in name or "9liger_cpp7kernels" in name:
             ours += 1
         else:

@@ -242,7 +242,11 @@ def test_llama4_moe_block_matches_hf(top_k, device, dtype):
         if dtype == torch.bfloat16:  # HF rounds gate, act(gate) and their product: bf16 accuracy
             assert (a.float() - b.float()).norm() <= 2e-2 * b.float().norm() + 1e-6, what
         else:
-            tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
+            # float32: the router's gradient sums token products that cancel (HF's dense pass and
+            # the sparse one add them in other orders; on CUDA 4e-6 at an element of 0.1 whose
+            # tensor peaks near 1): there, an absolute bound scaled by the tensor's largest element.
+            atol = 2e-5 * float(b.abs().max()) if device == "cuda" else 2e-6
+            tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=atol)
             torch.testing.assert_close(a, b, **tol, msg=lambda s, what=what: f"{what}: {s}")
     assert g1["experts.gate_up_proj"][4].abs().max() == 0  # the unpicked expert: no gradient
     assert g1["experts.gate_up_proj"][0].abs().max() > 0

@@ -144,7 +144,8 @@ __device__ __forceinline__ void push_rec(const PeerRec& v, PeerRec* slot, unsign
 // combines the block's warps and pushes the result, with the target's capped
 // logit where this block's slice holds it (xy_of(), called by one thread), to
 // every block of the cluster; each block's warp 0 then combines the cs pushes
-// in rank order (deterministic, the same in every block). Every thread gets
+// in rank order (deterministic, the same in every block); a one-block cluster
+// takes its own statistics without the exchange. Every thread gets
 // the row's Stats and the target's capped logit (x_y). The caller has
 // initialised stats_bar and arrived on the cluster barrier (this waits on it).
 template <typename XY>
@@ -159,7 +160,14 @@ __device__ __forceinline__ Stats cluster_row_stats(const WarpStats& ws, bool blo
   WarpStats b = empty;
   if (warp == 0) b = warp_combine_ws(lane < nwarps ? warp_stats[lane] : empty);
   cluster_wait();  // every block's stats_bar is initialised (long since, by now)
-  if (warp == 0) {
+  if (warp == 0 && cs == 1) {
+    // A one-block cluster holds the whole row: nothing to exchange (st.async needs a peer
+    // block: compute-sanitizer's memcheck reports it as an invalid shared write otherwise).
+    if (lane == 0) {
+      row_stats = b;
+      row_xy = block_has_y ? xy_of() : 0.f;
+    }
+  } else if (warp == 0) {
     if (lane == 0) {
       const PeerRec mine{b, block_has_y ? xy_of() : 0.f, block_has_y ? 1 : 0, {0, 0}};
       for (int dst = 0; dst < cs; ++dst) push_rec(mine, &peer_rec[rank], stats_bar, dst);
