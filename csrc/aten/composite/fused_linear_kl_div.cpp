@@ -3,7 +3,9 @@
 // logits never exist at once. Per chunk of rows:
 //   z = (x @ W^T + b) / temperature   (the GEMM's alpha carries 1 / temperature; one rounding)
 //   log_softmax(z), the rows' KL terms q (log max(q, eps) - log p) and, for the gradient,
-//   dz = scale (p sum(q) - q) / temperature, in float32 (float64 for float64) ATen maths
+//   dz = scale (p sum(q) - q) / temperature: float32 log-probabilities from ATen's log_softmax,
+//   the element-wise KL row kernel (csrc/kernels/divergence/divergence.h, kind 1) for the row sums
+//   and dL/dlog p, log_softmax's backward for dz (float64 inputs: the same maths in ATen float64)
 //   dX rows = dz @ W, dW (+)= dz^T @ x (float32 accumulation with accum_dtype), dB += column sums
 // Ignored rows are selected away (never multiplied: a NaN in an ignored row stays out). The
 // normaliser n (rows counted) stays a device tensor: no host synchronisation on CUDA.
@@ -18,6 +20,7 @@
 #include <tuple>
 
 #include "aten/checks/common.h"
+#include "aten/checks/divergence_core.h"
 #include "aten/checks/linear_chunks.h"
 
 namespace liger_cpp {
@@ -99,12 +102,45 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
     if (chunk_rows == 0) R = heads::even_chunk(M, R);
     at::Tensor buf = at::empty({R, V}, student_input.options());
     const at::Tensor grad_scale = scale / temperature;
+    const at::Tensor grad_scale32 = grad_scale.reshape({1}).to(at::kFloat).contiguous();
+    const at::Tensor labels_long = labels.defined() ? labels.to(at::kLong).contiguous() : at::Tensor();
     const at::Tensor zero = keep.defined() ? at::zeros({}, acc_opts) : at::Tensor();  // ignored rows' value
     for (int64_t r0 = 0; r0 < M; r0 += R) {
       const int64_t rows = std::min(R, M - r0);
       const at::Tensor xc = x.narrow(0, r0, rows);
       at::Tensor zc = buf.narrow(0, 0, rows);
       heads::logits_gemm(zc, xc, w, b, 1.0 / temperature);
+      if (!dbl) {
+        // float32 statistics in three passes over the chunk: log_softmax (reads the logits once,
+        // writes float32 log-probabilities), the element-wise KL rows kernel (row sums of
+        // q (log max(q, eps) - lp) and dL/dlp = -q * scale / T, 0 on ignored rows) and
+        // log_softmax's backward (dz = g - p sum(g), in the logits' dtype).
+        const at::Tensor lp = at::log_softmax(zc, 1, at::kFloat);
+        PointwiseDiv pd;
+        pd.x = lp;
+        pd.y = q.narrow(0, r0, rows).to(at::kFloat).contiguous();
+        if (labels_long.defined()) pd.labels = labels_long.narrow(0, r0, rows);
+        pd.loss_rows = rows_loss.narrow(0, r0, rows);
+        pd.kind = DivKind::kKl;
+        pd.eps = eps;
+        pd.ignore_index = ignore_index;
+        if (want_grad) {
+          pd.grad = at::empty_like(lp);
+          pd.grad_scale = grad_scale32;
+        }
+        pointwise_div(pd);
+        if (!want_grad) continue;
+        // CUDA writes the low-precision dz directly (half_to_float); the CPU kernel has no such mode.
+        const at::ScalarType in = student_input.scalar_type();
+        at::Tensor dl = at::_log_softmax_backward_data(pd.grad, lp, 1, lp.is_cuda() ? in : at::kFloat);
+        if (dl.scalar_type() != in) dl = dl.to(in);
+        // An ignored row's g is 0, but p * 0 is NaN where its logits are not finite: zeroed.
+        if (keep.defined()) dl.masked_fill_(keep.narrow(0, r0, rows).logical_not().unsqueeze(1), 0);
+        heads::chunk_grads(dl, xc, w, gr, r0);
+        if (dw32.defined()) heads::accumulate_dw_fp32(dw32, dl.t(), xc, r0 == 0);
+        continue;
+      }
+      // float64 (the CPU reference dtype): the same maths in float64 ATen operations.
       const at::Tensor lp = at::log_softmax(zc.to(acc), 1);
       const at::Tensor qc = q.narrow(0, r0, rows).to(acc);
       at::Tensor row = (qc * (at::clamp_min(qc, eps).log() - lp)).sum(1);
