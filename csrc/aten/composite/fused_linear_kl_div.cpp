@@ -130,10 +130,11 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
         }
         pointwise_div(pd);
         if (!want_grad) continue;
-        // CUDA writes the low-precision dz directly (half_to_float); the CPU kernel has no such mode.
+        // float32 dz, then rounded once to the logits' dtype (ATen's half_to_float backward takes
+        // float16 only, and the CPU's none).
         const at::ScalarType in = student_input.scalar_type();
-        at::Tensor dl = at::_log_softmax_backward_data(pd.grad, lp, 1, lp.is_cuda() ? in : at::kFloat);
-        if (dl.scalar_type() != in) dl = dl.to(in);
+        at::Tensor dl = at::_log_softmax_backward_data(pd.grad, lp, 1, at::kFloat);
+        if (in != at::kFloat) dl = dl.to(in);
         // An ignored row's g is 0, but p * 0 is NaN where its logits are not finite: zeroed.
         if (keep.defined()) dl.masked_fill_(keep.narrow(0, r0, rows).logical_not().unsqueeze(1), 0);
         heads::chunk_grads(dl, xc, w, gr, r0);
