@@ -19,8 +19,8 @@ Shapes: GRPO 8 completions x 1024 tokens, H 4096, V 151936 (Qwen's vocabulary), 
 given and a reference model in the loop; JSD 8192 tokens, student H 2048, teacher H 4096, V 151936;
 KL 8192 tokens, H 2048, V 151936 (float32 teacher probabilities: 5 GB of input).
 --device cpu: tiny fp32 shapes, each eager formula against liger_cpp (no timing).
---breakdown: also one steady liger_cpp call per case profiled (GPU ms of cuBLAS GEMMs, liger_cpp's row
-kernels, the rest) with its costliest kernels.
+--breakdown: also one steady liger_cpp call per case profiled (GPU ms of cuBLAS GEMMs, liger_cpp's own
+row kernels, the rest) with its costliest kernels.
 --cases grpo,grpo_ref,jsd,kl: the case groups, in that order (the JSON is rewritten after each).
 Usage: python benchmarks/bench_rl_losses.py [--out F.json] [--quick] [--breakdown] [--cases C] [--device cpu]
 """
@@ -429,16 +429,11 @@ def kl_rows(have_liger):
 
 
 # ---------------------------------------------------------------- where liger_cpp's time goes
-def _kernel_category(name):
-    n = name.lower()
-    if any(k in n for k in ("nvjet", "gemm", "xmma", "cutlass", "splitkreduce", "cublas")):
-        return "gemm"
-    return "liger_cpp" if "liger_cpp" in n else "other"
-
-
 def breakdown(case, make, d, grads):
-    """GPU time of one steady liger_cpp fwd+bwd by category (cuBLAS GEMMs, liger_cpp's row kernels,
-    the rest: ATen's reductions, casts, fills) and its costliest kernels: what the x floor is made of."""
+    """GPU time of one steady liger_cpp fwd+bwd by category (bench_e2e's: gemm for cuBLAS, own for
+    liger_cpp's row kernels, other for ATen's reductions, casts, fills) and its costliest kernels:
+    what the x floor is made of."""
+    from bench_e2e import kernel_category
     from torch.profiler import ProfilerActivity, profile
 
     f = make()
@@ -457,11 +452,11 @@ def breakdown(case, make, d, grads):
         if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
         ms = (e.time_range.end - e.time_range.start) / 1e3
-        c = _kernel_category(e.name)
+        c = kernel_category(e.name)
         cats[c] = cats.get(c, 0.0) + ms
         key = (c, e.name[:80])
-        names[key] = names.get(key, (0.0, 0))
-        names[key] = (names[key][0] + ms, names[key][1] + 1)
+        total, launches = names.get(key, (0.0, 0))
+        names[key] = (total + ms, launches + 1)
     top = sorted(names.items(), key=lambda kv: -kv[1][0])[:8]
     torch.cuda.empty_cache()
     return {

@@ -102,9 +102,11 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
     if (chunk_rows == 0) R = heads::even_chunk(M, R);
     at::Tensor buf = at::empty({R, V}, student_input.options());
     const at::Tensor grad_scale = scale / temperature;
-    const at::Tensor grad_scale32 = grad_scale.reshape({1}).to(at::kFloat).contiguous();
-    const at::Tensor labels_long = labels.defined() ? labels.to(at::kLong).contiguous() : at::Tensor();
-    const at::Tensor zero = keep.defined() ? at::zeros({}, acc_opts) : at::Tensor();  // ignored rows' value
+    // float32 inputs: the row kernel's scale and labels; float64: the ignored rows' value
+    const at::Tensor grad_scale32 = dbl ? at::Tensor() : grad_scale.reshape({1}).to(at::kFloat).contiguous();
+    const at::Tensor labels_long =
+        !dbl && labels.defined() ? labels.to(at::kLong).contiguous() : at::Tensor();
+    const at::Tensor zero = dbl && keep.defined() ? at::zeros({}, acc_opts) : at::Tensor();
     for (int64_t r0 = 0; r0 < M; r0 += R) {
       const int64_t rows = std::min(R, M - r0);
       const at::Tensor xc = x.narrow(0, r0, rows);
