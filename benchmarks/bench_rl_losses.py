@@ -42,6 +42,35 @@ JSD_SHAPE = (8192, 2048, 4096, 151936)  # tokens, student H, teacher H, V
 SWEEP_COMPLETIONS = (2, 4, 8, 16)
 LONG_T = 65536
 BETA, EPS_LO, EPS_HI = 0.04, 0.2, 0.28
+# Extra liger_cpp variants run under a plan override each (--plans; docs/tuning.md), and the
+# implementations kept (--impls; all when empty): set by main().
+PLANS: list = []
+IMPLS: list = []
+
+
+def _with_plans(out, ours):
+    """`out` plus one liger_cpp[spec] variant per --plans spec (ours() run under that override),
+    filtered by --impls."""
+    from liger_cpp._testing import set_plan_override
+
+    for spec in PLANS:
+
+        def planned(spec=spec):
+            f = ours()
+
+            def g(d):
+                old = set_plan_override(spec)
+                try:
+                    return f(d)
+                finally:
+                    set_plan_override(old)
+
+            return g
+
+        out[f"liger_cpp[{spec}]"] = planned
+    return {k: v for k, v in out.items() if not IMPLS or k.split("[")[0] in IMPLS or k in IMPLS}
+
+
 JSD_KW = {"weight_hard_loss": 0.0, "weight_soft_loss": 1.0, "beta": 0.5, "temperature": 0.9}  # TRL's GKD
 MiB = 1 << 20
 
@@ -201,7 +230,7 @@ def jsd_variants(have_liger):
                 return lambda d: mod(d["xs"], d["ws"], d["xt"], d["wt"], d["t"])
 
             out[f"liger[compiled={compiled}]"] = liger
-    return out
+    return _with_plans(out, ours)
 
 
 KL_SHAPE = (8192, 2048, 151936)  # tokens, student H, V: cached teacher probabilities (M, V) float32
@@ -242,7 +271,7 @@ def kl_variants(have_liger):
             return lambda d: mod(d["x"], d["w"], d["q"], d["t"])
 
         out["liger"] = liger
-    return out
+    return _with_plans(out, ours)
 
 
 # ---------------------------------------------------------------- the floor
@@ -516,7 +545,13 @@ def main():
     ap.add_argument(
         "--cases", type=lambda v: v.split(","), default="grpo,grpo_ref,jsd,kl".split(","), help="in order"
     )
+    ap.add_argument(
+        "--plans", nargs="*", default=[], help="plan-override specs: one more liger_cpp row each (jsd, kl)"
+    )
+    ap.add_argument("--impls", type=lambda v: v.split(","), default=[], help="keep only these (jsd, kl)")
     args = ap.parse_args()
+    PLANS[:] = args.plans
+    IMPLS[:] = args.impls
     if args.device == "cpu":
         rows = cpu_check()
         print(fmt_table(rows, ["case", "impl", "loss", "dX0"]))

@@ -214,12 +214,12 @@ def divergences(rows, vocab, dtype=BF16):
 
 
 # name -> (callable, plan override or {}). Shapes reach the kernels named (see docs/kernels/*.md).
-def kl_div_head(rows, hidden, vocab, dtype=BF16):
+def kl_div_head(rows, hidden, vocab, dtype=BF16, q_dtype=torch.float32):
     from liger_cpp.ops import fused_linear_kl_div
 
     def run():
         x, w = _g(rows, hidden, dtype=dtype), _g(vocab, hidden, dtype=dtype)
-        q = torch.softmax(torch.randn(rows, vocab, device=DEV), -1)
+        q = torch.softmax(torch.randn(rows, vocab, device=DEV), -1).to(q_dtype)
         labels = torch.randint(0, vocab, (rows,), device=DEV)
         labels[::5] = -100
         fused_linear_kl_div(
@@ -301,12 +301,18 @@ CASES = {
     "control_gemm_then_read": (gemm_then_read(74, 64, 4096), {}),
     "grpo_pieces_sequence": (grpo(1, 300, 64, 1001, chunk_rows=64, importance_sampling_level="sequence"), {}),
     "distill_jsd": (distill(300, 64, 96, 4096, 4104), {}),
+    "distill_jsd_smem_8": (distill(64, 64, 96, 4096, 4104, beta=0.0), {"distill_smem_blocks": "8"}),
+    "distill_jsd_block": (distill(64, 64, 96, 4096, 4104), {"distill": "block"}),
+    "distill_cosine": (distill(64, 32, 48, 4000, 4104, loss="cosine"), {}),
     "distill_cosine_odd": (distill(37, 32, 48, 1001, 1001, loss="cosine"), {}),
     "logprobs_entropy": (logprobs(300, 64, 4096), {}),
     "logprobs_entropy_odd": (logprobs(37, 32, 1001), {}),
     "divergences": (divergences(64, 4096), {}),
     "divergences_odd": (divergences(37, 1001), {}),
     "fused_linear_kl_div": (kl_div_head(300, 64, 4099), {}),
+    "fused_linear_kl_div_smem": (kl_div_head(300, 64, 4096), {}),
+    "fused_linear_kl_div_smem_bf16_q": (kl_div_head(64, 64, 4096, q_dtype=BF16), {}),
+    "fused_linear_kl_div_block": (kl_div_head(64, 64, 4096), {"distill": "block"}),
     # Fused MoE experts (docs/kernels/moe.md): the grouped GEMMs with empty experts and E = 256, the
     # per-expert loop (float32, odd sizes), GPT-OSS's interleaved layout with biases, dropped slots.
     "moe_grouped": (moe(300, 64, 8, 128, 64), {}),

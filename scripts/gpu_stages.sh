@@ -19,6 +19,7 @@
 #   moe_bench  benchmarks/bench_moe.py (experts layer fwd+bwd, two shapes)
 #   sanitize_only  compute-sanitizer $SANITIZE_TOOLS (memcheck initcheck) over gpu_sanitize.py's $SANITIZE_ONLY
 #   ce_bench   benchmarks/bench_cross_entropy.py --ours-only (the CE kernels' bench of record shapes)
+#   flce       benchmarks/bench_fused_linear_cross_entropy.py $FLCE_ARGS (e.g. --shapes M,H,V ... --only ...)
 #   captured / failure / beyond / long / sanitize: scripts/reliability_gpu.sh's stages of those names
 #              (sanitize: all four compute-sanitizer tools at once, each over 3 processes, ~2 min)
 # Export LIGER_CPP_COMMIT=<sha> for the record (git's HEAD on the device machine may be stale).
@@ -76,6 +77,8 @@ for s in ${STAGES:-}; do
           --tool "$tool" python3 scripts/gpu_sanitize.py --only "${SANITIZE_ONLY:?name the cases}"
       done
       python3 scripts/sanitize_summary.py "$W"/sanitize-*.log | tee "$W/sanitize-only-summary.txt" ;;
+    flce) run flce "${FLCE_TIMEOUT:-240}" python3 benchmarks/bench_fused_linear_cross_entropy.py ${FLCE_ARGS:-} \
+      --out "$W/flce.json" ;;
     ce_bench) run ce_bench "${CE_TIMEOUT:-150}" python3 benchmarks/bench_cross_entropy.py --ours-only --out "$W/ce.json" ;;
     moe_bench) run moe_bench "${MOE_BENCH_TIMEOUT:-150}" python3 benchmarks/bench_moe.py --out "$W/moe.json" ;;
     captured | failure | beyond | long | sanitize)

@@ -11,6 +11,7 @@ import torch
 from conftest import CUDA_OK, DEVICES
 from rl_reference import acc_ulps, distillation_reference, leaf, tol_close
 
+from liger_cpp._testing import plan_override
 from liger_cpp.chunked_loss import (
     LigerFusedLinearCosineSimilarityLoss,
     LigerFusedLinearJSDLoss,
@@ -435,3 +436,50 @@ def test_row_kernel_many_rows_cuda(loss):
         n_ignored=100,
         dw_ulps=acc_ulps(torch.bfloat16, 4),
     )
+
+
+_ROW_PLANS = [
+    dict(distill="block"),
+    dict(distill="smem"),
+    dict(distill="smem", distill_smem_blocks="1"),
+    dict(distill="smem", distill_smem_blocks="8"),
+]
+_ROW_CASES = [
+    # a padded teacher vocabulary and temperature: the hard softmax is its own (over Vs classes)
+    dict(loss="jsd", beta=0.4, temperature=0.8, Vs=4000, Vt=4104),
+    # beta 0 with a gradient: the loss summed in the gradient pass; the hard softmax is the soft one
+    dict(loss="jsd", beta=0.0, temperature=1.0, Vs=4104, Vt=4104),
+    dict(loss="jsd", beta=1.0, temperature=1.0, Vs=4104, Vt=4104),
+    dict(loss="cosine", beta=0.5, temperature=1.3, Vs=4000, Vt=4104),
+]
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs CUDA")
+@pytest.mark.parametrize("plan", _ROW_PLANS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+@pytest.mark.parametrize("case", _ROW_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_row_kernels_cuda(plan, case, dtype):
+    """Both row kernels (a block per row; the sm_90 shared-memory cluster kernel, at one and eight
+    blocks a row) on 16-byte aligned rows, with and without a gradient."""
+    case = dict(case)
+    loss, beta, temperature, Vs, Vt = (case.pop(k) for k in ("loss", "beta", "temperature", "Vs", "Vt"))
+    opts = _kw(beta=beta, temperature=temperature, weight_hard=0.4, weight_soft=0.7)
+    shape = dict(M=37, Hs=64, Ht=48, Vs=Vs, Vt=Vt, n_ignored=5)
+    with plan_override(**plan):
+        total = _run(
+            _op(loss, **opts),
+            "cuda",
+            dtype,
+            loss=loss,
+            beta=beta,
+            temperature=temperature,
+            weight_hard=0.4,
+            weight_soft=0.7,
+            grad_out=0.6,
+            dw_ulps=acc_ulps(dtype, 1),
+            **shape,
+        )
+        xs, ws, bs, xt, wt, bt, t = _make("cuda", dtype, **shape)
+        with torch.no_grad():
+            nograd = _op(loss, **opts)(xs, ws, xt, wt, t, bs, bt)[0]
+    torch.testing.assert_close(nograd, total.detach(), rtol=1e-6, atol=0)

@@ -12,6 +12,7 @@ import torch
 from conftest import CUDA_OK, DEVICES
 from rl_reference import acc_ulps, leaf, tol_close
 
+from liger_cpp._testing import plan_override
 from liger_cpp.ops.fused_linear_kl_div import fused_linear_kl_div
 from liger_cpp.transformers import LigerFusedLinearKLDivLoss
 
@@ -35,7 +36,9 @@ def reference(x, w, b, q, labels, reduction="batchmean", ignore_index=-100, temp
     return total
 
 
-def _make(device, dtype, M=94, H=31, V=123, bias=True, n_ignored=9, seed=0, zeros=True):
+def _make(
+    device, dtype, M=94, H=31, V=123, bias=True, n_ignored=9, seed=0, zeros=True, q_dtype=torch.float32
+):
     if dtype == torch.float64 and device != "cpu":
         pytest.skip("float64 is CPU-only")
     gen = torch.Generator().manual_seed(seed)
@@ -54,7 +57,7 @@ def _make(device, dtype, M=94, H=31, V=123, bias=True, n_ignored=9, seed=0, zero
     labels = torch.randint(0, V, (M,), generator=gen)
     if n_ignored:
         labels[torch.randperm(M, generator=gen)[:n_ignored]] = -100
-    return x, w, b, q.to(device, torch.float32), labels.to(device)
+    return x, w, b, q.to(device, q_dtype), labels.to(device)
 
 
 def _check(device, dtype, *, reduction="batchmean", temperature=1.0, grad_out=1.0, bias=True, labels=True,
@@ -144,6 +147,49 @@ def test_accum_dtype_float32(device, dtype):
         for a in (None, torch.float32)
     ]
     assert g[0].dtype == g[1].dtype == dtype  # fmt: skip
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float64], ids=str)
+def test_target_dtypes(device, q_dtype):
+    """q in the logits' dtype (read as is) or in a third dtype (converted to float32 on CUDA)."""
+    if q_dtype == torch.float64 and device != "cpu":
+        q_dtype = torch.float16
+    _check(device, torch.bfloat16, q_dtype=q_dtype, grad_out=0.7)
+
+
+_ROW_PLANS = [
+    dict(distill="block"),
+    dict(distill="smem"),
+    dict(distill="smem", distill_smem_blocks="1"),
+    dict(distill="smem", distill_smem_blocks="8"),
+]
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs CUDA")
+@pytest.mark.parametrize("plan", _ROW_PLANS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+@pytest.mark.parametrize(
+    "dtype,q_dtype",
+    [
+        (torch.bfloat16, torch.float32),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float16, torch.float32),
+        (torch.float16, torch.float16),
+        (torch.float32, torch.float32),
+    ],
+    ids=str,
+)
+def test_row_kernels_cuda(plan, dtype, q_dtype):
+    """Both row kernels (a block per row; the sm_90 shared-memory cluster kernel, at one and eight
+    blocks a row) on 16-byte aligned rows of 4104 classes, with and without a gradient."""
+    with plan_override(**plan):
+        loss = _check(
+            "cuda", dtype, M=37, H=64, V=4104, n_ignored=5, temperature=0.8, grad_out=0.7, q_dtype=q_dtype
+        )
+        x, w, b, q, lab = _make("cuda", dtype, M=37, H=64, V=4104, n_ignored=5, q_dtype=q_dtype)
+        with torch.no_grad():
+            nograd = fused_linear_kl_div(x, w, q, lab, b, temperature=0.8)
+    torch.testing.assert_close(nograd, loss.detach(), rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)

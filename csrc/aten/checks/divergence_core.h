@@ -11,15 +11,18 @@ namespace liger_cpp {
 
 struct DistillRows {
   at::Tensor s;       // [rows, cols] raw student logits, unit column stride; the gradient is written here
-  at::Tensor t;       // [rows, cols] raw teacher logits, s's dtype
-  at::Tensor target;  // [rows] int64, or undefined
-  at::Tensor soft;    // [rows] float32 out
-  at::Tensor hard;    // [rows] float32 out
-  at::Tensor scales;  // [2] float32 (soft, hard gradient scales), or undefined: no gradient
+  at::Tensor t;       // [rows, cols] raw teacher logits, s's dtype; loss 2: the target probabilities q,
+                      // s's dtype or float32 (float64 on the CPU)
+  at::Tensor target;  // [rows] int64, or undefined (loss 2: the rows' labels, for ignore_index)
+  at::Tensor soft;    // [rows] float32 out (float64 for float64 logits)
+  at::Tensor hard;    // [rows] soft's dtype, out
+  at::Tensor scales;  // [2] float32 (soft, hard gradient scales; float64 on the CPU for float64
+                      // logits), or undefined: no gradient
   int64_t student_cols = 0;
   int64_t ignore_index = -100;
   double inv_temperature = 1.0, beta = 0.5;
-  int loss = 0;  // 0 JSD, 1 cosine
+  double eps = 1e-10;  // loss 2: the floor of q inside its log
+  int loss = 0;        // 0 JSD, 1 cosine, 2 KL of given probabilities (no hard loss)
   bool mask_soft = true;
 };
 void distill_rows(const DistillRows& a);

@@ -2,13 +2,12 @@
 // LigerFusedLinearKLDivLoss; the formulas are the schema's, csrc/schema.cpp): the (rows x V)
 // logits never exist at once. Per chunk of rows:
 //   z = (x @ W^T + b) / temperature   (the GEMM's alpha carries 1 / temperature; one rounding)
-//   log_softmax(z), the rows' KL terms q (log max(q, eps) - log p) and, for the gradient,
-//   dz = scale (p sum(q) - q) / temperature: float32 log-probabilities from ATen's log_softmax,
-//   the element-wise KL row kernel (csrc/kernels/divergence/divergence.h, kind 1) for the row sums
-//   and dL/dlog p, log_softmax's backward for dz (float64 inputs: the same maths in ATen float64)
+//   the row step (the distillation rows' KL mode, csrc/kernels/divergence/divergence.h, CPU twin
+//   in csrc/aten/cpu/divergence_cpu.cpp): per row sum q (log max(q, eps) - log p) and
+//   dz = scale (p sum(q) - q) / temperature written over z, float32 math (float64 on the CPU),
+//   ignored rows 0 (never multiplied: a NaN in an ignored row stays out)
 //   dX rows = dz @ W, dW (+)= dz^T @ x (float32 accumulation with accum_dtype), dB += column sums
-// Ignored rows are selected away (never multiplied: a NaN in an ignored row stays out). The
-// normaliser n (rows counted) stays a device tensor: no host synchronisation on CUDA.
+// The normaliser n (rows counted) stays a device tensor: no host synchronisation on CUDA.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -80,6 +79,7 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
   }
   const at::ScalarType acc = dbl ? at::kDouble : at::kFloat;
   const auto acc_opts = student_input.options().dtype(acc);
+  const at::Tensor labels_long = labels.defined() ? labels.to(at::kLong).contiguous() : at::Tensor();
   const at::Tensor keep = labels.defined() ? (labels != ignore_index) : at::Tensor();
   // rows counted, and the reduction's scale: a device scalar (0 rows: 1, over a zero sum)
   const at::Tensor n = keep.defined() ? keep.sum().to(acc).clamp_min(1.0)
@@ -101,61 +101,38 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
     int64_t R = heads::chunk_rows(M, V, H, student_input.element_size(), chunk_rows);
     if (chunk_rows == 0) R = heads::even_chunk(M, R);
     at::Tensor buf = at::empty({R, V}, student_input.options());
-    const at::Tensor grad_scale = scale / temperature;
-    // float32 inputs: the row kernel's scale and labels; float64: the ignored rows' value
-    const at::Tensor grad_scale32 = dbl ? at::Tensor() : grad_scale.reshape({1}).to(at::kFloat).contiguous();
-    const at::Tensor labels_long =
-        !dbl && labels.defined() ? labels.to(at::kLong).contiguous() : at::Tensor();
-    const at::Tensor zero = dbl && keep.defined() ? at::zeros({}, acc_opts) : at::Tensor();
+    // The row step (loss 2 of the distillation rows): the loss terms and dz = scale (p sum(q) - q) / T
+    // in one kernel that reads each row of logits and q once (sm_90) or twice, and writes dz over
+    // the logits. q keeps its dtype where the kernel takes it (the logits' or float32), else float32.
+    DistillRows d;
+    d.student_cols = V;
+    d.ignore_index = ignore_index;
+    d.inv_temperature = 1.0;  // the GEMM's alpha carried 1 / temperature
+    d.eps = eps;
+    d.loss = 2;
+    at::Tensor q_rows = q;
+    const at::ScalarType qt = q.scalar_type();
+    if (qt != student_input.scalar_type() && qt != at::kFloat &&
+        (student_input.is_cuda() || qt != at::kDouble))
+      q_rows = q.to(at::kFloat);
+    if (q_rows.stride(1) != 1) q_rows = q_rows.contiguous();
+    at::Tensor hard_rows = at::empty({R}, acc_opts);
+    if (want_grad)
+      d.scales = at::stack({scale / temperature, at::zeros({}, acc_opts)}).to(dbl ? acc : at::kFloat);
     for (int64_t r0 = 0; r0 < M; r0 += R) {
       const int64_t rows = std::min(R, M - r0);
       const at::Tensor xc = x.narrow(0, r0, rows);
       at::Tensor zc = buf.narrow(0, 0, rows);
       heads::logits_gemm(zc, xc, w, b, 1.0 / temperature);
-      if (!dbl) {
-        // float32 statistics in three passes over the chunk: log_softmax (reads the logits once,
-        // writes float32 log-probabilities), the element-wise KL rows kernel (row sums of
-        // q (log max(q, eps) - lp) and dL/dlp = -q * scale / T, 0 on ignored rows) and
-        // log_softmax's backward (dz = g - p sum(g), in the logits' dtype).
-        const at::Tensor lp = at::log_softmax(zc, 1, at::kFloat);
-        PointwiseDiv pd;
-        pd.x = lp;
-        pd.y = q.narrow(0, r0, rows).to(at::kFloat).contiguous();
-        if (labels_long.defined()) pd.labels = labels_long.narrow(0, r0, rows);
-        pd.loss_rows = rows_loss.narrow(0, r0, rows);
-        pd.kind = DivKind::kKl;
-        pd.eps = eps;
-        pd.ignore_index = ignore_index;
-        if (want_grad) {
-          pd.grad = at::empty_like(lp);
-          pd.grad_scale = grad_scale32;
-        }
-        pointwise_div(pd);
-        if (!want_grad) continue;
-        // float32 dz, then rounded once to the logits' dtype (ATen's half_to_float backward takes
-        // float16 only, and the CPU's none).
-        const at::ScalarType in = student_input.scalar_type();
-        at::Tensor dl = at::_log_softmax_backward_data(pd.grad, lp, 1, at::kFloat);
-        if (in != at::kFloat) dl = dl.to(in);
-        // An ignored row's g is 0, but p * 0 is NaN where its logits are not finite: zeroed.
-        if (keep.defined()) dl.masked_fill_(keep.narrow(0, r0, rows).logical_not().unsqueeze(1), 0);
-        heads::chunk_grads(dl, xc, w, gr, r0);
-        if (dw32.defined()) heads::accumulate_dw_fp32(dw32, dl.t(), xc, r0 == 0);
-        continue;
-      }
-      // float64 (the CPU reference dtype): the same maths in float64 ATen operations.
-      const at::Tensor lp = at::log_softmax(zc.to(acc), 1);
-      const at::Tensor qc = q.narrow(0, r0, rows).to(acc);
-      at::Tensor row = (qc * (at::clamp_min(qc, eps).log() - lp)).sum(1);
-      const at::Tensor kc = keep.defined() ? keep.narrow(0, r0, rows) : at::Tensor();
-      if (kc.defined()) row = at::where(kc, row, zero);
-      rows_loss.narrow(0, r0, rows).copy_(row);
+      d.s = zc;
+      d.t = q_rows.narrow(0, r0, rows);
+      d.target = labels_long.defined() ? labels_long.narrow(0, r0, rows) : at::Tensor();
+      d.soft = rows_loss.narrow(0, r0, rows);
+      d.hard = hard_rows.narrow(0, 0, rows);
+      distill_rows(d);
       if (!want_grad) continue;
-      at::Tensor dz = (lp.exp() * qc.sum(1, true) - qc) * grad_scale;
-      if (kc.defined()) dz = at::where(kc.unsqueeze(1), dz, zero);
-      const at::Tensor dl = dz.to(student_input.scalar_type());
-      heads::chunk_grads(dl, xc, w, gr, r0);
-      if (dw32.defined()) heads::accumulate_dw_fp32(dw32, dl.t(), xc, r0 == 0);
+      heads::chunk_grads(zc, xc, w, gr, r0);
+      if (dw32.defined()) heads::accumulate_dw_fp32(dw32, zc.t(), xc, r0 == 0);
     }
   }
   const at::Tensor loss = rows_loss.sum() * scale;  // float32 (float64 for float64 inputs)

@@ -45,42 +45,43 @@ double logaddexp(double a, double b) {
 
 double pdiff(double p, double a, double b) { return p > 0 ? p * (a - b) : 0.0; }
 
-template <typename T>
+// T: the student logits, U: the teacher logits or target probabilities, O: the row losses.
+template <typename T, typename U, typename O>
 void distill_impl(const DistillRows& a) {
   const int64_t rows = a.s.size(0), V = a.s.size(1), Vs = a.student_cols;
   T* s_all = a.s.data_ptr<T>();
-  const T* t_all = a.t.data_ptr<T>();
+  const U* t_all = a.t.data_ptr<U>();
   const int64_t ss = a.s.stride(0), ts = a.t.stride(0);
   const int64_t* target = a.target.defined() ? a.target.data_ptr<int64_t>() : nullptr;
-  float* soft_out = a.soft.data_ptr<float>();
-  float* hard_out = a.hard.data_ptr<float>();
+  O* soft_out = a.soft.data_ptr<O>();
+  O* hard_out = a.hard.data_ptr<O>();
   const bool grad = a.scales.defined();
-  const double cs = grad ? static_cast<double>(a.scales[0].item<float>()) * a.inv_temperature : 0.0;
-  const double chs = grad ? static_cast<double>(a.scales[1].item<float>()) : 0.0;
+  const double cs = grad ? a.scales[0].item<double>() * a.inv_temperature : 0.0;
+  const double chs = grad ? a.scales[1].item<double>() : 0.0;
   const double invT = a.inv_temperature, beta = a.beta;
   const double lb = beta > 0 ? std::log(beta) : -kInf, l1b = beta < 1 ? std::log1p(-beta) : -kInf;
-  const bool cosine = a.loss == 1;
+  const bool cosine = a.loss == 1, kl = a.loss == 2;
   at::parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
     std::vector<double> raw(V), zs(V), zt(V);
     for (int64_t r = b; r < e; ++r) {
       T* s = s_all + r * ss;
-      const T* t = t_all + r * ts;
+      const U* t = t_all + r * ts;
       const int64_t y = target ? target[r] : -1;
       const bool valid = target == nullptr || y != a.ignore_index;
-      if (!valid && a.mask_soft) {
-        soft_out[r] = hard_out[r] = 0.f;
+      if (!valid && (a.mask_soft || kl)) {
+        soft_out[r] = hard_out[r] = static_cast<O>(0);
         if (grad)
           for (int64_t j = 0; j < V; ++j) s[j] = static_cast<T>(0);
         continue;
       }
-      const bool hard = valid && target != nullptr;
+      const bool hard = valid && target != nullptr && !kl;
       for (int64_t j = 0; j < V; ++j) {
         raw[j] = static_cast<double>(s[j]);
         zs[j] = raw[j] * invT;
-        zt[j] = static_cast<double>(t[j]) * invT;
+        zt[j] = kl ? static_cast<double>(t[j]) : static_cast<double>(t[j]) * invT;  // KL: q itself
       }
       const Lse lh = hard ? row_lse(raw, Vs) : Lse{};
-      double soft = 0, K = 0, nu = 1, nv = 1, c = 0;
+      double soft = 0, K = 0, nu = 1, nv = 1, c = 0, Q = 0;
       Lse ls, lt;
       if (cosine) {
         double uu = 0, vv = 0, uv = 0;
@@ -93,6 +94,13 @@ void distill_impl(const DistillRows& a) {
         nv = std::max(std::sqrt(vv), 1e-12);
         c = uv / (nu * nv);
         soft = beta * (1 - c);
+      } else if (kl) {
+        ls = row_lse(zs, V);
+        for (int64_t j = 0; j < V; ++j) {
+          const double q = zt[j];
+          Q += q;
+          soft += q * (std::log(std::max(q, a.eps)) - ((zs[j] - ls.m) - ls.log_s));
+        }
       } else {
         ls = row_lse(zs, V);
         lt = row_lse(zt, V);
@@ -112,8 +120,8 @@ void distill_impl(const DistillRows& a) {
         }
         if (beta == 1) K = soft;
       }
-      soft_out[r] = static_cast<float>(soft);
-      hard_out[r] = hard ? static_cast<float>(lh.lse() - raw[y]) : 0.f;
+      soft_out[r] = static_cast<O>(soft);
+      hard_out[r] = hard ? static_cast<O>(lh.lse() - raw[y]) : static_cast<O>(0);
       if (!grad) continue;
       const double ch = hard ? chs : 0.0;
       for (int64_t j = 0; j < V; ++j) {
@@ -124,6 +132,8 @@ void distill_impl(const DistillRows& a) {
         double d;
         if (cosine) {
           d = cs * (-beta) * (zt[j] / (nu * nv) - c * zs[j] / (nu * nu));
+        } else if (kl) {
+          d = cs * (std::exp((zs[j] - ls.m) - ls.log_s) * Q - zt[j]);
         } else {
           const double lS = (zs[j] - ls.m) - ls.log_s, lP = (zt[j] - lt.m) - lt.log_s;
           const double S = std::exp(lS), P = std::exp(lP);
@@ -276,8 +286,28 @@ void pointwise_impl(const PointwiseDiv& a) {
 }  // namespace divergence_cpu_impl
 
 void distill_rows_cpu(const DistillRows& a) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.s.scalar_type(), "liger_distill_rows_cpu",
-                                  [&] { divergence_cpu_impl::distill_impl<scalar_t>(a); });
+  // The teacher row: the student's dtype, or (KL's target probabilities) float32 / float64; the row
+  // losses: float32, or float64 (KL of float64 logits).
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.s.scalar_type(), "liger_distill_rows_cpu", [&] {
+    using T = scalar_t;
+    auto run = [&](auto o) {
+      using O = decltype(o);
+      const at::ScalarType u = a.t.scalar_type();
+      if (u == a.s.scalar_type())
+        divergence_cpu_impl::distill_impl<T, T, O>(a);
+      else if (u == at::kFloat)
+        divergence_cpu_impl::distill_impl<T, float, O>(a);
+      else if (u == at::kDouble)
+        divergence_cpu_impl::distill_impl<T, double, O>(a);
+      else
+        LIGER_FAIL("distillation rows: the teacher / target dtype ", dtype_str(u), " with logits of ",
+                   dtype_str(a.s.scalar_type()), " (expected the logits' dtype, float32 or float64)");
+    };
+    if (a.soft.scalar_type() == at::kDouble)
+      run(double{});
+    else
+      run(float{});
+  });
 }
 
 void logprob_rows_fwd_cpu(const LogprobRows& a) {

@@ -34,9 +34,11 @@ void distill_rows_cuda(const DistillRows& c) {
   a.ignore_index = c.ignore_index;
   a.inv_temperature = static_cast<float>(c.inv_temperature);
   a.beta = static_cast<float>(c.beta);
+  a.eps = static_cast<float>(c.eps);
   a.loss = c.loss;
   a.mask_soft = c.mask_soft;
   a.dtype = to_kernel_dtype(c.s.scalar_type(), "student logits");
+  a.t_dtype = to_kernel_dtype(c.t.scalar_type(), "teacher logits / target probabilities");
   LIGER_CUDA_CHECK(kernels::distill_rows(a, at::cuda::getCurrentCUDAStream()));
 }
 

@@ -35,6 +35,9 @@ enum class Key : int {
   kLnBwd,
   // The fused MoE experts' GEMMs (csrc/aten/cuda/moe_experts_cuda.cpp).
   kMoeGemm,
+  // The distillation / KL row step (csrc/kernels/divergence/divergence.cu).
+  kDistill,
+  kDistillSmemBlocks,
   kCount
 };
 
@@ -62,6 +65,12 @@ inline constexpr KeyInfo kKeys[] = {
     {"moe_gemm",
      {"grouped", "loop"},
      "MoE experts GEMMs: at::_grouped_mm (bf16, aligned) or one at::mm per expert (host sync)"},
+    {"distill",
+     {"block", "smem"},
+     "distillation / KL row kernel (JSD, cosine, KL of given q), where it can run"},
+    {"distill_smem_blocks",
+     {"1", "2", "4", "8", "16"},
+     "distillation smem kernel: blocks (a cluster) per row"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 

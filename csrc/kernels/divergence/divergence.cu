@@ -9,8 +9,16 @@
 #include <cstdint>
 
 #include "kernels/common/common.cuh"
+#include "kernels/common/launch_cache.h"
 #include "kernels/common/plan_override.h"
 #include "kernels/divergence/divergence.h"
+
+// The sm_90 kernel's helpers are unused in the sm_80 pass (its body compiles only for sm_90).
+#pragma nv_diag_suppress 177
+
+// max_nan, warp_max_nan, ex2, exp_or_zero, kLog2e and the cluster / TMA helpers, shared with the
+// cross entropy's cluster kernels.
+#include "kernels/cross_entropy/ce_cluster_common.cuh"
 
 namespace liger_cpp::kernels {
 namespace {
@@ -67,7 +75,7 @@ __device__ __forceinline__ float2 block_lse(const Online& o, float* scratch) {
 // exp and log of the distillation kernel's element passes. FAST (2-byte logits, whose gradient is
 // rounded to 2^-8 / 2^-11): the MUFU's ex2 / lg2 (relative error ~2^-22, and the product with log2 e
 // rounded once) instead of the precise expf / logf; the row statistics (pass 1) stay precise.
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+constexpr float kLn2 = 0.6931471805599453f;  // kLog2e: ce_row_math.cuh
 
 template <bool FAST>
 __device__ __forceinline__ float exp_(float x) {
@@ -119,57 +127,84 @@ __device__ __forceinline__ void zero_row(T* d, int64_t cols) {
 
 // ---------------------------------------------------------------------------------------- distill
 
-template <typename T, int VE>
+// N elements of U at p (aligned to 16 bytes, or N == 1) as floats, in 16-byte pieces: a teacher
+// row of float32 probabilities beside bf16 logits takes two pieces a group.
+template <typename U, int N>
+__device__ __forceinline__ void load_floats(const U* p, float (&f)[N]) {
+  constexpr int P = 16 / sizeof(U) < N ? 16 / sizeof(U) : N;
+#pragma unroll
+  for (int k = 0; k < N / P; ++k) {
+    const Vec<U, P> v = load_vec<U, P>(p + k * P);
+#pragma unroll
+    for (int i = 0; i < P; ++i) f[k * P + i] = to_float<U>(v.v[i]);
+  }
+}
+
+// The loss modes of DistillRowsArgs::loss.
+constexpr int kJsd = 0, kCosine = 1, kKl = 2;
+
+// A block per row (any architecture and alignment: the fallback of distill_smem_kernel below):
+// the row pair is read from global memory once for the statistics, once more for JSD's row sums
+// and once for the gradient.
+template <typename T, typename U, int VE>
 __global__ void __launch_bounds__(kMaxThreads) distill_kernel(DistillRowsArgs a) {
   constexpr bool FAST = sizeof(T) == 2;
   __shared__ float scratch[32];
   const int64_t V = a.cols, Vs = a.student_cols;
   const float invT = a.inv_temperature, beta = a.beta;
-  const bool cosine = a.loss == 1;
+  const bool cosine = a.loss == kCosine, kl = a.loss == kKl;
   const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
                 j_first = static_cast<int64_t>(threadIdx.x) * VE;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     T* s = static_cast<T*>(a.s) + r * a.s_row_stride;
-    const T* t = static_cast<const T*>(a.t) + r * a.t_row_stride;
+    const U* t = static_cast<const U*>(a.t) + r * a.t_row_stride;
     const int64_t y = a.target ? a.target[r] : -1;
     const bool valid = a.target == nullptr || y != a.ignore_index;
-    if (!valid && a.mask_soft) {
+    if (!valid && (a.mask_soft || kl)) {
       if (threadIdx.x == 0) a.soft[r] = a.hard[r] = 0.f;
       if (a.scales) zero_row<T, VE>(s, V);
       continue;
     }
-    const bool hard = valid && a.target != nullptr;
+    const bool hard = valid && a.target != nullptr && !kl;
     // The hard loss's own lse (at temperature 1, over the student's classes) unless it is the soft one's.
     const bool sep_hard = hard && (cosine || invT != 1.f || Vs != V);
     // Read before any thread writes the gradient over s.
     const float s_y = hard ? to_float<T>(s[y]) : 0.f;
     Online os, ot, oh;
-    float suu = 0.f, svv = 0.f, suv = 0.f;
+    float suu = 0.f, svv = 0.f, suv = 0.f, sq = 0.f;
     for (int64_t j0 = j_first; j0 < V; j0 += step) {
-      const Vec<T, VE> sv = load_vec<T, VE>(s + j0), tv = load_vec<T, VE>(t + j0);
+      const Vec<T, VE> sv = load_vec<T, VE>(s + j0);
+      float tf[VE];
+      load_floats<U, VE>(t + j0, tf);
 #pragma unroll
       for (int e = 0; e < VE; ++e) {
-        const float sx = to_float<T>(sv.v[e]), zs = sx * invT, zt = to_float<T>(tv.v[e]) * invT;
+        const float sx = to_float<T>(sv.v[e]), zs = sx * invT, zt = tf[e] * invT;
         if (cosine) {
           suu += zs * zs;
           svv += zt * zt;
           suv += zs * zt;
         } else {
           os.add(zs);
-          ot.add(zt);
+          if (kl)
+            sq += tf[e];
+          else
+            ot.add(zt);
         }
         if (sep_hard && j0 + e < Vs) oh.add(sx);
       }
     }
     float2 ls = make_float2(0.f, 0.f), lt = ls, lh = ls;
-    float nu = 1.f, nv = 1.f, c = 0.f;
+    float nu = 1.f, nv = 1.f, c = 0.f, Q = 0.f;
     if (cosine) {
       nu = fmaxf(sqrtf(block_sum(suu, scratch)), 1e-12f);
       nv = fmaxf(sqrtf(block_sum(svv, scratch)), 1e-12f);
       c = block_sum(suv, scratch) / (nu * nv);
     } else {
       ls = block_lse(os, scratch);
-      lt = block_lse(ot, scratch);
+      if (kl)
+        Q = block_sum(sq, scratch);
+      else
+        lt = block_lse(ot, scratch);
     }
     if (sep_hard) lh = block_lse(oh, scratch);
     if (hard && !sep_hard) lh = ls;
@@ -178,14 +213,16 @@ __global__ void __launch_bounds__(kMaxThreads) distill_kernel(DistillRowsArgs a)
     const bool grad = a.scales != nullptr;
     if (cosine) {
       soft = beta * (1.f - c);
-    } else if (!(beta == 0.f && grad)) {  // beta 0 with a gradient: the loss is summed in that pass
+    } else if (!kl && !(beta == 0.f && grad)) {  // beta 0 with a gradient: summed in that pass
       float acc = 0.f, acck = 0.f;
       for (int64_t j0 = j_first; j0 < V; j0 += step) {
-        const Vec<T, VE> sv = load_vec<T, VE>(s + j0), tv = load_vec<T, VE>(t + j0);
+        const Vec<T, VE> sv = load_vec<T, VE>(s + j0);
+        float tf[VE];
+        load_floats<U, VE>(t + j0, tf);
 #pragma unroll
         for (int e = 0; e < VE; ++e) {
           const float lS = (to_float<T>(sv.v[e]) * invT - ls.x) - ls.y;
-          const float lP = (to_float<T>(tv.v[e]) * invT - lt.x) - lt.y;
+          const float lP = (tf[e] * invT - lt.x) - lt.y;
           const float S = exp_<FAST>(lS), P = exp_<FAST>(lP);
           if (beta == 0.f) {
             acc += pdiff(P, lP, lS);
@@ -203,28 +240,38 @@ __global__ void __launch_bounds__(kMaxThreads) distill_kernel(DistillRowsArgs a)
       K = beta == 1.f ? soft : (beta == 0.f ? 0.f : block_sum(acck, scratch));
     }
     const float hard_loss = hard ? (lh.x + lh.y) - s_y : 0.f;
-    if (!grad) {
+    // KL's loss (and JSD's at beta 0 with a gradient) is summed in the last pass.
+    const bool late_sum = kl || (!cosine && beta == 0.f && grad);
+    if (!grad && !late_sum) {
       if (threadIdx.x == 0) {
         a.soft[r] = soft;
         a.hard[r] = hard_loss;
       }
       continue;
     }
-    const float cs = a.scales[0] * invT, ch = hard ? a.scales[1] : 0.f;
+    const float cs = grad ? a.scales[0] * invT : 0.f, ch = hard && grad ? a.scales[1] : 0.f;
     float acc0 = 0.f;
     for (int64_t j0 = j_first; j0 < V; j0 += step) {
-      const Vec<T, VE> sv = load_vec<T, VE>(s + j0), tv = load_vec<T, VE>(t + j0);
+      const Vec<T, VE> sv = load_vec<T, VE>(s + j0);
+      float tf[VE];
+      load_floats<U, VE>(t + j0, tf);
       Vec<T, VE> out;
 #pragma unroll
       for (int e = 0; e < VE; ++e) {
         const int64_t j = j0 + e;
-        const float sx = to_float<T>(sv.v[e]), zs = sx * invT, zt = to_float<T>(tv.v[e]) * invT;
-        float d = 0.f;
+        const float sx = to_float<T>(sv.v[e]), zs = sx * invT, zt = tf[e] * invT;
+        float d = 0.f, S = 0.f;
         if (cosine) {
           d = cs * (-beta) * (zt / (nu * nv) - c * zs / (nu * nu));
+        } else if (kl) {
+          const float lS = (zs - ls.x) - ls.y, q = tf[e];
+          S = exp_<FAST>(lS);
+          acc0 += q * (log_<FAST>(fmaxf(q, a.eps)) - lS);
+          d = cs * (S * Q - q);
         } else {
           const float lS = (zs - ls.x) - ls.y, lP = (zt - lt.x) - lt.y;
-          const float S = exp_<FAST>(lS), P = exp_<FAST>(lP);
+          S = exp_<FAST>(lS);
+          const float P = exp_<FAST>(lP);
           if (beta == 0.f) {
             acc0 += pdiff(P, lP, lS);
             d = cs * (S - P);
@@ -236,19 +283,346 @@ __global__ void __launch_bounds__(kMaxThreads) distill_kernel(DistillRowsArgs a)
           }
         }
         if (ch != 0.f && j < Vs) {
-          const float p = exp_<FAST>((sx - lh.x) - lh.y);
+          // the hard softmax is the soft one's where they share temperature 1 and the classes
+          const float p = sep_hard ? exp_<FAST>((sx - lh.x) - lh.y) : S;
           d += ch * (j == y ? p - 1.f : p);  // p_y - 1 formed before the scaling
         }
         out.v[e] = from_float<T>(j < Vs ? d : 0.f);
       }
-      store_vec<T, VE>(s + j0, out);
+      if (grad) store_vec<T, VE>(s + j0, out);
     }
-    if (!cosine && beta == 0.f) soft = block_sum(acc0, scratch);
+    if (late_sum) soft = block_sum(acc0, scratch);
     if (threadIdx.x == 0) {
       a.soft[r] = soft;
       a.hard[r] = hard_loss;
     }
   }
+}
+
+// The shared-memory cluster kernel (sm_90; the default for 16-byte aligned rows of >= 2048
+// elements): a cluster of CS blocks splits each row pair, block `rank` owning elements
+// [rank * slice, (rank + 1) * slice) of both rows, copied into its shared memory by the TMA engine
+// (one read of each from global memory); the statistics and, for JSD, the row sums are exchanged
+// through distributed shared memory; the gradient is written from the copies. The row kernel of
+// the cross entropy works the same way (ce_smem.cuh), for one row instead of a pair.
+constexpr int kPairThreads = 512;      // most threads per block
+constexpr int kPairChunkBytes = 4096;  // one bulk copy per chunk
+constexpr int kRec = 12;               // floats in a block's record (three 16-byte pushes)
+
+// A record of partial row statistics: (max, sum of exp relative to it) pairs for the student's
+// soft softmax (0), the teacher's (1) and the student's hard one (2), and plain sums (9..11:
+// cosine's |zs|^2, |zt|^2, zs . zt; KL's sum q; the row-sum exchange's loss and K).
+// Where a block's teacher slice starts in its shared memory: after the student's, 128-byte aligned.
+__host__ __device__ inline size_t pair_t_offset(int slice, size_t s_elem) {
+  return (static_cast<size_t>(slice) * s_elem + 127) & ~size_t{127};
+}
+
+struct PairRec {
+  float v[kRec];
+};
+
+__device__ __forceinline__ PairRec empty_rec() {
+  PairRec r;
+#pragma unroll
+  for (int i = 0; i < kRec; ++i) r.v[i] = (i < 6 && i % 2 == 0) ? -INFINITY : 0.f;
+  return r;
+}
+
+__device__ __forceinline__ PairRec combine_rec(const PairRec& a, const PairRec& b) {
+  PairRec r;
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    const float m = max_nan(a.v[2 * k], b.v[2 * k]);
+    r.v[2 * k] = m;
+    r.v[2 * k + 1] =
+        a.v[2 * k + 1] * exp_or_zero(a.v[2 * k], m) + b.v[2 * k + 1] * exp_or_zero(b.v[2 * k], m);
+  }
+#pragma unroll
+  for (int i = 6; i < kRec; ++i) r.v[i] = a.v[i] + b.v[i];
+  return r;
+}
+
+// Combines a warp's records in a fixed tree order; the result is in lane 0.
+__device__ __forceinline__ PairRec warp_combine_rec(PairRec a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    PairRec b;
+#pragma unroll
+    for (int i = 0; i < kRec; ++i) b.v[i] = __shfl_down_sync(0xffffffffu, a.v[i], o);
+    a = combine_rec(a, b);
+  }
+  return a;
+}
+
+// The cluster's record from each warp's (lane 0 of every warp passes its own): warp 0 combines
+// the block's warps, pushes the block's record to every block of the cluster (the same slot,
+// `rank`, in each) and combines the cs records it receives in rank order, the same in every
+// block. Every thread gets the result. bar: this block's mbarrier expecting the cs pushes (unused
+// for a one-block cluster, which takes its own record).
+__device__ __forceinline__ PairRec cluster_rec(const PairRec& mine, PairRec* warp_recs, PairRec* peer,
+                                               unsigned long long* bar, PairRec& out, int cs, int rank) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) warp_recs[warp] = mine;
+  __syncthreads();
+  if (warp == 0) {
+    PairRec b = warp_combine_rec(lane < nw ? warp_recs[lane] : empty_rec());
+    if (cs == 1) {
+      if (lane == 0) out = b;
+    } else {
+      if (lane == 0) {
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(b.v);
+        for (int dst = 0; dst < cs; ++dst) {
+          const uint32_t slot = peer_addr(&peer[rank], dst), rbar = peer_addr(bar, dst);
+#pragma unroll
+          for (int q = 0; q < kRec / 4; ++q)
+            st_async_v4(slot + 16 * q, rbar, w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
+        }
+      }
+      mbar_wait(bar, 0);
+      const PairRec c = warp_combine_rec(lane < cs ? peer[lane] : empty_rec());
+      if (lane == 0) out = c;
+    }
+  }
+  __syncthreads();
+  return out;
+}
+
+template <typename T, typename U, int MODE>
+__global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsArgs a, int slice) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int G = 16 / sizeof(T);  // elements a group: one 16-byte vector of the student row
+  constexpr bool FAST = sizeof(T) == 2;
+  extern __shared__ __align__(128) unsigned char pair_smem[];
+  __shared__ PairRec warp_recs[32];
+  __shared__ alignas(16) PairRec peer1[kMaxCluster], peer2[kMaxCluster];
+  __shared__ PairRec row1, row2;
+  __shared__ alignas(8) unsigned long long load_bar, bar1, bar2;
+  const int cs = static_cast<int>(cluster_nctarank()), rank = static_cast<int>(cluster_ctarank());
+  const int64_t r = blockIdx.x / cs;
+  const int64_t V = a.cols, Vs = a.student_cols;
+  const int64_t base = static_cast<int64_t>(rank) * slice;
+  const int lim = static_cast<int>(V - base < slice ? (V - base > 0 ? V - base : 0) : slice);
+  const int ng = lim / G;  // V is a multiple of G on this path
+  const int t = threadIdx.x, NT = blockDim.x, warp = t >> 5;
+  T* srow = static_cast<T*>(a.s) + r * a.s_row_stride + base;
+  const U* trow = static_cast<const U*>(a.t) + r * a.t_row_stride + base;
+  const int64_t y = a.target ? a.target[r] : -1;
+  const bool valid = a.target == nullptr || y != a.ignore_index;
+  const bool grad = a.scales != nullptr;
+  if (!valid && (a.mask_soft || MODE == kKl)) {  // the same branch in every block of the cluster
+    if (grad)
+      for (int gi = t; gi < ng; gi += NT) {
+        Vec<T, G> z;
+#pragma unroll
+        for (int e = 0; e < G; ++e) z.v[e] = from_float<T>(0.f);
+        store_vec<T, G>(srow + static_cast<int64_t>(gi) * G, z);
+      }
+    if (rank == 0 && t == 0) a.soft[r] = a.hard[r] = 0.f;
+    return;
+  }
+  const float invT = a.inv_temperature, beta = a.beta;
+  const bool hard = MODE != kKl && valid && a.target != nullptr;
+  const bool sep_hard = hard && (MODE == kCosine || invT != 1.f || Vs != V);
+  const size_t s_bytes = static_cast<size_t>(lim) * sizeof(T), t_bytes = static_cast<size_t>(lim) * sizeof(U);
+  const T* ss = reinterpret_cast<const T*>(pair_smem);
+  const size_t t_off = pair_t_offset(slice, sizeof(T));
+  const U* ts = reinterpret_cast<const U*>(pair_smem + t_off);
+  if (t == 0) {
+    mbar_init(&load_bar);
+    mbar_init(&bar1);
+    mbar_init(&bar2);
+    fence_mbar_init();
+    fence_proxy_async_smem();
+    mbar_expect_tx(&load_bar, static_cast<uint32_t>(s_bytes + t_bytes));
+    if (cs > 1) {
+      mbar_expect_tx(&bar1, static_cast<uint32_t>(cs * sizeof(PairRec)));
+      mbar_expect_tx(&bar2, static_cast<uint32_t>(cs * sizeof(PairRec)));
+    }
+  }
+  __syncthreads();           // load_bar is initialised before any thread waits on it
+  cluster_arrive_relaxed();  // peers push only after the wait in cluster_rec: every bar is ready
+  if (warp < 2) {            // warp 0 copies the student's slice, warp 1 the teacher's
+    const uint32_t bytes = static_cast<uint32_t>(warp == 0 ? s_bytes : t_bytes);
+    unsigned char* dst = warp == 0 ? pair_smem : pair_smem + t_off;
+    const unsigned char* src = warp == 0 ? reinterpret_cast<const unsigned char*>(srow)
+                                         : reinterpret_cast<const unsigned char*>(trow);
+    for (uint32_t c = static_cast<uint32_t>(t & 31) * kPairChunkBytes; c < bytes; c += 32u * kPairChunkBytes)
+      bulk_copy_g2s(dst + c, src + c, bytes - c < kPairChunkBytes ? bytes - c : kPairChunkBytes, &load_bar);
+  }
+  const int64_t yl = y - base;  // the target's index in this slice (may be outside it)
+  const bool owns_y = hard && y >= 0 && y < Vs && yl >= 0 && yl < lim;
+  mbar_wait(&load_bar, 0);
+
+  // Pass 1, on chip: each warp's maxima, then the sums relative to them (one FFMA and one MUFU an
+  // element for 2-byte logits), as the cross entropy's kernels.
+  float ms = -INFINITY, mt = -INFINITY, mh = -INFINITY;
+  const bool hard_masked = sep_hard && Vs < V;  // the student's padding is outside the hard softmax
+#pragma unroll 2
+  for (int gi = t; gi < ng; gi += NT) {
+    float sf[G], tf[G];
+    load_floats<T, G>(ss + gi * G, sf);
+    if (MODE == kJsd) load_floats<U, G>(ts + gi * G, tf);
+#pragma unroll
+    for (int e = 0; e < G; ++e) {
+      ms = max_nan(ms, sf[e]);
+      if (MODE == kJsd) mt = max_nan(mt, tf[e]);
+      if (hard_masked && base + gi * G + e < Vs) mh = max_nan(mh, sf[e]);
+    }
+  }
+  ms = warp_max_nan(ms);
+  if (MODE == kJsd) mt = warp_max_nan(mt);
+  mh = !sep_hard ? -INFINITY : (hard_masked ? warp_max_nan(mh) : ms);
+  // maxima in the tempered units (invT > 0 keeps the order)
+  const float mzs = ms * invT, mzt = mt * invT;
+  const float c2 = invT * kLog2e;
+  const float offs = ms == -INFINITY ? 0.f : mzs * kLog2e, offt = mt == -INFINITY ? 0.f : mzt * kLog2e,
+              offh = mh == -INFINITY ? 0.f : mh * kLog2e;
+  float sum_s = 0.f, sum_t = 0.f, sum_h = 0.f, p0 = 0.f, p1 = 0.f, p2 = 0.f;
+#pragma unroll 2
+  for (int gi = t; gi < ng; gi += NT) {
+    float sf[G], tf[G];
+    load_floats<T, G>(ss + gi * G, sf);
+    load_floats<U, G>(ts + gi * G, tf);
+#pragma unroll
+    for (int e = 0; e < G; ++e) {
+      if (MODE == kCosine) {
+        const float zs = sf[e] * invT, zt = tf[e] * invT;
+        p0 += zs * zs;
+        p1 += zt * zt;
+        p2 += zs * zt;
+      } else {
+        sum_s += FAST ? ex2(fmaf(sf[e], c2, -offs)) : (ms == -INFINITY ? 0.f : expf(sf[e] * invT - mzs));
+        if (MODE == kJsd)
+          sum_t += FAST ? ex2(fmaf(tf[e], c2, -offt)) : (mt == -INFINITY ? 0.f : expf(tf[e] * invT - mzt));
+        else
+          p0 += tf[e];  // KL: sum q
+      }
+      if (sep_hard && (!hard_masked || base + gi * G + e < Vs))
+        sum_h += FAST ? ex2(fmaf(sf[e], kLog2e, -offh)) : (mh == -INFINITY ? 0.f : expf(sf[e] - mh));
+    }
+  }
+  cluster_wait();  // every block's barriers are initialised (long since, by now) before any push
+  PairRec w = empty_rec();
+  w.v[0] = MODE == kCosine ? -INFINITY : mzs;
+  w.v[1] = warp_sum(sum_s);
+  w.v[2] = MODE == kJsd ? mzt : -INFINITY;
+  w.v[3] = warp_sum(sum_t);
+  w.v[4] = sep_hard ? mh : -INFINITY;
+  w.v[5] = warp_sum(sum_h);
+  w.v[9] = warp_sum(p0);
+  w.v[10] = warp_sum(p1);
+  w.v[11] = warp_sum(p2);
+  const PairRec st = cluster_rec(w, warp_recs, peer1, &bar1, row1, cs, rank);
+  // Row constants: lse = m + log s, kept as (m, log s) so that z - m is formed first.
+  const float lss = logf(st.v[1]), lst = logf(st.v[3]);
+  const float mh_r = sep_hard ? st.v[4] : st.v[0], lsh = sep_hard ? logf(st.v[5]) : lss;
+  float nu = 1.f, nv = 1.f, cc = 0.f;
+  if (MODE == kCosine) {
+    nu = fmaxf(sqrtf(st.v[9]), 1e-12f);
+    nv = fmaxf(sqrtf(st.v[10]), 1e-12f);
+    cc = st.v[11] / (nu * nv);
+  }
+  const float Q = st.v[9];  // KL
+  if (owns_y && t == 0) {   // the block holding the target writes the hard loss
+    const float x_y = to_float<T>(ss[yl]);
+    a.hard[r] = (mh_r + lsh) - x_y;
+  }
+  if (rank == 0 && t == 0) {
+    if (!hard) a.hard[r] = 0.f;
+    if (hard && (y < 0 || y >= Vs)) a.hard[r] = NAN;  // an invalid target: no block holds it
+  }
+
+  // Pass 2 (JSD, unless beta is 0 with a gradient): the loss and K = sum S (log S - log M).
+  const bool late_sum = MODE == kKl || (MODE == kJsd && beta == 0.f && grad);
+  float soft = MODE == kCosine ? beta * (1.f - cc) : 0.f, K = 0.f;
+  if (MODE == kJsd && !late_sum) {
+    float acc = 0.f, acck = 0.f;
+#pragma unroll 2
+    for (int gi = t; gi < ng; gi += NT) {
+      float sf[G], tf[G];
+      load_floats<T, G>(ss + gi * G, sf);
+      load_floats<U, G>(ts + gi * G, tf);
+#pragma unroll
+      for (int e = 0; e < G; ++e) {
+        const float lS = (sf[e] * invT - st.v[0]) - lss, lP = (tf[e] * invT - st.v[2]) - lst;
+        const float S = exp_<FAST>(lS), P = exp_<FAST>(lP);
+        if (beta == 0.f) {
+          acc += pdiff(P, lP, lS);
+        } else if (beta == 1.f) {
+          acc += pdiff(S, lS, lP);
+        } else {
+          const float lM = log_mix<FAST>(P, S, beta);
+          const float ks = pdiff(S, lS, lM);
+          acc += beta * pdiff(P, lP, lM) + (1.f - beta) * ks;
+          acck += ks;
+        }
+      }
+    }
+    PairRec w2 = empty_rec();
+    w2.v[9] = warp_sum(acc);
+    w2.v[10] = warp_sum(acck);
+    const PairRec sums = cluster_rec(w2, warp_recs, peer2, &bar2, row2, cs, rank);
+    soft = sums.v[9];
+    K = beta == 1.f ? soft : (beta == 0.f ? 0.f : sums.v[10]);
+  }
+  if (!grad && !late_sum) {
+    if (rank == 0 && t == 0) a.soft[r] = soft;
+    return;
+  }
+
+  // Pass 3: the gradient from the copies on chip, one 16-byte store a group (KL's loss and JSD's
+  // at beta 0 summed on the way).
+  const float cs_ = grad ? a.scales[0] * invT : 0.f, ch = hard && grad ? a.scales[1] : 0.f;
+  float acc0 = 0.f;
+#pragma unroll 2
+  for (int gi = t; gi < ng; gi += NT) {
+    float sf[G], tf[G];
+    load_floats<T, G>(ss + gi * G, sf);
+    load_floats<U, G>(ts + gi * G, tf);
+    Vec<T, G> out;
+#pragma unroll
+    for (int e = 0; e < G; ++e) {
+      const int64_t j = base + gi * G + e;
+      const float zs = sf[e] * invT, zt = tf[e] * invT;
+      float d = 0.f, S = 0.f;
+      if (MODE == kCosine) {
+        d = cs_ * (-beta) * (zt / (nu * nv) - cc * zs / (nu * nu));
+      } else if (MODE == kKl) {
+        const float lS = (zs - st.v[0]) - lss, q = tf[e];
+        S = exp_<FAST>(lS);
+        acc0 += q * (log_<FAST>(fmaxf(q, a.eps)) - lS);
+        d = cs_ * (S * Q - q);
+      } else {
+        const float lS = (zs - st.v[0]) - lss, lP = (zt - st.v[2]) - lst;
+        S = exp_<FAST>(lS);
+        const float P = exp_<FAST>(lP);
+        if (beta == 0.f) {
+          acc0 += pdiff(P, lP, lS);
+          d = cs_ * (S - P);
+        } else if (beta == 1.f) {
+          d = cs_ * (S > 0.f ? S * ((lS - lP) - K) : 0.f);
+        } else {
+          const float lM = log_mix<FAST>(P, S, beta);
+          d = cs_ * (1.f - beta) * (S > 0.f ? S * ((lS - lM) - K) : 0.f);
+        }
+      }
+      if (ch != 0.f && j < Vs) {
+        const float p = sep_hard ? exp_<FAST>((sf[e] - mh_r) - lsh) : S;
+        d += ch * (j == y ? p - 1.f : p);
+      }
+      out.v[e] = from_float<T>(j < Vs ? d : 0.f);
+    }
+    if (grad) store_vec<T, G>(srow + static_cast<int64_t>(gi) * G, out);
+  }
+  if (late_sum) {
+    PairRec w2 = empty_rec();
+    w2.v[9] = warp_sum(acc0);
+    soft = cluster_rec(w2, warp_recs, peer2, &bar2, row2, cs, rank).v[9];
+  }
+  if (rank == 0 && t == 0) a.soft[r] = soft;
+#else
+  __trap();  // the host launches this kernel only where its sm_90 code runs
+#endif
 }
 
 // ---------------------------------------------------------------------------------------- logprob
@@ -432,20 +806,123 @@ bool rows_aligned(const void* p, int64_t row_stride, int64_t cols) {
 
 }  // namespace
 
+namespace {
+
+// The plan of one distillation row step: on sm_90 (the smem kernel's sm_90 code runs on this
+// device), for 16-byte aligned rows of at least kPairMinCols elements whose slices fit, the smem
+// cluster kernel; else a block per row. plan_override distill=block|smem forces a kernel where it
+// can run, distill_smem_blocks=1|2|4|8|16 the smem kernel's blocks per row.
+constexpr int64_t kPairMinCols = 2048;
+// The smem kernel's blocks per row: the fewest (a power of two, at most 8) whose slice of the
+// row pair fits kPairAutoBytes (two blocks an SM), else 16 where that fits it and the device takes
+// 16-block clusters, else 8; above kPairMaxBytes a block per row.
+constexpr int64_t kPairAutoBytes = 80 * 1024;
+constexpr size_t kPairMaxBytes = 200 * 1024;
+
+enum class DistillKernel : int { kBlock = 0, kSmem = 1 };
+
+struct DistillPlan {
+  DistillKernel kernel;
+  bool vec;     // block kernel: 16-byte accesses
+  int threads;  // per block
+  int cluster;  // smem kernel: blocks per row
+  int slice;    // smem kernel: elements of each row a block
+  size_t smem;  // smem kernel: dynamic shared memory a block
+};
+
+template <typename T, typename U>
+auto* smem_kernel(int loss) {
+  return loss == kCosine ? distill_smem_kernel<T, U, kCosine>
+                         : (loss == kKl ? distill_smem_kernel<T, U, kKl> : distill_smem_kernel<T, U, kJsd>);
+}
+
+template <typename T, typename U>
+bool plan_smem(const DistillRowsArgs& a, DistillPlan& p) {
+  constexpr int G = 16 / sizeof(T);
+  const int64_t V = a.cols;
+  const void* f = reinterpret_cast<const void*>(smem_kernel<T, U>(a.loss));
+  auto slice_for = [&](int64_t c) { return ceil_div(ceil_div(V, c), int64_t{G}) * G; };
+  auto bytes_for = [&](int64_t c) {
+    return pair_t_offset(static_cast<int>(slice_for(c)), sizeof(T)) +
+           static_cast<size_t>(slice_for(c)) * sizeof(U);
+  };
+  auto threads_for_cs = [&](int64_t c) {
+    return static_cast<int>(
+        std::min<int64_t>(kPairThreads, std::max<int64_t>(64, ceil_div(slice_for(c) / G, 32) * 32)));
+  };
+  // 16 blocks (non-portable) where the device confirms that such a cluster fits.
+  auto sixteen_fits = [&] {
+    return allow_nonportable_clusters(f) && raise_max_dynamic_smem(f, bytes_for(kMaxCluster)) &&
+           active_clusters(smem_kernel<T, U>(a.loss), threads_for_cs(kMaxCluster), kMaxCluster,
+                           bytes_for(kMaxCluster)) >= 1;
+  };
+  const int forced = plan_override::forced(plan_override::Key::kDistillSmemBlocks);
+  int64_t cs = forced >= 0 ? int64_t{1} << forced : 0;
+  for (int64_t c = 1; cs == 0 && c <= kMaxPortableCluster; c *= 2)
+    if (static_cast<int64_t>(bytes_for(c)) <= kPairAutoBytes) cs = c;
+  if (cs == 0)
+    cs = static_cast<int64_t>(bytes_for(kMaxCluster)) <= kPairAutoBytes && sixteen_fits()
+             ? kMaxCluster
+             : kMaxPortableCluster;
+  if (cs == kMaxCluster && forced >= 0 && !sixteen_fits()) return false;
+  const size_t smem = bytes_for(cs);
+  if (a.rows * cs > INT32_MAX || smem > kPairMaxBytes || !raise_max_dynamic_smem(f, smem)) return false;
+  prefer_max_shared_carveout(f);
+  p.kernel = DistillKernel::kSmem;
+  p.threads = threads_for_cs(cs);
+  p.cluster = static_cast<int>(cs);
+  p.slice = static_cast<int>(slice_for(cs));
+  p.smem = smem;
+  return true;
+}
+
+template <typename T, typename U>
+DistillPlan plan_distill(const DistillRowsArgs& a) {
+  constexpr int VE = 16 / sizeof(T);
+  DistillPlan p{};
+  const bool aligned =
+      rows_aligned<T>(a.s, a.s_row_stride, a.cols) && rows_aligned<U>(a.t, a.t_row_stride, a.cols);
+  const int forced = plan_override::forced(plan_override::Key::kDistill);
+  const bool sm90_code = binary_version(reinterpret_cast<const void*>(distill_smem_kernel<T, U, kJsd>)) >= 90;
+  if (forced != static_cast<int>(DistillKernel::kBlock) && aligned && sm90_code && a.cols >= kPairMinCols &&
+      plan_smem<T, U>(a, p))
+    return p;
+  p.kernel = DistillKernel::kBlock;
+  p.vec = aligned;
+  p.threads = threads_for(a.cols, aligned ? VE : 1);
+  p.cluster = 1;
+  return p;
+}
+
+template <typename T, typename U>
+cudaError_t launch_distill(const DistillPlan& p, const DistillRowsArgs& a, cudaStream_t stream) {
+  constexpr int VE = 16 / sizeof(T);
+  if (p.kernel == DistillKernel::kBlock) {
+    // A block per row (a persistent grid sized to keep the rows in L2 lost: docs/kernels/rl_losses.md).
+    if (p.vec)
+      distill_kernel<T, U, VE><<<grid_for(a.rows), p.threads, 0, stream>>>(a);
+    else
+      distill_kernel<T, U, 1><<<grid_for(a.rows), p.threads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg = cluster_launch_config(p.threads, p.cluster, p.smem, stream, attr);
+  cfg.gridDim = dim3(static_cast<unsigned>(a.rows * p.cluster));
+  return cudaLaunchKernelEx(&cfg, smem_kernel<T, U>(a.loss), a, p.slice);
+}
+
+}  // namespace
+
 cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int VE = 16 / sizeof(T);
-    const bool vec =
-        rows_aligned<T>(a.s, a.s_row_stride, a.cols) && rows_aligned<T>(a.t, a.t_row_stride, a.cols);
-    // A block per row (a persistent grid sized to keep the rows in L2 lost: docs/kernels/rl_losses.md).
-    const unsigned grid = grid_for(a.rows);
-    if (vec)
-      distill_kernel<T, VE><<<grid, threads_for(a.cols, VE), 0, stream>>>(a);
-    else
-      distill_kernel<T, 1><<<grid, threads_for(a.cols, 1), 0, stream>>>(a);
-    return cudaGetLastError();
+    // The teacher row: the student's dtype, or float32 probabilities (KL) beside 2-byte logits.
+    if constexpr (!std::is_same_v<T, float>) {
+      if (a.t_dtype == DType::kFloat32) return launch_distill<T, float>(plan_distill<T, float>(a), a, stream);
+    }
+    if (a.t_dtype != a.dtype) return cudaErrorInvalidValue;
+    return launch_distill<T, T>(plan_distill<T, T>(a), a, stream);
   });
 }
 

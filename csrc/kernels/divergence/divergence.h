@@ -24,11 +24,17 @@ namespace liger_cpp::kernels {
 //   JSD: beta 0: (S - P) / T; beta 1: S (log S - log P - K) / T with K = soft[r]; else
 //     (1 - beta) S (log S - log M - K) / T with K = sum S (log S - log M); cosine:
 //     -beta (zt / (|zs| |zt|) - c zs / |zs|^2) / T; hard: softmax(s)_j - [j == y].
+//   loss 2, KL of given target probabilities (t holds q, dtype t_dtype; target only selects
+//     ignored rows, no hard loss): soft[r] = sum q (log max(q, eps) - log S), gradient
+//     cs (S sum(q) - q) / T.
 // float32 math, one rounding of the gradient to the logits' dtype.
+// On sm_90, for 16-byte aligned rows of at least 2048 elements, a cluster of blocks splits each
+// row pair and keeps it in shared memory (read once from global memory); elsewhere a block per
+// row reads the pair two or three times.
 struct DistillRowsArgs {
   void* s;  // [rows, cols], unit column stride; the gradient is written here
   int64_t s_row_stride;
-  const void* t;
+  const void* t;  // [rows, cols], unit column stride, dtype t_dtype (s's dtype unless loss 2)
   int64_t t_row_stride;
   const int64_t* target;  // [rows] or null
   float* soft;            // [rows]
@@ -37,9 +43,11 @@ struct DistillRowsArgs {
   int64_t rows, cols, student_cols;
   int64_t ignore_index;
   float inv_temperature, beta;
-  int loss;  // 0 JSD, 1 cosine
+  float eps;  // loss 2: the floor of q inside its log
+  int loss;   // 0 JSD, 1 cosine, 2 KL of given probabilities
   bool mask_soft;
-  DType dtype;
+  DType dtype;    // s's
+  DType t_dtype;  // t's: dtype, or float32 with loss 2
 };
 cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream);
 
