@@ -36,6 +36,8 @@ from harness import bench_ms, fmt_table, meta, peak_extra_bytes, write_json
 import liger_cpp
 from liger_cpp import chunked_loss as cl
 from liger_cpp import transformers as lt
+from liger_cpp.ops.fused_linear_distillation import fused_linear_distillation
+from liger_cpp.ops.fused_linear_kl_div import fused_linear_kl_div
 
 GRPO_SHAPE = (8, 1024, 4096, 151936)  # completions, T, H, V
 JSD_SHAPE = (8192, 2048, 4096, 151936)  # tokens, student H, teacher H, V
@@ -46,6 +48,7 @@ BETA, EPS_LO, EPS_HI = 0.04, 0.2, 0.28
 # implementations kept (--impls; all when empty): set by main().
 PLANS: list = []
 IMPLS: list = []
+CHUNK_ROWS: list = []  # --chunk-rows: one more liger_cpp row per value (jsd, kl), the op's chunk_rows
 
 
 def _with_plans(out, ours):
@@ -220,6 +223,13 @@ def jsd_variants(have_liger):
         "liger_cpp": ours,
         "eager": lambda: lambda d: eager_jsd(d["xs"], d["ws"], d["xt"], d["wt"], d["t"]),
     }
+    for rows in CHUNK_ROWS:
+        kw = {k: v for k, v in JSD_KW.items()}
+        out[f"liger_cpp[rows={rows}]"] = lambda rows=rows, kw=kw: (
+            lambda d: fused_linear_distillation(
+                d["xs"], d["ws"], d["xt"], d["wt"], d["t"], chunk_rows=rows, **kw
+            )[0]
+        )
     if have_liger:
         for compiled in (True, False):
 
@@ -262,6 +272,12 @@ def kl_variants(have_liger):
         return lambda d: mod(d["x"], d["w"], d["q"], d["t"])
 
     out = {"liger_cpp": ours, "eager": lambda: lambda d: eager_kl(d["x"], d["w"], d["q"], d["t"])}
+    for rows in CHUNK_ROWS:
+        out[f"liger_cpp[rows={rows}]"] = lambda rows=rows: (
+            lambda d: fused_linear_kl_div(
+                d["x"], d["w"], d["q"], d["t"], temperature=KL_TEMPERATURE, chunk_rows=rows
+            )
+        )
     if have_liger:
 
         def liger():
@@ -495,19 +511,24 @@ def breakdown(case, make, d, grads):
     }
 
 
-def breakdowns():
+def breakdowns(cases):
+    """liger_cpp's GPU time by category, one profiled steady call per case of `cases`."""
     out = []
     for ref_model in (False, True):
+        if ("grpo_ref" if ref_model else "grpo") not in cases:
+            continue
         d = grpo_inputs(GRPO_SHAPE, "cuda", torch.bfloat16, ref_model=ref_model)
         case = "grpo, reference model in the loop" if ref_model else "grpo, ref_per_token_logps given"
         out.append(breakdown(case, grpo_variants(False, ref_model)["liger_cpp"], d, [d["x"], d["w"]]))
         del d
-    d = jsd_inputs(JSD_SHAPE, "cuda", torch.bfloat16)
-    jsd = jsd_variants(False)["liger_cpp"]
-    out.append(breakdown("jsd distillation (GKD config)", jsd, d, [d["xs"], d["ws"]]))
-    del d
-    d = kl_inputs(KL_SHAPE, "cuda", torch.bfloat16)
-    out.append(breakdown("kl distillation", kl_variants(False)["liger_cpp"], d, [d["x"], d["w"]]))
+    if "jsd" in cases:
+        d = jsd_inputs(JSD_SHAPE, "cuda", torch.bfloat16)
+        jsd = jsd_variants(False)["liger_cpp"]
+        out.append(breakdown("jsd distillation (GKD config)", jsd, d, [d["xs"], d["ws"]]))
+        del d
+    if "kl" in cases:
+        d = kl_inputs(KL_SHAPE, "cuda", torch.bfloat16)
+        out.append(breakdown("kl distillation", kl_variants(False)["liger_cpp"], d, [d["x"], d["w"]]))
     return out
 
 
@@ -549,8 +570,12 @@ def main():
         "--plans", nargs="*", default=[], help="plan-override specs: one more liger_cpp row each (jsd, kl)"
     )
     ap.add_argument("--impls", type=lambda v: v.split(","), default=[], help="keep only these (jsd, kl)")
+    ap.add_argument(
+        "--chunk-rows", type=int, nargs="*", default=[], help="liger_cpp rows at these chunk_rows"
+    )
     args = ap.parse_args()
     PLANS[:] = args.plans
+    CHUNK_ROWS[:] = args.chunk_rows
     IMPLS[:] = args.impls
     if args.device == "cpu":
         rows = cpu_check()
@@ -589,7 +614,7 @@ def main():
             write_json(args.out, payload)
 
     if args.breakdown:
-        payload["breakdown"] = breakdowns()
+        payload["breakdown"] = breakdowns(args.cases)
         save()
     for name in args.cases:
         payload["rows"] += groups[name]()

@@ -348,6 +348,34 @@ def test_cuda_gemm_paths_and_determinism(gemm, routing):
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs CUDA kernels and a GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_cuda_loop_path_syncs_once_per_call(dtype):
+    """float16 / float32 run one at::mm per expert: the offsets are copied to the host once in the
+    forward and once in the backward (not once per GEMM); bfloat16's grouped GEMMs never sync."""
+    import warnings
+
+    x, idx, w, gu, dn, _, _, go = make_case(64, 8, 2, 64, 32, dtype, "cuda")
+    x, w, gu, dn = (t.detach().requires_grad_(True) for t in (x, w, gu, dn))
+
+    def syncs(fn):
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                fn()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return sum("synchroniz" in str(r.message) for r in rec)
+
+    out = []
+    assert syncs(lambda: out.append(moe_experts(x, idx, w, gu, dn))) == 1
+    assert syncs(lambda: out[0].backward(go)) == 1
+    xb, wb, gub, dnb = (t.detach().to(torch.bfloat16).requires_grad_(True) for t in (x, w, gu, dn))
+    assert syncs(lambda: moe_experts(xb, idx, wb, gub, dnb).backward(go.to(torch.bfloat16))) == 0
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs CUDA kernels and a GPU")
 def test_cuda_dropped_slots():
     """On CUDA an index outside [0, E) drops its slot (it cannot raise without a host sync): the
     result equals the reference without those slots, with zero gradient for their weights."""

@@ -18,6 +18,7 @@
 
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 #include "aten/checks/moe_checks.h"
 
@@ -25,6 +26,10 @@ namespace liger_cpp {
 
 struct MoeRouting {
   at::Tensor offsets, sorted_slot, slot_row, sorted_expert;  // int32: [E], [S], [S], [S]
+  // The offsets read back to the host, once per forward or backward, by a backend whose GEMMs
+  // loop over the experts on the host (CUDA float16 / float32): one synchronisation a call, not one
+  // a GEMM. Empty until then.
+  mutable std::vector<int64_t> host_offsets{};
 };
 
 struct MoeOpts {

@@ -4,7 +4,8 @@
 // at::_grouped_mm (CUTLASS grouped GEMMs, the offsets read on the device: no host synchronisation,
 // CUDA-graph capturable); otherwise (float16, float32, odd sizes; torch 2.11's grouped GEMM is
 // bfloat16 only, its own fallback syncs as well) one at::mm per expert after one copy of the
-// offsets to the host. The plan override key moe_gemm forces either (docs/tuning.md).
+// offsets to the host per forward / backward (MoeRouting::host_offsets). The plan override key moe_gemm
+// forces either (docs/tuning.md).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -44,10 +45,15 @@ bool grouped_ok(const at::Tensor& a, const at::Tensor& b) {
   return true;
 }
 
-std::vector<int64_t> host_offsets(const at::Tensor& offsets) {
-  const at::Tensor h = offsets.to(at::kCPU).to(at::kLong);
-  const int64_t* p = h.data_ptr<int64_t>();
-  return std::vector<int64_t>(p, p + h.numel());
+// The routing's offsets on the host, copied (one synchronisation) on the first call of a forward
+// or backward and kept in R for its other GEMMs.
+const std::vector<int64_t>& host_offsets(const MoeRouting& R) {
+  if (R.host_offsets.empty()) {
+    const at::Tensor h = R.offsets.to(at::kCPU).to(at::kLong);
+    const int64_t* p = h.data_ptr<int64_t>();
+    R.host_offsets.assign(p, p + h.numel());
+  }
+  return R.host_offsets;
 }
 
 struct CudaBackend {
@@ -98,7 +104,7 @@ struct CudaBackend {
   static at::Tensor gmm(const at::Tensor& a, const at::Tensor& w, const MoeRouting& R) {
     if (grouped_ok(a, w)) return at::_grouped_mm(a, w, R.offsets);
     at::Tensor out = at::empty({a.size(0), w.size(2)}, a.options());
-    const auto offs = host_offsets(R.offsets);
+    const auto& offs = host_offsets(R);
     int64_t begin = 0;
     for (int64_t e = 0; e < static_cast<int64_t>(offs.size()); ++e) {
       const int64_t end = offs[e];
@@ -119,7 +125,7 @@ struct CudaBackend {
       out = at::_grouped_mm(at_, b, R.offsets);
     } else {
       out = at::empty({E, at_.size(0), b.size(1)}, b.options());
-      const auto offs = host_offsets(R.offsets);
+      const auto& offs = host_offsets(R);
       int64_t begin = 0;
       for (int64_t e = 0; e < E; ++e) {
         const int64_t end = offs[e];
