@@ -61,8 +61,16 @@ inline at::Tensor opt(const std::optional<at::Tensor>& t) {
 // chunks). Otherwise the fused linear cross entropy's rule and budget, measured there on the H200
 // (csrc/aten/composite/fused_linear_cross_entropy.cpp): the larger of Liger's chunk
 // (next_pow2(ceil(M / ceil(V / H))) rows) and H / 4 rows, kept within 64..251 MiB of logits, a
-// multiple of 8 rows (16-byte aligned chunks of x for any H), at least one row.
-inline int64_t chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, int64_t requested) {
+// multiple of 8 rows (16-byte aligned chunks of x for any H), at least one row; then at least
+// `min_rows` where that takes at most kMinRowsMaxMiB of logits. Every chunk after the first
+// re-reads and re-writes dW in its GEMM (about 1 + 330 / rows of the dW GEMM's time on the H200):
+// the distillation and KL losses ask for 1024 rows (Liger's chunk_size for its distillation
+// losses), within Liger's memory there. H200, 8192 x 151936, bf16: KL 28.16 -> 26.05 ms (774 ->
+// 922 MiB; Liger 28.2 at 1822), JSD (Hs 2048, Ht 4096) 43.35 -> 42.61 ms (1104 -> 1220 MiB; Liger
+// 2997) (benchmarks/results/2026-12-05-h200-rl_losses-chunks-e0db132.json).
+inline constexpr double kMinRowsMaxMiB = 512.0;
+inline int64_t chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, int64_t requested,
+                          int64_t min_rows = 0) {
   if (M <= 0) return 0;
   if (requested > 0) return std::min(requested, M);
   const int64_t liger_chunks = std::max<int64_t>(1, (V + H - 1) / H);
@@ -72,6 +80,10 @@ inline int64_t chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, in
   const double want = std::max(static_cast<double>(liger_rows), static_cast<double>(H) / 4.0) * per_row;
   const double bytes = std::clamp(want, 64.0 * 1048576.0, 251.0 * 1048576.0);
   int64_t rows = static_cast<int64_t>(std::floor(bytes / per_row));
+  if (rows < min_rows) {
+    const int64_t cap = static_cast<int64_t>(std::floor(kMinRowsMaxMiB * 1048576.0 / per_row));
+    rows = std::max(rows, std::min(min_rows, cap));
+  }
   if (rows >= 8) rows -= rows % 8;
   return std::clamp<int64_t>(rows, 1, M);
 }

@@ -38,6 +38,7 @@ enum class Key : int {
   // The distillation / KL row step (csrc/kernels/divergence/divergence.cu).
   kDistill,
   kDistillSmemBlocks,
+  kDistillThreads,
   kCount
 };
 
@@ -71,6 +72,7 @@ inline constexpr KeyInfo kKeys[] = {
     {"distill_smem_blocks",
      {"1", "2", "4", "8", "16"},
      "distillation smem kernel: blocks (a cluster) per row"},
+    {"distill_threads", {"256", "512"}, "distillation smem kernel: most threads a block"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 

@@ -513,9 +513,30 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
   w.v[10] = warp_sum(p1);
   w.v[11] = warp_sum(p2);
   const PairRec st = cluster_rec(w, warp_recs, peer1, &bar1, row1, cs, rank);
-  // Row constants: lse = m + log s, kept as (m, log s) so that z - m is formed first.
+  // Row constants. Log-probabilities l = log p are formed as (z - m) - log s (z - m first, exact
+  // near the max) in float32; for 2-byte logits in log2 units instead, l2 = x c2 - (m log2 e +
+  // log2 s) with one FFMA, so that exp and log are the MUFU's ex2 / lg2 with no conversion (the
+  // cross entropy's fast path rounds its offset the same way); the row sums are then in log2 units
+  // and scaled by ln 2 once (`unit`).
   const float lss = logf(st.v[1]), lst = logf(st.v[3]);
   const float mh_r = sep_hard ? st.v[4] : st.v[0], lsh = sep_hard ? logf(st.v[5]) : lss;
+  const float unit = FAST ? kLn2 : 1.f;
+  const float offs2 = FAST ? fmaf(st.v[0], kLog2e, __log2f(st.v[1])) : 0.f;
+  const float offt2 = FAST ? fmaf(st.v[2], kLog2e, __log2f(st.v[3])) : 0.f;
+  const float offh2 = FAST ? fmaf(mh_r, kLog2e, __log2f(sep_hard ? st.v[5] : st.v[1])) : 0.f;
+  // l of a student / teacher / hard element (raw value x), exp and log in the same units
+  auto l_s = [&](float x) { return FAST ? fmaf(x, c2, -offs2) : (x * invT - st.v[0]) - lss; };
+  auto l_t = [&](float x) { return FAST ? fmaf(x, c2, -offt2) : (x * invT - st.v[2]) - lst; };
+  auto l_h = [&](float x) { return FAST ? fmaf(x, kLog2e, -offh2) : (x - mh_r) - lsh; };
+  auto ex = [](float l) { return FAST ? ex2(l) : expf(l); };
+  auto lg = [](float v) {
+    if constexpr (FAST) {
+      float r;
+      asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+      return r;
+    }
+    return logf(v);
+  };
   float nu = 1.f, nv = 1.f, cc = 0.f;
   if (MODE == kCosine) {
     nu = fmaxf(sqrtf(st.v[9]), 1e-12f);
@@ -532,7 +553,7 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
     if (hard && (y < 0 || y >= Vs)) a.hard[r] = NAN;  // an invalid target: no block holds it
   }
 
-  // Pass 2 (JSD, unless beta is 0 with a gradient): the loss and K = sum S (log S - log M).
+  // Pass 2 (JSD, unless beta is 0 with a gradient): the loss and K = sum S (l S - l M), in l units.
   const bool late_sum = MODE == kKl || (MODE == kJsd && beta == 0.f && grad);
   float soft = MODE == kCosine ? beta * (1.f - cc) : 0.f, K = 0.f;
   if (MODE == kJsd && !late_sum) {
@@ -544,14 +565,15 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
       load_floats<U, G>(ts + gi * G, tf);
 #pragma unroll
       for (int e = 0; e < G; ++e) {
-        const float lS = (sf[e] * invT - st.v[0]) - lss, lP = (tf[e] * invT - st.v[2]) - lst;
-        const float S = exp_<FAST>(lS), P = exp_<FAST>(lP);
+        const float lS = l_s(sf[e]), lP = l_t(tf[e]);
+        const float S = ex(lS), P = ex(lP);
         if (beta == 0.f) {
           acc += pdiff(P, lP, lS);
         } else if (beta == 1.f) {
           acc += pdiff(S, lS, lP);
         } else {
-          const float lM = log_mix<FAST>(P, S, beta);
+          const float M = beta * P + (1.f - beta) * S;
+          const float lM = M > 0.f ? lg(M) : -INFINITY;
           const float ks = pdiff(S, lS, lM);
           acc += beta * pdiff(P, lP, lM) + (1.f - beta) * ks;
           acck += ks;
@@ -562,8 +584,8 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
     w2.v[9] = warp_sum(acc);
     w2.v[10] = warp_sum(acck);
     const PairRec sums = cluster_rec(w2, warp_recs, peer2, &bar2, row2, cs, rank);
-    soft = sums.v[9];
-    K = beta == 1.f ? soft : (beta == 0.f ? 0.f : sums.v[10]);
+    soft = unit * sums.v[9];
+    K = beta == 1.f ? sums.v[9] : (beta == 0.f ? 0.f : sums.v[10]);
   }
   if (!grad && !late_sum) {
     if (rank == 0 && t == 0) a.soft[r] = soft;
@@ -573,6 +595,7 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
   // Pass 3: the gradient from the copies on chip, one 16-byte store a group (KL's loss and JSD's
   // at beta 0 summed on the way).
   const float cs_ = grad ? a.scales[0] * invT : 0.f, ch = hard && grad ? a.scales[1] : 0.f;
+  const float cmix = cs_ * (1.f - beta) * unit, c1 = cs_ * unit;  // JSD's factors of S (l diff - K)
   float acc0 = 0.f;
 #pragma unroll 2
   for (int gi = t; gi < ng; gi += NT) {
@@ -583,31 +606,32 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
 #pragma unroll
     for (int e = 0; e < G; ++e) {
       const int64_t j = base + gi * G + e;
-      const float zs = sf[e] * invT, zt = tf[e] * invT;
       float d = 0.f, S = 0.f;
       if (MODE == kCosine) {
+        const float zs = sf[e] * invT, zt = tf[e] * invT;
         d = cs_ * (-beta) * (zt / (nu * nv) - cc * zs / (nu * nu));
       } else if (MODE == kKl) {
-        const float lS = (zs - st.v[0]) - lss, q = tf[e];
-        S = exp_<FAST>(lS);
-        acc0 += q * (log_<FAST>(fmaxf(q, a.eps)) - lS);
+        const float lS = l_s(sf[e]), q = tf[e];
+        S = ex(lS);
+        acc0 += q * (lg(fmaxf(q, a.eps)) - lS);
         d = cs_ * (S * Q - q);
       } else {
-        const float lS = (zs - st.v[0]) - lss, lP = (zt - st.v[2]) - lst;
-        S = exp_<FAST>(lS);
-        const float P = exp_<FAST>(lP);
+        const float lS = l_s(sf[e]), lP = l_t(tf[e]);
+        S = ex(lS);
+        const float P = ex(lP);
         if (beta == 0.f) {
           acc0 += pdiff(P, lP, lS);
           d = cs_ * (S - P);
         } else if (beta == 1.f) {
-          d = cs_ * (S > 0.f ? S * ((lS - lP) - K) : 0.f);
+          d = c1 * (S > 0.f ? S * ((lS - lP) - K) : 0.f);
         } else {
-          const float lM = log_mix<FAST>(P, S, beta);
-          d = cs_ * (1.f - beta) * (S > 0.f ? S * ((lS - lM) - K) : 0.f);
+          const float M = beta * P + (1.f - beta) * S;
+          const float lM = M > 0.f ? lg(M) : -INFINITY;
+          d = cmix * (S > 0.f ? S * ((lS - lM) - K) : 0.f);
         }
       }
       if (ch != 0.f && j < Vs) {
-        const float p = sep_hard ? exp_<FAST>((sf[e] - mh_r) - lsh) : S;
+        const float p = sep_hard ? ex(l_h(sf[e])) : S;
         d += ch * (j == y ? p - 1.f : p);
       }
       out.v[e] = from_float<T>(j < Vs ? d : 0.f);
@@ -617,7 +641,7 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
   if (late_sum) {
     PairRec w2 = empty_rec();
     w2.v[9] = warp_sum(acc0);
-    soft = cluster_rec(w2, warp_recs, peer2, &bar2, row2, cs, rank).v[9];
+    soft = unit * cluster_rec(w2, warp_recs, peer2, &bar2, row2, cs, rank).v[9];
   }
   if (rank == 0 && t == 0) a.soft[r] = soft;
 #else
@@ -846,9 +870,11 @@ bool plan_smem(const DistillRowsArgs& a, DistillPlan& p) {
     return pair_t_offset(static_cast<int>(slice_for(c)), sizeof(T)) +
            static_cast<size_t>(slice_for(c)) * sizeof(U);
   };
+  const int ft = plan_override::forced(plan_override::Key::kDistillThreads);
+  const int64_t max_threads = ft >= 0 ? int64_t{256} << ft : kPairThreads;
   auto threads_for_cs = [&](int64_t c) {
     return static_cast<int>(
-        std::min<int64_t>(kPairThreads, std::max<int64_t>(64, ceil_div(slice_for(c) / G, 32) * 32)));
+        std::min<int64_t>(max_threads, std::max<int64_t>(64, ceil_div(slice_for(c) / G, 32) * 32)));
   };
   // 16 blocks (non-portable) where the device confirms that such a cluster fits.
   auto sixteen_fits = [&] {
