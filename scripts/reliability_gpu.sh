@@ -5,11 +5,12 @@
 # rest). A summary of every stage is printed last.
 #
 #   STAGES="build captured failure sanitize dist" bash scripts/reliability_gpu.sh   # call 1
-#   STAGES="beyond long" bash scripts/reliability_gpu.sh                            # call 2 (warm)
+#   STAGES="beyond" bash scripts/reliability_gpu.sh                                 # call 2 (warm)
+#   STAGES="long" bash scripts/reliability_gpu.sh                                   # call 3, alone
 #
 # Stages run in the order given; each has a time limit (*_TIMEOUT, seconds) so that a call's stages
 # fit the device's 10 minutes (typical: build 2-4 min, captured ~1, failure ~0.5, sanitize ~2-3 (four
-# tools at once), dist ~1, beyond ~3, long ~4):
+# tools at once), dist ~1, beyond ~3, long ~7 and at most LONG_BUDGET + 30 s):
 #   build     python3 setup.py build_ext --inplace (sm_90a; TORCH_CUDA_ARCH_LIST overrides)
 #   sanitize  compute-sanitizer $SANITIZE_TOOLS (default all four, run at once, each tool's cases
 #             over $SANITIZE_SHARDS=3 processes) over scripts/gpu_sanitize.py, through
@@ -21,9 +22,11 @@
 #             own unit (the DTensor path), liger_cpp, 4K context, batch 1, 2 steps
 #   beyond    tests/test_beyond_2_31.py, alone (LIGER_CPP_LARGE_MEMORY_TESTS=1, no xdist)
 #   long      benchmarks/long_run.py: HF, liger_cpp and HF-eager-attention, $LONG_STEPS steps (2000) of
-#             the "1b" Llama at batch $LONG_BATCH x $LONG_SEQ (2 x 512: three runs of 2,000 steps in
-#             ~4 min, next to the 2^31 tests in one call; LONG_SEQ=1024 LONG_TIMEOUT=540 in a call
-#             of its own doubles the tokens a step), bf16
+#             the "1b" Llama at batch $LONG_BATCH x $LONG_SEQ (2 x 512), bf16: ~150 + 100 + 153 s on the
+#             H200 (2026-12-02's step times, ~20 s of start-up each), so in a call of its own. The runs
+#             and their reports get $LONG_BUDGET s (500); each run a deadline, its share of the time
+#             left by its cost, so none can starve the next; results, summary and PNG are written and
+#             packed after each run; LONG_TIMEOUT (budget + 30) only kills a run that hangs
 # Export LIGER_CPP_COMMIT=<sha> for the record (git's HEAD on the device machine may be stale).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
@@ -76,10 +79,16 @@ stage_beyond() {
 }
 LONG=(--steps "${LONG_STEPS:-2000}" --batch "${LONG_BATCH:-2}" --seq "${LONG_SEQ:-512}" --out-dir "$W/long_run")
 stage_long() {
-  timeout ${LONG_TIMEOUT:-330} python3 benchmarks/long_run.py "${LONG[@]}" >"$W/long_run.log" 2>&1
-  echo "long_run rc=$?" >>"$W/long_run.log"
-  # a run cut short: analyse what its workers wrote (every 100 steps)
-  [ -f "$W/long_run/summary.txt" ] || python3 benchmarks/long_run.py --report-only "${LONG[@]}" >>"$W/long_run.log" 2>&1
+  local budget=${LONG_BUDGET:-500} packcmd rc
+  printf -v packcmd 'tar czf %q -C %q .' "$OUT/reliability.tgz" "$W"
+  timeout "${LONG_TIMEOUT:-$((budget + 30))}" python3 benchmarks/long_run.py "${LONG[@]}" --budget "$budget" \
+    --after-each "$packcmd" >"$W/long_run.log" 2>&1
+  rc=$?
+  echo "long_run rc=$rc" >>"$W/long_run.log"
+  # killed (a run that hung): analyse what its workers wrote (every 100 steps)
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ] || [ ! -f "$W/long_run/summary.txt" ]; then
+    timeout 30 python3 benchmarks/long_run.py --report-only "${LONG[@]}" >>"$W/long_run.log" 2>&1
+  fi
 }
 
 python3 -m liger_cpp.env >"$W/env.txt" 2>&1
