@@ -38,7 +38,6 @@ enum class Key : int {
   // The distillation / KL row step (csrc/kernels/divergence/divergence.cu).
   kDistill,
   kDistillSmemBlocks,
-  kDistillThreads,
   kCount
 };
 
@@ -65,14 +64,11 @@ inline constexpr KeyInfo kKeys[] = {
      "LayerNorm backward kernel (LnBwdKernel)"},
     {"moe_gemm",
      {"grouped", "loop"},
-     "MoE experts GEMMs: at::_grouped_mm (bf16, aligned) or one at::mm per expert (host sync)"},
+     "MoE experts GEMMs: at::_grouped_mm (bf16, aligned) or one at::mm per expert (a host sync a call)"},
     {"distill",
      {"block", "smem"},
      "distillation / KL row kernel (JSD, cosine, KL of given q), where it can run"},
-    {"distill_smem_blocks",
-     {"1", "2", "4", "8", "16"},
-     "distillation smem kernel: blocks (a cluster) per row"},
-    {"distill_threads", {"256", "512"}, "distillation smem kernel: most threads a block"},
+    {"distill_smem_blocks", {"1", "2", "4", "8"}, "distillation smem kernel: blocks (a cluster) per row"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 

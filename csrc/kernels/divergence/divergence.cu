@@ -394,7 +394,7 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
   constexpr bool FAST = sizeof(T) == 2;
   extern __shared__ __align__(128) unsigned char pair_smem[];
   __shared__ PairRec warp_recs[32];
-  __shared__ alignas(16) PairRec peer1[kMaxCluster], peer2[kMaxCluster];
+  __shared__ alignas(16) PairRec peer1[kMaxPortableCluster], peer2[kMaxPortableCluster];
   __shared__ PairRec row1, row2;
   __shared__ alignas(8) unsigned long long load_bar, bar1, bar2;
   const int cs = static_cast<int>(cluster_nctarank()), rank = static_cast<int>(cluster_ctarank());
@@ -835,11 +835,12 @@ namespace {
 // The plan of one distillation row step: on sm_90 (the smem kernel's sm_90 code runs on this
 // device), for 16-byte aligned rows of at least kPairMinCols elements whose slices fit, the smem
 // cluster kernel; else a block per row. plan_override distill=block|smem forces a kernel where it
-// can run, distill_smem_blocks=1|2|4|8|16 the smem kernel's blocks per row.
+// can run, distill_smem_blocks=1|2|4|8 the smem kernel's blocks per row.
 constexpr int64_t kPairMinCols = 2048;
 // The smem kernel's blocks per row: the fewest (a power of two, at most 8) whose slice of the
-// row pair fits kPairAutoBytes (two blocks an SM), else 16 where that fits it and the device takes
-// 16-block clusters, else 8; above kPairMaxBytes a block per row.
+// row pair fits kPairAutoBytes (two blocks an SM), else 8; above kPairMaxBytes a block per row.
+// Blocks of up to 512 threads. A/B on an H100 (docs/kernels/rl_losses.md): 4 or 16 blocks a row
+// and 256-thread blocks were slower.
 constexpr int64_t kPairAutoBytes = 80 * 1024;
 constexpr size_t kPairMaxBytes = 200 * 1024;
 
@@ -870,32 +871,17 @@ bool plan_smem(const DistillRowsArgs& a, DistillPlan& p) {
     return pair_t_offset(static_cast<int>(slice_for(c)), sizeof(T)) +
            static_cast<size_t>(slice_for(c)) * sizeof(U);
   };
-  const int ft = plan_override::forced(plan_override::Key::kDistillThreads);
-  const int64_t max_threads = ft >= 0 ? int64_t{256} << ft : kPairThreads;
-  auto threads_for_cs = [&](int64_t c) {
-    return static_cast<int>(
-        std::min<int64_t>(max_threads, std::max<int64_t>(64, ceil_div(slice_for(c) / G, 32) * 32)));
-  };
-  // 16 blocks (non-portable) where the device confirms that such a cluster fits.
-  auto sixteen_fits = [&] {
-    return allow_nonportable_clusters(f) && raise_max_dynamic_smem(f, bytes_for(kMaxCluster)) &&
-           active_clusters(smem_kernel<T, U>(a.loss), threads_for_cs(kMaxCluster), kMaxCluster,
-                           bytes_for(kMaxCluster)) >= 1;
-  };
   const int forced = plan_override::forced(plan_override::Key::kDistillSmemBlocks);
   int64_t cs = forced >= 0 ? int64_t{1} << forced : 0;
   for (int64_t c = 1; cs == 0 && c <= kMaxPortableCluster; c *= 2)
     if (static_cast<int64_t>(bytes_for(c)) <= kPairAutoBytes) cs = c;
-  if (cs == 0)
-    cs = static_cast<int64_t>(bytes_for(kMaxCluster)) <= kPairAutoBytes && sixteen_fits()
-             ? kMaxCluster
-             : kMaxPortableCluster;
-  if (cs == kMaxCluster && forced >= 0 && !sixteen_fits()) return false;
+  if (cs == 0) cs = kMaxPortableCluster;
   const size_t smem = bytes_for(cs);
   if (a.rows * cs > INT32_MAX || smem > kPairMaxBytes || !raise_max_dynamic_smem(f, smem)) return false;
   prefer_max_shared_carveout(f);
   p.kernel = DistillKernel::kSmem;
-  p.threads = threads_for_cs(cs);
+  p.threads = static_cast<int>(
+      std::min<int64_t>(kPairThreads, std::max<int64_t>(64, ceil_div(slice_for(cs) / G, 32) * 32)));
   p.cluster = static_cast<int>(cs);
   p.slice = static_cast<int>(slice_for(cs));
   p.smem = smem;
