@@ -394,7 +394,7 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
   constexpr bool FAST = sizeof(T) == 2;
   extern __shared__ __align__(128) unsigned char pair_smem[];
   __shared__ PairRec warp_recs[32];
-  __shared__ alignas(16) PairRec peer1[kMaxPortableCluster], peer2[kMaxPortableCluster];
+  __shared__ alignas(16) PairRec peer1[kMaxCluster], peer2[kMaxCluster];
   __shared__ PairRec row1, row2;
   __shared__ alignas(8) unsigned long long load_bar, bar1, bar2;
   const int cs = static_cast<int>(cluster_nctarank()), rank = static_cast<int>(cluster_ctarank());
@@ -838,9 +838,10 @@ namespace {
 // can run, distill_smem_blocks=1|2|4|8 the smem kernel's blocks per row.
 constexpr int64_t kPairMinCols = 2048;
 // The smem kernel's blocks per row: the fewest (a power of two, at most 8) whose slice of the
-// row pair fits kPairAutoBytes (two blocks an SM), else 8; above kPairMaxBytes a block per row.
-// Blocks of up to 512 threads. A/B on an H100 (docs/kernels/rl_losses.md): 4 or 16 blocks a row
-// and 256-thread blocks were slower.
+// row pair fits kPairAutoBytes (two blocks an SM), else 16 (non-portable) where that fits it and
+// the device takes such clusters (a float32 target beside 2-byte logits at V 151936), else 8; above
+// kPairMaxBytes a block per row. Blocks of up to 512 threads. A/B on an H100
+// (docs/kernels/rl_losses.md): JSD at 4 or 16 blocks a row and 256-thread blocks were slower.
 constexpr int64_t kPairAutoBytes = 80 * 1024;
 constexpr size_t kPairMaxBytes = 200 * 1024;
 
@@ -871,17 +872,27 @@ bool plan_smem(const DistillRowsArgs& a, DistillPlan& p) {
     return pair_t_offset(static_cast<int>(slice_for(c)), sizeof(T)) +
            static_cast<size_t>(slice_for(c)) * sizeof(U);
   };
+  auto threads_for_cs = [&](int64_t c) {
+    return static_cast<int>(
+        std::min<int64_t>(kPairThreads, std::max<int64_t>(64, ceil_div(slice_for(c) / G, 32) * 32)));
+  };
   const int forced = plan_override::forced(plan_override::Key::kDistillSmemBlocks);
   int64_t cs = forced >= 0 ? int64_t{1} << forced : 0;
   for (int64_t c = 1; cs == 0 && c <= kMaxPortableCluster; c *= 2)
     if (static_cast<int64_t>(bytes_for(c)) <= kPairAutoBytes) cs = c;
-  if (cs == 0) cs = kMaxPortableCluster;
+  if (cs == 0) {
+    const size_t b16 = bytes_for(kMaxCluster);
+    const bool sixteen =
+        static_cast<int64_t>(b16) <= kPairAutoBytes && allow_nonportable_clusters(f) &&
+        raise_max_dynamic_smem(f, b16) &&
+        active_clusters(smem_kernel<T, U>(a.loss), threads_for_cs(kMaxCluster), kMaxCluster, b16) >= 1;
+    cs = sixteen ? kMaxCluster : kMaxPortableCluster;
+  }
   const size_t smem = bytes_for(cs);
   if (a.rows * cs > INT32_MAX || smem > kPairMaxBytes || !raise_max_dynamic_smem(f, smem)) return false;
   prefer_max_shared_carveout(f);
   p.kernel = DistillKernel::kSmem;
-  p.threads = static_cast<int>(
-      std::min<int64_t>(kPairThreads, std::max<int64_t>(64, ceil_div(slice_for(cs) / G, 32) * 32)));
+  p.threads = threads_for_cs(cs);
   p.cluster = static_cast<int>(cs);
   p.slice = static_cast<int>(slice_for(cs));
   p.smem = smem;
