@@ -46,10 +46,13 @@ inline constexpr int kPipeStages = 4;
 // rms_bwd_cluster: the largest (portable) cluster.
 inline constexpr int kWideMaxCluster = 8;
 
-// Where (x, w, y) is a dtype combination the kernels take.
+// Where (x, w, y) is a dtype combination the kernels take: those the ops pass (aten/checks/common.h:
+// check_norm_inputs, rms_norm_out_dtype): w of x's dtype or float32 (any with float32 x); y of x's
+// dtype, or float32 beside a float32 w (llama's promotion of a 16-bit x). A 16-bit x and w with a
+// float32 y never comes, and no kernel is built for it.
 inline bool valid_dtypes(DType x, DType w, DType y) {
   const bool w_ok = w == x || w == DType::kFloat32 || x == DType::kFloat32;
-  const bool y_ok = y == x || y == DType::kFloat32;
+  const bool y_ok = y == x || (y == DType::kFloat32 && w == DType::kFloat32);
   return w_ok && y_ok;
 }
 

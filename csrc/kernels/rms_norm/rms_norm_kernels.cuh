@@ -10,10 +10,11 @@
 namespace liger_cpp::kernels {
 namespace {
 
+// The (x, w, y) dtypes the ops pass (rms_norm_impl.h: valid_dtypes), the only ones built.
 template <typename T, typename WT, typename OT>
 constexpr bool valid_types() {
   constexpr bool w_ok = std::is_same_v<WT, T> || std::is_same_v<WT, float> || std::is_same_v<T, float>;
-  constexpr bool o_ok = std::is_same_v<OT, T> || std::is_same_v<OT, float>;
+  constexpr bool o_ok = std::is_same_v<OT, T> || (std::is_same_v<OT, float> && std::is_same_v<WT, float>);
   return w_ok && o_ok;
 }
 
