@@ -13,7 +13,18 @@ import sys
 from setuptools import setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+# sm_90a machine code and compute_90 PTX from one compute_90 front-end pass (nvcc runs cicc once per
+# virtual arch): the kernels use no sm_90a-only feature (no __CUDA_ARCH_FEAT_SM90_ALL or
+# __CUDA_ARCH_SPECIFIC__ code), so compute_90a and compute_90 PTX differ only in their .target line
+# and ptxas writes byte-identical sm_90a cubins from either (scripts/sass_digest.py --compare). A
+# separate compute_90a pass took about a fifth of the kernels' compile time. _gencode() falls back
+# to it where a kernel source names those macros.
 DEFAULT_GENCODE = [
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_90,code=sm_90a",
+    "-gencode=arch=compute_90,code=compute_90",
+]
+SEPARATE_SM90A_GENCODE = [
     "-gencode=arch=compute_80,code=sm_80",
     "-gencode=arch=compute_90a,code=sm_90a",
     "-gencode=arch=compute_90,code=compute_90",
@@ -81,6 +92,19 @@ def _host_groups(with_cuda):
     return groups
 
 
+def _gencode(kernels):
+    """DEFAULT_GENCODE, or SEPARATE_SM90A_GENCODE where a kernel source uses sm_90a-only code."""
+    srcs = kernels + glob.glob("csrc/kernels/**/*.cuh", recursive=True)
+    srcs += glob.glob("csrc/kernels/**/*.h", recursive=True)
+    macros = ("__CUDA_ARCH_FEAT_", "__CUDA_ARCH_SPECIFIC__", "__CUDA_ARCH_FAMILY_SPECIFIC__")
+    for path in srcs:
+        with open(path) as f:
+            text = f.read()
+        if any(m in text for m in macros):
+            return SEPARATE_SM90A_GENCODE
+    return DEFAULT_GENCODE
+
+
 def _extensions():
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
@@ -106,7 +130,8 @@ def _extensions():
                 py_limited_api=True,
             )
         ]
-    sources += sorted(glob.glob("csrc/kernels/**/*.cu", recursive=True))
+    kernels = sorted(glob.glob("csrc/kernels/**/*.cu", recursive=True))
+    sources += kernels
     # -compress-all: nvcc leaves small fatbins uncompressed, and the kernels are split into one
     # small .cu (CUDA module) per family: uncompressed they took the extension from 12.4 to 16.3 MB.
     nvcc = ["-O3", "-std=c++17", "--threads=2", "-Xfatbin=-compress-all"]
@@ -120,7 +145,7 @@ def _extensions():
     if arch_list:
         archs = f"TORCH_CUDA_ARCH_LIST={arch_list}"
     else:
-        nvcc += DEFAULT_GENCODE
+        nvcc += _gencode(kernels)
         archs = "sm_80 sm_90a +PTX(compute_90)"
     print(f"liger_cpp: building CUDA kernels for {archs} ({why})", file=sys.stderr)
     _write_build_config(True, archs, why)
