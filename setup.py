@@ -29,6 +29,21 @@ SEPARATE_SM90A_GENCODE = [
     "-gencode=arch=compute_90a,code=sm_90a",
     "-gencode=arch=compute_90,code=compute_90",
 ]
+# The .cu files that compile longest (CPU seconds, three targets), longest first: ninja starts them
+# right after the host unit, so that the last jobs of a 2-core build are short ones (_compile_order).
+HEAVY_CU = [
+    "csrc/kernels/rms_norm/rms_norm_bwd_cached.cu",
+    "csrc/kernels/divergence/divergence.cu",
+    "csrc/kernels/cross_entropy/cross_entropy.cu",
+    "csrc/kernels/rms_norm/rms_norm_fwd_generic.cu",
+    "csrc/kernels/rms_norm/rms_norm_bwd_cluster.cu",
+    "csrc/kernels/glu/glu.cu",
+    "csrc/kernels/rope/rope.cu",
+    "csrc/kernels/rms_norm/rms_norm_fwd.cu",
+    "csrc/kernels/moe/moe_rows.cu",
+    "csrc/kernels/rms_norm/rms_norm_bwd_pipe.cu",
+    "csrc/kernels/rms_norm/rms_norm_bwd_tma.cu",
+]
 
 
 def _cuda_available():
@@ -56,9 +71,10 @@ def _write_build_config(with_cuda, archs, note):
 
 
 def _unity(groups):
-    """Host C++ compiled as a few unity translation units (one per group of files, generated under
-    build/unity/, each #including its files): ATen's and torch's headers take 10-60 s to parse per
-    translation unit, and 44 host files parsed them 44 times (most of a clean 2-core build)."""
+    """Host C++ compiled as unity translation units (one per group of files, generated under
+    build/unity/, each #including its files): ATen's and torch's headers take 20-25 s of CPU to
+    parse per translation unit, and every translation unit compiles its own copy of the inline
+    torch code it uses (IValue boxing, autograd nodes, TensorOptions)."""
     out_dir = os.path.join(ROOT, "build", "unity")
     os.makedirs(out_dir, exist_ok=True)
     out = []
@@ -76,8 +92,12 @@ def _unity(groups):
 
 
 def _host_groups(with_cuda):
-    """The host files in groups of about the same compile time (autograd's headers are the heaviest:
-    two groups), so that two compiler jobs stay busy."""
+    """The host files' unity groups. With the CUDA kernels, all host files in one translation unit:
+    the .cu files keep the second compiler job busy meanwhile, and one unit cost 135-146 CPU seconds
+    against 298 for the six per-folder units, compiled one after the other (torch's headers parsed
+    once, its inline code compiled once). CPU-only, two units, so that two jobs stay busy.
+    LIGER_CPP_UNITY=folders: one unit per folder (autograd in two halves), for incremental work on
+    one folder (each unit 20-60 s)."""
     autograd = sorted(glob.glob("csrc/aten/autograd/*.cpp"))
     half = (len(autograd) + 1) // 2
     groups = [
@@ -89,7 +109,18 @@ def _host_groups(with_cuda):
     ]
     if with_cuda:
         groups.append(("cuda", sorted(glob.glob("csrc/aten/cuda/*.cpp"))))
-    return groups
+    mode = os.environ.get("LIGER_CPP_UNITY", "")
+    if mode == "folders":
+        return groups
+    if mode:
+        raise SystemExit(f"LIGER_CPP_UNITY={mode!r}: expected 'folders' or unset")
+    files = [f for _, fs in groups for f in fs]
+    if with_cuda:
+        return [("host", files)]
+    # CPU-only: the CPU twins and the composites (their loops: most of the optimiser's time), then
+    # the rest.
+    dev = [f for name, fs in groups if name in ("composite", "cpu") for f in fs]
+    return [("host_a", dev), ("host_b", [f for f in files if f not in dev])]
 
 
 def _gencode(kernels):
@@ -162,10 +193,40 @@ def _extensions():
     ]
 
 
+def _compile_order(sources):
+    """The sources in the order ninja starts them: the host unity units, then HEAVY_CU, then the
+    rest (distutils sorts the sources by path, which started the longest .cu files last)."""
+
+    def rank(src):
+        rel = os.path.relpath(os.path.abspath(src), ROOT)
+        if rel in HEAVY_CU:
+            return (1, HEAVY_CU.index(rel), rel)
+        return (0 if rel.startswith("build") else 2, 0, rel)
+
+    return sorted(sources, key=rank)
+
+
 def _cmdclass():
     from torch.utils.cpp_extension import BuildExtension
 
-    return {"build_ext": BuildExtension.with_options(use_ninja=True)}
+    class Build(BuildExtension.with_options(use_ninja=True)):
+        def build_extension(self, ext):
+            # BuildExtension has replaced compiler.compile with its ninja writer by now. The objects
+            # go back in the sources' order: the link order, and so the binary, stay as they were.
+            ninja_compile = self.compiler.compile
+
+            def compile_in_order(sources, *args, **kwargs):
+                ordered = _compile_order(sources)
+                objects = dict(zip(ordered, ninja_compile(ordered, *args, **kwargs)))
+                return [objects[s] for s in sources]
+
+            self.compiler.compile = compile_in_order
+            try:
+                super().build_extension(ext)
+            finally:
+                self.compiler.compile = ninja_compile
+
+    return {"build_ext": Build}
 
 
 # Metadata (name, version, dependencies, packages) is in pyproject.toml; this file builds the extension.
