@@ -856,10 +856,16 @@ struct DistillPlan {
   size_t smem;  // smem kernel: dynamic shared memory a block
 };
 
+// The smem kernel of a call's loss. A float32 teacher beside 16-bit logits comes with loss 2 only
+// (divergence.h; distill_rows refuses it otherwise): that pair has only the KL build.
 template <typename T, typename U>
 auto* smem_kernel(int loss) {
-  return loss == kCosine ? distill_smem_kernel<T, U, kCosine>
-                         : (loss == kKl ? distill_smem_kernel<T, U, kKl> : distill_smem_kernel<T, U, kJsd>);
+  if constexpr (!std::is_same_v<T, U>) {
+    return distill_smem_kernel<T, U, kKl>;
+  } else {
+    return loss == kCosine ? distill_smem_kernel<T, U, kCosine>
+                           : (loss == kKl ? distill_smem_kernel<T, U, kKl> : distill_smem_kernel<T, U, kJsd>);
+  }
 }
 
 template <typename T, typename U>
@@ -906,7 +912,7 @@ DistillPlan plan_distill(const DistillRowsArgs& a) {
   const bool aligned =
       rows_aligned<T>(a.s, a.s_row_stride, a.cols) && rows_aligned<U>(a.t, a.t_row_stride, a.cols);
   const int forced = plan_override::forced(plan_override::Key::kDistill);
-  const bool sm90_code = binary_version(reinterpret_cast<const void*>(distill_smem_kernel<T, U, kJsd>)) >= 90;
+  const bool sm90_code = binary_version(reinterpret_cast<const void*>(distill_smem_kernel<T, U, kKl>)) >= 90;
   if (forced != static_cast<int>(DistillKernel::kBlock) && aligned && sm90_code && a.cols >= kPairMinCols &&
       plan_smem<T, U>(a, p))
     return p;
@@ -942,7 +948,10 @@ cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream) {
     using T = decltype(tag);
     // The teacher row: the student's dtype, or float32 probabilities (KL) beside 2-byte logits.
     if constexpr (!std::is_same_v<T, float>) {
-      if (a.t_dtype == DType::kFloat32) return launch_distill<T, float>(plan_distill<T, float>(a), a, stream);
+      if (a.t_dtype == DType::kFloat32) {
+        if (a.loss != kKl) return cudaErrorInvalidValue;
+        return launch_distill<T, float>(plan_distill<T, float>(a), a, stream);
+      }
     }
     if (a.t_dtype != a.dtype) return cudaErrorInvalidValue;
     return launch_distill<T, T>(plan_distill<T, T>(a), a, stream);
