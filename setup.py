@@ -244,8 +244,11 @@ def _cmdclass():
 
 
 # Metadata (name, version, dependencies, packages) is in pyproject.toml; this file builds the extension.
+# pip's metadata hooks run `setup.py egg_info` / `dist_info`, which need no extension: there, torch's
+# import and the CUDA probe (4 s of each pip install) are skipped.
+_METADATA_ONLY = next((a for a in sys.argv[1:] if not a.startswith("-")), "") in ("egg_info", "dist_info")
 setup(
-    ext_modules=_extensions(),
-    cmdclass=_cmdclass(),
+    ext_modules=[] if _METADATA_ONLY else _extensions(),
+    cmdclass={} if _METADATA_ONLY else _cmdclass(),
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )
