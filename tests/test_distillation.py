@@ -443,6 +443,7 @@ _ROW_PLANS = [
     dict(distill="smem"),
     dict(distill="smem", distill_smem_blocks="1"),
     dict(distill="smem", distill_smem_blocks="8"),
+    dict(distill="smem", distill_smem_blocks="16"),
 ]
 _ROW_CASES = [
     # a padded teacher vocabulary and temperature: the hard softmax is its own (over Vs classes)
@@ -451,6 +452,8 @@ _ROW_CASES = [
     dict(loss="jsd", beta=0.0, temperature=1.0, Vs=4104, Vt=4104),
     dict(loss="jsd", beta=1.0, temperature=1.0, Vs=4104, Vt=4104),
     dict(loss="cosine", beta=0.5, temperature=1.3, Vs=4000, Vt=4104),
+    # TRL's GKD call: no hard loss weight (the gradient pass without each element's column)
+    dict(loss="jsd", beta=0.5, temperature=0.9, Vs=4104, Vt=4104, weight_hard=0.0),
 ]
 
 
@@ -459,11 +462,12 @@ _ROW_CASES = [
 @pytest.mark.parametrize("case", _ROW_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_row_kernels_cuda(plan, case, dtype):
-    """Both row kernels (a block per row; the sm_90 shared-memory cluster kernel, at one and eight
-    blocks a row) on 16-byte aligned rows, with and without a gradient."""
+    """Both row kernels (a block per row; the sm_90 shared-memory cluster kernel, at one, eight and
+    sixteen blocks a row) on 16-byte aligned rows, with and without a gradient."""
     case = dict(case)
     loss, beta, temperature, Vs, Vt = (case.pop(k) for k in ("loss", "beta", "temperature", "Vs", "Vt"))
-    opts = _kw(beta=beta, temperature=temperature, weight_hard=0.4, weight_soft=0.7)
+    weight_hard = case.pop("weight_hard", 0.4)
+    opts = _kw(beta=beta, temperature=temperature, weight_hard=weight_hard, weight_soft=0.7)
     shape = dict(M=37, Hs=64, Ht=48, Vs=Vs, Vt=Vt, n_ignored=5)
     with plan_override(**plan):
         total = _run(
@@ -473,7 +477,7 @@ def test_row_kernels_cuda(plan, case, dtype):
             loss=loss,
             beta=beta,
             temperature=temperature,
-            weight_hard=0.4,
+            weight_hard=weight_hard,
             weight_soft=0.7,
             grad_out=0.6,
             dw_ulps=acc_ulps(dtype, 1),

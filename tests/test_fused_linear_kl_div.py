@@ -163,6 +163,7 @@ _ROW_PLANS = [
     dict(distill="smem"),
     dict(distill="smem", distill_smem_blocks="1"),
     dict(distill="smem", distill_smem_blocks="8"),
+    dict(distill="smem", distill_smem_blocks="16"),
 ]
 
 

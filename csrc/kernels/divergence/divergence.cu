@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/common.cuh"
 #include "kernels/common/launch_cache.h"
@@ -110,6 +111,9 @@ __device__ __forceinline__ float logaddexp(float a, float b) {
   if (m == -INFINITY) return -INFINITY;
   return m + log1pf(expf(-fabsf(a - b)));
 }
+
+// A floor for log-probabilities: exp of it is 0 and differences with finite values stay finite.
+constexpr float kLogFloor = -1e30f;
 
 // p * (a - b), 0 where p is 0 (a masked class: its -inf log-probability times 0).
 __device__ __forceinline__ float pdiff(float p, float a, float b) { return p > 0.f ? p * (a - b) : 0.f; }
@@ -328,28 +332,36 @@ __device__ __forceinline__ PairRec empty_rec() {
   return r;
 }
 
+// The fields an exchange carries: the first NP (max, sum) pairs and the plain sums v[S0, S1); the
+// others are neither moved nor combined (each exchange's latency is on every block's critical path).
+template <int NP, int S0, int S1>
 __device__ __forceinline__ PairRec combine_rec(const PairRec& a, const PairRec& b) {
-  PairRec r;
+  PairRec r = a;
 #pragma unroll
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < NP; ++k) {
     const float m = max_nan(a.v[2 * k], b.v[2 * k]);
     r.v[2 * k] = m;
     r.v[2 * k + 1] =
         a.v[2 * k + 1] * exp_or_zero(a.v[2 * k], m) + b.v[2 * k + 1] * exp_or_zero(b.v[2 * k], m);
   }
 #pragma unroll
-  for (int i = 6; i < kRec; ++i) r.v[i] = a.v[i] + b.v[i];
+  for (int i = S0; i < S1; ++i) r.v[i] = a.v[i] + b.v[i];
   return r;
 }
 
-// Combines a warp's records in a fixed tree order; the result is in lane 0.
-__device__ __forceinline__ PairRec warp_combine_rec(PairRec a) {
+// Combines the records of lanes [0, n) in a fixed tree order (the levels below n); the result is
+// in lane 0.
+template <int NP, int S0, int S1>
+__device__ __forceinline__ PairRec warp_combine_rec(PairRec a, int n) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    PairRec b;
+    if (o >= n) continue;  // uniform: lanes o.. hold empty records at this level
+    PairRec b = a;
 #pragma unroll
-    for (int i = 0; i < kRec; ++i) b.v[i] = __shfl_down_sync(0xffffffffu, a.v[i], o);
-    a = combine_rec(a, b);
+    for (int k = 0; k < 2 * NP; ++k) b.v[k] = __shfl_down_sync(0xffffffffu, a.v[k], o);
+#pragma unroll
+    for (int i = S0; i < S1; ++i) b.v[i] = __shfl_down_sync(0xffffffffu, a.v[i], o);
+    a = combine_rec<NP, S0, S1>(a, b);
   }
   return a;
 }
@@ -359,13 +371,14 @@ __device__ __forceinline__ PairRec warp_combine_rec(PairRec a) {
 // `rank`, in each) and combines the cs records it receives in rank order, the same in every
 // block. Every thread gets the result. bar: this block's mbarrier expecting the cs pushes (unused
 // for a one-block cluster, which takes its own record).
+template <int NP, int S0, int S1>
 __device__ __forceinline__ PairRec cluster_rec(const PairRec& mine, PairRec* warp_recs, PairRec* peer,
                                                unsigned long long* bar, PairRec& out, int cs, int rank) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   if (lane == 0) warp_recs[warp] = mine;
   __syncthreads();
   if (warp == 0) {
-    PairRec b = warp_combine_rec(lane < nw ? warp_recs[lane] : empty_rec());
+    PairRec b = warp_combine_rec<NP, S0, S1>(lane < nw ? warp_recs[lane] : empty_rec(), nw);
     if (cs == 1) {
       if (lane == 0) out = b;
     } else {
@@ -379,7 +392,7 @@ __device__ __forceinline__ PairRec cluster_rec(const PairRec& mine, PairRec* war
         }
       }
       mbar_wait(bar, 0);
-      const PairRec c = warp_combine_rec(lane < cs ? peer[lane] : empty_rec());
+      const PairRec c = warp_combine_rec<NP, S0, S1>(lane < cs ? peer[lane] : empty_rec(), cs);
       if (lane == 0) out = c;
     }
   }
@@ -455,20 +468,41 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
 
   // Pass 1, on chip: each warp's maxima, then the sums relative to them (one FFMA and one MUFU an
   // element for 2-byte logits), as the cross entropy's kernels.
-  float ms = -INFINITY, mt = -INFINITY, mh = -INFINITY;
+  // Each loop is compiled for the hard softmax's case: none, over the row (kHardRow) or over the
+  // student's Vs columns (kHardMasked, the only one that needs each element's column).
+  constexpr int kHardNone = 0, kHardRow = 1, kHardMasked = 2;
   const bool hard_masked = sep_hard && Vs < V;  // the student's padding is outside the hard softmax
+  auto by_hard = [&](auto&& body) {
+    if (!sep_hard)
+      body(std::integral_constant<int, kHardNone>{});
+    else if (hard_masked)
+      body(std::integral_constant<int, kHardMasked>{});
+    else
+      body(std::integral_constant<int, kHardRow>{});
+  };
+  float ms = -INFINITY, mt = -INFINITY, mh = -INFINITY;
+  by_hard([&](auto hk) {
+    if constexpr (decltype(hk)::value != kHardMasked) {
 #pragma unroll 2
-  for (int gi = t; gi < ng; gi += NT) {
-    float sf[G], tf[G];
-    load_floats<T, G>(ss + gi * G, sf);
-    if (MODE == kJsd) load_floats<U, G>(ts + gi * G, tf);
+      for (int gi = t; gi < ng; gi += NT) {  // packed maxima of 16-byte vectors
+        ms = max_nan(ms, vec_max(load_vec<T, G>(ss + gi * G)));
+        if constexpr (MODE == kJsd) mt = max_nan(mt, vec_max(load_vec<U, G>(ts + gi * G)));
+      }
+    } else {
+#pragma unroll 2
+      for (int gi = t; gi < ng; gi += NT) {
+        float sf[G], tf[G];
+        load_floats<T, G>(ss + gi * G, sf);
+        if constexpr (MODE == kJsd) load_floats<U, G>(ts + gi * G, tf);
 #pragma unroll
-    for (int e = 0; e < G; ++e) {
-      ms = max_nan(ms, sf[e]);
-      if (MODE == kJsd) mt = max_nan(mt, tf[e]);
-      if (hard_masked && base + gi * G + e < Vs) mh = max_nan(mh, sf[e]);
+        for (int e = 0; e < G; ++e) {
+          ms = max_nan(ms, sf[e]);
+          if constexpr (MODE == kJsd) mt = max_nan(mt, tf[e]);
+          if (base + gi * G + e < Vs) mh = max_nan(mh, sf[e]);
+        }
+      }
     }
-  }
+  });
   ms = warp_max_nan(ms);
   if (MODE == kJsd) mt = warp_max_nan(mt);
   mh = !sep_hard ? -INFINITY : (hard_masked ? warp_max_nan(mh) : ms);
@@ -478,29 +512,32 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
   const float offs = ms == -INFINITY ? 0.f : mzs * kLog2e, offt = mt == -INFINITY ? 0.f : mzt * kLog2e,
               offh = mh == -INFINITY ? 0.f : mh * kLog2e;
   float sum_s = 0.f, sum_t = 0.f, sum_h = 0.f, p0 = 0.f, p1 = 0.f, p2 = 0.f;
+  by_hard([&](auto hk) {
+    constexpr int HK = decltype(hk)::value;
 #pragma unroll 2
-  for (int gi = t; gi < ng; gi += NT) {
-    float sf[G], tf[G];
-    load_floats<T, G>(ss + gi * G, sf);
-    load_floats<U, G>(ts + gi * G, tf);
+    for (int gi = t; gi < ng; gi += NT) {
+      float sf[G], tf[G];
+      load_floats<T, G>(ss + gi * G, sf);
+      load_floats<U, G>(ts + gi * G, tf);
 #pragma unroll
-    for (int e = 0; e < G; ++e) {
-      if (MODE == kCosine) {
-        const float zs = sf[e] * invT, zt = tf[e] * invT;
-        p0 += zs * zs;
-        p1 += zt * zt;
-        p2 += zs * zt;
-      } else {
-        sum_s += FAST ? ex2(fmaf(sf[e], c2, -offs)) : (ms == -INFINITY ? 0.f : expf(sf[e] * invT - mzs));
-        if (MODE == kJsd)
-          sum_t += FAST ? ex2(fmaf(tf[e], c2, -offt)) : (mt == -INFINITY ? 0.f : expf(tf[e] * invT - mzt));
-        else
-          p0 += tf[e];  // KL: sum q
+      for (int e = 0; e < G; ++e) {
+        if (MODE == kCosine) {
+          const float zs = sf[e] * invT, zt = tf[e] * invT;
+          p0 += zs * zs;
+          p1 += zt * zt;
+          p2 += zs * zt;
+        } else {
+          sum_s += FAST ? ex2(fmaf(sf[e], c2, -offs)) : (ms == -INFINITY ? 0.f : expf(sf[e] * invT - mzs));
+          if (MODE == kJsd)
+            sum_t += FAST ? ex2(fmaf(tf[e], c2, -offt)) : (mt == -INFINITY ? 0.f : expf(tf[e] * invT - mzt));
+          else
+            p0 += tf[e];  // KL: sum q
+        }
+        if (HK == kHardRow || (HK == kHardMasked && base + gi * G + e < Vs))
+          sum_h += FAST ? ex2(fmaf(sf[e], kLog2e, -offh)) : (mh == -INFINITY ? 0.f : expf(sf[e] - mh));
       }
-      if (sep_hard && (!hard_masked || base + gi * G + e < Vs))
-        sum_h += FAST ? ex2(fmaf(sf[e], kLog2e, -offh)) : (mh == -INFINITY ? 0.f : expf(sf[e] - mh));
     }
-  }
+  });
   cluster_wait();  // every block's barriers are initialised (long since, by now) before any push
   PairRec w = empty_rec();
   w.v[0] = MODE == kCosine ? -INFINITY : mzs;
@@ -512,7 +549,10 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
   w.v[9] = warp_sum(p0);
   w.v[10] = warp_sum(p1);
   w.v[11] = warp_sum(p2);
-  const PairRec st = cluster_rec(w, warp_recs, peer1, &bar1, row1, cs, rank);
+  // The exchange's fields: JSD the three (max, sum) pairs, KL the student's pair and sum q, cosine
+  // the hard pair and the three dot products.
+  constexpr int kNp = MODE == kKl ? 1 : 3, kS1 = MODE == kJsd ? 9 : (MODE == kKl ? 10 : 12);
+  const PairRec st = cluster_rec<kNp, 9, kS1>(w, warp_recs, peer1, &bar1, row1, cs, rank);
   // Row constants. Log-probabilities l = log p are formed as (z - m) - log s (z - m first, exact
   // near the max) in float32; for 2-byte logits in log2 units instead, l2 = x c2 - (m log2 e +
   // log2 s) with one FFMA, so that exp and log are the MUFU's ex2 / lg2 with no conversion (the
@@ -553,37 +593,58 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
     if (hard && (y < 0 || y >= Vs)) a.hard[r] = NAN;  // an invalid target: no block holds it
   }
 
+  // Passes 2 and 3 are compiled once per uniform case (beta 0, 1 or between; the hard term and the
+  // student's padding present or not), so that each element's code has no branch and the eight
+  // elements of a group interleave.
+  using B0 = std::integral_constant<int, 0>;
+  using B1 = std::integral_constant<int, 1>;
+  using BMix = std::integral_constant<int, 2>;
+  auto by_beta = [&](auto&& body) {
+    if (MODE != kJsd || (beta != 0.f && beta != 1.f))
+      body(BMix{});
+    else if (beta == 0.f)
+      body(B0{});
+    else
+      body(B1{});
+  };
+
   // Pass 2 (JSD, unless beta is 0 with a gradient): the loss and K = sum S (l S - l M), in l units.
   const bool late_sum = MODE == kKl || (MODE == kJsd && beta == 0.f && grad);
   float soft = MODE == kCosine ? beta * (1.f - cc) : 0.f, K = 0.f;
   if (MODE == kJsd && !late_sum) {
     float acc = 0.f, acck = 0.f;
+    by_beta([&](auto bk) {
+      constexpr int BK = decltype(bk)::value;
 #pragma unroll 2
-    for (int gi = t; gi < ng; gi += NT) {
-      float sf[G], tf[G];
-      load_floats<T, G>(ss + gi * G, sf);
-      load_floats<U, G>(ts + gi * G, tf);
+      for (int gi = t; gi < ng; gi += NT) {
+        float sf[G], tf[G];
+        load_floats<T, G>(ss + gi * G, sf);
+        load_floats<U, G>(ts + gi * G, tf);
 #pragma unroll
-      for (int e = 0; e < G; ++e) {
-        const float lS = l_s(sf[e]), lP = l_t(tf[e]);
-        const float S = ex(lS), P = ex(lP);
-        if (beta == 0.f) {
-          acc += pdiff(P, lP, lS);
-        } else if (beta == 1.f) {
-          acc += pdiff(S, lS, lP);
-        } else {
-          const float M = beta * P + (1.f - beta) * S;
-          const float lM = M > 0.f ? lg(M) : -INFINITY;
-          const float ks = pdiff(S, lS, lM);
-          acc += beta * pdiff(P, lP, lM) + (1.f - beta) * ks;
-          acck += ks;
+        for (int e = 0; e < G; ++e) {
+          const float lS = l_s(sf[e]), lP = l_t(tf[e]);
+          const float S = ex(lS), P = ex(lP);
+          if (BK == 0) {
+            acc += pdiff(P, lP, lS);
+          } else if (BK == 1) {
+            acc += pdiff(S, lS, lP);
+          } else {
+            // log-probabilities floored at kLogFloor: 0 x (l - l') is then 0 where a probability
+            // is 0 (a -inf logit, an underflow), without a select; max.NaN keeps a NaN.
+            const float fS = max_nan(lS, kLogFloor), fP = max_nan(lP, kLogFloor);
+            const float M = fmaf(beta, P, (1.f - beta) * S);
+            const float lM = max_nan(lg(M), kLogFloor);
+            acc += P * (fP - lM);  // beta's part, scaled after the loop
+            acck += S * (fS - lM);
+          }
         }
       }
-    }
+    });
+    if (MODE == kJsd && beta != 0.f && beta != 1.f) acc = beta * acc + (1.f - beta) * acck;
     PairRec w2 = empty_rec();
     w2.v[9] = warp_sum(acc);
     w2.v[10] = warp_sum(acck);
-    const PairRec sums = cluster_rec(w2, warp_recs, peer2, &bar2, row2, cs, rank);
+    const PairRec sums = cluster_rec<0, 9, 11>(w2, warp_recs, peer2, &bar2, row2, cs, rank);
     soft = unit * sums.v[9];
     K = beta == 1.f ? sums.v[9] : (beta == 0.f ? 0.f : sums.v[10]);
   }
@@ -593,55 +654,74 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
   }
 
   // Pass 3: the gradient from the copies on chip, one 16-byte store a group (KL's loss and JSD's
-  // at beta 0 summed on the way).
+  // at beta 0 summed on the way). The hard term (a weight and a target) and the student's padding
+  // (Vs < V) need each element's column: kHard (the hard softmax is the soft one) or kHardSep (its
+  // own: a temperature, cosine, or the padding); else kPlain.
+  constexpr int kPlain = 0, kHard = 1, kHardSep = 2;
   const float cs_ = grad ? a.scales[0] * invT : 0.f, ch = hard && grad ? a.scales[1] : 0.f;
   const float cmix = cs_ * (1.f - beta) * unit, c1 = cs_ * unit;  // JSD's factors of S (l diff - K)
   float acc0 = 0.f;
+  auto grad_pass = [&](auto bk, auto general) {
+    constexpr int BK = decltype(bk)::value;
+    constexpr int GEN = decltype(general)::value;
 #pragma unroll 2
-  for (int gi = t; gi < ng; gi += NT) {
-    float sf[G], tf[G];
-    load_floats<T, G>(ss + gi * G, sf);
-    load_floats<U, G>(ts + gi * G, tf);
-    Vec<T, G> out;
+    for (int gi = t; gi < ng; gi += NT) {
+      float sf[G], tf[G];
+      load_floats<T, G>(ss + gi * G, sf);
+      load_floats<U, G>(ts + gi * G, tf);
+      Vec<T, G> out;
 #pragma unroll
-    for (int e = 0; e < G; ++e) {
-      const int64_t j = base + gi * G + e;
-      float d = 0.f, S = 0.f;
-      if (MODE == kCosine) {
-        const float zs = sf[e] * invT, zt = tf[e] * invT;
-        d = cs_ * (-beta) * (zt / (nu * nv) - cc * zs / (nu * nu));
-      } else if (MODE == kKl) {
-        const float lS = l_s(sf[e]), q = tf[e];
-        S = ex(lS);
-        acc0 += q * (lg(fmaxf(q, a.eps)) - lS);
-        d = cs_ * (S * Q - q);
-      } else {
-        const float lS = l_s(sf[e]), lP = l_t(tf[e]);
-        S = ex(lS);
-        const float P = ex(lP);
-        if (beta == 0.f) {
-          acc0 += pdiff(P, lP, lS);
-          d = cs_ * (S - P);
-        } else if (beta == 1.f) {
-          d = c1 * (S > 0.f ? S * ((lS - lP) - K) : 0.f);
+      for (int e = 0; e < G; ++e) {
+        float d = 0.f, S = 0.f;
+        if (MODE == kCosine) {
+          const float zs = sf[e] * invT, zt = tf[e] * invT;
+          d = cs_ * (-beta) * (zt / (nu * nv) - cc * zs / (nu * nu));
+        } else if (MODE == kKl) {
+          const float lS = l_s(sf[e]), q = tf[e];
+          S = ex(lS);
+          acc0 += q * (lg(fmaxf(q, a.eps)) - lS);
+          d = cs_ * (S * Q - q);
         } else {
-          const float M = beta * P + (1.f - beta) * S;
-          const float lM = M > 0.f ? lg(M) : -INFINITY;
-          d = cmix * (S > 0.f ? S * ((lS - lM) - K) : 0.f);
+          const float lS = l_s(sf[e]), lP = l_t(tf[e]);
+          S = ex(lS);
+          if (BK == 0) {
+            const float P = ex(lP);
+            acc0 += pdiff(P, lP, lS);
+            d = cs_ * (S - P);
+          } else if (BK == 1) {
+            const float v = c1 * (S * ((lS - lP) - K));
+            d = S > 0.f ? v : 0.f;
+          } else {
+            const float P = ex(lP);
+            const float M = fmaf(beta, P, (1.f - beta) * S);
+            const float lM = max_nan(lg(M), kLogFloor);
+            d = cmix * (S * ((max_nan(lS, kLogFloor) - lM) - K));  // as pass 2: 0 where S is 0
+          }
+        }
+        if constexpr (GEN != kPlain) {
+          const int64_t j = base + gi * G + e;
+          const float p = GEN == kHardSep ? ex(l_h(sf[e])) : S;
+          d += ch * (j == y ? p - 1.f : p);
+          out.v[e] = from_float<T>(j < Vs ? d : 0.f);
+        } else {
+          out.v[e] = from_float<T>(d);
         }
       }
-      if (ch != 0.f && j < Vs) {
-        const float p = sep_hard ? ex(l_h(sf[e])) : S;
-        d += ch * (j == y ? p - 1.f : p);
-      }
-      out.v[e] = from_float<T>(j < Vs ? d : 0.f);
+      if (grad) store_vec<T, G>(srow + static_cast<int64_t>(gi) * G, out);
     }
-    if (grad) store_vec<T, G>(srow + static_cast<int64_t>(gi) * G, out);
-  }
+  };
+  by_beta([&](auto bk) {
+    if (ch == 0.f && Vs == V)
+      grad_pass(bk, std::integral_constant<int, kPlain>{});
+    else if (sep_hard)
+      grad_pass(bk, std::integral_constant<int, kHardSep>{});
+    else
+      grad_pass(bk, std::integral_constant<int, kHard>{});
+  });
   if (late_sum) {
     PairRec w2 = empty_rec();
     w2.v[9] = warp_sum(acc0);
-    soft = unit * cluster_rec(w2, warp_recs, peer2, &bar2, row2, cs, rank).v[9];
+    soft = unit * cluster_rec<0, 9, 10>(w2, warp_recs, peer2, &bar2, row2, cs, rank).v[9];
   }
   if (rank == 0 && t == 0) a.soft[r] = soft;
 #else
@@ -884,6 +964,7 @@ bool plan_smem(const DistillRowsArgs& a, DistillPlan& p) {
   };
   const int forced = plan_override::forced(plan_override::Key::kDistillSmemBlocks);
   int64_t cs = forced >= 0 ? int64_t{1} << forced : 0;
+  if (cs > kMaxPortableCluster && !allow_nonportable_clusters(f)) cs = kMaxPortableCluster;
   for (int64_t c = 1; cs == 0 && c <= kMaxPortableCluster; c *= 2)
     if (static_cast<int64_t>(bytes_for(c)) <= kPairAutoBytes) cs = c;
   if (cs == 0) {
