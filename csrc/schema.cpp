@@ -326,15 +326,16 @@ TORCH_LIBRARY(liger, m) {
   // n = number of rows whose target is not ignore_index (all rows without target), at least 1;
   // soft_loss = sum over those rows (over every row when mask_soft is False: Liger's cosine) / n,
   // hard_loss = sum over those rows / n, loss = weight_hard_loss * hard + weight_soft_loss * soft.
+  // compute_hard=False with weight_hard_loss 0: the hard loss is not computed (hard_loss 0): one
+  // exp an element fewer, for callers that do not read it (TRL's GKD).
   // float32 (), (), (); dX, dW, dB (student's) as fused_linear_preference_fwd.
   m.def(
       "fused_linear_distillation_fwd(Tensor student_input, Tensor student_weight, Tensor teacher_input, "
       "Tensor teacher_weight, Tensor? target, Tensor? student_bias=None, Tensor? teacher_bias=None, "
       "str loss=\"jsd\", float weight_hard_loss=0.5, float weight_soft_loss=0.5, float beta=0.5, "
       "int ignore_index=-100, float temperature=1., bool mask_soft=True, int chunk_rows=0, "
-      "bool compute_dx=False, bool compute_dw=False, bool compute_db=False) -> (Tensor loss, Tensor "
-      "soft_loss, "
-      "Tensor hard_loss, Tensor dX, Tensor dW, Tensor dB)");
+      "bool compute_dx=False, bool compute_dw=False, bool compute_db=False, bool compute_hard=True) -> "
+      "(Tensor loss, Tensor soft_loss, Tensor hard_loss, Tensor dX, Tensor dW, Tensor dB)");
   // Per-token log-probabilities of the given tokens at a temperature (Liger's
   // LigerFusedLinearScaledCrossEntropy, TRL's selective_log_softmax), without the logits:
   // z = (input @ weight^T + bias) / temperature; logprobs = z_y - lse(z) (float32, target's shape,

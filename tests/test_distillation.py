@@ -416,6 +416,44 @@ def test_trl_gkd_call_pattern(device):
     torch.testing.assert_close(ws.grad, rw.grad.float(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("weight_hard", [0.0, 0.4])
+@pytest.mark.parametrize("temperature", [1.0, 0.9])
+def test_compute_hard_false(device, dtype, weight_hard, temperature):
+    """compute_hard=False skips the hard loss only where its weight is 0 (hard_loss 0 there); the
+    loss, soft_loss and every gradient are those of compute_hard=True."""
+    outs = []
+    for compute_hard in (True, False):
+        xs, ws, bs, xt, wt, bt, t = _make(device, dtype)
+        out = fused_linear_distillation(
+            xs,
+            ws,
+            xt,
+            wt,
+            t,
+            bs,
+            bt,
+            weight_hard_loss=weight_hard,
+            weight_soft_loss=0.7,
+            beta=0.3,
+            temperature=temperature,
+            compute_hard=compute_hard,
+        )
+        (out[0] * 0.6).backward()
+        outs.append((out, xs.grad, ws.grad, bs.grad))
+    (l1, s1, h1), *g1 = outs[0]
+    (l2, s2, h2), *g2 = outs[1]
+    assert float(h1) > 0
+    torch.testing.assert_close(h2, h1 if weight_hard != 0 else torch.zeros_like(h1), rtol=0, atol=0)
+    for a, b in [(l1, l2), (s1, s2), *zip(g1, g2)]:
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+    # the modules: LigerFusedLinearJSDLoss returns the hard loss it was asked for
+    xs, ws, bs, xt, wt, bt, t = _make(device, dtype)
+    mod = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, return_soft_hard_loss=True)
+    torch.testing.assert_close(mod(xs, ws, xt, wt, t, bs, bt)[2], h1, rtol=0, atol=0)
+
+
 @pytest.mark.skipif(not CUDA_OK, reason="needs CUDA")
 @pytest.mark.parametrize("loss", ["jsd", "cosine"])
 def test_row_kernel_many_rows_cuda(loss):

@@ -49,6 +49,7 @@ def _distill(
         ignore_index=ignore_index,
         temperature=temperature,
         mask_soft=loss == "jsd",
+        compute_hard=bool(return_soft_hard_loss),  # the op computes it anyway with a hard weight
     )
     return (total, soft, hard) if return_soft_hard_loss else total
 

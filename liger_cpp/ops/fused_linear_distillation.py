@@ -40,6 +40,7 @@ def _fwd_fake(
     compute_dx=False,
     compute_dw=False,
     compute_db=False,
+    compute_hard=True,
 ):
     torch._check(
         student_weight.dim() == 2 and student_weight.shape[1] == student_input.shape[-1],
@@ -75,11 +76,13 @@ def fused_linear_distillation(
     temperature: float = 1.0,
     mask_soft: bool = True,
     chunk_rows: int = 0,
+    compute_hard: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(loss, soft_loss, hard_loss) of distilling the teacher head into the student head (float32
     scalars; only `loss` has a gradient, to the student's input, weight and bias). Rows: every
     leading position of student_input (..., Hs) and teacher_input (..., Ht); `target` one class index
-    per row (or None: every row counts, no hard loss)."""
+    per row (or None: every row counts, no hard loss). compute_hard=False with weight_hard_loss 0
+    skips the hard loss (hard_loss is then 0): for callers that do not read it."""
     check_device(student_input, "student_input")
     if loss not in LOSSES:
         raise ValueError(f"liger_cpp: argument 'loss': expected one of {LOSSES}, got {loss!r}")
@@ -110,5 +113,6 @@ def fused_linear_distillation(
         grad and student_input.requires_grad,
         grad and student_weight.requires_grad,
         grad and student_bias is not None and student_bias.requires_grad,
+        bool(compute_hard),
     )
     return out[0], out[1], out[2]

@@ -36,6 +36,7 @@ def liger_fused_linear_jsd(
         beta=jsd_beta,
         ignore_index=ignore_index,
         temperature=temperature,
+        compute_hard=False,
     )[0]
 
 

@@ -24,6 +24,7 @@ struct DistillRows {
   double eps = 1e-10;  // loss 2: the floor of q inside its log
   int loss = 0;        // 0 JSD, 1 cosine, 2 KL of given probabilities (no hard loss)
   bool mask_soft = true;
+  bool with_hard = true;  // false: no hard loss (hard 0, and no hard term in the gradient)
 };
 void distill_rows(const DistillRows& a);
 void distill_rows_cpu(const DistillRows& a);

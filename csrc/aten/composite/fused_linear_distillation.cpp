@@ -38,7 +38,7 @@ DistillResult distill_fwd(const at::Tensor& student_input, const at::Tensor& stu
                           const std::optional<at::Tensor>& teacher_bias, c10::string_view loss,
                           double weight_hard_loss, double weight_soft_loss, double beta, int64_t ignore_index,
                           double temperature, bool mask_soft, int64_t chunk_rows, bool compute_dx,
-                          bool compute_dw, bool compute_db) {
+                          bool compute_dw, bool compute_db, bool compute_hard) {
   const c10::DeviceGuard device_guard(student_input.device());
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const std::string_view kind(loss.data(), loss.size());
@@ -102,6 +102,7 @@ DistillResult distill_fwd(const at::Tensor& student_input, const at::Tensor& stu
     d.beta = beta;
     d.loss = kind == "cosine" ? 1 : 0;
     d.mask_soft = mask_soft;
+    d.with_hard = compute_hard || weight_hard_loss != 0.0;
     if (want_grad)
       d.scales = at::stack({weight_soft_loss / n, weight_hard_loss / n}).to(at::kFloat).contiguous();
     for (int64_t r0 = 0; r0 < M; r0 += R) {

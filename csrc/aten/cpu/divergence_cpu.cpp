@@ -74,7 +74,7 @@ void distill_impl(const DistillRows& a) {
           for (int64_t j = 0; j < V; ++j) s[j] = static_cast<T>(0);
         continue;
       }
-      const bool hard = valid && target != nullptr && !kl;
+      const bool hard = valid && target != nullptr && !kl && a.with_hard;
       for (int64_t j = 0; j < V; ++j) {
         raw[j] = static_cast<double>(s[j]);
         zs[j] = raw[j] * invT;

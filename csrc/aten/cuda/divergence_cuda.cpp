@@ -37,6 +37,7 @@ void distill_rows_cuda(const DistillRows& c) {
   a.eps = static_cast<float>(c.eps);
   a.loss = c.loss;
   a.mask_soft = c.mask_soft;
+  a.with_hard = c.with_hard;
   a.dtype = to_kernel_dtype(c.s.scalar_type(), "student logits");
   a.t_dtype = to_kernel_dtype(c.t.scalar_type(), "teacher logits / target probabilities");
   LIGER_CUDA_CHECK(kernels::distill_rows(a, at::cuda::getCurrentCUDAStream()));

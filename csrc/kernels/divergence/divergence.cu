@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kMaxThreads) distill_kernel(DistillRowsArgs a)
       if (a.scales) zero_row<T, VE>(s, V);
       continue;
     }
-    const bool hard = valid && a.target != nullptr && !kl;
+    const bool hard = valid && a.target != nullptr && !kl && a.with_hard;
     // The hard loss's own lse (at temperature 1, over the student's classes) unless it is the soft one's.
     const bool sep_hard = hard && (cosine || invT != 1.f || Vs != V);
     // Read before any thread writes the gradient over s.
@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
     return;
   }
   const float invT = a.inv_temperature, beta = a.beta;
-  const bool hard = MODE != kKl && valid && a.target != nullptr;
+  const bool hard = MODE != kKl && valid && a.target != nullptr && a.with_hard;
   const bool sep_hard = hard && (MODE == kCosine || invT != 1.f || Vs != V);
   const size_t s_bytes = static_cast<size_t>(lim) * sizeof(T), t_bytes = static_cast<size_t>(lim) * sizeof(U);
   const T* ss = reinterpret_cast<const T*>(pair_smem);

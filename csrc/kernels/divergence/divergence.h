@@ -46,7 +46,8 @@ struct DistillRowsArgs {
   float eps;  // loss 2: the floor of q inside its log
   int loss;   // 0 JSD, 1 cosine, 2 KL of given probabilities
   bool mask_soft;
-  DType dtype;    // s's
+  bool with_hard;  // false: no hard loss (hard[r] 0, and no hard term in the gradient)
+  DType dtype;     // s's
   DType t_dtype;  // t's: dtype, or float32 with loss 2
 };
 cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream);
