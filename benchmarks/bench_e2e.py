@@ -260,6 +260,58 @@ def kernel_category(name: str) -> str:
     return "own" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else "other"
 
 
+def experts_ranges(model) -> list:
+    """Profiler ranges around each routed-experts module's forward ("experts fwd") and backward
+    ("experts bwd", between its full backward pre-hook and hook), whatever implementation runs
+    inside (HF's, Liger's, liger_cpp's): the breakdown's experts share. Returns the hooks' handles."""
+    import torch
+
+    handles = []
+    for m in model.modules():
+        if not type(m).__name__.endswith("Experts"):
+            continue
+        open_ranges = {}
+
+        def enter(key, name, ranges=open_ranges):
+            ranges[key] = torch.autograd.profiler.record_function(name)
+            ranges[key].__enter__()
+
+        def leave(key, ranges=open_ranges):
+            r = ranges.pop(key, None)
+            if r is not None:
+                r.__exit__(None, None, None)
+
+        handles += [
+            m.register_forward_pre_hook(lambda mod, a, e=enter: e("f", "experts fwd")),
+            m.register_forward_hook(lambda mod, a, o, lv=leave: lv("f")),
+            m.register_full_backward_pre_hook(lambda mod, go, e=enter: e("b", "experts bwd")),
+            m.register_full_backward_hook(lambda mod, gi, go, lv=leave: lv("b")),
+        ]
+    return handles
+
+
+def experts_time(events) -> dict:
+    """GPU ms of the kernels launched inside the "experts fwd" / "experts bwd" ranges (each kernel
+    counted once: the profiler attaches it to the op that launched it)."""
+    import torch
+
+    cpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    out = {"fwd": 0.0, "bwd": 0.0, "ranges": 0}
+    for r in cpu:
+        if r.name not in ("experts fwd", "experts bwd"):
+            continue
+        out["ranges"] += 1
+        a, b = r.time_range.start, r.time_range.end
+        us = sum(
+            k.duration
+            for e in cpu
+            if e is not r and e.thread == r.thread and a <= e.time_range.start and e.time_range.end <= b
+            for k in e.kernels
+        )
+        out["fwd" if r.name == "experts fwd" else "bwd"] += us / 1e3
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
 def profiled_step(step, device) -> dict:
     """GPU kernel time of one training step by category (ms), the step's wall time and the top
     kernels of the 'other' and 'own' categories (what a stack could still fuse)."""
@@ -298,6 +350,7 @@ def profiled_step(step, device) -> dict:
         by_category_ms={k: round(v, 3) for k, v in sorted(cats.items())},
         top_kernels=[dict(category=c, name=n, ms=round(ms, 3)) for (c, n), ms in top],
         host=host_profile(prof.events(), wall * 1e3),
+        experts_ms=experts_time(prof.events()),
     )
 
 
@@ -449,7 +502,12 @@ def _train(args, state: dict) -> dict:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        breakdown = profiled_step(one_step, device)
+        handles = experts_ranges(model)
+        try:
+            breakdown = profiled_step(one_step, device)
+        finally:
+            for h in handles:
+                h.remove()
     timed = times[args.warmup :] or times
     if cuda:
         peak = peak_before if breakdown is not None else torch.cuda.max_memory_allocated(device)
@@ -561,6 +619,10 @@ def breakdown_rows(results: dict, warmup: int) -> list:
             row[k] = f"{c.get(k, 0.0):.1f}"
         row["floor"] = f"{floor:.1f}"
         row["liger / floor"] = f"{ref_ms / floor:.3f}" if ref_ms and floor else "-"
+        ex = b.get("experts_ms") or {}
+        if ex.get("ranges"):
+            experts = ex["fwd"] + ex["bwd"]
+            row["experts"] = f"{experts:.1f} ({experts / b['gpu_busy_ms'] * 100:.0f} %)"
         rows.append(row)
     return rows
 
