@@ -35,13 +35,12 @@ Result distillation_fwd_autograd(const at::Tensor& student_input, const at::Tens
                                  double beta, int64_t ignore_index, double temperature, bool mask_soft,
                                  int64_t chunk_rows, bool compute_dx, bool compute_dw, bool compute_db,
                                  bool compute_hard) {
-  fwdgrad::Call call{
-      &spec(),
-      c10::impl::boxArgs(student_input, student_weight, teacher_input, teacher_weight, target, student_bias,
-                         teacher_bias, loss, weight_hard_loss, weight_soft_loss, beta, ignore_index,
-                         temperature, mask_soft, chunk_rows, compute_dx, compute_dw, compute_db,
-                         compute_hard),
-      {}};
+  fwdgrad::Call call{&spec(),
+                     c10::impl::boxArgs(student_input, student_weight, teacher_input, teacher_weight, target,
+                                        student_bias, teacher_bias, loss, weight_hard_loss, weight_soft_loss,
+                                        beta, ignore_index, temperature, mask_soft, chunk_rows, compute_dx,
+                                        compute_dw, compute_db, compute_hard),
+                     {}};
   const std::vector<c10::IValue> o = fwdgrad::apply(call, student_input, student_weight, student_bias);
   return {o[0].toTensor(), o[1].toTensor(), o[2].toTensor(),
           o[3].toTensor(), o[4].toTensor(), o[5].toTensor()};

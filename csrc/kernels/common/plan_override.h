@@ -68,7 +68,9 @@ inline constexpr KeyInfo kKeys[] = {
     {"distill",
      {"block", "smem"},
      "distillation / KL row kernel (JSD, cosine, KL of given q), where it can run"},
-    {"distill_smem_blocks", {"1", "2", "4", "8", "16"}, "distillation smem kernel: blocks (a cluster) per row"},
+    {"distill_smem_blocks",
+     {"1", "2", "4", "8", "16"},
+     "distillation smem kernel: blocks (a cluster) per row"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 

@@ -48,7 +48,7 @@ struct DistillRowsArgs {
   bool mask_soft;
   bool with_hard;  // false: no hard loss (hard[r] 0, and no hard term in the gradient)
   DType dtype;     // s's
-  DType t_dtype;  // t's: dtype, or float32 with loss 2
+  DType t_dtype;   // t's: dtype, or float32 with loss 2
 };
 cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream);
 
