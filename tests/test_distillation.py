@@ -426,20 +426,8 @@ def test_compute_hard_false(device, dtype, weight_hard, temperature):
     outs = []
     for compute_hard in (True, False):
         xs, ws, bs, xt, wt, bt, t = _make(device, dtype)
-        out = fused_linear_distillation(
-            xs,
-            ws,
-            xt,
-            wt,
-            t,
-            bs,
-            bt,
-            weight_hard_loss=weight_hard,
-            weight_soft_loss=0.7,
-            beta=0.3,
-            temperature=temperature,
-            compute_hard=compute_hard,
-        )
+        opts = _kw(weight_hard=weight_hard, weight_soft=0.7, beta=0.3, temperature=temperature)
+        out = _op("jsd", compute_hard=compute_hard, **opts)(xs, ws, xt, wt, t, bs, bt)
         (out[0] * 0.6).backward()
         outs.append((out, xs.grad, ws.grad, bs.grad))
     (l1, s1, h1), *g1 = outs[0]
