@@ -13,6 +13,8 @@ Pairs (liger_cpp's functional API against PyTorch's):
   swiglu       liger_swiglu(a, b)              F.silu(a) * b
   cross_entropy liger_cross_entropy(x, t)      F.cross_entropy(x, t)
   rope         liger_rope(q, k, cos, sin)      HF's q * cos + rotate_half(q) * sin (and k)
+  glu_mlp      glu_mlp(x, wg, wu, wd)          HF LlamaMLP: F.linear(silu(F.linear(x, wg)) *
+               (LigerSwiGLUMLP's op)           F.linear(x, wu), wd), x (1, 1, 64), I = 128
 Modes: fwd+bwd (the acceptance: y = f(); torch.autograd.grad(y, inputs, dy)) and fwd (no_grad).
 Runs on the CPU and, when CUDA and liger_cpp's CUDA kernels are present, on the GPU (float32).
 
@@ -32,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import fmt_table, meta, write_json  # noqa: E402
 
 import liger_cpp  # noqa: E402
+from liger_cpp.ops.glu_mlp import glu_mlp  # noqa: E402
 from liger_cpp.transformers.functional import (  # noqa: E402
     liger_cross_entropy,
     liger_layer_norm,
@@ -70,6 +73,12 @@ def cases(dev):
     q, k = rnd(1, 1, 1, N), rnd(1, 1, 1, N)
     cos, sin = rnd(1, N, grad=False), rnd(1, N, grad=False)
     dq, dk = rnd(1, 1, 1, N, grad=False), rnd(1, 1, 1, N, grad=False)
+    mx, mdy = rnd(1, 1, N), rnd(1, 1, N, grad=False)
+    wg, wu, wd = (
+        (0.1 * rnd(2 * N, N, grad=False)).requires_grad_(),
+        (0.1 * rnd(2 * N, N, grad=False)).requires_grad_(),
+        (0.1 * rnd(N, 2 * N, grad=False)).requires_grad_(),
+    )
 
     def make(f, inputs, grads):
         def fwd_bwd():
@@ -102,6 +111,10 @@ def cases(dev):
         "rope": (
             make(lambda: liger_rope(q, k, cos, sin), [q, k], [dq, dk]),
             make(lambda: _hf_rope(q, k, cos, sin), [q, k], [dq, dk]),
+        ),
+        "glu_mlp": (
+            make(lambda: glu_mlp(mx, wg, wu, wd), [mx, wg, wu, wd], mdy),
+            make(lambda: F.linear(F.silu(F.linear(mx, wg)) * F.linear(mx, wu), wd), [mx, wg, wu, wd], mdy),
         ),
     }
 

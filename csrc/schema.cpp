@@ -66,6 +66,40 @@ TORCH_LIBRARY(liger, m) {
   m.def("geglu_bwd(Tensor dc, Tensor a, Tensor b, str approximate=\"tanh\") -> (Tensor da, Tensor db)");
   m.def("geglu_bwd_(Tensor dc, Tensor(a!) a, Tensor(b!) b, str approximate=\"tanh\") -> ()");
 
+  // GLU MLP (HF LlamaMLP / Gemma's GeGLU MLP with bias-free projections), one op for the three
+  // GEMMs and the gated activation, so that an eager step pays one call and one autograd node for
+  // the whole MLP instead of about sixty dispatcher calls and fifteen nodes:
+  //   a = x W_gate^T, b = x W_up^T (the rows of x: (M, H); a, b: (M, I)),
+  //   c = act(a) * b (as swiglu_fwd / geglu_fwd: float32 math, one rounding),
+  //   y = c W_down^T, y: x.shape[:-1] + (W_down.size(0),).
+  // x: (..., H); w_gate, w_up: (I, H); w_down: (O, I); one float dtype (float64 on CPU). The GEMMs
+  // are ATen's (cuBLAS), the same calls nn.Linear makes. activation: "silu" (SwiGLU), "gelu_tanh"
+  // or "gelu" (GeGLU with the tanh approximation or erf). The differentiable op (autograd in C++):
+  // in_place lets its backward write da, db into its own a, b (through glu_mlp_bwd_, visibly to
+  // autograd); no tensor the caller holds is ever written.
+  m.def(
+      "glu_mlp(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, str activation=\"silu\", "
+      "bool in_place=False) -> Tensor y");
+  // The same forward, also returning a, b and c for the backward (what glu_mlp's autograd saves).
+  m.def(
+      "glu_mlp_fwd(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, str activation=\"silu\") -> "
+      "(Tensor y, Tensor a, Tensor b, Tensor c)");
+  // Its backward from dy (y's shape, x's dtype):
+  //   dc = dy W_down, dW_down = dy^T c, (da, db) = the GLU backward of (dc, a, b),
+  //   dx = da W_gate + db W_up (one GEMM accumulating into the other's result), dW_gate = da^T x,
+  //   dW_up = db^T x.
+  // output_mask = which of (dx, dW_gate, dW_up, dW_down) to compute; the others are (0,) tensors.
+  m.def(
+      "glu_mlp_bwd(Tensor dy, Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, Tensor a, Tensor b, "
+      "Tensor c, str activation=\"silu\", bool[4] output_mask=[True, True, True, True]) -> "
+      "(Tensor dx, Tensor dw_gate, Tensor dw_up, Tensor dw_down)");
+  // As glu_mlp_bwd, but dc is written into c (after dW_down has read it), da into a and db into b
+  // (contiguous, not overlapping): no (M, I) buffer at all, as the GLU ops' in-place backward.
+  m.def(
+      "glu_mlp_bwd_(Tensor dy, Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, Tensor(a!) a, "
+      "Tensor(b!) b, Tensor(c!) c, str activation=\"silu\", bool[4] output_mask=[True, True, True, True]) -> "
+      "(Tensor dx, Tensor dw_gate, Tensor dw_up, Tensor dw_down)");
+
   // FusedAddRMSNorm forward: S = X + R (rounded to X's dtype), then RMSNorm of
   // S exactly as rms_norm_fwd (same W, casting modes, offset, Y dtype).
   // R: X's shape and dtype. Returns Y, S (X's shape and dtype, contiguous) and

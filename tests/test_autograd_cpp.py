@@ -18,6 +18,7 @@ from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm
 from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from liger_cpp.ops.fused_linear_preference import fused_linear_kto, fused_linear_preference
 from liger_cpp.ops.geglu import geglu
+from liger_cpp.ops.glu_mlp import glu_mlp
 from liger_cpp.ops.layer_norm import layer_norm
 from liger_cpp.ops.moe_experts import moe_experts
 from liger_cpp.ops.rms_norm import rms_norm
@@ -31,6 +32,7 @@ AUTOGRAD_FILES = {
     "layer_norm_fwd": "layer_norm_autograd.cpp",
     "swiglu_fwd": "glu_autograd.cpp",
     "geglu_fwd": "glu_autograd.cpp",
+    "glu_mlp": "glu_mlp_autograd.cpp",
     "cross_entropy_fwd": "cross_entropy_autograd.cpp",
     "cross_entropy_fwd_": "cross_entropy_autograd.cpp",
     "fused_linear_cross_entropy_fwd": "fused_linear_cross_entropy_autograd.cpp",
@@ -84,12 +86,18 @@ def _cases(rnd):
     lg = rnd(6, 40)
     mx, mw, mgu, mdn = rnd(5, 8), rnd(5, 2), rnd(3, 8, 8), rnd(3, 8, 4)
     midx = torch.tensor([[0, 1], [1, 2], [2, 0], [0, 2], [1, 0]])
+    gx, gwg, gwu, gwd = rnd(2, 3, 8), rnd(6, 8), rnd(6, 8), rnd(5, 6)
     return {
         "rms_norm": lambda: ([rms_norm(x, w)], [x, w]),
         "fused_add_rms_norm": lambda: (list(fused_add_rms_norm(x, r, w)), [x, r, w]),
         "layer_norm": lambda: ([layer_norm(x, w, b)], [x, w, b]),
         "swiglu": lambda: ([swiglu(a, u)], [a, u]),
         "geglu": lambda: ([geglu(a, u)], [a, u]),
+        "glu_mlp": lambda: ([glu_mlp(gx, gwg, gwu, gwd)], [gx, gwg, gwu, gwd]),
+        "glu_mlp_inplace": lambda: (
+            [glu_mlp(gx, gwg, gwu, gwd, "gelu_tanh", in_place=True)],
+            [gx, gwg, gwu, gwd],
+        ),
         "cross_entropy": lambda: ([cross_entropy(lg, t.view(-1))], [lg]),
         "cross_entropy_inplace": lambda: ([cross_entropy(lg * 1, t.view(-1), inplace=True)], [lg]),
         "flce_mean": lambda: ([fused_linear_cross_entropy(h, lw, t, lb)[0]], [h, lw, lb]),

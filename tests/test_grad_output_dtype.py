@@ -14,6 +14,7 @@ from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm
 from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from liger_cpp.ops.fused_linear_preference import fused_linear_kto, fused_linear_preference
 from liger_cpp.ops.geglu import geglu
+from liger_cpp.ops.glu_mlp import glu_mlp
 from liger_cpp.ops.layer_norm import layer_norm
 from liger_cpp.ops.moe_experts import moe_experts
 from liger_cpp.ops.rms_norm import rms_norm
@@ -67,6 +68,10 @@ def _cases(device, dtype):
         a, b = rnd(3, 8), rnd(3, 8)
         return lambda: ([f(a * 1, b * 1)], [a, b])
 
+    def mlp(**kw):
+        x, wg, wu, wd = rnd(2, 3, 8), rnd(6, 8), rnd(6, 8), rnd(5, 6)
+        return lambda: ([glu_mlp(x, wg, wu, wd, **kw)], [x, wg, wu, wd])
+
     def rot(mr):
         q, k = rnd(1, 2, 3, 8), rnd(1, 1, 3, 8)
         if mr:
@@ -88,6 +93,8 @@ def _cases(device, dtype):
         "swiglu": glu(swiglu),
         "swiglu_inplace": glu(lambda a, b: swiglu(a, b, in_place=True)),
         "geglu": glu(geglu),
+        "glu_mlp": mlp(),
+        "glu_mlp_inplace": mlp(activation="gelu", in_place=True),
         "cross_entropy": ce(),
         "cross_entropy_none": ce(reduction="none"),
         "cross_entropy_inplace": ce(inplace=True),

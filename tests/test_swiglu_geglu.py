@@ -354,8 +354,10 @@ def _glu_inputs_after_backward(mlp, x, width):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = mlp(x)
-    # saved in graph order: a and b (by the GLU), then c (by the down projection)
-    glu_in = [t for t in kept if t.shape == (*x.shape[:-1], width)][:2]
+    # saved in graph order: a and b (by the GLU, or by the fused MLP op with x's rows flattened),
+    # then c (by the down projection, or the op)
+    rows = x.numel() // x.shape[-1]
+    glu_in = [t for t in kept if t.shape in ((*x.shape[:-1], width), (rows, width))][:2]
     before = [t.clone() for t in glu_in]
     y.backward(torch.linspace(-1, 1, y.numel(), device=y.device).view_as(y))
     grads = [p.grad.clone() for p in mlp.parameters()]

@@ -5,7 +5,8 @@ import torch
 from torch import nn
 
 from liger_cpp.ops.geglu import geglu
-from liger_cpp.transformers.swiglu import resolve_in_place
+from liger_cpp.ops.glu_mlp import glu_mlp
+from liger_cpp.transformers.swiglu import plain_projections, resolve_in_place
 
 # HF activation names -> GELU approximation. gelu_new / gelu_fast / gelu_pytorch_tanh are all
 # the tanh formula; "gelu" is the exact erf GELU.
@@ -43,9 +44,13 @@ class LigerGEGLUMLP(nn.Module):
         self.in_place = in_place
 
     def forward(self, x):
-        a, b = self.gate_proj(x), self.up_proj(x)
-        ip = resolve_in_place(self.in_place, self.gate_proj, self.up_proj)
-        return self.down_proj(geglu(a, b, approximate=self.approximate, in_place=ip))
+        g, u, d = self.gate_proj, self.up_proj, self.down_proj
+        if plain_projections(x, g, u, d):  # one op and one autograd node (liger_cpp.ops.glu_mlp)
+            act = "gelu_tanh" if self.approximate == "tanh" else "gelu"
+            return glu_mlp(x, g.weight, u.weight, d.weight, act, self.in_place is not False)
+        a, b = g(x), u(x)
+        ip = resolve_in_place(self.in_place, g, u)
+        return d(geglu(a, b, approximate=self.approximate, in_place=ip))
 
 
 def gemma4_kv_shared(config, layer_idx) -> bool:

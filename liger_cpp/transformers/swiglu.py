@@ -1,9 +1,11 @@
 """SwiGLU MLP modules, drop-in for HF's LlamaMLP, Phi3MLP and MixtralBlockSparseTop2MLP (same
 parameter names, so state dicts load unchanged), with liger_cpp's fused silu(a) * b."""
 
+import torch
 from torch import nn
 from torch.nn import functional as F
 
+from liger_cpp.ops.glu_mlp import glu_mlp
 from liger_cpp.ops.swiglu import swiglu
 
 SILU_NAMES = ("silu", "swish")
@@ -26,6 +28,36 @@ def resolve_in_place(in_place, *projections: nn.Module) -> bool:
     """True / False as given; None (the default): in place when the projections' outputs are
     private (see outputs_private)."""
     return outputs_private(*projections) if in_place is None else bool(in_place)
+
+
+def plain_projections(x, *projections: nn.Module) -> bool:
+    """Whether an MLP may compute these projections from their weights in one liger_cpp op
+    (`glu_mlp`) instead of calling them: each is exactly nn.Linear without bias, with no hook of
+    any kind on it (user hooks, DeepSpeed ZeRO-3's parameter gathering) and no global module hook,
+    its weight a plain tensor (not a DTensor) of x's dtype, and autocast is off. Anything else (PEFT
+    / LoRA layers, quantised linears, parametrizations, mixed precision by autocast) takes the
+    module path, which calls each projection as HF does."""
+    if torch.is_autocast_enabled(x.device.type) or _global_module_hooks():
+        return False
+    for p in projections:
+        if type(p) is not nn.Linear or p.bias is not None:
+            return False
+        if p._forward_hooks or p._forward_pre_hooks or p._backward_hooks or p._backward_pre_hooks:
+            return False
+        w = p.weight
+        if (type(w) is not nn.Parameter and type(w) is not torch.Tensor) or w.dtype != x.dtype:
+            return False
+    return True
+
+
+def _global_module_hooks() -> bool:
+    m = nn.modules.module
+    return bool(
+        m._global_forward_hooks
+        or m._global_forward_pre_hooks
+        or m._global_backward_hooks
+        or m._global_backward_pre_hooks
+    )
 
 
 def _check_act(config, attr="hidden_act"):
@@ -58,8 +90,11 @@ class LigerSwiGLUMLP(nn.Module):
         self.in_place = in_place
 
     def forward(self, x):
-        ip = resolve_in_place(self.in_place, self.gate_proj, self.up_proj)
-        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x), in_place=ip))
+        g, u, d = self.gate_proj, self.up_proj, self.down_proj
+        if plain_projections(x, g, u, d):  # one op and one autograd node (liger_cpp.ops.glu_mlp)
+            return glu_mlp(x, g.weight, u.weight, d.weight, "silu", self.in_place is not False)
+        ip = resolve_in_place(self.in_place, g, u)
+        return d(swiglu(g(x), u(x), in_place=ip))
 
 
 class LigerQwen3MoeSwiGLUMLP(LigerSwiGLUMLP):

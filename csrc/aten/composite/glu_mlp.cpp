@@ -1,0 +1,221 @@
+// liger::glu_mlp_fwd / glu_mlp_bwd / glu_mlp_bwd_: a bias-free GLU MLP (HF LlamaMLP, GemmaMLP) as
+// one op, registered for both devices. Math: csrc/schema.cpp.
+//
+// Why one op: at batch 1 a training step is bound by the host, and an MLP written as three
+// nn.Linear calls and a GLU costs about sixty dispatcher calls and fifteen autograd nodes (linear,
+// matmul's fold, t, mm, _unsafe_view; in the backward UnsafeView, Mm, T, View and AccumulateGrad
+// nodes and the add of x's two gradients). Here it is one call and one node around the same GEMMs:
+// the forward makes nn.Linear's mm calls on the same (M, H) rows, so a, b, c and y are bitwise
+// HF's; the backward makes autograd's mm calls for dc and the weight gradients, and accumulates dx
+// in one addmm (float32 accumulation, one rounding, where autograd adds two rounded products).
+// The gated activation is liger_cpp's GLU op (its CPU twin or CUDA kernel).
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <array>
+#include <string_view>
+#include <tuple>
+
+#include "aten/checks/common.h"
+
+namespace liger_cpp {
+// Named, not anonymous: the build compiles the host files as one unity translation unit.
+namespace glu_mlp_impl {
+
+using Quad = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+
+enum class Act { kSilu, kGeluTanh, kGeluErf };
+
+Act parse_activation(c10::string_view s) {
+  const std::string_view v(s.data(), s.size());
+  if (v == "silu") return Act::kSilu;
+  if (v == "gelu_tanh") return Act::kGeluTanh;
+  if (v == "gelu") return Act::kGeluErf;
+  LIGER_FAIL("argument 'activation': expected 'silu', 'gelu_tanh' or 'gelu', got '", v, "'");
+}
+
+const char* gelu_approximate(Act act) { return act == Act::kGeluTanh ? "tanh" : "none"; }
+
+template <typename Sig>
+c10::TypedOperatorHandle<Sig> op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+at::Tensor glu(const at::Tensor& a, const at::Tensor& b, Act act) {
+  static const auto swiglu = op<at::Tensor(const at::Tensor&, const at::Tensor&, bool)>("liger::swiglu_fwd");
+  static const auto geglu =
+      op<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, bool)>("liger::geglu_fwd");
+  return act == Act::kSilu ? swiglu.call(a, b, false) : geglu.call(a, b, gelu_approximate(act), false);
+}
+
+Pair glu_bwd(const at::Tensor& dc, const at::Tensor& a, const at::Tensor& b, Act act) {
+  static const auto swiglu =
+      op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&)>("liger::swiglu_bwd");
+  static const auto geglu =
+      op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view)>("liger::geglu_bwd");
+  return act == Act::kSilu ? swiglu.call(dc, a, b) : geglu.call(dc, a, b, gelu_approximate(act));
+}
+
+void glu_bwd_inplace(const at::Tensor& dc, at::Tensor& a, at::Tensor& b, Act act) {
+  static const auto swiglu = op<void(const at::Tensor&, at::Tensor&, at::Tensor&)>("liger::swiglu_bwd_");
+  static const auto geglu =
+      op<void(const at::Tensor&, at::Tensor&, at::Tensor&, c10::string_view)>("liger::geglu_bwd_");
+  if (act == Act::kSilu)
+    swiglu.call(dc, a, b);
+  else
+    geglu.call(dc, a, b, gelu_approximate(act));
+}
+
+// A weight: 2-D (rows, cols) of x's dtype and device.
+void check_weight(const at::Tensor& w, const char* name, const at::Tensor& x, int64_t rows, int64_t cols) {
+  LIGER_CHECK_ARG(w.dim() == 2, name, "expected a 2-D weight, got shape ", shape_str(w));
+  LIGER_CHECK_ARG((rows < 0 || w.size(0) == rows) && w.size(1) == cols, name, "expected shape (",
+                  rows < 0 ? std::string("any") : std::to_string(rows), ", ", cols, "), got ", shape_str(w));
+  LIGER_CHECK_ARG(w.scalar_type() == x.scalar_type(), name, "expected x's dtype (", dtype_str(x.scalar_type()),
+                  "), got ", dtype_str(w.scalar_type()));
+  LIGER_CHECK_ARG(w.device() == x.device(), name, "expected device ", x.device(), " (x's), got ", w.device());
+}
+
+struct Sizes {
+  int64_t M, H, I, O;
+};
+
+Sizes check_inputs(const at::Tensor& x, const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd) {
+  LIGER_CHECK_ARG(x.dim() >= 1, "x", "expected a tensor of at least 1 dimension, got a scalar");
+  LIGER_CHECK_ARG(is_float_type(x.scalar_type(), /*allow_double=*/!x.is_cuda()), "x",
+                  "expected float32, float16 or bfloat16", x.is_cuda() ? "" : " (or float64 on CPU)", ", got ",
+                  dtype_str(x.scalar_type()));
+  const int64_t H = x.size(-1);
+  check_weight(wg, "w_gate", x, -1, H);
+  const int64_t I = wg.size(0);
+  check_weight(wu, "w_up", x, I, H);
+  check_weight(wd, "w_down", x, -1, I);
+  return {H == 0 ? 0 : x.numel() / H, H, I, wd.size(0)};
+}
+
+// x's rows as an (M, H) matrix: a view where the leading dimensions fold (what nn.Linear's matmul
+// gives cuBLAS), a copy otherwise.
+at::Tensor rows(const at::Tensor& x, int64_t M, int64_t H) { return x.dim() == 2 ? x : x.reshape({M, H}); }
+
+Quad fwd(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down,
+         c10::string_view activation) {
+  const Act act = parse_activation(activation);
+  const Sizes s = check_inputs(x, w_gate, w_up, w_down);
+  const c10::DeviceGuard guard(x.device());
+  const at::Tensor x2 = rows(x, s.M, s.H);
+  at::Tensor a = at::mm(x2, w_gate.t());
+  at::Tensor b = at::mm(x2, w_up.t());
+  at::Tensor c = glu(a, b, act);
+  std::vector<int64_t> y_sizes = x.sizes().vec();
+  y_sizes.back() = s.O;
+  at::Tensor y = at::empty(y_sizes, x.options());
+  at::Tensor y2 = y.view({s.M, s.O});
+  at::mm_out(y2, c, w_down.t());
+  return {y, a, b, c};
+}
+
+void check_saved(const at::Tensor& t, const char* name, const Sizes& s, const at::Tensor& x) {
+  LIGER_CHECK_ARG(t.dim() == 2 && t.size(0) == s.M && t.size(1) == s.I, name, "expected shape (", s.M, ", ", s.I,
+                  ") (the forward's), got ", shape_str(t));
+  LIGER_CHECK_ARG(t.scalar_type() == x.scalar_type() && t.device() == x.device(), name,
+                  "expected x's dtype and device");
+}
+
+Quad bwd_impl(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+              const at::Tensor& w_down, at::Tensor& a, at::Tensor& b, at::Tensor& c,
+              c10::string_view activation, std::array<bool, 4> mask, bool in_place) {
+  const Act act = parse_activation(activation);
+  const Sizes s = check_inputs(x, w_gate, w_up, w_down);
+  check_saved(a, "a", s, x);
+  check_saved(b, "b", s, x);
+  check_saved(c, "c", s, x);
+  LIGER_CHECK_ARG(dy.numel() == s.M * s.O && dy.dim() >= 1 && dy.size(-1) == s.O, "dy",
+                  "expected the forward output's shape (", s.M, " rows of ", s.O, "), got ", shape_str(dy));
+  LIGER_CHECK_ARG(dy.scalar_type() == x.scalar_type() && dy.device() == x.device(), "dy",
+                  "expected x's dtype and device, got ", dtype_str(dy.scalar_type()), " on ", dy.device());
+  if (in_place) {
+    LIGER_CHECK_ARG(a.is_contiguous() && b.is_contiguous() && c.is_contiguous(), "a",
+                    "the in-place backward needs contiguous a, b and c, got strides ", a.strides(), ", ",
+                    b.strides(), " and ", c.strides());
+    LIGER_CHECK_ARG(at::get_overlap_status(a, b) == at::MemOverlapStatus::No, "b",
+                    "the in-place backward needs a and b in separate memory");
+    LIGER_CHECK_ARG(at::get_overlap_status(a, c) == at::MemOverlapStatus::No &&
+                        at::get_overlap_status(b, c) == at::MemOverlapStatus::No,
+                    "c", "the in-place backward needs c in memory separate from a and b");
+  }
+  const c10::DeviceGuard guard(x.device());
+  const at::Tensor dy2 = dy.dim() == 2 ? dy : dy.reshape({s.M, s.O});
+  const auto none = [&] { return at::empty({0}, x.options()); };
+  at::Tensor dx = none(), dwg = none(), dwu = none(), dwd = none();
+  if (mask[3]) dwd = at::mm(dy2.t(), c);
+  if (mask[0] || mask[1] || mask[2]) {
+    at::Tensor dc;
+    if (in_place) {  // c has been read (dW_down above): dc takes its memory
+      dc = c;
+      at::mm_out(dc, dy2, w_down);
+      mark_written(c);
+    } else {
+      dc = at::mm(dy2, w_down);
+    }
+    at::Tensor da, db;
+    if (in_place) {
+      glu_bwd_inplace(dc, a, b, act);  // marks a and b written
+      da = a;
+      db = b;
+    } else {
+      std::tie(da, db) = glu_bwd(dc, a, b, act);
+    }
+    if (mask[0]) {
+      dx = at::empty(x.sizes(), x.options());
+      at::Tensor dx2 = dx.view({s.M, s.H});
+      at::mm_out(dx2, da, w_gate);
+      dx2.addmm_(db, w_up);
+    }
+    const at::Tensor x2 = (mask[1] || mask[2]) ? rows(x, s.M, s.H) : at::Tensor();
+    if (mask[1]) dwg = at::mm(da.t(), x2);
+    if (mask[2]) dwu = at::mm(db.t(), x2);
+  }
+  return {dx, dwg, dwu, dwd};
+}
+
+// Without autograd (no gradient can be needed): y only.
+at::Tensor forward_only(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+                        const at::Tensor& w_down, c10::string_view activation, bool /*in_place*/) {
+  return std::get<0>(fwd(x, w_gate, w_up, w_down, activation));
+}
+
+Quad bwd(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+         const at::Tensor& w_down, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+         c10::string_view activation, std::array<bool, 4> output_mask) {
+  at::Tensor a_ = a, b_ = b, c_ = c;  // read only (in_place=false)
+  return bwd_impl(dy, x, w_gate, w_up, w_down, a_, b_, c_, activation, output_mask, false);
+}
+
+Quad bwd_inplace(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+                 const at::Tensor& w_down, at::Tensor& a, at::Tensor& b, at::Tensor& c,
+                 c10::string_view activation, std::array<bool, 4> output_mask) {
+  return bwd_impl(dy, x, w_gate, w_up, w_down, a, b, c, activation, output_mask, true);
+}
+
+}  // namespace glu_mlp_impl
+
+TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  m.impl("glu_mlp", &glu_mlp_impl::forward_only);
+  m.impl("glu_mlp_fwd", &glu_mlp_impl::fwd);
+  m.impl("glu_mlp_bwd", &glu_mlp_impl::bwd);
+  m.impl("glu_mlp_bwd_", &glu_mlp_impl::bwd_inplace);
+}
+
+#ifdef LIGER_CPP_WITH_CUDA
+TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  m.impl("glu_mlp", &glu_mlp_impl::forward_only);
+  m.impl("glu_mlp_fwd", &glu_mlp_impl::fwd);
+  m.impl("glu_mlp_bwd", &glu_mlp_impl::bwd);
+  m.impl("glu_mlp_bwd_", &glu_mlp_impl::bwd_inplace);
+}
+#endif
+
+}  // namespace liger_cpp
