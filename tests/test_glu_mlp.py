@@ -174,13 +174,14 @@ def test_second_backward_through_a_retained_graph_raises_after_in_place():
 def test_opcheck(device, dtype):
     x, wg, wu, wd = _inputs((2, 3, 24), 40, 20, dtype, device)
     xd, gd, ud, dd = (t.detach() for t in (x, wg, wu, wd))
-    for act in ACTS:
-        torch.library.opcheck(torch.ops.liger.glu_mlp, (x, wg, wu, wd, act, False))
-        torch.library.opcheck(torch.ops.liger.glu_mlp_fwd, (xd, gd, ud, dd, act))
-    torch.library.opcheck(torch.ops.liger.glu_mlp, (x, wg, wu, wd, "silu", True))
+    torch.library.opcheck(torch.ops.liger.glu_mlp, (x, wg, wu, wd, "silu", False))
+    torch.library.opcheck(torch.ops.liger.glu_mlp, (x, wg, wu, wd, "gelu_tanh", True))
+    if dtype != torch.float32:  # the internal ops once (the activation is the GLU ops' business)
+        return
+    torch.library.opcheck(torch.ops.liger.glu_mlp_fwd, (xd, gd, ud, dd, "gelu"))
     _, a, b, c = torch.ops.liger.glu_mlp_fwd(xd, gd, ud, dd, "gelu_tanh")
     dy = torch.randn(2, 3, 20, device=device, dtype=dtype)
-    for mask in ([True] * 4, [True, False, True, False], [False, False, False, True]):
+    for mask in ([True] * 4, [True, False, True, False]):
         torch.library.opcheck(torch.ops.liger.glu_mlp_bwd, (dy, xd, gd, ud, dd, a, b, c, "gelu_tanh", mask))
         torch.library.opcheck(
             torch.ops.liger.glu_mlp_bwd_,
