@@ -15,6 +15,8 @@ Pairs (liger_cpp's functional API against PyTorch's):
   rope         liger_rope(q, k, cos, sin)      HF's q * cos + rotate_half(q) * sin (and k)
   glu_mlp      glu_mlp(x, wg, wu, wd)          HF LlamaMLP: F.linear(silu(F.linear(x, wg)) *
                (LigerSwiGLUMLP's op)           F.linear(x, wu), wd), x (1, 1, 64), I = 128
+  qkv_rope     qkv_rope(x, wq, wk, wv, ...)    HF LlamaAttention's three projections, view,
+               (the Llama attention's op)      transpose and HF's RoPE; 4 / 2 heads of 16
 Modes: fwd+bwd (the acceptance: y = f(); torch.autograd.grad(y, inputs, dy)) and fwd (no_grad).
 Runs on the CPU and, when CUDA and liger_cpp's CUDA kernels are present, on the GPU (float32).
 
@@ -35,6 +37,7 @@ from harness import fmt_table, meta, write_json  # noqa: E402
 
 import liger_cpp  # noqa: E402
 from liger_cpp.ops.glu_mlp import glu_mlp  # noqa: E402
+from liger_cpp.ops.qkv_rope import qkv_rope  # noqa: E402
 from liger_cpp.transformers.functional import (  # noqa: E402
     liger_cross_entropy,
     liger_layer_norm,
@@ -91,6 +94,15 @@ def cases(dev):
 
         return {"fwd+bwd": fwd_bwd, "fwd": fwd}
 
+    qw, kw, vw = ((0.1 * rnd(n, N, grad=False)).requires_grad_() for n in (N, N // 2, N // 2))
+    qcos, qsin = rnd(1, 16, grad=False), rnd(1, 16, grad=False)
+    qdy = [rnd(1, h, 1, 16, grad=False) for h in (4, 2, 2)]
+
+    def hf_qkv():
+        b, s = mx.shape[0], mx.shape[1]
+        q, k, v = (F.linear(mx, w).view(b, s, -1, 16).transpose(1, 2) for w in (qw, kw, vw))
+        return (*_hf_rope(q, k, qcos, qsin), v)
+
     return {
         "rms_norm": (
             make(lambda: liger_rms_norm(x, w, EPS), [x, w], dy),
@@ -115,6 +127,10 @@ def cases(dev):
         "glu_mlp": (
             make(lambda: glu_mlp(mx, wg, wu, wd), [mx, wg, wu, wd], mdy),
             make(lambda: F.linear(F.silu(F.linear(mx, wg)) * F.linear(mx, wu), wd), [mx, wg, wu, wd], mdy),
+        ),
+        "qkv_rope": (
+            make(lambda: qkv_rope(mx, qw, kw, vw, qcos, qsin, 16), [mx, qw, kw, vw], qdy),
+            make(hf_qkv, [mx, qw, kw, vw], qdy),
         ),
     }
 

@@ -21,6 +21,7 @@ from liger_cpp.ops.geglu import geglu
 from liger_cpp.ops.glu_mlp import glu_mlp
 from liger_cpp.ops.layer_norm import layer_norm
 from liger_cpp.ops.moe_experts import moe_experts
+from liger_cpp.ops.qkv_rope import qkv_rope
 from liger_cpp.ops.rms_norm import rms_norm
 from liger_cpp.ops.rope import mrope, rope
 from liger_cpp.ops.swiglu import swiglu
@@ -33,6 +34,7 @@ AUTOGRAD_FILES = {
     "swiglu_fwd": "glu_autograd.cpp",
     "geglu_fwd": "glu_autograd.cpp",
     "glu_mlp": "glu_mlp_autograd.cpp",
+    "qkv_rope": "qkv_rope_autograd.cpp",
     "cross_entropy_fwd": "cross_entropy_autograd.cpp",
     "cross_entropy_fwd_": "cross_entropy_autograd.cpp",
     "fused_linear_cross_entropy_fwd": "fused_linear_cross_entropy_autograd.cpp",
@@ -87,6 +89,8 @@ def _cases(rnd):
     mx, mw, mgu, mdn = rnd(5, 8), rnd(5, 2), rnd(3, 8, 8), rnd(3, 8, 4)
     midx = torch.tensor([[0, 1], [1, 2], [2, 0], [0, 2], [1, 0]])
     gx, gwg, gwu, gwd = rnd(2, 3, 8), rnd(6, 8), rnd(6, 8), rnd(5, 6)
+    px, pq, pk, pv = rnd(2, 3, 8), rnd(8, 8), rnd(4, 8), rnd(4, 8)
+    pcos, psin = rnd(3, 4, grad=False), rnd(3, 4, grad=False)
     return {
         "rms_norm": lambda: ([rms_norm(x, w)], [x, w]),
         "fused_add_rms_norm": lambda: (list(fused_add_rms_norm(x, r, w)), [x, r, w]),
@@ -98,6 +102,7 @@ def _cases(rnd):
             [glu_mlp(gx, gwg, gwu, gwd, "gelu_tanh", in_place=True)],
             [gx, gwg, gwu, gwd],
         ),
+        "qkv_rope": lambda: (list(qkv_rope(px, pq, pk, pv, pcos, psin, 4)), [px, pq, pk, pv]),
         "cross_entropy": lambda: ([cross_entropy(lg, t.view(-1))], [lg]),
         "cross_entropy_inplace": lambda: ([cross_entropy(lg * 1, t.view(-1), inplace=True)], [lg]),
         "flce_mean": lambda: ([fused_linear_cross_entropy(h, lw, t, lb)[0]], [h, lw, lb]),

@@ -17,6 +17,7 @@ from liger_cpp.ops.geglu import geglu
 from liger_cpp.ops.glu_mlp import glu_mlp
 from liger_cpp.ops.layer_norm import layer_norm
 from liger_cpp.ops.moe_experts import moe_experts
+from liger_cpp.ops.qkv_rope import qkv_rope
 from liger_cpp.ops.rms_norm import rms_norm
 from liger_cpp.ops.rope import mrope, rope
 from liger_cpp.ops.swiglu import swiglu
@@ -72,6 +73,11 @@ def _cases(device, dtype):
         x, wg, wu, wd = rnd(2, 3, 8), rnd(6, 8), rnd(6, 8), rnd(5, 6)
         return lambda: ([glu_mlp(x, wg, wu, wd, **kw)], [x, wg, wu, wd])
 
+    def qkv():
+        x, wq, wk, wv = rnd(2, 3, 8), rnd(8, 8), rnd(4, 8), rnd(4, 8)
+        c, s = rnd(3, 4, grad=False), rnd(3, 4, grad=False)
+        return lambda: (list(qkv_rope(x, wq, wk, wv, c, s, 4)), [x, wq, wk, wv])
+
     def rot(mr):
         q, k = rnd(1, 2, 3, 8), rnd(1, 1, 3, 8)
         if mr:
@@ -95,6 +101,7 @@ def _cases(device, dtype):
         "geglu": glu(geglu),
         "glu_mlp": mlp(),
         "glu_mlp_inplace": mlp(activation="gelu", in_place=True),
+        "qkv_rope": qkv(),
         "cross_entropy": ce(),
         "cross_entropy_none": ce(reduction="none"),
         "cross_entropy_inplace": ce(inplace=True),

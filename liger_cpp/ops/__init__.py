@@ -18,6 +18,7 @@ from liger_cpp.ops.glu_mlp import glu_mlp  # noqa: F401
 from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401
 from liger_cpp.ops.llama4_rope import llama4_rope  # noqa: F401
 from liger_cpp.ops.moe_experts import moe_experts  # noqa: F401
+from liger_cpp.ops.qkv_rope import qkv_rope  # noqa: F401
 from liger_cpp.ops.relu_squared import relu_squared  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm  # noqa: F401
 from liger_cpp.ops.rope import mrope, rope  # noqa: F401

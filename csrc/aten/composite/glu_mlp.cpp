@@ -15,10 +15,12 @@
 #include <torch/library.h>
 
 #include <array>
+#include <string>
 #include <string_view>
 #include <tuple>
 
 #include "aten/checks/common.h"
+#include "aten/checks/projection_checks.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles the host files as one unity translation unit.
@@ -69,36 +71,21 @@ void glu_bwd_inplace(const at::Tensor& dc, at::Tensor& a, at::Tensor& b, Act act
     geglu.call(dc, a, b, gelu_approximate(act));
 }
 
-// A weight: 2-D (rows, cols) of x's dtype and device.
-void check_weight(const at::Tensor& w, const char* name, const at::Tensor& x, int64_t rows, int64_t cols) {
-  LIGER_CHECK_ARG(w.dim() == 2, name, "expected a 2-D weight, got shape ", shape_str(w));
-  LIGER_CHECK_ARG((rows < 0 || w.size(0) == rows) && w.size(1) == cols, name, "expected shape (",
-                  rows < 0 ? std::string("any") : std::to_string(rows), ", ", cols, "), got ", shape_str(w));
-  LIGER_CHECK_ARG(w.scalar_type() == x.scalar_type(), name, "expected x's dtype (", dtype_str(x.scalar_type()),
-                  "), got ", dtype_str(w.scalar_type()));
-  LIGER_CHECK_ARG(w.device() == x.device(), name, "expected device ", x.device(), " (x's), got ", w.device());
-}
-
 struct Sizes {
   int64_t M, H, I, O;
 };
 
 Sizes check_inputs(const at::Tensor& x, const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd) {
-  LIGER_CHECK_ARG(x.dim() >= 1, "x", "expected a tensor of at least 1 dimension, got a scalar");
-  LIGER_CHECK_ARG(is_float_type(x.scalar_type(), /*allow_double=*/!x.is_cuda()), "x",
-                  "expected float32, float16 or bfloat16", x.is_cuda() ? "" : " (or float64 on CPU)", ", got ",
-                  dtype_str(x.scalar_type()));
+  projections::check_input(x);
   const int64_t H = x.size(-1);
-  check_weight(wg, "w_gate", x, -1, H);
+  projections::check_weight(wg, "w_gate", x, -1, H);
   const int64_t I = wg.size(0);
-  check_weight(wu, "w_up", x, I, H);
-  check_weight(wd, "w_down", x, -1, I);
+  projections::check_weight(wu, "w_up", x, I, H);
+  projections::check_weight(wd, "w_down", x, -1, I);
   return {H == 0 ? 0 : x.numel() / H, H, I, wd.size(0)};
 }
 
-// x's rows as an (M, H) matrix: a view where the leading dimensions fold (what nn.Linear's matmul
-// gives cuBLAS), a copy otherwise.
-at::Tensor rows(const at::Tensor& x, int64_t M, int64_t H) { return x.dim() == 2 ? x : x.reshape({M, H}); }
+using projections::rows;
 
 Quad fwd(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down,
          c10::string_view activation) {

@@ -8,6 +8,7 @@ import warnings
 
 import torch
 
+from liger_cpp.transformers.attention import fused_projections_forward, llama_structured
 from liger_cpp.transformers.causal_lm import make_forward
 from liger_cpp.transformers.layer_norm import LigerNNLayerNorm
 from liger_cpp.transformers.moe import (
@@ -84,6 +85,19 @@ def patch_rope(model_type: str, spec: Spec, mod) -> None:
         )
     for fn, kind in found:
         set_patched(model_type, mod, fn, ROPE_IMPLS[kind])
+    if ("apply_rotary_pos_emb", "rope") in found:
+        patch_llama_attention(model_type, mod)
+
+
+def patch_llama_attention(model_type: str, mod) -> None:
+    """The module's Llama-structured attention classes get the forward that computes q, k, v with
+    liger_cpp's qkv_rope op where it applies (liger_cpp/transformers/attention.py)."""
+    for name, cls in list(vars(mod).items()):
+        if not (isinstance(cls, type) and name.endswith("Attention") and cls.__module__ == mod.__name__):
+            continue
+        hf_forward = original(cls, "forward")
+        if "forward" in vars(cls) and llama_structured(hf_forward):
+            set_patched(model_type, cls, "forward", fused_projections_forward(hf_forward, mod))
 
 
 def patch_classes(model_type: str, spec: Spec, mod, rms_norm, mlp, layer_norm, mode) -> None:

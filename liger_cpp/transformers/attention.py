@@ -1,0 +1,102 @@
+"""Llama-structured attention with its q / k / v projections and RoPE as one liger_cpp op.
+
+HF's LlamaAttention.forward (and its copies: Gemma, Granite, Ernie 4.5, Qwen2-MoE, ...) projects
+hidden_states three times through nn.Linear, views and transposes each result, then rotates q and k.
+At small batches a training step is bound by the host, and that sequence is about thirty dispatcher
+calls and a dozen autograd nodes per layer. `rope=True` wraps such a class's forward: when the
+conditions below hold, q, k and v come from `liger_cpp.ops.qkv_rope` (one call, one node, the same
+GEMMs and RoPE kernel, bitwise the same q, k, v), and the rest is HF's: its attention interface
+for the configured implementation, then o_proj. Otherwise HF's forward runs unchanged.
+
+Conditions, checked on every call: no KV cache (training), cos and sin of the full head width
+without gradient, liger_cpp's RoPE bound in the modeling module (the rope patch in effect), and the
+projections plain bias-free nn.Linear without hooks, of hidden_states' dtype, autocast off
+(`swiglu.plain_projections`).
+"""
+
+import inspect
+
+from liger_cpp.ops.qkv_rope import qkv_rope
+from liger_cpp.transformers.rope import liger_rotary_pos_emb
+from liger_cpp.transformers.swiglu import plain_projections
+
+# The globals and attributes HF's LlamaAttention.forward reads (transformers 5.17-5.25). A forward
+# that reads exactly these has Llama's structure (projections, RoPE, cache update, attention
+# interface, o_proj) and nothing else (no q/k norms, sliding windows, sinks or scaling of its own).
+LLAMA_ATTENTION_NAMES = frozenset(
+    {
+        "ALL_ATTENTION_FUNCTIONS",
+        "_attn_implementation",
+        "apply_rotary_pos_emb",
+        "attention_dropout",
+        "config",
+        "contiguous",
+        "eager_attention_forward",
+        "get_interface",
+        "head_dim",
+        "k_proj",
+        "layer_idx",
+        "o_proj",
+        "q_proj",
+        "reshape",
+        "scaling",
+        "shape",
+        "training",
+        "transpose",
+        "update",
+        "v_proj",
+        "view",
+    }
+)
+_CACHE_ARGS = ("cache", "past_key_values")  # the KV cache argument's name in 5.25 / 5.17
+
+
+def llama_structured(forward) -> bool:
+    """Whether an attention forward is structured as HF's LlamaAttention.forward (see
+    LLAMA_ATTENTION_NAMES)."""
+    code = getattr(inspect.unwrap(forward), "__code__", None)
+    return code is not None and frozenset(code.co_names) == LLAMA_ATTENTION_NAMES
+
+
+def fused_projections_forward(hf_forward, mod):
+    """A forward for mod's Llama-structured attention class: qkv_rope when it applies (module
+    docstring), hf_forward otherwise."""
+    interfaces, eager = mod.ALL_ATTENTION_FUNCTIONS, mod.eager_attention_forward
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, *args, **kwargs):
+        if (
+            args
+            or position_embeddings is None
+            or hidden_states.dim() != 3
+            or any(kwargs.get(c) is not None for c in _CACHE_ARGS)
+            or mod.apply_rotary_pos_emb is not liger_rotary_pos_emb
+        ):
+            return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
+        cos, sin = position_embeddings
+        qp, kp, vp = self.q_proj, self.k_proj, self.v_proj
+        if (
+            cos.shape[-1] != self.head_dim
+            or cos.requires_grad
+            or sin.requires_grad
+            or not plain_projections(hidden_states, qp, kp, vp)
+        ):
+            return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
+        q, k, v = qkv_rope(hidden_states, qp.weight, kp.weight, vp.weight, cos, sin, self.head_dim)
+        kwargs = {n: a for n, a in kwargs.items() if n not in _CACHE_ARGS}
+        attention = interfaces.get_interface(self.config._attn_implementation, eager)
+        out, weights = attention(
+            self,
+            q,
+            k,
+            v,
+            attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        out = out.reshape(*hidden_states.shape[:-1], -1).contiguous()
+        return self.o_proj(out), weights
+
+    forward.__wrapped_hf__ = hf_forward
+    forward.__doc__ = hf_forward.__doc__
+    return forward

@@ -1,0 +1,312 @@
+"""The attention projections + RoPE op (liger_cpp.ops.qkv_rope) and the Llama-structured attention
+forward that uses it (liger_cpp/transformers/attention.py): outputs and every gradient against a
+float64 pure-PyTorch reference (HF's projections, views and rotate-half RoPE), every dtype, GQA, odd
+shapes, per-batch cos / sin, grad_output != 1, unused outputs, frozen weights, HF's memory layout,
+bitwise parity of the forward and the weight gradients with the module path, opcheck,
+torch.compile, gradcheck, errors; which attention classes get the forward and when it falls back."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import CUDA_OK, DEVICES
+from utils import assert_close_to_ref
+
+import liger_cpp  # noqa: F401
+import liger_cpp.transformers as lt
+import liger_cpp.transformers.attention as attention
+from liger_cpp.ops.qkv_rope import qkv_rope
+from liger_cpp.ops.rope import rope
+from liger_cpp.transformers.monkey_patch import revert_liger_kernel
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# (B, S, H, Hq, Hk, D, per-batch cos/sin)
+SHAPES = [
+    (1, 1, 16, 2, 1, 8, False),
+    (2, 7, 40, 4, 2, 10, True),
+    (3, 5, 24, 3, 3, 8, False),
+    (1, 33, 64, 8, 2, 16, False),
+]
+
+
+def _rotate_half(t):
+    h = t.shape[-1] // 2
+    return torch.cat((-t[..., h:], t[..., :h]), dim=-1)
+
+
+def _ref(x, wq, wk, wv, cos, sin, d):
+    """HF: proj(x).view(B, S, -1, D).transpose(1, 2); q * cos + rotate_half(q) * sin (cos unsqueezed at 1)."""
+    b, s, _ = x.shape
+    q, k, v = (F.linear(x, w).view(b, s, -1, d).transpose(1, 2) for w in (wq, wk, wv))
+    c, sn = cos.unsqueeze(1).to(q.dtype), sin.unsqueeze(1).to(q.dtype)
+    return q * c + _rotate_half(q) * sn, k * c + _rotate_half(k) * sn, v
+
+
+def _same_layout(a, b):
+    return all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()) if n > 1)
+
+
+def _inputs(shape, dtype, device, seed=0):
+    b, s, h, hq, hk, d, per_batch = shape
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*sz, scale=1.0, grad=True):
+        return (torch.randn(*sz, generator=g) * scale).to(device=device, dtype=dtype).requires_grad_(grad)
+
+    x = rnd(b, s, h)
+    ws = [rnd(n * d, h, scale=h**-0.5) for n in (hq, hk, hk)]
+    ang = torch.randn(b if per_batch else 1, s, d // 2, generator=g)
+    ang = torch.cat([ang, ang], -1)
+    cos, sin = ang.cos().to(device=device, dtype=dtype), ang.sin().to(device=device, dtype=dtype)
+    return [x, *ws], cos, sin, d
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matches_float64_reference(device, dtype, shape):
+    ins, cos, sin, d = _inputs(shape, dtype, device)
+    ins64 = [t.detach().double().requires_grad_() for t in ins]
+    got = qkv_rope(*ins, cos, sin, d)
+    want = _ref(*ins64, cos.double(), sin.double(), d)
+    with torch.no_grad():
+        low = _ref(*ins, cos, sin, d)
+    for name, o, w, lo in zip("qkv", got, want, low):
+        assert o.dtype == dtype and o.shape == w.shape and _same_layout(o, lo), name
+        assert_close_to_ref(o, w, lo, name)
+    gen = torch.Generator().manual_seed(7)
+    dys = [torch.randn(o.shape, generator=gen).to(device=device, dtype=dtype) for o in got]
+    g = torch.autograd.grad(got, ins, dys)
+    g64 = torch.autograd.grad(want, ins64, [t.double() for t in dys])
+    glo = torch.autograd.grad(_ref(*ins, cos, sin, d), ins, dys)
+    for name, a, w, lo in zip(("dx", "dw_q", "dw_k", "dw_v"), g, g64, glo):
+        assert_close_to_ref(a, w, lo, name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_forward_and_weight_gradients_bitwise_as_the_module_path(device, dtype):
+    """The forward is nn.Linear's GEMMs and rope_fwd on HF's views: bitwise the module path's, and
+    so are the weight gradients; dx differs by one rounding (one accumulation of three products)."""
+    ins, cos, sin, d = _inputs((2, 9, 32, 4, 2, 8, False), dtype, device)
+    x, wq, wk, wv = ins
+    got = qkv_rope(*ins, cos, sin, d)
+    b, s, _ = x.shape
+    q, k, v = (F.linear(x, w).view(b, s, -1, d).transpose(1, 2) for w in (wq, wk, wv))
+    ref = (*rope(q, k, cos, sin), v)
+    for a, r in zip(got, ref):
+        assert torch.equal(a, r) and _same_layout(a, r)
+    dys = [torch.randn_like(t) for t in got]
+    g, r = torch.autograd.grad(got, ins, dys), torch.autograd.grad(ref, ins, dys)
+    for a, b_ in zip(g[1:], r[1:]):
+        assert torch.equal(a, b_)
+    ulp = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-7}[dtype]
+    torch.testing.assert_close(g[0], r[0], rtol=3 * ulp, atol=3 * ulp * r[0].abs().max().item())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unused_outputs_and_frozen_weights(device):
+    ins, cos, sin, d = _inputs((2, 5, 24, 3, 1, 8, False), torch.float32, device)
+    q, k, v = qkv_rope(*ins, cos, sin, d)
+    ins64 = [t.detach().double().requires_grad_() for t in ins]
+    q64, _, _ = _ref(*ins64, cos.double(), sin.double(), d)
+    g = torch.autograd.grad(q.sum(), ins)  # k and v unused: no gradient reaches them
+    g64 = torch.autograd.grad(q64.sum(), ins64, allow_unused=True)
+    for a, w in zip(g, g64):
+        torch.testing.assert_close(
+            a.double(), torch.zeros_like(a.double()) if w is None else w, rtol=1e-5, atol=1e-6
+        )
+    x, wq, wk, wv = ins
+    for t in (wq, wk, wv):
+        t.requires_grad_(False)
+    q, k, v = qkv_rope(x, wq, wk, wv, cos, sin, d)
+    seen = []
+
+    class Rec(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "qkv_rope_bwd" in str(func):
+                seen.append(list(args[10]))
+            return func(*args, **(kwargs or {}))
+
+    with Rec():
+        (q.sum() + k.sum() + v.sum()).backward()
+    assert seen == [[True, False, False, False]] and x.grad is not None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_opcheck(device, dtype):
+    ins, cos, sin, d = _inputs((2, 3, 16, 2, 1, 8, False), dtype, device)
+    torch.library.opcheck(torch.ops.liger.qkv_rope, (*ins, cos, sin, d))
+    if dtype != torch.float32:
+        return
+    det = [t.detach() for t in ins]
+    q, k, v = torch.ops.liger.qkv_rope(*det, cos, sin, d)
+    dq, dk, dv = (torch.randn_like(t) for t in (q, k, v))
+    for mask in ([True] * 4, [True, False, True, False]):
+        torch.library.opcheck(torch.ops.liger.qkv_rope_bwd, (dq, dk, dv, *det, cos, sin, d, mask))
+    # gradients of another layout than the forward's outputs (contiguous (B, heads, S, D))
+    torch.library.opcheck(
+        torch.ops.liger.qkv_rope_bwd, (dq.contiguous(), dk.contiguous(), dv.contiguous(), *det, cos, sin, d)
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+    ins, cos, sin, d = _inputs((2, 6, 32, 4, 2, 8, False), torch.float32, device)
+
+    def f(*t):
+        q, k, v = qkv_rope(*t, cos, sin, d)
+        return (q.square().sum() + (k * 2).sum()) * v.mean()
+
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    got = torch.autograd.grad(cf(*ins), ins)
+    want = torch.autograd.grad(f(*ins), ins)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_gradcheck_float64_cpu():
+    ins, cos, sin, d = _inputs((2, 3, 8, 2, 1, 4, True), torch.float64, "cpu", seed=3)
+    assert torch.autograd.gradcheck(lambda *t: qkv_rope(*t, cos, sin, d), ins)
+
+
+def test_errors_name_the_argument():
+    ins, cos, sin, d = _inputs((1, 4, 16, 2, 1, 8, False), torch.float32, "cpu")
+    x, wq, wk, wv = (t.detach() for t in ins)
+    with pytest.raises(RuntimeError, match="'x'"):
+        qkv_rope(x[0], wq, wk, wv, cos, sin, d)
+    with pytest.raises(RuntimeError, match="'head_dim'"):
+        qkv_rope(x, wq, wk, wv, cos, sin, 7)
+    with pytest.raises(RuntimeError, match="'w_q'"):
+        qkv_rope(x, wq[:, :15], wk, wv, cos, sin, d)
+    with pytest.raises(RuntimeError, match="'w_v'"):
+        qkv_rope(x, wq, wk, wq, cos, sin, d)
+    with pytest.raises(RuntimeError, match="'w_k'.*multiple of head_dim"):
+        qkv_rope(x, wq, wk[:5], wv[:5], cos, sin, d)
+    with pytest.raises(RuntimeError, match="'cos'.*full rotary"):
+        qkv_rope(x, wq, wk, wv, cos[..., :4], sin[..., :4], d)
+    with pytest.raises(RuntimeError, match="'cos'.*no gradient"):
+        qkv_rope(x, wq, wk, wv, cos.clone().requires_grad_(), sin, d)
+    q, k, v = torch.ops.liger.qkv_rope(x, wq, wk, wv, cos, sin, d)
+    with pytest.raises(RuntimeError, match="'dk'"):
+        torch.ops.liger.qkv_rope_bwd(q, q, v, x, wq, wk, wv, cos, sin, d)
+
+
+# ---- the attention forward ----
+
+
+def _llama(**kw):
+    import transformers
+
+    cfg = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
+    cfg.update(num_key_value_heads=2, vocab_size=97, use_cache=False, **kw)
+    torch.manual_seed(0)
+    c = transformers.LlamaConfig(**cfg)
+    c._attn_implementation = "sdpa"
+    return transformers.LlamaForCausalLM(c)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    calls = []
+    op = attention.qkv_rope
+    monkeypatch.setattr(attention, "qkv_rope", lambda *a: (calls.append(1), op(*a))[1])
+    revert_liger_kernel()
+    yield calls
+    revert_liger_kernel()
+
+
+def _step(model, ids):
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    return out.loss, grads
+
+
+def test_llama_attention_takes_the_op_and_matches_hf(counted):
+    ids = torch.randint(0, 97, (2, 11), generator=torch.Generator().manual_seed(1))
+    ref_loss, ref_grads = _step(_llama(), ids)
+    lt.apply_liger_kernel_to_llama(swiglu=False, rms_norm=False, fused_linear_cross_entropy=False)
+    model = _llama()
+    loss, grads = _step(model, ids)
+    assert len(counted) == 2  # one call per layer
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    for n, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[n], rtol=1e-4, atol=1e-6, msg=n)
+    # generation (a KV cache): HF's forward, the same tokens as HF's
+    model.eval()
+    counted.clear()
+    with torch.no_grad():
+        out = model.generate(ids[:1, :4], max_new_tokens=3, do_sample=False, use_cache=True)
+    assert counted == []
+    revert_liger_kernel()
+    with torch.no_grad():
+        ref = _llama().eval().generate(ids[:1, :4], max_new_tokens=3, do_sample=False, use_cache=True)
+    assert torch.equal(out, ref)
+
+
+def test_attention_falls_back_where_the_op_does_not_apply(counted):
+    ids = torch.randint(0, 97, (1, 6))
+    lt.apply_liger_kernel_to_llama()
+    model = _llama()
+    attn = model.model.layers[0].self_attn
+    seen = []
+    h = attn.q_proj.register_forward_hook(lambda m, i, o: seen.append(1))
+    model(input_ids=ids, labels=ids).loss.backward()
+    h.remove()
+    assert seen == [1] and len(counted) == 1  # the hooked layer: HF's forward
+    counted.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(input_ids=ids, labels=ids)
+    assert counted == []
+    model = _llama(attention_bias=True)  # biased projections
+    model(input_ids=ids, labels=ids)
+    assert counted == []
+    revert_liger_kernel()  # HF's forward again
+    import transformers.models.llama.modeling_llama as ml
+
+    assert not hasattr(ml.LlamaAttention.forward, "__wrapped_hf__")
+    _llama()(input_ids=ids, labels=ids)
+    assert counted == []
+
+
+def test_which_attention_classes_are_llama_structured():
+    import transformers.models.llama.modeling_llama as ml
+    import transformers.models.mistral.modeling_mistral as mm
+    import transformers.models.qwen3.modeling_qwen3 as mq
+
+    revert_liger_kernel()
+    assert attention.llama_structured(ml.LlamaAttention.forward)
+    assert not attention.llama_structured(mm.MistralAttention.forward)  # sliding_window
+    assert not attention.llama_structured(mq.Qwen3Attention.forward)  # q_norm, k_norm
+    lt.apply_liger_kernel_to_llama(rope=False)
+    assert "__wrapped_hf__" not in vars(ml.LlamaAttention.forward)
+    lt.apply_liger_kernel_to_llama()
+    assert ml.LlamaAttention.forward.__wrapped_hf__ is not None
+    revert_liger_kernel()
+    assert not hasattr(ml.LlamaAttention.forward, "__wrapped_hf__")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs CUDA and liger_cpp's CUDA kernels")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_llama_1b_shape(dtype):
+    """A 1B Llama layer's projections (H 2048, 32 / 8 heads of 64) at 1024 tokens."""
+    ins, cos, sin, d = _inputs((1, 1024, 2048, 32, 8, 64, False), dtype, "cuda")
+    ins64 = [t.detach().double().requires_grad_() for t in ins]
+    got = qkv_rope(*ins, cos, sin, d)
+    want = _ref(*ins64, cos.double(), sin.double(), d)
+    with torch.no_grad():
+        low = _ref(*ins, cos, sin, d)
+    for name, o, w, lo in zip("qkv", got, want, low):
+        assert _same_layout(o, lo)
+        assert_close_to_ref(o, w, lo, name)
+    dys = [torch.randn_like(o) for o in got]
+    for name, a, w, lo in zip(
+        ("dx", "dw_q", "dw_k", "dw_v"),
+        torch.autograd.grad(got, ins, dys),
+        torch.autograd.grad(want, ins64, [t.double() for t in dys]),
+        torch.autograd.grad(_ref(*ins, cos, sin, d), ins, dys),
+    ):
+        assert_close_to_ref(a, w, lo, name)
