@@ -28,8 +28,8 @@ using Quad = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using FwdSig = Quad(T, T, T, T, c10::string_view);
 using OpSig = at::Tensor(T, T, T, T, c10::string_view, bool);
 using BwdSig = Quad(T, T, T, T, T, T, T, T, c10::string_view, std::array<bool, 4>);
-using BwdInplaceSig =
-    Quad(T, T, T, T, T, at::Tensor&, at::Tensor&, at::Tensor&, c10::string_view, std::array<bool, 4>);
+using BwdInplaceSig = Quad(T, T, T, T, T, at::Tensor&, at::Tensor&, at::Tensor&, c10::string_view,
+                           std::array<bool, 4>);
 
 Quad fwd_below(T x, T wg, T wu, T wd, c10::string_view activation) {
   static const auto op = find_op<FwdSig>("liger::glu_mlp_fwd");
@@ -52,8 +52,8 @@ struct GluMlpFunction : public torch::autograd::Function<GluMlpFunction> {
     static const auto bwd = find_op<BwdSig>("liger::glu_mlp_bwd");
     static const auto bwd_inplace = find_op<BwdInplaceSig>("liger::glu_mlp_bwd_");
     variable_list out(6);  // x, w_gate, w_up, w_down, activation, in_place
-    const std::array<bool, 4> mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2),
-                                   ctx->needs_input_grad(3)};
+    const std::array<bool, 4> mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                   ctx->needs_input_grad(2), ctx->needs_input_grad(3)};
     if (!grads[0].defined() || !(mask[0] || mask[1] || mask[2] || mask[3])) return out;
     variable_list saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &wg = saved[1], &wu = saved[2], &wd = saved[3];

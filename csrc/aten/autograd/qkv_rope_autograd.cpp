@@ -43,8 +43,8 @@ struct QkvRopeFunction : public torch::autograd::Function<QkvRopeFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     static const auto bwd = find_op<BwdSig>("liger::qkv_rope_bwd");
     variable_list out(7);  // x, w_q, w_k, w_v, cos, sin, head_dim
-    const std::array<bool, 4> mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2),
-                                   ctx->needs_input_grad(3)};
+    const std::array<bool, 4> mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                   ctx->needs_input_grad(2), ctx->needs_input_grad(3)};
     if (!(grads[0].defined() || grads[1].defined() || grads[2].defined()) ||
         !(mask[0] || mask[1] || mask[2] || mask[3]))
       return out;
@@ -56,7 +56,8 @@ struct QkvRopeFunction : public torch::autograd::Function<QkvRopeFunction> {
       if (grads[i].defined()) return grad_as(grads[i], x.scalar_type());
       return at::zeros({x.size(0), rows / head_dim, x.size(1), head_dim}, x.options());
     };
-    const at::Tensor dq = grad(0, saved[1].size(0)), dk = grad(1, saved[2].size(0)), dv = grad(2, saved[3].size(0));
+    const at::Tensor dq = grad(0, saved[1].size(0)), dk = grad(1, saved[2].size(0)),
+                     dv = grad(2, saved[3].size(0));
     Quad g;
     {
       const at::AutoDispatchBelowADInplaceOrView below;

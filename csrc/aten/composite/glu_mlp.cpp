@@ -105,8 +105,8 @@ Quad fwd(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up, 
 }
 
 void check_saved(const at::Tensor& t, const char* name, const Sizes& s, const at::Tensor& x) {
-  LIGER_CHECK_ARG(t.dim() == 2 && t.size(0) == s.M && t.size(1) == s.I, name, "expected shape (", s.M, ", ", s.I,
-                  ") (the forward's), got ", shape_str(t));
+  LIGER_CHECK_ARG(t.dim() == 2 && t.size(0) == s.M && t.size(1) == s.I, name, "expected shape (", s.M, ", ",
+                  s.I, ") (the forward's), got ", shape_str(t));
   LIGER_CHECK_ARG(t.scalar_type() == x.scalar_type() && t.device() == x.device(), name,
                   "expected x's dtype and device");
 }

@@ -30,8 +30,10 @@ using Quad = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using RopeSig = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t);
 
 const c10::TypedOperatorHandle<RopeSig>& rope_op(bool backward) {
-  static const auto fwd = c10::Dispatcher::singleton().findSchemaOrThrow("liger::rope_fwd", "").typed<RopeSig>();
-  static const auto bwd = c10::Dispatcher::singleton().findSchemaOrThrow("liger::rope_bwd", "").typed<RopeSig>();
+  static const auto fwd =
+      c10::Dispatcher::singleton().findSchemaOrThrow("liger::rope_fwd", "").typed<RopeSig>();
+  static const auto bwd =
+      c10::Dispatcher::singleton().findSchemaOrThrow("liger::rope_bwd", "").typed<RopeSig>();
   return backward ? bwd : fwd;
 }
 
@@ -44,15 +46,16 @@ Sizes check_inputs(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& 
                    const at::Tensor& cos, const at::Tensor& sin, int64_t head_dim) {
   projections::check_input(x);
   LIGER_CHECK_ARG(x.dim() == 3, "x", "expected (batch, sequence, hidden), got shape ", shape_str(x));
-  LIGER_CHECK_ARG(head_dim > 0 && head_dim % 2 == 0, "head_dim", "expected a positive even size, got ", head_dim);
+  LIGER_CHECK_ARG(head_dim > 0 && head_dim % 2 == 0, "head_dim", "expected a positive even size, got ",
+                  head_dim);
   const int64_t H = x.size(2);
   projections::check_weight(wq, "w_q", x, -1, H);
   projections::check_weight(wk, "w_k", x, -1, H);
   projections::check_weight(wv, "w_v", x, wk.size(0), H);
-  LIGER_CHECK_ARG(wq.size(0) % head_dim == 0, "w_q", "expected a multiple of head_dim (", head_dim, ") rows, got ",
-                  wq.size(0));
-  LIGER_CHECK_ARG(wk.size(0) % head_dim == 0, "w_k", "expected a multiple of head_dim (", head_dim, ") rows, got ",
-                  wk.size(0));
+  LIGER_CHECK_ARG(wq.size(0) % head_dim == 0, "w_q", "expected a multiple of head_dim (", head_dim,
+                  ") rows, got ", wq.size(0));
+  LIGER_CHECK_ARG(wk.size(0) % head_dim == 0, "w_k", "expected a multiple of head_dim (", head_dim,
+                  ") rows, got ", wk.size(0));
   LIGER_CHECK_ARG(cos.size(-1) == head_dim, "cos", "expected width head_dim (", head_dim,
                   ": full rotary), got shape ", shape_str(cos));
   LIGER_CHECK_ARG(sin.sizes() == cos.sizes(), "sin", "expected cos' shape ", shape_str(cos), ", got ",
@@ -79,7 +82,8 @@ Triple fwd(const at::Tensor& x, const at::Tensor& w_q, const at::Tensor& w_k, co
   const at::Tensor q2 = at::mm(x2, w_q.t());
   const at::Tensor k2 = at::mm(x2, w_k.t());
   // v is an output: allocated with the strides of HF's view (not a view of an internal buffer).
-  at::Tensor v = at::empty_strided({s.B, s.Hk, s.S, s.D}, {s.S * s.Hk * s.D, s.D, s.Hk * s.D, 1}, x.options());
+  at::Tensor v =
+      at::empty_strided({s.B, s.Hk, s.S, s.D}, {s.S * s.Hk * s.D, s.D, s.Hk * s.D, 1}, x.options());
   at::Tensor v2 = v.transpose(1, 2).view({s.M(), s.Hk * s.D});
   at::mm_out(v2, x2, w_v.t());
   auto [q, k] = rope_op(false).call(heads_view(q2, s, s.Hq), heads_view(k2, s, s.Hk), cos, sin, 1);
@@ -91,9 +95,10 @@ Quad bwd(const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv, const
          const at::Tensor& sin, int64_t head_dim, std::array<bool, 4> mask) {
   const Sizes s = check_inputs(x, w_q, w_k, w_v, cos, sin, head_dim);
   const auto check_grad = [&](const at::Tensor& g, const char* name, int64_t heads) {
-    LIGER_CHECK_ARG(g.dim() == 4 && g.size(0) == s.B && g.size(1) == heads && g.size(2) == s.S && g.size(3) == s.D,
-                    name, "expected shape (", s.B, ", ", heads, ", ", s.S, ", ", s.D, ") (the forward output's), got ",
-                    shape_str(g));
+    LIGER_CHECK_ARG(
+        g.dim() == 4 && g.size(0) == s.B && g.size(1) == heads && g.size(2) == s.S && g.size(3) == s.D, name,
+        "expected shape (", s.B, ", ", heads, ", ", s.S, ", ", s.D, ") (the forward output's), got ",
+        shape_str(g));
     LIGER_CHECK_ARG(g.scalar_type() == x.scalar_type() && g.device() == x.device(), name,
                     "expected x's dtype and device, got ", dtype_str(g.scalar_type()), " on ", g.device());
   };
@@ -104,7 +109,8 @@ Quad bwd(const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv, const
   const auto none = [&] { return at::empty({0}, x.options()); };
   at::Tensor dx = none(), dwq = none(), dwk = none(), dwv = none();
   auto [dq_pre, dk_pre] = rope_op(true).call(dq, dk, cos, sin, 1);
-  const at::Tensor gq = grad_rows(dq_pre, s, s.Hq), gk = grad_rows(dk_pre, s, s.Hk), gv = grad_rows(dv, s, s.Hk);
+  const at::Tensor gq = grad_rows(dq_pre, s, s.Hq), gk = grad_rows(dk_pre, s, s.Hk),
+                   gv = grad_rows(dv, s, s.Hk);
   if (mask[1] || mask[2] || mask[3]) {
     const at::Tensor x2 = projections::rows(x, s.M(), s.H);
     if (mask[1]) dwq = at::mm(gq.t(), x2);
