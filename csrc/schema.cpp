@@ -203,24 +203,26 @@ TORCH_LIBRARY(liger, m) {
       "rope_bwd(Tensor dq_out, Tensor dk_out, Tensor cos, Tensor sin, int unsqueeze_dim=1) -> "
       "(Tensor dq, Tensor dk)");
   // Attention input projections with RoPE (HF LlamaAttention's q/k/v_proj, view, transpose and
-  // apply_rotary_pos_emb, bias-free), one op and one autograd node for the host-bound step:
-  //   q = rope(x W_q^T viewed (B, S, Hq, D) and transposed to (B, Hq, S, D)), k likewise with W_k
-  //   (Hk heads), v = x W_v^T viewed and transposed, not rotated.
-  // x: (B, S, H); w_q: (Hq D, H); w_k, w_v: (Hk D, H); one float dtype (float64 on CPU); D =
-  // head_dim, even. cos, sin: as rope_fwd's (full rotary: width D), no gradient. The GEMMs are
-  // nn.Linear's mm calls and the rotation rope_fwd's kernel, so q, k, v are bitwise HF's with
-  // liger_cpp's RoPE; outputs (B, Heads, S, D) with the (B, S, Heads, D) memory of HF's views.
+  // apply_rotary_pos_emb), one op and one autograd node for the host-bound step:
+  //   q = rope((x W_q^T + b_q) viewed (B, S, Hq, D) and transposed to (B, Hq, S, D)), k likewise
+  //   with W_k, b_k (Hk heads), v = x W_v^T + b_v viewed and transposed, not rotated.
+  // x: (B, S, H); w_q: (Hq D, H); w_k, w_v: (Hk D, H); biases (rows,) or None (Qwen2's are
+  // given); one float dtype (float64 on CPU); D = head_dim, even. cos, sin: as rope_fwd's (full
+  // rotary: width D), no gradient. The GEMMs are nn.Linear's mm / addmm calls and the rotation
+  // rope_fwd's kernel, so q, k, v are bitwise HF's with liger_cpp's RoPE; outputs
+  // (B, Heads, S, D) with the (B, S, Heads, D) memory of HF's views.
   m.def(
-      "qkv_rope(Tensor x, Tensor w_q, Tensor w_k, Tensor w_v, Tensor cos, Tensor sin, int head_dim) -> "
-      "(Tensor q, Tensor k, Tensor v)");
+      "qkv_rope(Tensor x, Tensor w_q, Tensor w_k, Tensor w_v, Tensor cos, Tensor sin, int head_dim, "
+      "Tensor? b_q=None, Tensor? b_k=None, Tensor? b_v=None) -> (Tensor q, Tensor k, Tensor v)");
   // Its backward: (dq', dk') = rope_bwd(dq, dk), rows of (dq', dk', dv) as (B S, Heads D)
-  // matrices G_q, G_k, G_v; dW_q = G_q^T x, dW_k = G_k^T x, dW_v = G_v^T x and
-  // dx = G_q W_q + G_k W_k + G_v W_v (one GEMM accumulating into another's result).
-  // output_mask = which of (dx, dW_q, dW_k, dW_v) to compute; the others are (0,) tensors.
+  // matrices G_q, G_k, G_v; dW_q = G_q^T x, dW_k = G_k^T x, dW_v = G_v^T x, db_* = the column
+  // sums of G_*, and dx = G_q W_q + G_k W_k + G_v W_v (one GEMM accumulating into another's).
+  // output_mask = which of (dx, dW_q, dW_k, dW_v, db_q, db_k, db_v) to compute; the others are
+  // (0,) tensors.
   m.def(
       "qkv_rope_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor x, Tensor w_q, Tensor w_k, Tensor w_v, "
-      "Tensor cos, Tensor sin, int head_dim, bool[4] output_mask=[True, True, True, True]) -> "
-      "(Tensor dx, Tensor dw_q, Tensor dw_k, Tensor dw_v)");
+      "Tensor cos, Tensor sin, int head_dim, bool[7] output_mask=[True, True, True, True, False, False, "
+      "False]) -> (Tensor dx, Tensor dw_q, Tensor dw_k, Tensor dw_v, Tensor db_q, Tensor db_k, Tensor db_v)");
   // Qwen2-VL multimodal RoPE: cos, sin (3, B, S, D) (or (3, 1, S, D)), planes
   // temporal/height/width; mrope_section = [t, h, w], t + h + w = D/2. Column
   // j < D/2 and column j + D/2 both use plane 0 for j < t, 1 for t <= j < t+h,

@@ -33,10 +33,12 @@ def _rotate_half(t):
     return torch.cat((-t[..., h:], t[..., :h]), dim=-1)
 
 
-def _ref(x, wq, wk, wv, cos, sin, d):
+def _ref(x, wq, wk, wv, cos, sin, d, bq=None, bk=None, bv=None):
     """HF: proj(x).view(B, S, -1, D).transpose(1, 2); q * cos + rotate_half(q) * sin (cos unsqueezed at 1)."""
     b, s, _ = x.shape
-    q, k, v = (F.linear(x, w).view(b, s, -1, d).transpose(1, 2) for w in (wq, wk, wv))
+    q, k, v = (
+        F.linear(x, w, bias).view(b, s, -1, d).transpose(1, 2) for w, bias in ((wq, bq), (wk, bk), (wv, bv))
+    )
     c, sn = cos.unsqueeze(1).to(q.dtype), sin.unsqueeze(1).to(q.dtype)
     return q * c + _rotate_half(q) * sn, k * c + _rotate_half(k) * sn, v
 
@@ -80,6 +82,36 @@ def test_matches_float64_reference(device, dtype, shape):
     glo = torch.autograd.grad(_ref(*ins, cos, sin, d), ins, dys)
     for name, a, w, lo in zip(("dx", "dw_q", "dw_k", "dw_v"), g, g64, glo):
         assert_close_to_ref(a, w, lo, name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("which", ["qkv", "k"])
+def test_biases_match_float64_reference(device, dtype, which):
+    """Qwen2's biased q / k / v projections (or a bias on one of them only)."""
+    ins, cos, sin, d = _inputs((2, 6, 24, 3, 1, 8, True), dtype, device)
+    g = torch.Generator().manual_seed(4)
+    biases = [
+        torch.randn(w.shape[0], generator=g).to(device=device, dtype=dtype).requires_grad_()
+        if n in which
+        else None
+        for n, w in zip("qkv", ins[1:])
+    ]
+    given = [b for b in biases if b is not None]
+    ins64 = [t.detach().double().requires_grad_() for t in ins]
+    b64 = [None if b is None else b.detach().double().requires_grad_() for b in biases]
+    got = qkv_rope(*ins, cos, sin, d, *biases)
+    want = _ref(*ins64, cos.double(), sin.double(), d, *b64)
+    with torch.no_grad():
+        low = _ref(*ins, cos, sin, d, *biases)
+    for name, o, w, lo in zip("qkv", got, want, low):
+        assert_close_to_ref(o, w, lo, name)
+    dys = [torch.randn(o.shape, generator=g).to(device=device, dtype=dtype) for o in got]
+    g_ = torch.autograd.grad(got, ins + given, dys)
+    g64 = torch.autograd.grad(want, ins64 + [b for b in b64 if b is not None], [t.double() for t in dys])
+    glo = torch.autograd.grad(_ref(*ins, cos, sin, d, *biases), ins + given, dys)
+    for a, w, lo in zip(g_, g64, glo):
+        assert_close_to_ref(a, w, lo, "grad")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -129,7 +161,7 @@ def test_unused_outputs_and_frozen_weights(device):
 
     with Rec():
         (q.sum() + k.sum() + v.sum()).backward()
-    assert seen == [[True, False, False, False]] and x.grad is not None
+    assert seen == [[True, False, False, False, False, False, False]] and x.grad is not None
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -137,12 +169,14 @@ def test_unused_outputs_and_frozen_weights(device):
 def test_opcheck(device, dtype):
     ins, cos, sin, d = _inputs((2, 3, 16, 2, 1, 8, False), dtype, device)
     torch.library.opcheck(torch.ops.liger.qkv_rope, (*ins, cos, sin, d))
+    bias = torch.randn(ins[2].shape[0], device=device, dtype=dtype, requires_grad=True)
+    torch.library.opcheck(torch.ops.liger.qkv_rope, (*ins, cos, sin, d, None, bias, None))
     if dtype != torch.float32:
         return
     det = [t.detach() for t in ins]
     q, k, v = torch.ops.liger.qkv_rope(*det, cos, sin, d)
     dq, dk, dv = (torch.randn_like(t) for t in (q, k, v))
-    for mask in ([True] * 4, [True, False, True, False]):
+    for mask in ([True] * 7, [True, False, True, False, False, True, False]):
         torch.library.opcheck(torch.ops.liger.qkv_rope_bwd, (dq, dk, dv, *det, cos, sin, d, mask))
     # gradients of another layout than the forward's outputs (contiguous (B, heads, S, D))
     torch.library.opcheck(
@@ -261,15 +295,51 @@ def test_attention_falls_back_where_the_op_does_not_apply(counted):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model(input_ids=ids, labels=ids)
     assert counted == []
-    model = _llama(attention_bias=True)  # biased projections
-    model(input_ids=ids, labels=ids)
-    assert counted == []
+    model = _llama()
+    lin = model.model.layers[0].self_attn.q_proj
+    model.model.layers[0].self_attn.q_proj = torch.nn.utils.parametrizations.weight_norm(lin)
+    model(input_ids=ids, labels=ids)  # a parametrized projection: HF's forward for that layer
+    assert len(counted) == 1
+    counted.clear()
     revert_liger_kernel()  # HF's forward again
     import transformers.models.llama.modeling_llama as ml
 
     assert not hasattr(ml.LlamaAttention.forward, "__wrapped_hf__")
     _llama()(input_ids=ids, labels=ids)
     assert counted == []
+
+
+def _family(model_type, **kw):
+    import transformers
+
+    cfg = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
+    cfg.update(num_key_value_heads=2, vocab_size=97, use_cache=False, **kw)
+    torch.manual_seed(0)
+    c = transformers.CONFIG_MAPPING[model_type](**cfg)
+    c._attn_implementation = "sdpa"
+    return transformers.AutoModelForCausalLM.from_config(c)
+
+
+@pytest.mark.parametrize(
+    "model_type,kw",
+    [
+        ("qwen2", {}),  # biased q / k / v
+        ("qwen2", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1)),
+        ("mistral", dict(sliding_window=4)),
+    ],
+    ids=["qwen2", "qwen2-sliding", "mistral-sliding"],
+)
+def test_sliding_window_families_take_the_op_and_match_hf(counted, model_type, kw):
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(2))
+    ref_loss, ref_grads = _step(_family(model_type, **kw), ids)
+    lt.MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](
+        swiglu=False, rms_norm=False, fused_linear_cross_entropy=False
+    )
+    loss, grads = _step(_family(model_type, **kw), ids)
+    assert len(counted) == 2
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    for n, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[n], rtol=1e-4, atol=1e-6, msg=n)
 
 
 def test_which_attention_classes_are_llama_structured():
@@ -281,6 +351,13 @@ def test_which_attention_classes_are_llama_structured():
     assert attention.llama_structured(ml.LlamaAttention.forward)
     assert not attention.llama_structured(mm.MistralAttention.forward)  # sliding_window
     assert not attention.llama_structured(mq.Qwen3Attention.forward)  # q_norm, k_norm
+    import transformers.models.cohere2.modeling_cohere2 as mc
+    import transformers.models.qwen2.modeling_qwen2 as mq2
+
+    assert attention.structure("MistralAttention", mm.MistralAttention.forward) == "config"
+    assert attention.structure("Qwen2Attention", mq2.Qwen2Attention.forward) == "module"
+    # the same names as Qwen2's, but RoPE only on its sliding layers: not wrapped
+    assert attention.structure("Cohere2Attention", mc.Cohere2Attention.forward) is None
     lt.apply_liger_kernel_to_llama(rope=False)
     assert "__wrapped_hf__" not in vars(ml.LlamaAttention.forward)
     lt.apply_liger_kernel_to_llama()

@@ -1,6 +1,7 @@
 """Llama-structured attention with its q / k / v projections and RoPE as one liger_cpp op.
 
-HF's LlamaAttention.forward (and its copies: Gemma, Granite, Ernie 4.5, Qwen2-MoE, ...) projects
+HF's LlamaAttention.forward (and its copies: Gemma, Granite, Ernie 4.5, Qwen2-MoE, ...; with a
+sliding window: Qwen2, Mistral, Mixtral, Ministral) projects
 hidden_states three times through nn.Linear, views and transposes each result, then rotates q and k.
 At small batches a training step is bound by the host, and that sequence is about thirty dispatcher
 calls and a dozen autograd nodes per layer. `rope=True` wraps such a class's forward: when the
@@ -10,8 +11,8 @@ for the configured implementation, then o_proj. Otherwise HF's forward runs unch
 
 Conditions, checked on every call: no KV cache (training), cos and sin of the full head width
 without gradient, liger_cpp's RoPE bound in the modeling module (the rope patch in effect), and the
-projections plain bias-free nn.Linear without hooks, of hidden_states' dtype, autocast off
-(`swiglu.plain_projections`).
+projections plain nn.Linear (with or without bias) without hooks, of hidden_states' dtype, autocast
+off (`swiglu.plain_projections`).
 """
 
 import inspect
@@ -49,18 +50,41 @@ LLAMA_ATTENTION_NAMES = frozenset(
     }
 )
 _CACHE_ARGS = ("cache", "past_key_values")  # the KV cache argument's name in 5.25 / 5.17
+# Classes whose forward is Llama's plus one argument of the attention call, sliding_window, read
+# from the module ("module": Qwen2, Ministral) or as getattr(config, "sliding_window", None)
+# ("config": Mistral, Mixtral). Named, not inferred: Cohere 2 reads the same names and rotates only
+# on its sliding layers.
+SLIDING_WINDOW_FROM = {
+    "Qwen2Attention": "module",
+    "MinistralAttention": "module",
+    "MistralAttention": "config",
+    "MixtralAttention": "config",
+}
+_EXTRA_NAMES = {"module": {"sliding_window"}, "config": {"getattr"}}
+
+
+def structure(class_name: str, forward) -> str | None:
+    """How an attention forward relates to HF's LlamaAttention.forward: "llama" (it reads exactly
+    LLAMA_ATTENTION_NAMES), "module" / "config" (Llama's plus the sliding window, for the classes of
+    SLIDING_WINDOW_FROM), None (anything else: not wrapped)."""
+    code = getattr(inspect.unwrap(forward), "__code__", None)
+    if code is None:
+        return None
+    names = frozenset(code.co_names)
+    if names == LLAMA_ATTENTION_NAMES:
+        return "llama"
+    kind = SLIDING_WINDOW_FROM.get(class_name)
+    return kind if kind is not None and names == LLAMA_ATTENTION_NAMES | _EXTRA_NAMES[kind] else None
 
 
 def llama_structured(forward) -> bool:
-    """Whether an attention forward is structured as HF's LlamaAttention.forward (see
-    LLAMA_ATTENTION_NAMES)."""
-    code = getattr(inspect.unwrap(forward), "__code__", None)
-    return code is not None and frozenset(code.co_names) == LLAMA_ATTENTION_NAMES
+    """Whether an attention forward is exactly Llama's structure (see LLAMA_ATTENTION_NAMES)."""
+    return structure("", forward) == "llama"
 
 
-def fused_projections_forward(hf_forward, mod):
-    """A forward for mod's Llama-structured attention class: qkv_rope when it applies (module
-    docstring), hf_forward otherwise."""
+def fused_projections_forward(hf_forward, mod, kind="llama"):
+    """A forward for mod's attention class of this structure (see `structure`): qkv_rope when it
+    applies (module docstring), hf_forward otherwise. Biased projections (Qwen2's) are fine."""
     interfaces, eager = mod.ALL_ATTENTION_FUNCTIONS, mod.eager_attention_forward
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, *args, **kwargs):
@@ -78,11 +102,17 @@ def fused_projections_forward(hf_forward, mod):
             cos.shape[-1] != self.head_dim
             or cos.requires_grad
             or sin.requires_grad
-            or not plain_projections(hidden_states, qp, kp, vp)
+            or not plain_projections(hidden_states, qp, kp, vp, bias=True)
         ):
             return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
-        q, k, v = qkv_rope(hidden_states, qp.weight, kp.weight, vp.weight, cos, sin, self.head_dim)
+        q, k, v = qkv_rope(
+            hidden_states, qp.weight, kp.weight, vp.weight, cos, sin, self.head_dim, qp.bias, kp.bias, vp.bias
+        )
         kwargs = {n: a for n, a in kwargs.items() if n not in _CACHE_ARGS}
+        if kind == "module":
+            kwargs["sliding_window"] = self.sliding_window
+        elif kind == "config":
+            kwargs["sliding_window"] = getattr(self.config, "sliding_window", None)
         attention = interfaces.get_interface(self.config._attn_implementation, eager)
         out, weights = attention(
             self,

@@ -30,23 +30,26 @@ def resolve_in_place(in_place, *projections: nn.Module) -> bool:
     return outputs_private(*projections) if in_place is None else bool(in_place)
 
 
-def plain_projections(x, *projections: nn.Module) -> bool:
-    """Whether an MLP may compute these projections from their weights in one liger_cpp op
-    (`glu_mlp`) instead of calling them: each is exactly nn.Linear without bias, with no hook of
-    any kind on it (user hooks, DeepSpeed ZeRO-3's parameter gathering) and no global module hook,
-    its weight a plain tensor (not a DTensor) of x's dtype, and autocast is off. Anything else (PEFT
-    / LoRA layers, quantised linears, parametrizations, mixed precision by autocast) takes the
-    module path, which calls each projection as HF does."""
+def plain_projections(x, *projections: nn.Module, bias: bool = False) -> bool:
+    """Whether a module may compute these projections from their weights in one liger_cpp op
+    (`glu_mlp`, `qkv_rope`) instead of calling them: each is exactly nn.Linear, without bias
+    (`bias=True`: a bias of the weight's kind is allowed too), with no hook of any kind on it (user
+    hooks, DeepSpeed ZeRO-3's parameter gathering) and no global module hook, its parameters plain
+    tensors (not DTensors) of x's dtype, and autocast is off. Anything else (PEFT / LoRA layers,
+    quantised linears, parametrizations, mixed precision by autocast) takes the module path, which
+    calls each projection as HF does."""
     if torch.is_autocast_enabled(x.device.type) or _global_module_hooks():
         return False
     for p in projections:
-        if type(p) is not nn.Linear or p.bias is not None:
+        if type(p) is not nn.Linear or (p.bias is not None and not bias):
             return False
         if p._forward_hooks or p._forward_pre_hooks or p._backward_hooks or p._backward_pre_hooks:
             return False
-        w = p.weight
-        if (type(w) is not nn.Parameter and type(w) is not torch.Tensor) or w.dtype != x.dtype:
-            return False
+        for w in (p.weight, p.bias):
+            if w is not None and (
+                (type(w) is not nn.Parameter and type(w) is not torch.Tensor) or w.dtype != x.dtype
+            ):
+                return False
     return True
 
 

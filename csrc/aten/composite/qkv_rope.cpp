@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <optional>
 #include <tuple>
 
 #include "aten/checks/common.h"
@@ -26,7 +27,8 @@ namespace qkv_rope_impl {
 
 using Pair = std::tuple<at::Tensor, at::Tensor>;
 using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-using Quad = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using Opt = std::optional<at::Tensor>;
 using RopeSig = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t);
 
 const c10::TypedOperatorHandle<RopeSig>& rope_op(bool backward) {
@@ -63,6 +65,21 @@ Sizes check_inputs(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& 
   return {x.size(0), x.size(1), H, head_dim, wq.size(0) / head_dim, wk.size(0) / head_dim};
 }
 
+// A projection's bias: absent, or (rows,) of x's dtype and device.
+at::Tensor check_bias(const Opt& b, const char* name, const at::Tensor& x, int64_t rows) {
+  if (!b.has_value() || !b->defined()) return at::Tensor();
+  LIGER_CHECK_ARG(b->dim() == 1 && b->size(0) == rows, name, "expected shape (", rows, "), got ",
+                  shape_str(*b));
+  LIGER_CHECK_ARG(b->scalar_type() == x.scalar_type() && b->device() == x.device(), name,
+                  "expected x's dtype and device, got ", dtype_str(b->scalar_type()), " on ", b->device());
+  return *b;
+}
+
+// x2 W^T (+ b): nn.Linear's call on the rows (at::addmm with a bias, as its flattened path).
+at::Tensor project(const at::Tensor& x2, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? at::addmm(b, x2, w.t()) : at::mm(x2, w.t());
+}
+
 // An (M, heads D) GEMM output seen as HF's view(B, S, heads, D).transpose(1, 2).
 at::Tensor heads_view(const at::Tensor& rows2, const Sizes& s, int64_t heads) {
   return rows2.view({s.B, s.S, heads, s.D}).transpose(1, 2);
@@ -75,24 +92,30 @@ at::Tensor grad_rows(const at::Tensor& g, const Sizes& s, int64_t heads) {
 }
 
 Triple fwd(const at::Tensor& x, const at::Tensor& w_q, const at::Tensor& w_k, const at::Tensor& w_v,
-           const at::Tensor& cos, const at::Tensor& sin, int64_t head_dim) {
+           const at::Tensor& cos, const at::Tensor& sin, int64_t head_dim, const Opt& b_q, const Opt& b_k,
+           const Opt& b_v) {
   const Sizes s = check_inputs(x, w_q, w_k, w_v, cos, sin, head_dim);
+  const at::Tensor bq = check_bias(b_q, "b_q", x, w_q.size(0)), bk = check_bias(b_k, "b_k", x, w_k.size(0));
+  const at::Tensor bv = check_bias(b_v, "b_v", x, w_v.size(0));
   const c10::DeviceGuard guard(x.device());
   const at::Tensor x2 = projections::rows(x, s.M(), s.H);
-  const at::Tensor q2 = at::mm(x2, w_q.t());
-  const at::Tensor k2 = at::mm(x2, w_k.t());
+  const at::Tensor q2 = project(x2, w_q, bq);
+  const at::Tensor k2 = project(x2, w_k, bk);
   // v is an output: allocated with the strides of HF's view (not a view of an internal buffer).
   at::Tensor v =
       at::empty_strided({s.B, s.Hk, s.S, s.D}, {s.S * s.Hk * s.D, s.D, s.Hk * s.D, 1}, x.options());
   at::Tensor v2 = v.transpose(1, 2).view({s.M(), s.Hk * s.D});
-  at::mm_out(v2, x2, w_v.t());
+  if (bv.defined())
+    at::addmm_out(v2, bv, x2, w_v.t());
+  else
+    at::mm_out(v2, x2, w_v.t());
   auto [q, k] = rope_op(false).call(heads_view(q2, s, s.Hq), heads_view(k2, s, s.Hk), cos, sin, 1);
   return {q, k, v};
 }
 
-Quad bwd(const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv, const at::Tensor& x,
-         const at::Tensor& w_q, const at::Tensor& w_k, const at::Tensor& w_v, const at::Tensor& cos,
-         const at::Tensor& sin, int64_t head_dim, std::array<bool, 4> mask) {
+Grads bwd(const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv, const at::Tensor& x,
+          const at::Tensor& w_q, const at::Tensor& w_k, const at::Tensor& w_v, const at::Tensor& cos,
+          const at::Tensor& sin, int64_t head_dim, std::array<bool, 7> mask) {
   const Sizes s = check_inputs(x, w_q, w_k, w_v, cos, sin, head_dim);
   const auto check_grad = [&](const at::Tensor& g, const char* name, int64_t heads) {
     LIGER_CHECK_ARG(
@@ -107,7 +130,7 @@ Quad bwd(const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv, const
   check_grad(dv, "dv", s.Hk);
   const c10::DeviceGuard guard(x.device());
   const auto none = [&] { return at::empty({0}, x.options()); };
-  at::Tensor dx = none(), dwq = none(), dwk = none(), dwv = none();
+  at::Tensor dx = none(), dwq = none(), dwk = none(), dwv = none(), dbq = none(), dbk = none(), dbv = none();
   auto [dq_pre, dk_pre] = rope_op(true).call(dq, dk, cos, sin, 1);
   const at::Tensor gq = grad_rows(dq_pre, s, s.Hq), gk = grad_rows(dk_pre, s, s.Hk),
                    gv = grad_rows(dv, s, s.Hk);
@@ -124,7 +147,10 @@ Quad bwd(const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv, const
     dx2.addmm_(gk, w_k);
     dx2.addmm_(gv, w_v);
   }
-  return {dx, dwq, dwk, dwv};
+  if (mask[4]) dbq = gq.sum(0);
+  if (mask[5]) dbk = gk.sum(0);
+  if (mask[6]) dbv = gv.sum(0);
+  return {dx, dwq, dwk, dwv, dbq, dbk, dbv};
 }
 
 }  // namespace qkv_rope_impl

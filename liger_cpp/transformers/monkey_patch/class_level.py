@@ -8,7 +8,7 @@ import warnings
 
 import torch
 
-from liger_cpp.transformers.attention import fused_projections_forward, llama_structured
+from liger_cpp.transformers.attention import fused_projections_forward, structure
 from liger_cpp.transformers.causal_lm import make_forward
 from liger_cpp.transformers.layer_norm import LigerNNLayerNorm
 from liger_cpp.transformers.moe import (
@@ -96,8 +96,9 @@ def patch_llama_attention(model_type: str, mod) -> None:
         if not (isinstance(cls, type) and name.endswith("Attention") and cls.__module__ == mod.__name__):
             continue
         hf_forward = original(cls, "forward")
-        if "forward" in vars(cls) and llama_structured(hf_forward):
-            set_patched(model_type, cls, "forward", fused_projections_forward(hf_forward, mod))
+        kind = structure(name, hf_forward) if "forward" in vars(cls) else None
+        if kind is not None:
+            set_patched(model_type, cls, "forward", fused_projections_forward(hf_forward, mod, kind))
 
 
 def patch_classes(model_type: str, spec: Spec, mod, rms_norm, mlp, layer_norm, mode) -> None:
