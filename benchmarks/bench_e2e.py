@@ -16,8 +16,10 @@ so it includes weights, gradients and optimizer state; on the CPU: the process's
 final loss. The first-step loss of every variant is compared with hf's (same init, same batch).
 
 Presets: 1b-b8t2048, 1b-b4t8192 (Llama 3.2 1B shape: hidden 2048, 16 layers, 32/8 heads, inter 8192,
-vocab 128256, tied), 8b-gc (Llama-3-8B, untied, gradient checkpointing, B1 T16384) and tiny (CPU
-check: hidden 64, 2 layers, vocab 1000, B2 T64, fp32).
+vocab 128256, tied), 8b-gc (Llama-3-8B, untied, gradient checkpointing, B1 T16384), tiny (CPU
+check: hidden 64, 2 layers, vocab 1000, B2 T64, fp32) and host16 (CPU: the 1B's 16 layers with
+grouped-query attention at hidden 64, 4/2 heads, vocab 512, B1 T16, fp32: a step that is mostly host
+work, the proxy of the batch-1 GPU step; run it with OMP_NUM_THREADS=1).
 
 --family picks the architecture (default llama). The newer families (issue 27) at ~1B scale with the
 1b presets (FAMILIES below; each patched by apply_liger_kernel_to_<family>() with its defaults, in
@@ -80,6 +82,19 @@ MODELS = {
         rope_theta=10000.0,
     ),
     "1b": SIZES["1b"],  # the demo's: Llama 3.2 1B's shape
+    # The 1B's layer structure (16 layers, grouped-query attention, tied embeddings) at tiny widths: on
+    # the CPU a step of it is mostly host work (Python, dispatch, autograd, 0.6 M parameters for the
+    # optimizer), the proxy of the batch-1 GPU step.
+    "host16": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=16,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        tie_word_embeddings=True,
+        rope_theta=500000.0,
+    ),
     "8b": dict(
         hidden_size=4096,
         intermediate_size=14336,
@@ -96,6 +111,7 @@ PRESETS = {
     "1b-b4t8192": dict(model="1b", batch=4, seq=8192, dtype="bf16", grad_checkpointing=False),
     "8b-gc": dict(model="8b", batch=1, seq=16384, dtype="bf16", grad_checkpointing=True),
     "tiny": dict(model="tiny", batch=2, seq=64, dtype="fp32", grad_checkpointing=False),
+    "host16": dict(model="host16", batch=1, seq=16, dtype="fp32", grad_checkpointing=False),
     # --family qwen3_moe only: FAMILIES["qwen3_moe"]["moe"], 16384 tokens a step
     "moe-b8t2048": dict(model="moe", batch=8, seq=2048, dtype="bf16", grad_checkpointing=False),
 }
@@ -640,7 +656,7 @@ def parse(argv=None):
     )
     p.add_argument("--batch", type=int, default=None, help="override the preset's batch")
     p.add_argument("--seq", type=int, default=None, help="override the preset's sequence length")
-    p.add_argument("--device", default=None, help="default: cuda (cpu for the tiny preset)")
+    p.add_argument("--device", default=None, help="default: cuda (cpu for the tiny and host16 presets)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None, help="override the preset's")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--timeout", type=float, default=600, help="seconds per variant subprocess")
@@ -672,7 +688,7 @@ def parse(argv=None):
     args.seq = args.seq or preset["seq"]
     args.dtype = args.dtype or preset["dtype"]
     args.grad_checkpointing = preset["grad_checkpointing"]
-    args.device = args.device or ("cpu" if args.model == "tiny" else "cuda")
+    args.device = args.device or ("cpu" if args.model in ("tiny", "host16") else "cuda")
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in args.variants if v not in VARIANTS]
     if bad:
