@@ -13,6 +13,9 @@
 #   rl         benchmarks/bench_rl_losses.py (GRPO, JSD distillation: x floor, first call, memory)
 #   e2e_b1     benchmarks/bench_e2e.py 1B Llama at batch 1 x 1024 (host-bound): hf, liger_cpp, liger,
 #              with --breakdown (one profiled step: GPU time by category and the host-time profile)
+#   e2e_b1_ab  the same batch-1 step, alternating twice between the package in .ab_base/ (a build before
+#              the change under test, carried) and this one: hf and liger_cpp each time
+#   e2e_1b     bench_e2e.py 1B Llama at 8 x 2048 (the GPU-bound bench of record): hf, liger_cpp, liger
 #   e2e_families  bench_e2e.py --family $E2E_FAMILIES (default olmo3 hunyuan_v1_moe qwen3_vl), 1b-b8t2048
 #   e2e_moe    bench_e2e.py --preset moe-b8t2048 --family qwen3_moe (the fused experts, issue 28)
 #   moe_tests  pytest tests/test_moe*.py -k cuda
@@ -62,6 +65,15 @@ for s in ${STAGES:-}; do
     rl) run rl "${RL_TIMEOUT:-240}" python3 benchmarks/bench_rl_losses.py ${RL_ARGS:-} --out "$W/rl_losses.json" ;;
     e2e_b1) run e2e_b1 "${E2E_TIMEOUT:-200}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 --batch 1 \
       --seq 1024 --variants hf,liger_cpp,liger --quick --breakdown --timeout 90 --out "$W/e2e_b1.json" ;;
+    e2e_b1_ab) for i in 1 2; do
+        run "e2e_b1_base$i" "${E2E_TIMEOUT:-200}" env PYTHONPATH="$PWD/.ab_base:$PYTHONPATH" python3 \
+          benchmarks/bench_e2e.py --preset 1b-b8t2048 --batch 1 --seq 1024 --variants hf,liger_cpp --quick \
+          --timeout 90 --out "$W/e2e_b1_base$i.json"
+        run "e2e_b1_new$i" "${E2E_TIMEOUT:-200}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 --batch 1 \
+          --seq 1024 --variants hf,liger_cpp --quick --timeout 90 --out "$W/e2e_b1_new$i.json"
+      done ;;
+    e2e_1b) run e2e_1b "${E2E_TIMEOUT:-300}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 \
+      --variants hf,liger_cpp,liger --quick --timeout 120 --out "$W/e2e_1b.json" ;;
     e2e_families)  # issue 27: one dense, one MoE, one multimodal family at ~1B (E2E_FAMILIES)
       for fam in ${E2E_FAMILIES:-olmo3 hunyuan_v1_moe qwen3_vl}; do
         run "e2e_$fam" "${E2E_TIMEOUT:-200}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 --family "$fam" \
@@ -99,6 +111,8 @@ for s in ${STAGES:-}; do
     captured | failure | beyond | long | sanitize) tail -12 "$W/$s.log" ;;
     e2e_families) for fam in ${E2E_FAMILIES:-olmo3 hunyuan_v1_moe qwen3_vl}; do
         sed -n '/^[A-Z].* on /,$p' "$W/e2e_$fam.log" | head -8; done ;;
+    e2e_b1_ab) for r in base1 new1 base2 new2; do
+        echo "-- $r"; sed -n '/^[A-Z].* on /,$p' "$W/e2e_b1_$r.log" | head -6; done ;;
     *) sed -n '/^[A-Z].* on /,$p' "$W/$s.log" | head -40; tail -3 "$W/$s.log" ;;
   esac
 done
