@@ -309,10 +309,20 @@ def test_modules_take_the_fused_op_only_for_plain_projections(device, make, act)
     assert fused not in _node(y)
     torch.testing.assert_close(y, _mlp_ref(mlp, x, act), rtol=1e-5, atol=1e-5)
     mlp.down_proj = lin
-    # autocast (mixed precision with float32 weights): the module path, which autocast casts
+    # autocast (mixed precision with float32 weights, HF Trainer's bf16=True): the op, on x and the
+    # weights cast to bfloat16 as nn.Linear's autocast casts them: bitwise the module path's forward
     with torch.autocast(device_type=device, dtype=torch.bfloat16):
         y = mlp(x)
-    assert fused not in _node(y) and y.dtype == torch.bfloat16
+        h = mlp.down_proj.register_forward_hook(lambda m, i, o: None)  # forces the module path
+        y_ref = mlp(x)
+        h.remove()
+    assert fused in _node(y) and fused not in _node(y_ref) and y.dtype == torch.bfloat16
+    assert torch.equal(y, y_ref)
+    g = torch.autograd.grad(y.float().sum(), [x, *mlp.parameters()])
+    g_ref = torch.autograd.grad(y_ref.float().sum(), [x, *mlp.parameters()])
+    for a, b in zip(g, g_ref):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2 * b.abs().max().item())
     # weights of another dtype than x: the module path (and its error)
     with pytest.raises(RuntimeError):
         mlp(x.double())

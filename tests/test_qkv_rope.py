@@ -292,9 +292,17 @@ def test_attention_falls_back_where_the_op_does_not_apply(counted):
     h.remove()
     assert seen == [1] and len(counted) == 1  # the hooked layer: HF's forward
     counted.clear()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        model(input_ids=ids, labels=ids)
-    assert counted == []
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # mixed precision: the op, on autocast's casts
+        loss = model(input_ids=ids, labels=ids).loss
+        assert len(counted) == 2
+        hooks = [
+            lay.self_attn.q_proj.register_forward_hook(lambda m, i, o: None) for lay in model.model.layers
+        ]
+        ref = model(input_ids=ids, labels=ids).loss  # HF's forward (hooked projections)
+        for h in hooks:
+            h.remove()
+    assert len(counted) == 2 and torch.equal(loss, ref)
+    counted.clear()
     model = _llama()
     lin = model.model.layers[0].self_attn.q_proj
     model.model.layers[0].self_attn.q_proj = torch.nn.utils.parametrizations.weight_norm(lin)

@@ -11,15 +11,15 @@ for the configured implementation, then o_proj. Otherwise HF's forward runs unch
 
 Conditions, checked on every call: no KV cache (training), cos and sin of the full head width
 without gradient, liger_cpp's RoPE bound in the modeling module (the rope patch in effect), and the
-projections plain nn.Linear (with or without bias) without hooks, of hidden_states' dtype, autocast
-off (`swiglu.plain_projections`).
+projections plain nn.Linear (with or without bias) without hooks, of hidden_states' dtype or, under
+autocast, cast to autocast's dtype as nn.Linear's autocast would (`swiglu.projection_dtype`).
 """
 
 import inspect
 
 from liger_cpp.ops.qkv_rope import qkv_rope
 from liger_cpp.transformers.rope import liger_rotary_pos_emb
-from liger_cpp.transformers.swiglu import plain_projections
+from liger_cpp.transformers.swiglu import as_dtype, projection_dtype
 
 # The globals and attributes HF's LlamaAttention.forward reads (transformers 5.17-5.25). A forward
 # that reads exactly these has Llama's structure (projections, RoPE, cache update, attention
@@ -98,16 +98,15 @@ def fused_projections_forward(hf_forward, mod, kind="llama"):
             return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
         cos, sin = position_embeddings
         qp, kp, vp = self.q_proj, self.k_proj, self.v_proj
-        if (
-            cos.shape[-1] != self.head_dim
-            or cos.requires_grad
-            or sin.requires_grad
-            or not plain_projections(hidden_states, qp, kp, vp, bias=True)
-        ):
-            return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
-        q, k, v = qkv_rope(
-            hidden_states, qp.weight, kp.weight, vp.weight, cos, sin, self.head_dim, qp.bias, kp.bias, vp.bias
+        dt = (
+            None
+            if cos.requires_grad or sin.requires_grad
+            else projection_dtype(hidden_states, qp, kp, vp, bias=True)
         )
+        if dt is None or cos.shape[-1] != self.head_dim:
+            return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
+        w = [as_dtype(t, dt) for t in (qp.weight, kp.weight, vp.weight, qp.bias, kp.bias, vp.bias)]
+        q, k, v = qkv_rope(as_dtype(hidden_states, dt), *w[:3], cos, sin, self.head_dim, *w[3:])
         kwargs = {n: a for n, a in kwargs.items() if n not in _CACHE_ARGS}
         if kind == "module":
             kwargs["sliding_window"] = self.sliding_window

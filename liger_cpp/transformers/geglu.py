@@ -6,7 +6,7 @@ from torch import nn
 
 from liger_cpp.ops.geglu import geglu
 from liger_cpp.ops.glu_mlp import glu_mlp
-from liger_cpp.transformers.swiglu import plain_projections, resolve_in_place
+from liger_cpp.transformers.swiglu import as_dtype, projection_dtype, resolve_in_place
 
 # HF activation names -> GELU approximation. gelu_new / gelu_fast / gelu_pytorch_tanh are all
 # the tanh formula; "gelu" is the exact erf GELU.
@@ -45,9 +45,11 @@ class LigerGEGLUMLP(nn.Module):
 
     def forward(self, x):
         g, u, d = self.gate_proj, self.up_proj, self.down_proj
-        if plain_projections(x, g, u, d):  # one op and one autograd node (liger_cpp.ops.glu_mlp)
+        dt = projection_dtype(x, g, u, d)
+        if dt is not None:  # one op and one autograd node (liger_cpp.ops.glu_mlp)
             act = "gelu_tanh" if self.approximate == "tanh" else "gelu"
-            return glu_mlp(x, g.weight, u.weight, d.weight, act, self.in_place is not False)
+            w = [as_dtype(p.weight, dt) for p in (g, u, d)]
+            return glu_mlp(as_dtype(x, dt), *w, act, self.in_place is not False)
         a, b = g(x), u(x)
         ip = resolve_in_place(self.in_place, g, u)
         return d(geglu(a, b, approximate=self.approximate, in_place=ip))

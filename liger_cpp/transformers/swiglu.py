@@ -30,27 +30,42 @@ def resolve_in_place(in_place, *projections: nn.Module) -> bool:
     return outputs_private(*projections) if in_place is None else bool(in_place)
 
 
-def plain_projections(x, *projections: nn.Module, bias: bool = False) -> bool:
-    """Whether a module may compute these projections from their weights in one liger_cpp op
-    (`glu_mlp`, `qkv_rope`) instead of calling them: each is exactly nn.Linear, without bias
-    (`bias=True`: a bias of the weight's kind is allowed too), with no hook of any kind on it (user
-    hooks, DeepSpeed ZeRO-3's parameter gathering) and no global module hook, its parameters plain
-    tensors (not DTensors) of x's dtype, and autocast is off. Anything else (PEFT / LoRA layers,
-    quantised linears, parametrizations, mixed precision by autocast) takes the module path, which
-    calls each projection as HF does."""
-    if torch.is_autocast_enabled(x.device.type) or _global_module_hooks():
-        return False
+def projection_dtype(x, *projections: nn.Module, bias: bool = False):
+    """The dtype in which a module may compute these projections from their weights in one liger_cpp
+    op (`glu_mlp`, `qkv_rope`) instead of calling them, or None when it must call them: each is
+    exactly nn.Linear, without bias (`bias=True`: with or without), with no hook of any kind on it
+    (user hooks, DeepSpeed ZeRO-3's parameter gathering) and no global module hook, its parameters
+    plain tensors (not DTensors). Without autocast the parameters must be of x's dtype, and that is
+    the dtype; under autocast it is autocast's dtype, to which the caller casts x and the parameters
+    as nn.Linear's autocast would (float64 is never cast: then None). Anything else (PEFT / LoRA
+    layers, quantised linears, parametrizations) takes the module path, which calls each projection
+    as HF does."""
+    if _global_module_hooks():
+        return None
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        dt = torch.get_autocast_dtype(dev)
+        ok = (torch.float32, torch.float16, torch.bfloat16)
+    else:
+        dt, ok = x.dtype, (x.dtype,)
+    if x.dtype not in ok:
+        return None
     for p in projections:
         if type(p) is not nn.Linear or (p.bias is not None and not bias):
-            return False
+            return None
         if p._forward_hooks or p._forward_pre_hooks or p._backward_hooks or p._backward_pre_hooks:
-            return False
+            return None
         for w in (p.weight, p.bias):
             if w is not None and (
-                (type(w) is not nn.Parameter and type(w) is not torch.Tensor) or w.dtype != x.dtype
+                (type(w) is not nn.Parameter and type(w) is not torch.Tensor) or w.dtype not in ok
             ):
-                return False
-    return True
+                return None
+    return dt
+
+
+def as_dtype(t, dtype):
+    """t in dtype (itself when it already is; None stays None): autocast's cast of an operand."""
+    return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
 def _global_module_hooks() -> bool:
@@ -94,8 +109,10 @@ class LigerSwiGLUMLP(nn.Module):
 
     def forward(self, x):
         g, u, d = self.gate_proj, self.up_proj, self.down_proj
-        if plain_projections(x, g, u, d):  # one op and one autograd node (liger_cpp.ops.glu_mlp)
-            return glu_mlp(x, g.weight, u.weight, d.weight, "silu", self.in_place is not False)
+        dt = projection_dtype(x, g, u, d)
+        if dt is not None:  # one op and one autograd node (liger_cpp.ops.glu_mlp)
+            w = [as_dtype(p.weight, dt) for p in (g, u, d)]
+            return glu_mlp(as_dtype(x, dt), *w, "silu", self.in_place is not False)
         ip = resolve_in_place(self.in_place, g, u)
         return d(swiglu(g(x), u(x), in_place=ip))
 
