@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CUDA_OK, DEVICES
-from utils import assert_close_to_ref
+from utils import assert_close_to_ref, assert_compiled_grads_match
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.glu_mlp import glu_mlp
@@ -56,6 +56,26 @@ def _grads(y, tensors, dy):
     return torch.autograd.grad(y, tensors, dy)
 
 
+def _check_against_reference(ins, act, in_place):
+    """glu_mlp(*ins) and its gradients (for a random grad_output) against the float64 HF MLP, each
+    within twice the low-precision HF MLP's error (tests/utils.py)."""
+    x, dtype = ins[0], ins[0].dtype
+    ins64 = [t.detach().double().requires_grad_() for t in ins]
+    y = glu_mlp(*ins, act, in_place=in_place)
+    y64 = _ref(*ins64, act)
+    with torch.no_grad():
+        ylo = _ref(*ins, act)
+    assert y.dtype == dtype and y.shape == (*x.shape[:-1], ins[3].shape[0])
+    assert_close_to_ref(y, y64, ylo, "y")
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(5)).to(device=x.device, dtype=dtype)
+    got = _grads(y, ins, dy)
+    want = _grads(y64, ins64, dy.double())
+    lo = _grads(_ref(*ins, act), ins, dy)
+    for name, g, w, low in zip(("dx", "dw_gate", "dw_up", "dw_down"), got, want, lo):
+        assert g.dtype == dtype and g.shape == w.shape
+        assert_close_to_ref(g, w, low, name)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("act", list(ACTS))
@@ -64,21 +84,7 @@ def _grads(y, tensors, dy):
 def test_matches_float64_reference(device, dtype, act, shape, inter, out, in_place):
     if dtype == torch.float16 and device == "cpu" and act != "silu":
         pytest.skip("covered by silu on the CPU (float16 GEMMs are slow there)")
-    ins = _inputs(shape, inter, out, dtype, device)
-    ins64 = [t.detach().double().requires_grad_() for t in ins]
-    y = glu_mlp(*ins, act, in_place=in_place)
-    y64 = _ref(*ins64, act)
-    with torch.no_grad():
-        ylo = _ref(*ins, act)
-    assert y.dtype == dtype and y.shape == (*shape[:-1], out)
-    assert_close_to_ref(y, y64, ylo, "y")
-    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(5)).to(device=device, dtype=dtype)
-    got = _grads(y, ins, dy)
-    want = _grads(y64, ins64, dy.double())
-    lo = _grads(_ref(*ins, act), ins, dy)
-    for name, g, w, low in zip(("dx", "dw_gate", "dw_up", "dw_down"), got, want, lo):
-        assert g.dtype == dtype and g.shape == w.shape
-        assert_close_to_ref(g, w, low, name)
+    _check_against_reference(_inputs(shape, inter, out, dtype, device), act, in_place)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -209,16 +215,8 @@ def test_torch_compile_fullgraph(device):
     def f(x):
         return (mlp(x) + gmlp(x * 0.5)).square().sum()
 
-    cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
     x = torch.randn(3, 7, 64, device=device, requires_grad=True)
-    params = [x, *mlp.parameters(), *gmlp.parameters()]
-    cf(x).backward()
-    got = [p.grad.clone() for p in params]
-    for p in params:
-        p.grad = None
-    f(x).backward()
-    for g, p in zip(got, params):
-        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-5)
+    assert_compiled_grads_match(f, x, [mlp, gmlp], device, 1e-5)
 
 
 def test_gradcheck_float64_cpu():
@@ -346,21 +344,7 @@ def test_module_in_place_false_is_honoured(device):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cuda_llama_shape(dtype):
     """A 1B Llama MLP's shape (H 2048, I 8192) at 1024 tokens."""
-    ins = _inputs((1, 1024, 2048), 8192, 2048, dtype, "cuda")
-    ins64 = [t.detach().double().requires_grad_() for t in ins]
-    y = glu_mlp(*ins, "silu", in_place=True)
-    y64 = _ref(*ins64, "silu")
-    with torch.no_grad():
-        ylo = _ref(*ins, "silu")
-    assert_close_to_ref(y, y64, ylo, "y")
-    dy = torch.randn_like(y)
-    for name, g, w, lo in zip(
-        ("dx", "dw_gate", "dw_up", "dw_down"),
-        _grads(y, ins, dy),
-        _grads(y64, ins64, dy.double()),
-        _grads(_ref(*ins, "silu"), ins, dy),
-    ):
-        assert_close_to_ref(g, w, lo, name)
+    _check_against_reference(_inputs((1, 1024, 2048), 8192, 2048, dtype, "cuda"), "silu", True)
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs CUDA and liger_cpp's CUDA kernels")

@@ -62,26 +62,36 @@ def _inputs(shape, dtype, device, seed=0):
     return [x, *ws], cos, sin, d
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", SHAPES)
-def test_matches_float64_reference(device, dtype, shape):
-    ins, cos, sin, d = _inputs(shape, dtype, device)
+def _check_against_reference(ins, cos, sin, d, biases=(None, None, None)):
+    """qkv_rope (with these q / k / v biases) and its gradients, biases' included, for random
+    grad_outputs, against the float64 HF projections and RoPE, each within twice the low-precision
+    HF formula's error (tests/utils.py), laid out as HF's views."""
+    dtype, device = ins[0].dtype, ins[0].device
+    given = [b for b in biases if b is not None]
     ins64 = [t.detach().double().requires_grad_() for t in ins]
-    got = qkv_rope(*ins, cos, sin, d)
-    want = _ref(*ins64, cos.double(), sin.double(), d)
+    b64 = [None if b is None else b.detach().double().requires_grad_() for b in biases]
+    got = qkv_rope(*ins, cos, sin, d, *biases)
+    want = _ref(*ins64, cos.double(), sin.double(), d, *b64)
     with torch.no_grad():
-        low = _ref(*ins, cos, sin, d)
+        low = _ref(*ins, cos, sin, d, *biases)
     for name, o, w, lo in zip("qkv", got, want, low):
         assert o.dtype == dtype and o.shape == w.shape and _same_layout(o, lo), name
         assert_close_to_ref(o, w, lo, name)
     gen = torch.Generator().manual_seed(7)
     dys = [torch.randn(o.shape, generator=gen).to(device=device, dtype=dtype) for o in got]
-    g = torch.autograd.grad(got, ins, dys)
-    g64 = torch.autograd.grad(want, ins64, [t.double() for t in dys])
-    glo = torch.autograd.grad(_ref(*ins, cos, sin, d), ins, dys)
-    for name, a, w, lo in zip(("dx", "dw_q", "dw_k", "dw_v"), g, g64, glo):
+    g = torch.autograd.grad(got, ins + given, dys)
+    g64 = torch.autograd.grad(want, ins64 + [b for b in b64 if b is not None], [t.double() for t in dys])
+    glo = torch.autograd.grad(_ref(*ins, cos, sin, d, *biases), ins + given, dys)
+    names = ["dx", "dw_q", "dw_k", "dw_v"] + [f"db_{n}" for n, b in zip("qkv", biases) if b is not None]
+    for name, a, w, lo in zip(names, g, g64, glo):
         assert_close_to_ref(a, w, lo, name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matches_float64_reference(device, dtype, shape):
+    _check_against_reference(*_inputs(shape, dtype, device))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -97,21 +107,7 @@ def test_biases_match_float64_reference(device, dtype, which):
         else None
         for n, w in zip("qkv", ins[1:])
     ]
-    given = [b for b in biases if b is not None]
-    ins64 = [t.detach().double().requires_grad_() for t in ins]
-    b64 = [None if b is None else b.detach().double().requires_grad_() for b in biases]
-    got = qkv_rope(*ins, cos, sin, d, *biases)
-    want = _ref(*ins64, cos.double(), sin.double(), d, *b64)
-    with torch.no_grad():
-        low = _ref(*ins, cos, sin, d, *biases)
-    for name, o, w, lo in zip("qkv", got, want, low):
-        assert_close_to_ref(o, w, lo, name)
-    dys = [torch.randn(o.shape, generator=g).to(device=device, dtype=dtype) for o in got]
-    g_ = torch.autograd.grad(got, ins + given, dys)
-    g64 = torch.autograd.grad(want, ins64 + [b for b in b64 if b is not None], [t.double() for t in dys])
-    glo = torch.autograd.grad(_ref(*ins, cos, sin, d, *biases), ins + given, dys)
-    for a, w, lo in zip(g_, g64, glo):
-        assert_close_to_ref(a, w, lo, "grad")
+    _check_against_reference(ins, cos, sin, d, biases)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -378,20 +374,4 @@ def test_which_attention_classes_are_llama_structured():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cuda_llama_1b_shape(dtype):
     """A 1B Llama layer's projections (H 2048, 32 / 8 heads of 64) at 1024 tokens."""
-    ins, cos, sin, d = _inputs((1, 1024, 2048, 32, 8, 64, False), dtype, "cuda")
-    ins64 = [t.detach().double().requires_grad_() for t in ins]
-    got = qkv_rope(*ins, cos, sin, d)
-    want = _ref(*ins64, cos.double(), sin.double(), d)
-    with torch.no_grad():
-        low = _ref(*ins, cos, sin, d)
-    for name, o, w, lo in zip("qkv", got, want, low):
-        assert _same_layout(o, lo)
-        assert_close_to_ref(o, w, lo, name)
-    dys = [torch.randn_like(o) for o in got]
-    for name, a, w, lo in zip(
-        ("dx", "dw_q", "dw_k", "dw_v"),
-        torch.autograd.grad(got, ins, dys),
-        torch.autograd.grad(want, ins64, [t.double() for t in dys]),
-        torch.autograd.grad(_ref(*ins, cos, sin, d), ins, dys),
-    ):
-        assert_close_to_ref(a, w, lo, name)
+    _check_against_reference(*_inputs((1, 1024, 2048, 32, 8, 64, False), dtype, "cuda"))

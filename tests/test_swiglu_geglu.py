@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import CUDA_OK, DEVICES
 from reference import geglu_ref, swiglu_ref
-from utils import assert_close_to_ref
+from utils import assert_close_to_ref, assert_compiled_grads_match
 
 import liger_cpp  # noqa: F401
 from liger_cpp._testing import plan_override
@@ -331,16 +331,8 @@ def test_torch_compile_fullgraph(device, in_place):
     def f(x):
         return (mlp(x) + gmlp(x * 0.5) + phi(x)).square().sum()
 
-    cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
     x = torch.randn(3, 7, 64, device=device, requires_grad=True)
-    params = [x] + list(mlp.parameters()) + list(gmlp.parameters()) + list(phi.parameters())
-    cf(x).backward()
-    got = [p.grad.clone() for p in params]
-    for p in params:
-        p.grad = None
-    f(x).backward()
-    for g, p in zip(got, params):
-        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+    assert_compiled_grads_match(f, x, [mlp, gmlp, phi], device, 1e-4)
 
 
 def _glu_inputs_after_backward(mlp, x, width):

@@ -142,3 +142,17 @@ def backward_aten_ops(outputs, grads):
     with _Record() as rec:
         torch.autograd.backward(outputs, grads)
     return rec.ops
+
+
+def assert_compiled_grads_match(f, x, modules, device, tol):
+    """torch.compile(f, fullgraph=True) (aot_eager on the CPU, inductor on CUDA) against eager f: the
+    gradients of f(x) for x and every parameter of `modules` agree within rtol = atol = tol."""
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    params = [x] + [p for m in modules for p in m.parameters()]
+    cf(x).backward()
+    got = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    f(x).backward()
+    for g, p in zip(got, params):
+        torch.testing.assert_close(g, p.grad, rtol=tol, atol=tol)

@@ -39,17 +39,15 @@
 #include <string>
 #include <utility>
 
+#include "aten/op_handle.h"
+
 namespace liger_cpp {
 namespace autograd {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The op's handle, looked up once per call site (a function-local static at the caller).
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> find_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
+using liger_cpp::find_op;  // the op's handle (aten/op_handle.h)
 
 // Fake or functional tensors (torch.compile, AOT autograd, opcheck): only functional code then.
 inline bool tracing(const at::Tensor& t) {

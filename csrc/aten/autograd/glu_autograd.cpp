@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "aten/autograd/autograd_common.h"
+#include "aten/glu_ops.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
@@ -21,39 +22,10 @@ namespace glu_autograd_impl {
 
 using namespace autograd;  // NOLINT(build/namespaces)
 using Pair = std::tuple<at::Tensor, at::Tensor>;
-using SwiFwd = at::Tensor(const at::Tensor&, const at::Tensor&, bool);
-using SwiBwd = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&);
-using SwiBwdInplace = void(const at::Tensor&, at::Tensor&, at::Tensor&);
-using GeFwd = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, bool);
-using GeBwd = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view);
-using GeBwdInplace = void(const at::Tensor&, at::Tensor&, at::Tensor&, c10::string_view);
 
-// approximate: std::nullopt for SwiGLU, GeGLU's approximation otherwise.
-at::Tensor glu_fwd(const at::Tensor& a, const at::Tensor& b, const std::optional<std::string>& approximate,
-                   bool in_place) {
-  static const auto swiglu = find_op<SwiFwd>("liger::swiglu_fwd");
-  static const auto geglu = find_op<GeFwd>("liger::geglu_fwd");
-  const at::AutoDispatchBelowADInplaceOrView below;
-  return approximate ? geglu.call(a, b, *approximate, in_place) : swiglu.call(a, b, in_place);
-}
-
-Pair glu_bwd(const at::Tensor& dc, const at::Tensor& a, const at::Tensor& b,
-             const std::optional<std::string>& approximate) {
-  static const auto swiglu = find_op<SwiBwd>("liger::swiglu_bwd");
-  static const auto geglu = find_op<GeBwd>("liger::geglu_bwd");
-  const at::AutoDispatchBelowADInplaceOrView below;
-  return approximate ? geglu.call(dc, a, b, *approximate) : swiglu.call(dc, a, b);
-}
-
-void glu_bwd_inplace(const at::Tensor& dc, at::Tensor& a, at::Tensor& b,
-                     const std::optional<std::string>& approximate) {
-  static const auto swiglu = find_op<SwiBwdInplace>("liger::swiglu_bwd_");
-  static const auto geglu = find_op<GeBwdInplace>("liger::geglu_bwd_");
-  const at::AutoDispatchBelowADInplaceOrView below;
-  if (approximate)
-    geglu.call(dc, a, b, *approximate);
-  else
-    swiglu.call(dc, a, b);
+// approximate: std::nullopt for SwiGLU, GeGLU's approximation otherwise (glu_ops' nullptr / string).
+const char* approx(const std::optional<std::string>& approximate) {
+  return approximate ? approximate->c_str() : nullptr;
 }
 
 // Whether the backward may overwrite a and b (see the file comment; owned is checked in forward).
@@ -69,7 +41,7 @@ bool may_write_inputs(const at::Tensor& a, const at::Tensor& b) {
 struct GluFunction : public torch::autograd::Function<GluFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
                                std::optional<std::string> approximate, bool in_place) {
-    at::Tensor c = glu_fwd(a, b, approximate, in_place);
+    at::Tensor c = glu_ops::fwd(a, b, approx(approximate), in_place);
     ctx->save_for_backward({a, b});
     if (approximate) ctx->saved_data["approximate"] = *approximate;
     // Only intermediates autograd owns (never a leaf such as a parameter, never a tensor that
@@ -91,11 +63,11 @@ struct GluFunction : public torch::autograd::Function<GluFunction> {
     const at::Tensor dc = grad_as(grads[0], a.scalar_type());
     at::Tensor da, db;
     if (ctx->saved_data["in_place"].toBool() && may_write_inputs(a, b)) {
-      glu_bwd_inplace(dc, a, b, approximate);
+      glu_ops::bwd_inplace(dc, a, b, approx(approximate));
       da = a.detach();
       db = b.detach();
     } else {
-      std::tie(da, db) = glu_bwd(dc, a, b, approximate);
+      std::tie(da, db) = glu_ops::bwd(dc, a, b, approx(approximate));
     }
     if (need_a) out[0] = std::move(da);
     if (need_b) out[1] = std::move(db);
@@ -104,15 +76,15 @@ struct GluFunction : public torch::autograd::Function<GluFunction> {
 };
 
 at::Tensor swiglu_fwd_autograd(const at::Tensor& a, const at::Tensor& b, bool in_place) {
-  if (!any_requires_grad(a, b)) return glu_fwd(a, b, std::nullopt, in_place);
+  if (!any_requires_grad(a, b)) return glu_ops::fwd(a, b, nullptr, in_place);
   return GluFunction::apply(a, b, std::nullopt, in_place)[0];
 }
 
 at::Tensor geglu_fwd_autograd(const at::Tensor& a, const at::Tensor& b, c10::string_view approximate,
                               bool in_place) {
-  std::optional<std::string> approx(std::string(approximate.data(), approximate.size()));
-  if (!any_requires_grad(a, b)) return glu_fwd(a, b, approx, in_place);
-  return GluFunction::apply(a, b, std::move(approx), in_place)[0];
+  std::optional<std::string> given(std::string(approximate.data(), approximate.size()));
+  if (!any_requires_grad(a, b)) return glu_ops::fwd(a, b, given->c_str(), in_place);
+  return GluFunction::apply(a, b, std::move(given), in_place)[0];
 }
 
 }  // namespace glu_autograd_impl

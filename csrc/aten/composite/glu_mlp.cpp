@@ -10,7 +10,6 @@
 // in one addmm (float32 accumulation, one rounding, where autograd adds two rounded products).
 // The gated activation is liger_cpp's GLU op (its CPU twin or CUDA kernel).
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -21,13 +20,13 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/projection_checks.h"
+#include "aten/glu_ops.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles the host files as one unity translation unit.
 namespace glu_mlp_impl {
 
 using Quad = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-using Pair = std::tuple<at::Tensor, at::Tensor>;
 
 enum class Act { kSilu, kGeluTanh, kGeluErf };
 
@@ -39,36 +38,9 @@ Act parse_activation(c10::string_view s) {
   LIGER_FAIL("argument 'activation': expected 'silu', 'gelu_tanh' or 'gelu', got '", v, "'");
 }
 
-const char* gelu_approximate(Act act) { return act == Act::kGeluTanh ? "tanh" : "none"; }
-
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
-
-at::Tensor glu(const at::Tensor& a, const at::Tensor& b, Act act) {
-  static const auto swiglu = op<at::Tensor(const at::Tensor&, const at::Tensor&, bool)>("liger::swiglu_fwd");
-  static const auto geglu =
-      op<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, bool)>("liger::geglu_fwd");
-  return act == Act::kSilu ? swiglu.call(a, b, false) : geglu.call(a, b, gelu_approximate(act), false);
-}
-
-Pair glu_bwd(const at::Tensor& dc, const at::Tensor& a, const at::Tensor& b, Act act) {
-  static const auto swiglu =
-      op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&)>("liger::swiglu_bwd");
-  static const auto geglu =
-      op<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view)>("liger::geglu_bwd");
-  return act == Act::kSilu ? swiglu.call(dc, a, b) : geglu.call(dc, a, b, gelu_approximate(act));
-}
-
-void glu_bwd_inplace(const at::Tensor& dc, at::Tensor& a, at::Tensor& b, Act act) {
-  static const auto swiglu = op<void(const at::Tensor&, at::Tensor&, at::Tensor&)>("liger::swiglu_bwd_");
-  static const auto geglu =
-      op<void(const at::Tensor&, at::Tensor&, at::Tensor&, c10::string_view)>("liger::geglu_bwd_");
-  if (act == Act::kSilu)
-    swiglu.call(dc, a, b);
-  else
-    geglu.call(dc, a, b, gelu_approximate(act));
+// The GLU ops' approximate argument (aten/glu_ops.h): nullptr for SiLU.
+const char* approximate(Act act) {
+  return act == Act::kSilu ? nullptr : act == Act::kGeluTanh ? "tanh" : "none";
 }
 
 struct Sizes {
@@ -95,7 +67,7 @@ Quad fwd(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up, 
   const at::Tensor x2 = rows(x, s.M, s.H);
   at::Tensor a = at::mm(x2, w_gate.t());
   at::Tensor b = at::mm(x2, w_up.t());
-  at::Tensor c = glu(a, b, act);
+  at::Tensor c = glu_ops::fwd(a, b, approximate(act), false);
   std::vector<int64_t> y_sizes = x.sizes().vec();
   y_sizes.back() = s.O;
   at::Tensor y = at::empty(y_sizes, x.options());
@@ -149,11 +121,11 @@ Quad bwd_impl(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w_gat
     }
     at::Tensor da, db;
     if (in_place) {
-      glu_bwd_inplace(dc, a, b, act);  // marks a and b written
+      glu_ops::bwd_inplace(dc, a, b, approximate(act));  // marks a and b written
       da = a;
       db = b;
     } else {
-      std::tie(da, db) = glu_bwd(dc, a, b, act);
+      std::tie(da, db) = glu_ops::bwd(dc, a, b, approximate(act));
     }
     if (mask[0]) {
       dx = at::empty(x.sizes(), x.options());

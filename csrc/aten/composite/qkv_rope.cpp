@@ -10,7 +10,6 @@
 // bitwise what HF computes with liger_cpp's RoPE; the backward makes autograd's GEMMs for the
 // weight gradients and accumulates dx in two addmm (float32 accumulation, one rounding).
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -20,6 +19,7 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/projection_checks.h"
+#include "aten/op_handle.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles the host files as one unity translation unit.
@@ -32,10 +32,8 @@ using Opt = std::optional<at::Tensor>;
 using RopeSig = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t);
 
 const c10::TypedOperatorHandle<RopeSig>& rope_op(bool backward) {
-  static const auto fwd =
-      c10::Dispatcher::singleton().findSchemaOrThrow("liger::rope_fwd", "").typed<RopeSig>();
-  static const auto bwd =
-      c10::Dispatcher::singleton().findSchemaOrThrow("liger::rope_bwd", "").typed<RopeSig>();
+  static const auto fwd = find_op<RopeSig>("liger::rope_fwd");
+  static const auto bwd = find_op<RopeSig>("liger::rope_bwd");
   return backward ? bwd : fwd;
 }
 
