@@ -56,15 +56,12 @@ constexpr int kNumArgs = 11;  // arguments of CrossEntropyFunction::forward, one
 constexpr int64_t kComputeGrad = 1, kPerRow = 2, kConsumed = 4;
 
 const c10::TypedOperatorHandle<CeSig>& ce_fwd_op() {
-  static const auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("liger::cross_entropy_fwd", "").typed<CeSig>();
+  static const auto op = find_op<CeSig>("liger::cross_entropy_fwd");
   return op;
 }
 
 const c10::TypedOperatorHandle<ScaleSig>& scale_grad_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("liger::cross_entropy_scale_grad_", "")
-                             .typed<ScaleSig>();
+  static const auto op = find_op<ScaleSig>("liger::cross_entropy_scale_grad_");
   return op;
 }
 

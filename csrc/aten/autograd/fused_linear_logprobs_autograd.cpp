@@ -5,12 +5,13 @@
 // row statistics; a second backward just runs it again. The statistics leave the node without
 // history. Under tracing the backward op is traced like any other (its fake kernel is in Python).
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <optional>
 #include <tuple>
+
+#include "aten/op_handle.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
@@ -26,13 +27,11 @@ using BwdSig = Triple(const Opt&, const Opt&, const at::Tensor&, const at::Tenso
                       const Opt&, const Opt&, const Opt&, double, int64_t, int64_t, bool, bool, bool);
 
 const c10::TypedOperatorHandle<FwdSig>& fwd_op() {
-  static const auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("liger::fused_linear_logprobs_fwd", "").typed<FwdSig>();
+  static const auto op = find_op<FwdSig>("liger::fused_linear_logprobs_fwd");
   return op;
 }
 const c10::TypedOperatorHandle<BwdSig>& bwd_op() {
-  static const auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("liger::fused_linear_logprobs_bwd", "").typed<BwdSig>();
+  static const auto op = find_op<BwdSig>("liger::fused_linear_logprobs_bwd");
   return op;
 }
 

@@ -9,11 +9,12 @@
 // reduced to freqs' (broadcast) shape.
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <tuple>
+
+#include "aten/op_handle.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
@@ -26,10 +27,8 @@ using Sig = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool);
 
 Pair call(bool backward, const at::Tensor& a, const at::Tensor& b, const at::Tensor& freqs,
           bool heads_first) {
-  static const auto fwd =
-      c10::Dispatcher::singleton().findSchemaOrThrow("liger::llama4_rope_fwd", "").typed<Sig>();
-  static const auto bwd =
-      c10::Dispatcher::singleton().findSchemaOrThrow("liger::llama4_rope_bwd", "").typed<Sig>();
+  static const auto fwd = find_op<Sig>("liger::llama4_rope_fwd");
+  static const auto bwd = find_op<Sig>("liger::llama4_rope_bwd");
   return (backward ? bwd : fwd).call(a, b, freqs, heads_first);
 }
 

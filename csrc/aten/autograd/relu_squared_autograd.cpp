@@ -3,9 +3,10 @@
 // activation is recomputed from it, no second buffer is kept). The backward is not differentiable
 // again (once-differentiable, like Liger's).
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
+
+#include "aten/op_handle.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
@@ -18,8 +19,7 @@ using Binary = at::Tensor(const at::Tensor&, const at::Tensor&);
 
 struct ReluSquaredFunction : public torch::autograd::Function<ReluSquaredFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
-    static const auto fwd =
-        c10::Dispatcher::singleton().findSchemaOrThrow("liger::relu_squared_fwd", "").typed<Unary>();
+    static const auto fwd = find_op<Unary>("liger::relu_squared_fwd");
     at::Tensor y;
     {
       const at::AutoDispatchBelowADInplaceOrView below;
@@ -30,8 +30,7 @@ struct ReluSquaredFunction : public torch::autograd::Function<ReluSquaredFunctio
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto bwd =
-        c10::Dispatcher::singleton().findSchemaOrThrow("liger::relu_squared_bwd", "").typed<Binary>();
+    static const auto bwd = find_op<Binary>("liger::relu_squared_bwd");
     const at::Tensor x = ctx->get_saved_variables()[0];
     at::Tensor g = grads[0];
     if (!g.defined() || !ctx->needs_input_grad(0)) return {at::Tensor()};

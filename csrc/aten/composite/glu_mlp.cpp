@@ -10,6 +10,7 @@
 // in one addmm (float32 accumulation, one rounding, where autograd adds two rounded products).
 // The gated activation is liger_cpp's GLU op (its CPU twin or CUDA kernel).
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
