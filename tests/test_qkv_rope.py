@@ -230,7 +230,8 @@ def _llama(**kw):
     import transformers
 
     cfg = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
-    cfg.update(num_key_value_heads=2, vocab_size=97, use_cache=False, **kw)
+    cfg.update(num_key_value_heads=2, vocab_size=97, use_cache=False)
+    cfg.update(kw)
     torch.manual_seed(0)
     c = transformers.LlamaConfig(**cfg)
     c._attn_implementation = "sdpa"
@@ -265,16 +266,35 @@ def test_llama_attention_takes_the_op_and_matches_hf(counted):
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     for n, g in grads.items():
         torch.testing.assert_close(g, ref_grads[n], rtol=1e-4, atol=1e-6, msg=n)
-    # generation (a KV cache): HF's forward, the same tokens as HF's
+    # a model's default config (use_cache=True): HF builds a KV cache in training too; the op's k
+    # and v fill it as HF's forward would
+    counted.clear()
+    out = _llama(use_cache=True)(input_ids=ids, labels=ids)
+    out.loss.backward()
+    assert len(counted) == 2
+    # generation (prefill and decode steps with a KV cache): the op, HF's tokens
     model.eval()
     counted.clear()
     with torch.no_grad():
-        out = model.generate(ids[:1, :4], max_new_tokens=3, do_sample=False, use_cache=True)
-    assert counted == []
+        gen = model.generate(ids[:1, :4], max_new_tokens=3, do_sample=False, use_cache=True)
+    assert len(counted) == 2 * 3  # prefill + 2 decode steps, two layers
     revert_liger_kernel()
+    ref_out = _llama(use_cache=True)(input_ids=ids, labels=ids)
+    torch.testing.assert_close(out.loss, ref_out.loss, rtol=1e-5, atol=1e-6)
+    for layer in range(2):
+        for got, want in zip(
+            _cache_kv(out.past_key_values, layer), _cache_kv(ref_out.past_key_values, layer)
+        ):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     with torch.no_grad():
         ref = _llama().eval().generate(ids[:1, :4], max_new_tokens=3, do_sample=False, use_cache=True)
-    assert torch.equal(out, ref)
+    assert torch.equal(gen, ref)
+
+
+def _cache_kv(cache, layer):
+    """A layer's cached keys and values (transformers 5.25's layers or 5.17's)."""
+    lay = cache.layers[layer]
+    return lay.keys, lay.values
 
 
 def test_attention_falls_back_where_the_op_does_not_apply(counted):

@@ -9,7 +9,11 @@ conditions below hold, q, k and v come from `liger_cpp.ops.qkv_rope` (one call, 
 GEMMs and RoPE kernel, bitwise the same q, k, v), and the rest is HF's: its attention interface
 for the configured implementation, then o_proj. Otherwise HF's forward runs unchanged.
 
-Conditions, checked on every call: no KV cache (training), cos and sin of the full head width
+A KV cache is updated with the op's k and v as HF's forward updates it (HF's models build one in
+training too, unless use_cache=False), so training with a model's default config and generation
+take the op alike.
+
+Conditions, checked on every call: cos and sin of the full head width
 without gradient, liger_cpp's RoPE bound in the modeling module (the rope patch in effect), and the
 projections plain nn.Linear (with or without bias) without hooks, of hidden_states' dtype or, under
 autocast, cast to autocast's dtype as nn.Linear's autocast would (`swiglu.projection_dtype`).
@@ -49,7 +53,6 @@ LLAMA_ATTENTION_NAMES = frozenset(
         "view",
     }
 )
-_CACHE_ARGS = ("cache", "past_key_values")  # the KV cache argument's name in 5.25 / 5.17
 # Classes whose forward is Llama's plus one argument of the attention call, sliding_window, read
 # from the module ("module": Qwen2, Ministral) or as getattr(config, "sliding_window", None)
 # ("config": Mistral, Mixtral). Named, not inferred: Cohere 2 reads the same names and rotates only
@@ -86,13 +89,13 @@ def fused_projections_forward(hf_forward, mod, kind="llama"):
     """A forward for mod's attention class of this structure (see `structure`): qkv_rope when it
     applies (module docstring), hf_forward otherwise. Biased projections (Qwen2's) are fine."""
     interfaces, eager = mod.ALL_ATTENTION_FUNCTIONS, mod.eager_attention_forward
+    update_kwargs = "cache" in inspect.signature(inspect.unwrap(hf_forward)).parameters  # 5.25 / 5.17
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, *args, **kwargs):
         if (
             args
             or position_embeddings is None
             or hidden_states.dim() != 3
-            or any(kwargs.get(c) is not None for c in _CACHE_ARGS)
             or mod.apply_rotary_pos_emb is not liger_rotary_pos_emb
         ):
             return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
@@ -107,7 +110,14 @@ def fused_projections_forward(hf_forward, mod, kind="llama"):
             return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
         w = [as_dtype(t, dt) for t in (qp.weight, kp.weight, vp.weight, qp.bias, kp.bias, vp.bias)]
         q, k, v = qkv_rope(as_dtype(hidden_states, dt), *w[:3], cos, sin, self.head_dim, *w[3:])
-        kwargs = {n: a for n, a in kwargs.items() if n not in _CACHE_ARGS}
+        cache = kwargs.pop("cache", None)
+        cache = kwargs.pop("past_key_values", None) if cache is None else cache
+        if cache is not None:  # as HF's forward calls it: 5.25 hands it the other keyword arguments
+            k, v = (
+                cache.update(k, v, self.layer_idx, kwargs=kwargs)
+                if update_kwargs
+                else cache.update(k, v, self.layer_idx)
+            )
         if kind == "module":
             kwargs["sliding_window"] = self.sliding_window
         elif kind == "config":
