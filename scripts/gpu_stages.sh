@@ -17,7 +17,8 @@
 #              the change under test, carried) and this one: hf and liger_cpp each time
 #   e2e_1b     bench_e2e.py 1B Llama at 8 x 2048 (the GPU-bound bench of record): hf, liger_cpp, liger
 #   e2e_families  bench_e2e.py --family $E2E_FAMILIES (default olmo3 hunyuan_v1_moe qwen3_vl), 1b-b8t2048
-#   e2e_moe    bench_e2e.py --preset moe-b8t2048 --family qwen3_moe (the fused experts, issue 28)
+#   e2e_moe    bench_e2e.py --preset moe-b8t2048 --family qwen3_moe --breakdown (issue 28: the routed
+#              experts' GPU time and share of the step in each variant)
 #   moe_tests  pytest tests/test_moe*.py -k cuda
 #   moe_bench  benchmarks/bench_moe.py (experts layer fwd+bwd, two shapes)
 #   sanitize_only  compute-sanitizer $SANITIZE_TOOLS (memcheck initcheck) over gpu_sanitize.py's $SANITIZE_ONLY
@@ -79,7 +80,7 @@ for s in ${STAGES:-}; do
         run "e2e_$fam" "${E2E_TIMEOUT:-200}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 --family "$fam" \
           --variants hf,liger_cpp,liger --quick --timeout 90 --out "$W/e2e_$fam.json"
       done ;;
-    e2e_moe) run e2e_moe "${E2E_TIMEOUT:-240}" python3 benchmarks/bench_e2e.py --preset moe-b8t2048 --family qwen3_moe \
+    e2e_moe) run e2e_moe "${E2E_TIMEOUT:-240}" python3 benchmarks/bench_e2e.py --preset moe-b8t2048 --family qwen3_moe --breakdown \
       --variants hf,liger_cpp,liger --quick --timeout 110 --out "$W/e2e_moe.json" ;;
     moe_tests) run moe_tests "${MOE_TESTS_TIMEOUT:-150}" python3 -m pytest tests/test_moe*.py -q -n "${NPROC:-16}" \
       -p no:cacheprovider -k cuda ;;
