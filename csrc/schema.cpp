@@ -211,18 +211,34 @@ TORCH_LIBRARY(liger, m) {
   // rotary: width D), no gradient. The GEMMs are nn.Linear's mm / addmm calls and the rotation
   // rope_fwd's kernel, so q, k, v are bitwise HF's with liger_cpp's RoPE; outputs
   // (B, Heads, S, D) with the (B, S, Heads, D) memory of HF's views.
+  // q / k norms (Qwen3, Gemma 3, OLMo 2 / 3; both or neither, x's dtype): before RoPE,
+  // rms_norm_fwd(rows, n_q, norm_eps, norm_offset, norm_casting) of the projection, whose rows are
+  // the heads (n_q of D elements: Qwen3, Gemma 3) or the whole projection (Hq D elements: OLMo).
   m.def(
       "qkv_rope(Tensor x, Tensor w_q, Tensor w_k, Tensor w_v, Tensor cos, Tensor sin, int head_dim, "
-      "Tensor? b_q=None, Tensor? b_k=None, Tensor? b_v=None) -> (Tensor q, Tensor k, Tensor v)");
-  // Its backward: (dq', dk') = rope_bwd(dq, dk), rows of (dq', dk', dv) as (B S, Heads D)
+      "Tensor? b_q=None, Tensor? b_k=None, Tensor? b_v=None, Tensor? n_q=None, Tensor? n_k=None, "
+      "float norm_eps=1e-6, float norm_offset=0., str norm_casting=\"llama\") -> (Tensor q, Tensor k, Tensor "
+      "v)");
+  // Internal (the autograd node's forward with q / k norms): also the projections before the norms
+  // (q_pre (B S, Hq D), k_pre) and the norms' RSTD, which the backward reads.
+  m.def(
+      "qkv_rope_fwd(Tensor x, Tensor w_q, Tensor w_k, Tensor w_v, Tensor cos, Tensor sin, int head_dim, "
+      "Tensor? b_q, Tensor? b_k, Tensor? b_v, Tensor n_q, Tensor n_k, float norm_eps, float norm_offset, "
+      "str norm_casting) -> (Tensor q, Tensor k, Tensor v, Tensor q_pre, Tensor k_pre, Tensor rstd_q, "
+      "Tensor rstd_k)");
+  // Its backward: (dq', dk') = rope_bwd(dq, dk) (then, with norms, through rms_norm_bwd on the
+  // saved q_pre / k_pre and RSTD, which gives dn_q, dn_k), rows of (dq', dk', dv) as (B S, Heads D)
   // matrices G_q, G_k, G_v; dW_q = G_q^T x, dW_k = G_k^T x, dW_v = G_v^T x, db_* = the column
   // sums of G_*, and dx = G_q W_q + G_k W_k + G_v W_v (one GEMM accumulating into another's).
-  // output_mask = which of (dx, dW_q, dW_k, dW_v, db_q, db_k, db_v) to compute; the others are
-  // (0,) tensors.
+  // output_mask = which of (dx, dW_q, dW_k, dW_v, db_q, db_k, db_v, dn_q, dn_k) to compute; the
+  // others are (0,) tensors.
   m.def(
       "qkv_rope_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor x, Tensor w_q, Tensor w_k, Tensor w_v, "
-      "Tensor cos, Tensor sin, int head_dim, bool[7] output_mask=[True, True, True, True, False, False, "
-      "False]) -> (Tensor dx, Tensor dw_q, Tensor dw_k, Tensor dw_v, Tensor db_q, Tensor db_k, Tensor db_v)");
+      "Tensor cos, Tensor sin, int head_dim, bool[9] output_mask=[True, True, True, True, False, False, "
+      "False, False, False], Tensor? q_pre=None, Tensor? k_pre=None, Tensor? n_q=None, Tensor? n_k=None, "
+      "Tensor? rstd_q=None, Tensor? rstd_k=None, float norm_offset=0., str norm_casting=\"llama\") -> "
+      "(Tensor dx, Tensor dw_q, Tensor dw_k, Tensor dw_v, Tensor db_q, Tensor db_k, Tensor db_v, "
+      "Tensor dn_q, Tensor dn_k)");
   // Qwen2-VL multimodal RoPE: cos, sin (3, B, S, D) (or (3, 1, S, D)), planes
   // temporal/height/width; mrope_section = [t, h, w], t + h + w = D/2. Column
   // j < D/2 and column j + D/2 both use plane 0 for j < t, 1 for t <= j < t+h,

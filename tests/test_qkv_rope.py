@@ -5,6 +5,8 @@ shapes, per-batch cos / sin, grad_output != 1, unused outputs, frozen weights, H
 bitwise parity of the forward and the weight gradients with the module path, opcheck,
 torch.compile, gradcheck, errors; which attention classes get the forward and when it falls back."""
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -33,12 +35,31 @@ def _rotate_half(t):
     return torch.cat((-t[..., h:], t[..., :h]), dim=-1)
 
 
-def _ref(x, wq, wk, wv, cos, sin, d, bq=None, bk=None, bv=None):
-    """HF: proj(x).view(B, S, -1, D).transpose(1, 2); q * cos + rotate_half(q) * sin (cos unsqueezed at 1)."""
+def _rms(t, w, eps, offset):
+    """HF's Llama-style RMSNorm over the last dim: float32 statistics (float64 for a float64 t), the
+    normalised value cast back to t's dtype, times (w + offset)."""
+    acc = t.double() if t.dtype == torch.float64 else t.float()
+    y = acc * torch.rsqrt(acc.pow(2).mean(-1, keepdim=True) + eps)
+    return y.to(t.dtype) * (w + offset)
+
+
+def _ref(x, wq, wk, wv, cos, sin, d, bq=None, bk=None, bv=None, norms=None):
+    """HF: proj(x).view(B, S, -1, D).transpose(1, 2); q * cos + rotate_half(q) * sin (cos unsqueezed at 1).
+    norms = (n_q, n_k, eps, offset): Qwen3's per-head q / k RMSNorms ((D,) weights) or OLMo's over
+    the whole projection, before RoPE."""
     b, s, _ = x.shape
-    q, k, v = (
-        F.linear(x, w, bias).view(b, s, -1, d).transpose(1, 2) for w, bias in ((wq, bq), (wk, bk), (wv, bv))
-    )
+    nq, nk, eps, offset = norms if norms is not None else (None, None, 0.0, 0.0)
+
+    def proj(w, bias, n):
+        p = F.linear(x, w, bias)
+        if n is not None and n.shape[0] != d:
+            p = _rms(p, n, eps, offset)
+        p = p.view(b, s, -1, d)
+        if n is not None and n.shape[0] == d:
+            p = _rms(p, n, eps, offset)
+        return p.transpose(1, 2)
+
+    q, k, v = proj(wq, bq, nq), proj(wk, bk, nk), proj(wv, bv, None)
     c, sn = cos.unsqueeze(1).to(q.dtype), sin.unsqueeze(1).to(q.dtype)
     return q * c + _rotate_half(q) * sn, k * c + _rotate_half(k) * sn, v
 
@@ -62,27 +83,37 @@ def _inputs(shape, dtype, device, seed=0):
     return [x, *ws], cos, sin, d
 
 
-def _check_against_reference(ins, cos, sin, d, biases=(None, None, None)):
-    """qkv_rope (with these q / k / v biases) and its gradients, biases' included, for random
-    grad_outputs, against the float64 HF projections and RoPE, each within twice the low-precision
-    HF formula's error (tests/utils.py), laid out as HF's views."""
+def _check_against_reference(ins, cos, sin, d, biases=(None, None, None), norms=None):
+    """qkv_rope (with these q / k / v biases and q / k norms (n_q, n_k, eps, offset)) and its
+    gradients, biases' and norm weights' included, for random grad_outputs, against the float64 HF
+    projections, norms and RoPE, each within twice the low-precision HF formula's error
+    (tests/utils.py), laid out as HF's views."""
     dtype, device = ins[0].dtype, ins[0].device
-    given = [b for b in biases if b is not None]
+    extra = list(norms[:2]) if norms is not None else []
+    given = [b for b in biases if b is not None] + extra
     ins64 = [t.detach().double().requires_grad_() for t in ins]
     b64 = [None if b is None else b.detach().double().requires_grad_() for b in biases]
-    got = qkv_rope(*ins, cos, sin, d, *biases)
-    want = _ref(*ins64, cos.double(), sin.double(), d, *b64)
+    n64 = None
+    if norms is not None:
+        n64 = (*[n.detach().double().requires_grad_() for n in norms[:2]], *norms[2:])
+    kw = {} if norms is None else dict(n_q=norms[0], n_k=norms[1], norm_eps=norms[2], norm_offset=norms[3])
+    got = qkv_rope(*ins, cos, sin, d, *biases, **kw)
+    want = _ref(*ins64, cos.double(), sin.double(), d, *b64, norms=n64)
     with torch.no_grad():
-        low = _ref(*ins, cos, sin, d, *biases)
+        low = _ref(*ins, cos, sin, d, *biases, norms=norms)
     for name, o, w, lo in zip("qkv", got, want, low):
         assert o.dtype == dtype and o.shape == w.shape and _same_layout(o, lo), name
         assert_close_to_ref(o, w, lo, name)
     gen = torch.Generator().manual_seed(7)
     dys = [torch.randn(o.shape, generator=gen).to(device=device, dtype=dtype) for o in got]
     g = torch.autograd.grad(got, ins + given, dys)
-    g64 = torch.autograd.grad(want, ins64 + [b for b in b64 if b is not None], [t.double() for t in dys])
-    glo = torch.autograd.grad(_ref(*ins, cos, sin, d, *biases), ins + given, dys)
+    extra64 = list(n64[:2]) if n64 is not None else []
+    g64 = torch.autograd.grad(
+        want, ins64 + [b for b in b64 if b is not None] + extra64, [t.double() for t in dys]
+    )
+    glo = torch.autograd.grad(_ref(*ins, cos, sin, d, *biases, norms=norms), ins + given, dys)
     names = ["dx", "dw_q", "dw_k", "dw_v"] + [f"db_{n}" for n, b in zip("qkv", biases) if b is not None]
+    names += ["dn_q", "dn_k"][: len(extra)]
     for name, a, w, lo in zip(names, g, g64, glo):
         assert_close_to_ref(a, w, lo, name)
 
@@ -108,6 +139,53 @@ def test_biases_match_float64_reference(device, dtype, which):
         for n, w in zip("qkv", ins[1:])
     ]
     _check_against_reference(ins, cos, sin, d, biases)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("width", ["head", "projection"])
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+def test_norms_match_float64_reference(device, dtype, width, offset):
+    """q / k RMSNorms before RoPE: per head (Qwen3, Gemma 3's offset 1) or over the whole
+    projection (OLMo 2 / 3), with Qwen2-style biases on q and v."""
+    ins, cos, sin, d = _inputs((2, 5, 24, 3, 1, 8, True), dtype, device)
+    g = torch.Generator().manual_seed(5)
+
+    def rnd(n):
+        return (1 + 0.3 * torch.randn(n, generator=g)).to(device=device, dtype=dtype).requires_grad_()
+
+    n_q, n_k = (rnd(d), rnd(d)) if width == "head" else (rnd(ins[1].shape[0]), rnd(ins[2].shape[0]))
+    biases = [rnd(ins[1].shape[0]), None, rnd(ins[3].shape[0])]
+    _check_against_reference(ins, cos, sin, d, biases, norms=(n_q, n_k, 1e-5, offset))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_norms_bitwise_as_the_module_path(device, dtype):
+    """With q / k norms the forward is nn.Linear's GEMMs, liger_cpp's rms_norm and rope on the same
+    rows: bitwise the module path's (LigerRMSNorm between the projection and RoPE), and so are the
+    projection and norm weight gradients."""
+    from liger_cpp.ops.rms_norm import rms_norm
+
+    ins, cos, sin, d = _inputs((2, 9, 32, 4, 2, 8, False), dtype, device)
+    x, wq, wk, wv = ins
+    g = torch.Generator().manual_seed(6)
+    nq, nk = (
+        (1 + 0.3 * torch.randn(d, generator=g)).to(device=device, dtype=dtype).requires_grad_() for _ in "qk"
+    )
+    got = qkv_rope(*ins, cos, sin, d, n_q=nq, n_k=nk, norm_eps=1e-6)
+    b, s = x.shape[:2]
+    q = rms_norm(F.linear(x, wq).view(b, s, -1, d), nq, 1e-6).transpose(1, 2)
+    k = rms_norm(F.linear(x, wk).view(b, s, -1, d), nk, 1e-6).transpose(1, 2)
+    v = F.linear(x, wv).view(b, s, -1, d).transpose(1, 2)
+    ref = (*rope(q, k, cos, sin), v)
+    for name, a, r in zip("qkv", got, ref):
+        assert torch.equal(a, r), name
+    dys = [torch.randn(o.shape, generator=g).to(device=device, dtype=dtype) for o in got]
+    ga = torch.autograd.grad(got, [wq, wk, wv, nq, nk], dys)
+    gr = torch.autograd.grad(ref, [wq, wk, wv, nq, nk], dys)
+    for name, a, r in zip(["dw_q", "dw_k", "dw_v", "dn_q", "dn_k"], ga, gr):
+        assert torch.equal(a, r), name
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -157,7 +235,7 @@ def test_unused_outputs_and_frozen_weights(device):
 
     with Rec():
         (q.sum() + k.sum() + v.sum()).backward()
-    assert seen == [[True, False, False, False, False, False, False]] and x.grad is not None
+    assert seen == [[True] + [False] * 8] and x.grad is not None
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -172,12 +250,29 @@ def test_opcheck(device, dtype):
     det = [t.detach() for t in ins]
     q, k, v = torch.ops.liger.qkv_rope(*det, cos, sin, d)
     dq, dk, dv = (torch.randn_like(t) for t in (q, k, v))
-    for mask in ([True] * 7, [True, False, True, False, False, True, False]):
+    for mask in ([True] * 7 + [False] * 2, [True, False, True, False, False, True, False, False, False]):
         torch.library.opcheck(torch.ops.liger.qkv_rope_bwd, (dq, dk, dv, *det, cos, sin, d, mask))
     # gradients of another layout than the forward's outputs (contiguous (B, heads, S, D))
     torch.library.opcheck(
         torch.ops.liger.qkv_rope_bwd, (dq.contiguous(), dk.contiguous(), dv.contiguous(), *det, cos, sin, d)
     )
+    # q / k norms: per head and over the whole projection, the internal forward and the backward
+    for nq, nk in ((torch.rand(d) + 0.5, torch.rand(d) + 0.5), (torch.rand(16) + 0.5, torch.rand(8) + 0.5)):
+        nq, nk = nq.to(device).requires_grad_(), nk.to(device).requires_grad_()
+        torch.library.opcheck(
+            torch.ops.liger.qkv_rope, (*ins, cos, sin, d, None, None, None, nq, nk, 1e-5, 1.0)
+        )
+        fwd = torch.ops.liger.qkv_rope_fwd(
+            *det, cos, sin, d, None, None, None, nq.detach(), nk.detach(), 1e-5, 1.0, "llama"
+        )
+        torch.library.opcheck(
+            torch.ops.liger.qkv_rope_fwd,
+            (*det, cos, sin, d, None, None, None, nq.detach(), nk.detach(), 1e-5, 1.0, "llama"),
+        )
+        saved = (fwd[3], fwd[4], nq.detach(), nk.detach(), fwd[5], fwd[6], 1.0, "llama")
+        torch.library.opcheck(
+            torch.ops.liger.qkv_rope_bwd, (dq, dk, dv, *det, cos, sin, d, [True] * 9, *saved)
+        )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -185,13 +280,15 @@ def test_torch_compile_fullgraph(device):
     torch._dynamo.reset()
     ins, cos, sin, d = _inputs((2, 6, 32, 4, 2, 8, False), torch.float32, device)
 
+    norms = [(torch.rand(d) + 0.5).to(device).requires_grad_() for _ in "qk"]
+
     def f(*t):
-        q, k, v = qkv_rope(*t, cos, sin, d)
+        q, k, v = qkv_rope(*t[:4], cos, sin, d, n_q=t[4], n_k=t[5], norm_offset=0.5)
         return (q.square().sum() + (k * 2).sum()) * v.mean()
 
     cf = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
-    got = torch.autograd.grad(cf(*ins), ins)
-    want = torch.autograd.grad(f(*ins), ins)
+    got = torch.autograd.grad(cf(*ins, *norms), ins + norms)
+    want = torch.autograd.grad(f(*ins, *norms), ins + norms)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
@@ -199,6 +296,14 @@ def test_torch_compile_fullgraph(device):
 def test_gradcheck_float64_cpu():
     ins, cos, sin, d = _inputs((2, 3, 8, 2, 1, 4, True), torch.float64, "cpu", seed=3)
     assert torch.autograd.gradcheck(lambda *t: qkv_rope(*t, cos, sin, d), ins)
+    g = torch.Generator().manual_seed(8)
+    for widths in ((d, d), (2 * d, d)):  # per head; over the whole projection
+        norms = [
+            (1 + 0.3 * torch.randn(n, generator=g, dtype=torch.float64)).requires_grad_() for n in widths
+        ]
+        assert torch.autograd.gradcheck(
+            lambda *t: qkv_rope(*t[:4], cos, sin, d, n_q=t[4], n_k=t[5], norm_offset=0.25), ins + norms
+        )
 
 
 def test_errors_name_the_argument():
@@ -221,6 +326,17 @@ def test_errors_name_the_argument():
     q, k, v = torch.ops.liger.qkv_rope(x, wq, wk, wv, cos, sin, d)
     with pytest.raises(RuntimeError, match="'dk'"):
         torch.ops.liger.qkv_rope_bwd(q, q, v, x, wq, wk, wv, cos, sin, d)
+    n = torch.ones(d)
+    with pytest.raises(RuntimeError, match="'n_k'"):
+        qkv_rope(x, wq, wk, wv, cos, sin, d, n_q=n)
+    with pytest.raises(RuntimeError, match="'n_q'.*per head"):
+        qkv_rope(x, wq, wk, wv, cos, sin, d, n_q=torch.ones(d + 2), n_k=n)
+    with pytest.raises(RuntimeError, match="'n_k'.*dtype"):
+        qkv_rope(x, wq, wk, wv, cos, sin, d, n_q=n, n_k=n.double())
+    with pytest.raises(RuntimeError, match="'output_mask'"):
+        torch.ops.liger.qkv_rope_bwd(q, k, v, x, wq, wk, wv, cos, sin, d, [True] * 9)
+    with pytest.raises(RuntimeError, match="'q_pre'"):
+        torch.ops.liger.qkv_rope_bwd(q, k, v, x, wq, wk, wv, cos, sin, d, [True] * 9, None, None, n, n)
 
 
 # ---- the attention forward ----
@@ -366,6 +482,38 @@ def test_sliding_window_families_take_the_op_and_match_hf(counted, model_type, k
         torch.testing.assert_close(g, ref_grads[n], rtol=1e-4, atol=1e-6, msg=n)
 
 
+@pytest.mark.parametrize(
+    "model_type,kw",
+    [
+        ("qwen3", {}),  # per-head q / k norms
+        ("qwen3", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1)),
+        ("olmo2", {}),  # norms over the whole projection
+        ("gemma3_text", dict(head_dim=16, sliding_window=4)),  # per head, offset 1, sliding layers
+    ],
+    ids=["qwen3", "qwen3-sliding", "olmo2", "gemma3"],
+)
+def test_qk_norm_families_take_the_op_and_match_hf(counted, model_type, kw):
+    """Attention with q / k RMSNorms (liger_cpp's, from the rms_norm patch) goes through the op
+    with the norms inside: loss and every gradient (the norms' weights included) as plain HF's."""
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(2))
+    ref_loss, ref_grads = _step(_family(model_type, **kw), ids)
+    patch = lt.MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
+    off = ("swiglu", "geglu", "fused_linear_cross_entropy")  # the MLP and the head stay HF's
+    patch(**{k: False for k in off if k in inspect.signature(patch).parameters})
+    model = _family(model_type, **kw)
+    loss, grads = _step(model, ids)
+    assert len(counted) == 2
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    for n, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[n], rtol=1e-4, atol=1e-6, msg=n)
+    counted.clear()
+    # a hooked norm: HF's forward for that layer
+    h = model.model.layers[0].self_attn.k_norm.register_forward_hook(lambda m, i, o: None)
+    model(input_ids=ids, labels=ids)
+    h.remove()
+    assert len(counted) == 1
+
+
 def test_which_attention_classes_are_llama_structured():
     import transformers.models.llama.modeling_llama as ml
     import transformers.models.mistral.modeling_mistral as mm
@@ -382,6 +530,12 @@ def test_which_attention_classes_are_llama_structured():
     assert attention.structure("Qwen2Attention", mq2.Qwen2Attention.forward) == "module"
     # the same names as Qwen2's, but RoPE only on its sliding layers: not wrapped
     assert attention.structure("Cohere2Attention", mc.Cohere2Attention.forward) is None
+    import transformers.models.olmo2.modeling_olmo2 as mo
+
+    assert attention.structure("Qwen3Attention", mq.Qwen3Attention.forward) == "norms+module"
+    assert attention.structure("Olmo2Attention", mo.Olmo2Attention.forward) == "norms"
+    # Llama's names plus q / k norms, but a class not named (the norm's placement is not read)
+    assert attention.structure("SomeAttention", mo.Olmo2Attention.forward) is None
     lt.apply_liger_kernel_to_llama(rope=False)
     assert "__wrapped_hf__" not in vars(ml.LlamaAttention.forward)
     lt.apply_liger_kernel_to_llama()

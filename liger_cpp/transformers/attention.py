@@ -64,20 +64,64 @@ SLIDING_WINDOW_FROM = {
     "MixtralAttention": "config",
 }
 _EXTRA_NAMES = {"module": {"sliding_window"}, "config": {"getattr"}}
+# Classes whose forward is Llama's with RMSNorms q_norm / k_norm on the projections before RoPE
+# (per head: Qwen3, Qwen3-VL, Gemma 3; over the whole projection: OLMo 2 / 3), and the sliding
+# window read from the module where it has one. Named, as above: the names alone do not say where a
+# norm sits. The norms must be liger_cpp's LigerRMSNorm (the rms_norm patch) for the op to apply.
+QK_NORM_CLASSES = {
+    "Qwen3Attention": "module",
+    "Qwen3MoeAttention": "module",
+    "Qwen3VLTextAttention": None,
+    "Qwen3VLMoeTextAttention": None,
+    "Gemma3Attention": "module",
+    "Olmo2Attention": None,
+    "Olmo3Attention": "module",
+}
+_NORM_NAMES = frozenset({"q_norm", "k_norm"})
 
 
 def structure(class_name: str, forward) -> str | None:
     """How an attention forward relates to HF's LlamaAttention.forward: "llama" (it reads exactly
     LLAMA_ATTENTION_NAMES), "module" / "config" (Llama's plus the sliding window, for the classes of
-    SLIDING_WINDOW_FROM), None (anything else: not wrapped)."""
+    SLIDING_WINDOW_FROM), "norms" / "norms+module" (Llama's plus q / k norms, and the module's
+    sliding window, for the classes of QK_NORM_CLASSES), None (anything else: not wrapped)."""
     code = getattr(inspect.unwrap(forward), "__code__", None)
     if code is None:
         return None
     names = frozenset(code.co_names)
     if names == LLAMA_ATTENTION_NAMES:
         return "llama"
+    if class_name in QK_NORM_CLASSES:
+        window = QK_NORM_CLASSES[class_name]
+        extra = _NORM_NAMES | (_EXTRA_NAMES[window] if window else frozenset())
+        return ("norms+" + window if window else "norms") if names == LLAMA_ATTENTION_NAMES | extra else None
     kind = SLIDING_WINDOW_FROM.get(class_name)
     return kind if kind is not None and names == LLAMA_ATTENTION_NAMES | _EXTRA_NAMES[kind] else None
+
+
+def _norm_args(q_norm, k_norm, dtype):
+    """(n_q, n_k, eps, offset, casting) of liger_cpp's RMSNorms q_norm / k_norm for qkv_rope, or
+    None where the op cannot stand in for them: another norm class or forward, hooks, no weight, a
+    weight of another dtype than the projections' (e.g. float32 norms under autocast), or options
+    that differ between the two."""
+    from liger_cpp.transformers.rms_norm import LigerRMSNorm
+
+    args = []
+    for m in (q_norm, k_norm):
+        if (
+            not isinstance(m, LigerRMSNorm)
+            or type(m).forward is not LigerRMSNorm.forward
+            or m._forward_hooks
+            or m._forward_pre_hooks
+            or m._backward_hooks
+            or m._backward_pre_hooks
+            or m._parameters.get("weight") is None
+            or m.weight.dtype != dtype
+        ):
+            return None
+        args.append((m.weight, float(m.variance_epsilon), float(m.offset), m.casting_mode))
+    (wq, *opts_q), (wk, *opts_k) = args
+    return (wq, wk, *opts_q) if opts_q == opts_k else None
 
 
 def llama_structured(forward) -> bool:
@@ -87,9 +131,12 @@ def llama_structured(forward) -> bool:
 
 def fused_projections_forward(hf_forward, mod, kind="llama"):
     """A forward for mod's attention class of this structure (see `structure`): qkv_rope when it
-    applies (module docstring), hf_forward otherwise. Biased projections (Qwen2's) are fine."""
+    applies (module docstring), hf_forward otherwise. Biased projections (Qwen2's) are fine; q / k
+    norms ("norms" kinds) go into the op when they are liger_cpp's RMSNorm (`_norm_args`)."""
     interfaces, eager = mod.ALL_ATTENTION_FUNCTIONS, mod.eager_attention_forward
     update_kwargs = "cache" in inspect.signature(inspect.unwrap(hf_forward)).parameters  # 5.25 / 5.17
+    with_norms = kind.startswith("norms")
+    window = kind.split("+")[1] if kind.startswith("norms+") else (None if with_norms else kind)
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, *args, **kwargs):
         if (
@@ -108,8 +155,13 @@ def fused_projections_forward(hf_forward, mod, kind="llama"):
         )
         if dt is None or cos.shape[-1] != self.head_dim:
             return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
+        norms = ()
+        if with_norms:
+            norms = _norm_args(self.q_norm, self.k_norm, dt)
+            if norms is None:
+                return hf_forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
         w = [as_dtype(t, dt) for t in (qp.weight, kp.weight, vp.weight, qp.bias, kp.bias, vp.bias)]
-        q, k, v = qkv_rope(as_dtype(hidden_states, dt), *w[:3], cos, sin, self.head_dim, *w[3:])
+        q, k, v = qkv_rope(as_dtype(hidden_states, dt), *w[:3], cos, sin, self.head_dim, *w[3:], *norms)
         cache = kwargs.pop("cache", None)
         cache = kwargs.pop("past_key_values", None) if cache is None else cache
         if cache is not None:  # as HF's forward calls it: 5.25 hands it the other keyword arguments
@@ -118,9 +170,9 @@ def fused_projections_forward(hf_forward, mod, kind="llama"):
                 if update_kwargs
                 else cache.update(k, v, self.layer_idx)
             )
-        if kind == "module":
+        if window == "module":
             kwargs["sliding_window"] = self.sliding_window
-        elif kind == "config":
+        elif window == "config":
             kwargs["sliding_window"] = getattr(self.config, "sliding_window", None)
         attention = interfaces.get_interface(self.config._attn_implementation, eager)
         out, weights = attention(
