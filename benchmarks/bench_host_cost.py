@@ -17,6 +17,8 @@ Pairs (liger_cpp's functional API against PyTorch's):
                (LigerSwiGLUMLP's op)           F.linear(x, wu), wd), x (1, 1, 64), I = 128
   qkv_rope     qkv_rope(x, wq, wk, wv, ...)    HF LlamaAttention's three projections, view,
                (the Llama attention's op)      transpose and HF's RoPE; 4 / 2 heads of 16
+  qkv_norm_rope qkv_rope(..., n_q, n_k)        HF Qwen3Attention's: the same with F.rms_norm on
+               (Qwen3's attention inputs)      each head of q and k before RoPE
 Modes: fwd+bwd (the acceptance: y = f(); torch.autograd.grad(y, inputs, dy)) and fwd (no_grad).
 Runs on the CPU and, when CUDA and liger_cpp's CUDA kernels are present, on the GPU (float32).
 
@@ -103,6 +105,15 @@ def cases(dev):
         q, k, v = (F.linear(mx, w).view(b, s, -1, 16).transpose(1, 2) for w in (qw, kw, vw))
         return (*_hf_rope(q, k, qcos, qsin), v)
 
+    nq, nk = ((1 + 0.1 * rnd(16, grad=False)).requires_grad_() for _ in "qk")
+
+    def hf_qkv_norm():
+        b, s = mx.shape[0], mx.shape[1]
+        q = F.rms_norm(F.linear(mx, qw).view(b, s, -1, 16), (16,), nq, EPS).transpose(1, 2)
+        k = F.rms_norm(F.linear(mx, kw).view(b, s, -1, 16), (16,), nk, EPS).transpose(1, 2)
+        v = F.linear(mx, vw).view(b, s, -1, 16).transpose(1, 2)
+        return (*_hf_rope(q, k, qcos, qsin), v)
+
     return {
         "rms_norm": (
             make(lambda: liger_rms_norm(x, w, EPS), [x, w], dy),
@@ -131,6 +142,14 @@ def cases(dev):
         "qkv_rope": (
             make(lambda: qkv_rope(mx, qw, kw, vw, qcos, qsin, 16), [mx, qw, kw, vw], qdy),
             make(hf_qkv, [mx, qw, kw, vw], qdy),
+        ),
+        "qkv_norm_rope": (
+            make(
+                lambda: qkv_rope(mx, qw, kw, vw, qcos, qsin, 16, n_q=nq, n_k=nk, norm_eps=EPS),
+                [mx, qw, kw, vw, nq, nk],
+                qdy,
+            ),
+            make(hf_qkv_norm, [mx, qw, kw, vw, nq, nk], qdy),
         ),
     }
 
