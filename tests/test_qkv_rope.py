@@ -449,14 +449,14 @@ def test_attention_falls_back_where_the_op_does_not_apply(counted):
     assert counted == []
 
 
-def _family(model_type, **kw):
+def _family(model_type, attn="sdpa", **kw):
     import transformers
 
     cfg = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
     cfg.update(num_key_value_heads=2, vocab_size=97, use_cache=False, **kw)
     torch.manual_seed(0)
     c = transformers.CONFIG_MAPPING[model_type](**cfg)
-    c._attn_implementation = "sdpa"
+    c._attn_implementation = attn
     return transformers.AutoModelForCausalLM.from_config(c)
 
 
@@ -466,15 +466,26 @@ def _family(model_type, **kw):
         ("qwen2", {}),  # biased q / k / v
         ("qwen2", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1)),
         ("mistral", dict(sliding_window=4)),
+        # sliding layers and the attention's logit softcap (eager attention, which applies it)
+        (
+            "gemma2",
+            dict(
+                head_dim=16,
+                sliding_window=4,
+                attn_logit_softcapping=2.0,
+                query_pre_attn_scalar=16,
+                attn="eager",
+            ),
+        ),
     ],
-    ids=["qwen2", "qwen2-sliding", "mistral-sliding"],
+    ids=["qwen2", "qwen2-sliding", "mistral-sliding", "gemma2-softcap"],
 )
 def test_sliding_window_families_take_the_op_and_match_hf(counted, model_type, kw):
     ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(2))
     ref_loss, ref_grads = _step(_family(model_type, **kw), ids)
-    lt.MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](
-        swiglu=False, rms_norm=False, fused_linear_cross_entropy=False
-    )
+    patch = lt.MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
+    off = ("swiglu", "geglu", "rms_norm", "fused_linear_cross_entropy")  # only the attention's op
+    patch(**{k: False for k in off if k in inspect.signature(patch).parameters})
     loss, grads = _step(_family(model_type, **kw), ids)
     assert len(counted) == 2
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
@@ -536,6 +547,9 @@ def test_which_attention_classes_are_llama_structured():
     assert attention.structure("Olmo2Attention", mo.Olmo2Attention.forward) == "norms"
     # Llama's names plus q / k norms, but a class not named (the norm's placement is not read)
     assert attention.structure("SomeAttention", mo.Olmo2Attention.forward) is None
+    import transformers.models.gemma2.modeling_gemma2 as mg2
+
+    assert attention.structure("Gemma2Attention", mg2.Gemma2Attention.forward) == "module+softcap"
     lt.apply_liger_kernel_to_llama(rope=False)
     assert "__wrapped_hf__" not in vars(ml.LlamaAttention.forward)
     lt.apply_liger_kernel_to_llama()

@@ -53,50 +53,54 @@ LLAMA_ATTENTION_NAMES = frozenset(
         "view",
     }
 )
-# Classes whose forward is Llama's plus one argument of the attention call, sliding_window, read
-# from the module ("module": Qwen2, Ministral) or as getattr(config, "sliding_window", None)
-# ("config": Mistral, Mixtral). Named, not inferred: Cohere 2 reads the same names and rotates only
-# on its sliding layers.
-SLIDING_WINDOW_FROM = {
-    "Qwen2Attention": "module",
-    "MinistralAttention": "module",
-    "MistralAttention": "config",
-    "MixtralAttention": "config",
+# Classes whose forward is Llama's plus named parts, each with the names it reads (what `structure`
+# checks) and what the wrapper does for it:
+#   "module" / "config": the attention call's sliding_window, read from the module (Qwen2,
+#     Ministral, ...) or as getattr(config, "sliding_window", None) (Mistral, Mixtral);
+#   "norms": RMSNorms q_norm / k_norm on the projections before RoPE (per head: Qwen3, Qwen3-VL,
+#     Gemma 3; over the whole projection: OLMo 2 / 3), taken into the op when they are liger_cpp's
+#     LigerRMSNorm (the rms_norm patch);
+#   "softcap": the attention call's softcap, the module's attn_logit_softcapping (Gemma 2).
+# Named, not inferred: the names alone do not say where a norm sits, and Cohere 2 reads Qwen2's
+# names but rotates only on its sliding layers.
+NAMED_ATTENTION = {
+    "Qwen2Attention": ("module",),
+    "MinistralAttention": ("module",),
+    "MistralAttention": ("config",),
+    "MixtralAttention": ("config",),
+    "Qwen3Attention": ("norms", "module"),
+    "Qwen3MoeAttention": ("norms", "module"),
+    "Qwen3VLTextAttention": ("norms",),
+    "Qwen3VLMoeTextAttention": ("norms",),
+    "Gemma3Attention": ("norms", "module"),
+    "Olmo2Attention": ("norms",),
+    "Olmo3Attention": ("norms", "module"),
+    "Gemma2Attention": ("module", "softcap"),
 }
-_EXTRA_NAMES = {"module": {"sliding_window"}, "config": {"getattr"}}
-# Classes whose forward is Llama's with RMSNorms q_norm / k_norm on the projections before RoPE
-# (per head: Qwen3, Qwen3-VL, Gemma 3; over the whole projection: OLMo 2 / 3), and the sliding
-# window read from the module where it has one. Named, as above: the names alone do not say where a
-# norm sits. The norms must be liger_cpp's LigerRMSNorm (the rms_norm patch) for the op to apply.
-QK_NORM_CLASSES = {
-    "Qwen3Attention": "module",
-    "Qwen3MoeAttention": "module",
-    "Qwen3VLTextAttention": None,
-    "Qwen3VLMoeTextAttention": None,
-    "Gemma3Attention": "module",
-    "Olmo2Attention": None,
-    "Olmo3Attention": "module",
+_PART_NAMES = {
+    "module": {"sliding_window"},
+    "config": {"getattr"},
+    "norms": {"q_norm", "k_norm"},
+    "softcap": {"attn_logit_softcapping"},
 }
-_NORM_NAMES = frozenset({"q_norm", "k_norm"})
 
 
 def structure(class_name: str, forward) -> str | None:
     """How an attention forward relates to HF's LlamaAttention.forward: "llama" (it reads exactly
-    LLAMA_ATTENTION_NAMES), "module" / "config" (Llama's plus the sliding window, for the classes of
-    SLIDING_WINDOW_FROM), "norms" / "norms+module" (Llama's plus q / k norms, and the module's
-    sliding window, for the classes of QK_NORM_CLASSES), None (anything else: not wrapped)."""
+    LLAMA_ATTENTION_NAMES), the "+"-joined parts of NAMED_ATTENTION for a named class that reads
+    exactly Llama's names and its parts' (e.g. "module", "config", "norms+module"), None (anything
+    else: not wrapped)."""
     code = getattr(inspect.unwrap(forward), "__code__", None)
     if code is None:
         return None
     names = frozenset(code.co_names)
     if names == LLAMA_ATTENTION_NAMES:
         return "llama"
-    if class_name in QK_NORM_CLASSES:
-        window = QK_NORM_CLASSES[class_name]
-        extra = _NORM_NAMES | (_EXTRA_NAMES[window] if window else frozenset())
-        return ("norms+" + window if window else "norms") if names == LLAMA_ATTENTION_NAMES | extra else None
-    kind = SLIDING_WINDOW_FROM.get(class_name)
-    return kind if kind is not None and names == LLAMA_ATTENTION_NAMES | _EXTRA_NAMES[kind] else None
+    parts = NAMED_ATTENTION.get(class_name)
+    if parts is None:
+        return None
+    expected = LLAMA_ATTENTION_NAMES.union(*(_PART_NAMES[p] for p in parts))
+    return "+".join(parts) if names == expected else None
 
 
 def _norm_args(q_norm, k_norm, dtype):
@@ -135,8 +139,9 @@ def fused_projections_forward(hf_forward, mod, kind="llama"):
     norms ("norms" kinds) go into the op when they are liger_cpp's RMSNorm (`_norm_args`)."""
     interfaces, eager = mod.ALL_ATTENTION_FUNCTIONS, mod.eager_attention_forward
     update_kwargs = "cache" in inspect.signature(inspect.unwrap(hf_forward)).parameters  # 5.25 / 5.17
-    with_norms = kind.startswith("norms")
-    window = kind.split("+")[1] if kind.startswith("norms+") else (None if with_norms else kind)
+    parts = set(kind.split("+"))
+    with_norms, softcap = "norms" in parts, "softcap" in parts
+    window = "module" if "module" in parts else ("config" if "config" in parts else None)
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, *args, **kwargs):
         if (
@@ -174,6 +179,8 @@ def fused_projections_forward(hf_forward, mod, kind="llama"):
             kwargs["sliding_window"] = self.sliding_window
         elif window == "config":
             kwargs["sliding_window"] = getattr(self.config, "sliding_window", None)
+        if softcap:
+            kwargs["softcap"] = self.attn_logit_softcapping
         attention = interfaces.get_interface(self.config._attn_implementation, eager)
         out, weights = attention(
             self,
