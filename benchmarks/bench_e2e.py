@@ -19,7 +19,8 @@ Presets: 1b-b8t2048, 1b-b4t8192 (Llama 3.2 1B shape: hidden 2048, 16 layers, 32/
 vocab 128256, tied), 8b-gc (Llama-3-8B, untied, gradient checkpointing, B1 T16384), tiny (CPU
 check: hidden 64, 2 layers, vocab 1000, B2 T64, fp32) and host16 (CPU: the 1B's 16 layers with
 grouped-query attention at hidden 64, 4/2 heads, vocab 512, B1 T16, fp32: a step that is mostly host
-work, the proxy of the batch-1 GPU step; run it with OMP_NUM_THREADS=1).
+work, the proxy of the batch-1 GPU step; run it with OMP_NUM_THREADS=1; also with --family olmo3 or
+qwen3_vl, whose attention has q / k norms).
 
 --family picks the architecture (default llama). The newer families (issue 27) at ~1B scale with the
 1b presets (FAMILIES below; each patched by apply_liger_kernel_to_<family>() with its defaults, in
@@ -127,6 +128,18 @@ _TINY = dict(
     vocab_size=1000,
     tie_word_embeddings=False,
 )
+# "host16": the host16 preset's proxy (16 layers at hidden 64, head dim 16), for the q / k-norm
+# attention of OLMo 3 (over the projection) and Qwen3-VL's text model (per head).
+_HOST16 = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=16,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=512,
+    tie_word_embeddings=True,
+)
 FAMILIES = {
     "olmo3": {
         "1b": dict(
@@ -139,6 +152,7 @@ FAMILIES = {
             tie_word_embeddings=False,
         ),
         "tiny": _TINY,
+        "host16": _HOST16,
     },
     "hunyuan_v1_moe": {
         "1b": dict(
@@ -186,6 +200,7 @@ FAMILIES = {
             tie_word_embeddings=True,
         ),
         "tiny": dict(_TINY, head_dim=16),
+        "host16": _HOST16,
     },
 }
 FAMILY_NAMES = ("llama", *FAMILIES)
