@@ -22,6 +22,7 @@ autocast, cast to autocast's dtype as nn.Linear's autocast would (`swiglu.projec
 import inspect
 
 from liger_cpp.ops.qkv_rope import qkv_rope
+from liger_cpp.transformers.rms_norm import LigerRMSNorm
 from liger_cpp.transformers.rope import liger_rotary_pos_emb
 from liger_cpp.transformers.swiglu import as_dtype, projection_dtype
 
@@ -108,8 +109,6 @@ def _norm_args(q_norm, k_norm, dtype):
     None where the op cannot stand in for them: another norm class or forward, hooks, no weight, a
     weight of another dtype than the projections' (e.g. float32 norms under autocast), or options
     that differ between the two."""
-    from liger_cpp.transformers.rms_norm import LigerRMSNorm
-
     args = []
     for m in (q_norm, k_norm):
         if (
