@@ -118,28 +118,16 @@ PRESETS = {
 }
 VARIANTS = ("hf", "liger_cpp", "liger", "compile")
 
-# The newer families' shapes (model size -> config fields); "tiny" for the CPU check.
-_TINY = dict(
-    hidden_size=64,
-    intermediate_size=172,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=1000,
-    tie_word_embeddings=False,
-)
-# "host16": the host16 preset's proxy (16 layers at hidden 64, head dim 16), for the q / k-norm
-# attention of OLMo 3 (over the projection) and Qwen3-VL's text model (per head).
-_HOST16 = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=16,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    vocab_size=512,
-    tie_word_embeddings=True,
-)
+
+# The newer families' shapes (model size -> config fields); "tiny" for the CPU check and "host16" for
+# the host16 preset (the Llama presets' widths with each family's own RoPE base; host16 with head
+# dim 16: OLMo 3's q / k norms span the projection, Qwen3-VL's each head).
+def _family_shape(model: str, **extra) -> dict:
+    return {**{k: v for k, v in MODELS[model].items() if k != "rope_theta"}, **extra}
+
+
+_TINY = _family_shape("tiny")
+_HOST16 = _family_shape("host16", head_dim=16)
 FAMILIES = {
     "olmo3": {
         "1b": dict(
