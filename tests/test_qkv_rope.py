@@ -525,15 +525,15 @@ def test_qk_norm_families_take_the_op_and_match_hf(counted, model_type, kw):
     assert len(counted) == 1
 
 
-def test_which_attention_classes_are_llama_structured():
+def test_which_attention_classes_are_wrapped():
     import transformers.models.llama.modeling_llama as ml
     import transformers.models.mistral.modeling_mistral as mm
     import transformers.models.qwen3.modeling_qwen3 as mq
 
     revert_liger_kernel()
-    assert attention.llama_structured(ml.LlamaAttention.forward)
-    assert not attention.llama_structured(mm.MistralAttention.forward)  # sliding_window
-    assert not attention.llama_structured(mq.Qwen3Attention.forward)  # q_norm, k_norm
+    assert attention.structure("LlamaAttention", ml.LlamaAttention.forward) == "llama"
+    assert attention.structure("", mm.MistralAttention.forward) is None  # sliding_window, not named
+    assert attention.structure("", mq.Qwen3Attention.forward) is None  # q_norm, k_norm, not named
     import transformers.models.cohere2.modeling_cohere2 as mc
     import transformers.models.qwen2.modeling_qwen2 as mq2
 

@@ -24,7 +24,7 @@ import inspect
 from liger_cpp.ops.qkv_rope import qkv_rope
 from liger_cpp.transformers.rms_norm import LigerRMSNorm
 from liger_cpp.transformers.rope import liger_rotary_pos_emb
-from liger_cpp.transformers.swiglu import as_dtype, projection_dtype
+from liger_cpp.transformers.swiglu import as_dtype, hooked, projection_dtype
 
 # The globals and attributes HF's LlamaAttention.forward reads (transformers 5.17-5.25). A forward
 # that reads exactly these has Llama's structure (projections, RoPE, cache update, attention
@@ -114,10 +114,7 @@ def _norm_args(q_norm, k_norm, dtype):
         if (
             not isinstance(m, LigerRMSNorm)
             or type(m).forward is not LigerRMSNorm.forward
-            or m._forward_hooks
-            or m._forward_pre_hooks
-            or m._backward_hooks
-            or m._backward_pre_hooks
+            or hooked(m)
             or m._parameters.get("weight") is None
             or m.weight.dtype != dtype
         ):
@@ -125,11 +122,6 @@ def _norm_args(q_norm, k_norm, dtype):
         args.append((m.weight, float(m.variance_epsilon), float(m.offset), m.casting_mode))
     (wq, *opts_q), (wk, *opts_k) = args
     return (wq, wk, *opts_q) if opts_q == opts_k else None
-
-
-def llama_structured(forward) -> bool:
-    """Whether an attention forward is exactly Llama's structure (see LLAMA_ATTENTION_NAMES)."""
-    return structure("", forward) == "llama"
 
 
 def fused_projections_forward(hf_forward, mod, kind="llama"):

@@ -53,7 +53,7 @@ def projection_dtype(x, *projections: nn.Module, bias: bool = False):
     for p in projections:
         if type(p) is not nn.Linear or (p.bias is not None and not bias):
             return None
-        if p._forward_hooks or p._forward_pre_hooks or p._backward_hooks or p._backward_pre_hooks:
+        if hooked(p):
             return None
         for w in (p.weight, p.bias):
             if w is not None and (
@@ -61,6 +61,12 @@ def projection_dtype(x, *projections: nn.Module, bias: bool = False):
             ):
                 return None
     return dt
+
+
+def hooked(m: nn.Module) -> bool:
+    """Whether a module has a hook of its own (forward, forward-pre, backward or backward-pre): a
+    caller that would compute its output without calling it must call it instead."""
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks)
 
 
 def as_dtype(t, dtype):

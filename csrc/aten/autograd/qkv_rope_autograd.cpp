@@ -69,8 +69,8 @@ struct QkvRopeFunction : public torch::autograd::Function<QkvRopeFunction> {
     ctx->set_materialize_grads(false);
     ctx->saved_data["head_dim"] = head_dim;
     // which optional tensors were given (each takes a needs_input_grad slot only then)
-    ctx->saved_data["biases"] = int64_t((given(bq) ? 1 : 0) | (given(bk) ? 2 : 0) | (given(bv) ? 4 : 0) |
-                                        (given(nq) ? 8 : 0) | (given(nk) ? 16 : 0));
+    ctx->saved_data["given"] = int64_t((given(bq) ? 1 : 0) | (given(bk) ? 2 : 0) | (given(bv) ? 4 : 0) |
+                                       (given(nq) ? 8 : 0) | (given(nk) ? 16 : 0));
     return {q, k, v};
   }
 
@@ -78,7 +78,7 @@ struct QkvRopeFunction : public torch::autograd::Function<QkvRopeFunction> {
     static const auto bwd = find_op<BwdSig>("liger::qkv_rope_bwd");
     // x, w_q, w_k, w_v, cos, sin, head_dim, b_q, b_k, b_v, n_q, n_k, norm_eps, norm_offset, norm_casting
     variable_list out(15);
-    const int64_t given_mask = ctx->saved_data["biases"].toInt();
+    const int64_t given_mask = ctx->saved_data["given"].toInt();
     InputSlots slots;
     std::array<int, 11> slot{};
     for (int i = 0; i < 6; ++i) slot[i] = slots.add(true);  // x, w_q, w_k, w_v, cos, sin
