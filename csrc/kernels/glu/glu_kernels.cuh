@@ -36,6 +36,25 @@ constexpr int kGenericBwdThreads = 128, kGenericBwdUnroll = 1, kGenericBwdMinBlo
 constexpr int kDenseThreads = 128, kDenseFwdBlocks = 16, kDenseBwdBlocks = 16;
 constexpr int64_t kDenseMaxElems = INT32_MAX - 65536;  // 32-bit indices with room
 
+// One element of the forward, c = act(a) * b, and of the backward, da = g * b * act'(a) and
+// db = g * act(a), in fp32 (the kernels below differ only in how they index the operands).
+template <typename T, GluAct ACT>
+__device__ __forceinline__ T glu_fwd_elem(const T& a, const T& b) {
+  return from_float<T>(Act<ACT>::f(to_float<T>(a)) * to_float<T>(b));
+}
+
+// By reference: g and a are read, then b, then da and db are written (da / db may be a / b). The
+// backwards' ragged tails spell the element out instead: their loads in this order (g, b, a) keep
+// the kernels' machine code as measured.
+template <typename T, GluAct ACT>
+__device__ __forceinline__ void glu_bwd_elem(const T& g_in, const T& a, const T& b, T& da, T& db) {
+  const float g = to_float<T>(g_in);
+  float y, d;
+  Act<ACT>::fd(to_float<T>(a), y, d);
+  da = from_float<T>(g * to_float<T>(b) * d);
+  db = from_float<T>(g * y);
+}
+
 template <typename T, int VEC, GluAct ACT>
 __global__ void __launch_bounds__(kGenericFwdThreads, kGenericFwdMinBlocks)
     glu_fwd_generic(const T* __restrict__ a, int64_t as, const T* __restrict__ b, int64_t bs,
@@ -63,12 +82,10 @@ __global__ void __launch_bounds__(kGenericFwdThreads, kGenericFwdMinBlocks)
       if (col + VEC <= cols) {
         Vec<T, VEC> cv;
 #pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av[u].v[j])) * to_float<T>(bv[u].v[j]));
+        for (int j = 0; j < VEC; ++j) cv.v[j] = glu_fwd_elem<T, ACT>(av[u].v[j], bv[u].v[j]);
         store_vec<T, VEC>(cr + col, cv);
       } else if (VEC > 1 && col < cols) {  // ragged end of a row (vector path only)
-        for (int64_t k = col; k < cols; ++k)
-          cr[k] = from_float<T>(Act<ACT>::f(to_float<T>(ar[k])) * to_float<T>(br[k]));
+        for (int64_t k = col; k < cols; ++k) cr[k] = glu_fwd_elem<T, ACT>(ar[k], br[k]);
       }
     }
   }
@@ -104,13 +121,8 @@ __global__ void __launch_bounds__(kGenericBwdThreads, kGenericBwdMinBlocks)
       if (col + VEC <= cols) {
         Vec<T, VEC> dav, dbv;
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float g = to_float<T>(gv[u].v[j]);
-          float y, d;
-          Act<ACT>::fd(to_float<T>(av[u].v[j]), y, d);
-          dav.v[j] = from_float<T>(g * to_float<T>(bv[u].v[j]) * d);
-          dbv.v[j] = from_float<T>(g * y);
-        }
+        for (int j = 0; j < VEC; ++j)
+          glu_bwd_elem<T, ACT>(gv[u].v[j], av[u].v[j], bv[u].v[j], dav.v[j], dbv.v[j]);
         store_vec<T, VEC>(dar + col, dav);
         store_vec<T, VEC>(dbr + col, dbv);
       } else if (VEC > 1 && col < cols) {
@@ -137,11 +149,10 @@ __global__ void __launch_bounds__(kDenseThreads, kDenseFwdBlocks)
     const Vec<T, VEC> av = load_vec<T, VEC>(a + i), bv = load_vec<T, VEC>(b + i);
     Vec<T, VEC> cv;
 #pragma unroll
-    for (int j = 0; j < VEC; ++j)
-      cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av.v[j])) * to_float<T>(bv.v[j]));
+    for (int j = 0; j < VEC; ++j) cv.v[j] = glu_fwd_elem<T, ACT>(av.v[j], bv.v[j]);
     store_vec<T, VEC>(c + i, cv);
   } else {
-    for (int k = i; k < n; ++k) c[k] = from_float<T>(Act<ACT>::f(to_float<T>(a[k])) * to_float<T>(b[k]));
+    for (int k = i; k < n; ++k) c[k] = glu_fwd_elem<T, ACT>(a[k], b[k]);
   }
 }
 
@@ -155,13 +166,7 @@ __global__ void __launch_bounds__(kDenseThreads, kDenseBwdBlocks)
                       bv = load_vec<T, VEC>(b + i);
     Vec<T, VEC> dav, dbv;
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const float g = to_float<T>(gv.v[j]);
-      float y, d;
-      Act<ACT>::fd(to_float<T>(av.v[j]), y, d);
-      dav.v[j] = from_float<T>(g * to_float<T>(bv.v[j]) * d);
-      dbv.v[j] = from_float<T>(g * y);
-    }
+    for (int j = 0; j < VEC; ++j) glu_bwd_elem<T, ACT>(gv.v[j], av.v[j], bv.v[j], dav.v[j], dbv.v[j]);
     store_vec<T, VEC>(da + i, dav);
     store_vec<T, VEC>(db + i, dbv);
   } else {
@@ -195,11 +200,10 @@ __global__ void __launch_bounds__(kDenseThreads, kDenseFwdBlocks)
     const Vec<T, VEC> av = load_vec<T, VEC>(a + i), bv = load_vec<T, VEC>(b + i);
     Vec<T, VEC> cv;
 #pragma unroll
-    for (int j = 0; j < VEC; ++j)
-      cv.v[j] = from_float<T>(Act<ACT>::f(to_float<T>(av.v[j])) * to_float<T>(bv.v[j]));
+    for (int j = 0; j < VEC; ++j) cv.v[j] = glu_fwd_elem<T, ACT>(av.v[j], bv.v[j]);
     store_vec<T, VEC>(c + i, cv);
   } else {
-    for (int k = i; k < cols; ++k) c[k] = from_float<T>(Act<ACT>::f(to_float<T>(a[k])) * to_float<T>(b[k]));
+    for (int k = i; k < cols; ++k) c[k] = glu_fwd_elem<T, ACT>(a[k], b[k]);
   }
 }
 
@@ -222,13 +226,7 @@ __global__ void __launch_bounds__(kDenseThreads, 10)
                       bv = load_vec<T, VEC>(b + i);
     Vec<T, VEC> dav, dbv;
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const float g = to_float<T>(gv.v[j]);
-      float y, d;
-      Act<ACT>::fd(to_float<T>(av.v[j]), y, d);
-      dav.v[j] = from_float<T>(g * to_float<T>(bv.v[j]) * d);
-      dbv.v[j] = from_float<T>(g * y);
-    }
+    for (int j = 0; j < VEC; ++j) glu_bwd_elem<T, ACT>(gv.v[j], av.v[j], bv.v[j], dav.v[j], dbv.v[j]);
     store_vec<T, VEC>(da + i, dav);
     store_vec<T, VEC>(db + i, dbv);
   } else {
