@@ -66,8 +66,11 @@ MoeFwdOut moe_experts_fwd_flow(const at::Tensor& hidden, const at::Tensor& top_k
   Backend::routing(top_k_index.contiguous(), sh.E, R);
   const at::Tensor w32 = top_k_weights.to(Backend::weight_dtype(hidden)).contiguous().view({-1});
   const at::Tensor x = hidden.contiguous();
-  const at::Tensor xs = Backend::gather(x, R, sh.k);
+  // Each [S, *] intermediate is released as soon as the next step has read it (the caching allocator
+  // hands its block to the next one): at S = 131072, H 2048 the routed rows alone are 512 MiB.
+  at::Tensor xs = Backend::gather(x, R, sh.k);
   const at::Tensor gu = Backend::gmm(xs, moe_gate_up_kn(gate_up_proj, transposed), R);
+  xs = at::Tensor();
   const at::Tensor a = Backend::act_fwd(gu, gub, R, o);
   const at::Tensor y = Backend::gmm(a, moe_down_kn(down_proj, transposed), R);
   at::Tensor out = Backend::combine(y, w32, db, R, sh.T, sh.k);
@@ -112,24 +115,32 @@ MoeBwdOut moe_experts_bwd_flow(const at::Tensor& grad_out, const at::Tensor& hid
   const at::Tensor g = grad_out.to(hidden.scalar_type()).contiguous();
   at::Tensor grows = Backend::gather(g, R, k);  // dOut's rows in routed order, unweighted
   // dA' = G W_down_e^T: down's [E, H, I] view.
-  const at::Tensor d_act = Backend::gmm(grows, moe_down_kn(down_proj, transposed).transpose(1, 2), R);
+  at::Tensor d_act = Backend::gmm(grows, moe_down_kn(down_proj, transposed).transpose(1, 2), R);
   at::Tensor d_gu, act_w, dw32;
   Backend::act_bwd(gate_up, gub, d_act, w32, grows, db, R, o, d_gu, act_w, dw32);
+  // As in the forward, intermediates go as soon as they are read: d_act here, w a after d(down_proj),
+  // the routed rows of dOut and of x after their weight gradients, d gu after dXs. The weight
+  // gradients' GEMMs are the backward's peak, and d_act and w a were 2 x [S, I] of it.
+  d_act = at::Tensor();
   // Gradients not asked for (and absent biases') are empty tensors, each its own.
   const auto none = [&] { return at::empty({0}, hidden.options()); };
   at::Tensor d_down = none(), d_db = none(), d_gate_up = none(), d_gub = none(), dx = none();
   if (compute_experts) {
     // d(down_proj): [E, H, I] = G^T (w a) per expert, or [E, I, H] = (w a)^T G when transposed.
     d_down = transposed ? Backend::gmm_wgrad(act_w.t(), grows, R) : Backend::gmm_wgrad(grows.t(), act_w, R);
+    act_w = at::Tensor();
     if (db.defined()) d_db = Backend::segsum(grows, w32, R);
     grows = at::Tensor();
     const at::Tensor xs = Backend::gather(hidden.contiguous(), R, k);
     d_gate_up = transposed ? Backend::gmm_wgrad(xs.t(), d_gu, R) : Backend::gmm_wgrad(d_gu.t(), xs, R);
     if (gub.defined()) d_gub = Backend::segsum(d_gu, at::Tensor(), R);
   }
+  act_w = at::Tensor();
+  grows = at::Tensor();
   if (compute_dx) {
     // dXs = dGU W_gate_up_e^T: gate_up's [E, 2I, H] view; dX[t] = sum of its k rows.
     const at::Tensor dxs = Backend::gmm(d_gu, moe_gate_up_kn(gate_up_proj, transposed).transpose(1, 2), R);
+    d_gu = at::Tensor();
     dx = Backend::combine(dxs, at::Tensor(), at::Tensor(), R, T, k);
   }
   at::Tensor dw = dw32.view({T, k}).to(top_k_weights.scalar_type());
