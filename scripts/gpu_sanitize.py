@@ -86,6 +86,39 @@ def rope(b, s, hq, hk, d, dtype=BF16):
     return run
 
 
+def glu_mlp_case(rows, hidden, inter, activation="silu", in_place=True, dtype=BF16):
+    from liger_cpp.ops import glu_mlp
+
+    def run():
+        x = _g(rows, hidden, dtype=dtype)
+        wg, wu, wd = (
+            _g(inter, hidden, dtype=dtype),
+            _g(inter, hidden, dtype=dtype),
+            _g(hidden, inter, dtype=dtype),
+        )
+        _backward(glu_mlp(x, wg, wu, wd, activation, in_place))
+
+    return run
+
+
+def qkv_rope_case(b, s, hidden, hq, hk, d, bias=False, norms=None, dtype=BF16):
+    """norms: None, "head" ((D,) weights, Qwen3) or "proj" ((heads D,) weights, OLMo 2)."""
+    from liger_cpp.ops import qkv_rope
+
+    def run():
+        x = _g(b, s, hidden, dtype=dtype)
+        w = [_g(h * d, hidden, dtype=dtype) for h in (hq, hk, hk)]
+        bs = [_g(h * d, dtype=dtype) for h in (hq, hk, hk)] if bias else [None] * 3
+        ns = [None, None]
+        if norms:
+            ns = [_g(d if norms == "head" else h * d, dtype=dtype) for h in (hq, hk)]
+        f = torch.randn(b, s, d // 2, device=DEV)
+        emb = torch.cat([f, f], -1)
+        _backward(*qkv_rope(x, *w, emb.cos().to(dtype), emb.sin().to(dtype), d, *bs, *ns))
+
+    return run
+
+
 def llama4_rope(b, s, h, d, vision=False, dtype=BF16):
     from liger_cpp.transformers import liger_llama4_text_rotary_pos_emb, liger_llama4_vision_rotary_pos_emb
 
@@ -270,6 +303,14 @@ CASES = {
     "rope_odd": (rope(1, 37, 5, 1, 92), {}),
     "llama4_rope_text": (llama4_rope(2, 37, 4, 64), {}),
     "llama4_rope_vision_odd": (llama4_rope(3, 17, 3, 88, vision=True), {}),
+    # The composites (csrc/aten/composite): cuBLAS GEMMs around the GLU, RoPE and RMSNorm kernels on
+    # the rows and strided head views they hand those kernels.
+    "glu_mlp_in_place": (glu_mlp_case(300, 256, 704), {}),
+    "glu_mlp_geglu_odd": (glu_mlp_case(37, 96, 80, "gelu_tanh", False), {}),
+    "qkv_rope": (qkv_rope_case(2, 37, 256, 8, 2, 64), {}),
+    "qkv_rope_bias_odd": (qkv_rope_case(1, 37, 96, 5, 1, 92, bias=True), {}),
+    "qkv_rope_head_norms": (qkv_rope_case(2, 37, 256, 8, 2, 64, norms="head"), {}),
+    "qkv_rope_proj_norms": (qkv_rope_case(1, 37, 256, 4, 4, 64, norms="proj"), {}),
     "relu_squared": (relu_squared(512, 4096), {}),
     "relu_squared_odd": (relu_squared(37, 1001), {}),
     "ce_32000": (ce(64, 32000), {}),
