@@ -135,7 +135,7 @@ MoeBwdOut moe_experts_bwd_flow(const at::Tensor& grad_out, const at::Tensor& hid
     d_gate_up = transposed ? Backend::gmm_wgrad(xs.t(), d_gu, R) : Backend::gmm_wgrad(d_gu.t(), xs, R);
     if (gub.defined()) d_gub = Backend::segsum(d_gu, at::Tensor(), R);
   }
-  act_w = at::Tensor();
+  act_w = at::Tensor();  // without compute_experts neither was read after the activation backward
   grows = at::Tensor();
   if (compute_dx) {
     // dXs = dGU W_gate_up_e^T: gate_up's [E, 2I, H] view; dX[t] = sum of its k rows.
