@@ -460,6 +460,23 @@ def _family(model_type, attn="sdpa", **kw):
     return transformers.AutoModelForCausalLM.from_config(c)
 
 
+def _family_step_matches_hf(counted, model_type, kw, off):
+    """One training step of a tiny model_type model, plain HF's and then patched with the flags
+    `off` turned off: the op ran once per layer, loss and every gradient as HF's. Returns the
+    patched model and its input ids."""
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(2))
+    ref_loss, ref_grads = _step(_family(model_type, **kw), ids)
+    patch = lt.MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
+    patch(**{k: False for k in off if k in inspect.signature(patch).parameters})
+    model = _family(model_type, **kw)
+    loss, grads = _step(model, ids)
+    assert len(counted) == 2
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    for n, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[n], rtol=1e-4, atol=1e-6, msg=n)
+    return model, ids
+
+
 @pytest.mark.parametrize(
     "model_type,kw",
     [
@@ -481,16 +498,8 @@ def _family(model_type, attn="sdpa", **kw):
     ids=["qwen2", "qwen2-sliding", "mistral-sliding", "gemma2-softcap"],
 )
 def test_sliding_window_families_take_the_op_and_match_hf(counted, model_type, kw):
-    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(2))
-    ref_loss, ref_grads = _step(_family(model_type, **kw), ids)
-    patch = lt.MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
     off = ("swiglu", "geglu", "rms_norm", "fused_linear_cross_entropy")  # only the attention's op
-    patch(**{k: False for k in off if k in inspect.signature(patch).parameters})
-    loss, grads = _step(_family(model_type, **kw), ids)
-    assert len(counted) == 2
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
-    for n, g in grads.items():
-        torch.testing.assert_close(g, ref_grads[n], rtol=1e-4, atol=1e-6, msg=n)
+    _family_step_matches_hf(counted, model_type, kw, off)
 
 
 @pytest.mark.parametrize(
@@ -506,17 +515,8 @@ def test_sliding_window_families_take_the_op_and_match_hf(counted, model_type, k
 def test_qk_norm_families_take_the_op_and_match_hf(counted, model_type, kw):
     """Attention with q / k RMSNorms (liger_cpp's, from the rms_norm patch) goes through the op
     with the norms inside: loss and every gradient (the norms' weights included) as plain HF's."""
-    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(2))
-    ref_loss, ref_grads = _step(_family(model_type, **kw), ids)
-    patch = lt.MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
     off = ("swiglu", "geglu", "fused_linear_cross_entropy")  # the MLP and the head stay HF's
-    patch(**{k: False for k in off if k in inspect.signature(patch).parameters})
-    model = _family(model_type, **kw)
-    loss, grads = _step(model, ids)
-    assert len(counted) == 2
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
-    for n, g in grads.items():
-        torch.testing.assert_close(g, ref_grads[n], rtol=1e-4, atol=1e-6, msg=n)
+    model, ids = _family_step_matches_hf(counted, model_type, kw, off)
     counted.clear()
     # a hooked norm: HF's forward for that layer
     h = model.model.layers[0].self_attn.k_norm.register_forward_hook(lambda m, i, o: None)
