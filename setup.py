@@ -199,6 +199,9 @@ def _extensions():
             sources,
             include_dirs=include_dirs,
             define_macros=[("LIGER_CPP_WITH_CUDA", "1")],
+            # cuBLASLt for the chunk loops' weight-gradient GEMM (csrc/aten/cuda/dw_gemm_cuda.cpp); torch
+            # has loaded the same library (its soname) by the time the extension is imported.
+            libraries=["cublasLt"],
             extra_compile_args={"cxx": cxx + ["-DLIGER_CPP_WITH_CUDA=1"], "nvcc": nvcc},
             extra_link_args=link,
             py_limited_api=True,

@@ -786,6 +786,28 @@ def test_cuda_shapes(dtype, shape, reduction):
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize(
+    "H, V, chunk_rows", [(256, 1000, 512), (512, 4096, 1000), (264, 2051, 1024)], ids=str
+)
+def test_cuda_weight_grad_in_weight_dtype_over_chunks(dtype, H, V, chunk_rows):
+    # dW in the weight's dtype accumulated over several chunks of at most 1024 rows with 16-byte
+    # aligned rows: on sm_90 the chunk loops run this GEMM through cuBLASLt with a fixed algorithm
+    # (csrc/aten/cuda/dw_gemm_cuda.cpp), elsewhere ATen's; the first chunk writes dW, the rest add.
+    _run_case(
+        "cuda",
+        dtype,
+        batch=(2600,),
+        H=H,
+        V=V,
+        reduction="mean",
+        chunk_rows=chunk_rows,
+        n_ignored=40,
+        bias=True,
+    )
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("chunk_mb", [None, "8192"])
 def test_cuda_tokens_times_vocab_above_2_31(chunk_mb, monkeypatch):
     # 17000 x 128256 = 2.18e9 logits > 2^31: int64 offsets everywhere. With the default budget the

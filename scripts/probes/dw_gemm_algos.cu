@@ -65,9 +65,13 @@ static float time_algo(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMa
 }
 
 int main() {
-  const Shape shapes[] = {{"gemma2 FLCE R512", 512, 256000, 2304},  {"gemma2 FLCE R1024", 1024, 256000, 2304},
-                          {"jsd student R1024", 1024, 151936, 2048}, {"jsd student R2048", 2048, 151936, 2048},
-                          {"llama3 FLCE R1024", 1024, 128256, 4096}};
+  const Shape shapes[] = {{"gemma2 FLCE R512", 512, 256000, 2304},   {"gemma2 FLCE R1024", 1024, 256000, 2304},
+                          {"gemma3 FLCE R512", 512, 262144, 2304},   {"jsd student R1024", 1024, 151936, 2048},
+                          {"jsd student R2048", 2048, 151936, 2048}, {"kl student R1024", 1024, 151936, 2048},
+                          {"qwen FLCE R512", 512, 151936, 4096},     {"qwen FLCE R1024", 1024, 151936, 4096},
+                          {"llama3 FLCE R512", 512, 128256, 4096},   {"llama3 FLCE R1024", 1024, 128256, 4096},
+                          {"llama4 FLCE R512", 512, 202048, 5120},   {"H8192 V128256 R512", 512, 128256, 8192},
+                          {"H2048 V128256 R256", 256, 128256, 2048}, {"H2048 V128256 R768", 768, 128256, 2048}};
   cublasLtHandle_t h;
   CK(cublasLtCreate(&h));
   const size_t ws_bytes = 64ull << 20;
@@ -97,6 +101,11 @@ int main() {
     CK(cublasLtMatmulPreferenceCreate(&pref));
     CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                             sizeof(ws_bytes)));
+    // 16-byte alignment, as the extension tells the heuristic (chunk rows start at any multiple of 8)
+    const uint32_t align = 16;
+    for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CK(cublasLtMatmulPreferenceSetAttribute(pref, a, &align, sizeof(align)));
     cublasLtMatmulHeuristicResult_t res[64];
     int n = 0;
     CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 64, res, &n));
@@ -107,6 +116,16 @@ int main() {
       for (int i = 0; i < n; ++i) {
         const float ms = time_algo(h, desc, la, lb, lc, &res[i].algo, X, G, W, beta, ws, ws_bytes, 15);
         if (i == 0) first = ms;
+        if (beta == 1.f) {
+          int aid = -1, atile = -1, astages = -1, asplit = -1;
+          size_t w;
+          cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID, &aid, sizeof(aid), &w);
+          cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &atile, sizeof(atile), &w);
+          cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &astages, sizeof(astages), &w);
+          cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &asplit, sizeof(asplit), &w);
+          std::printf("    #%d %.3f ms id=%d tile=%d stages=%d splitk=%d ws=%zu\n", i, ms, aid, atile, astages, asplit,
+                      res[i].workspaceSize);
+        }
         if (ms > 0 && ms < best) best = ms, best_i = i;
       }
       int id = -1, tile = -1, stages = -1, splitk = -1, swizzle = -1;

@@ -298,13 +298,10 @@ void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_s
       at::mm_out(dxc, lc, f.w);
     }
     if (g.dw.defined()) {
-      const at::Tensor lt = lc.t();
       if (f.accum_fp32)
-        heads::accumulate_dw_fp32(g.dw, lt, xc, first);
-      else if (first)
-        at::mm_out(g.dw, lt, xc);  // beta 0: no zero-fill of dW, no read of it
+        heads::accumulate_dw_fp32(g.dw, lc.t(), xc, first);
       else
-        g.dw.addmm_(lt, xc);  // fp32 accumulation inside the GEMM, one rounding per chunk
+        heads::dw_gemm(g.dw, lc, xc, first);  // beta 0 on the first chunk: no zero-fill of dW
     }
     if (g.db.defined()) {
       if (first)

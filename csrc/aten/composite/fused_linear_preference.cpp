@@ -30,6 +30,7 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/cross_entropy_core.h"
+#include "aten/checks/linear_chunks.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
@@ -269,10 +270,7 @@ void chunk_grads(const at::Tensor& dl_all, const at::Tensor& x, const at::Tensor
       at::mm_out(dxs, dl, w);
     }
     if (dw.defined()) {
-      if (!dw_written)
-        at::mm_out(dw, dl.t(), xs);
-      else
-        dw.addmm_(dl.t(), xs);
+      heads::dw_gemm(dw, dl, xs, !dw_written);
       dw_written = true;
     }
     at_row += b.rows;
