@@ -1,0 +1,161 @@
+// Probe (not part of the extension), beside dw_gemm_algos.cu: the heuristic offers only eight
+// algorithms for the chunk loops' accumulating dW GEMM (dW[V, H] += G[R, V]^T X[R, H], bf16, float32
+// compute, beta 1). Does any configuration it does not offer (every algorithm id x tile x stage
+// count x cluster shape that cublasLtMatmulAlgoCheck accepts) hide the re-read of dW at Gemma's
+// 512-row chunks? Prints, per shape, how many configurations were valid and timed, and the ten
+// fastest with their configuration (median of 3 after 1), within a time budget per shape.
+//   nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/dw_gemm_sweep \
+//     scripts/probes/dw_gemm_sweep.cu -lcublasLt
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                       \
+  do {                                                                              \
+    auto e_ = (x);                                                                  \
+    if (static_cast<int>(e_) != 0) {                                                \
+      std::printf("error %d at %s:%d\n", static_cast<int>(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+__global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    unsigned x = unsigned(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = __float2bfloat16((float(x & 0xffff) / 65536.f - 0.5f) * 0.02f);
+  }
+}
+
+struct Shape {
+  const char* name;
+  int R, V, H;
+};
+
+struct Timed {
+  float ms;
+  int id, tile, stages, cluster, swizzle;
+};
+
+int main() {
+  const Shape shapes[] = {{"gemma2 FLCE R512", 512, 256000, 2304}, {"jsd student R1024", 1024, 151936, 2048}};
+  const double budget_s = 25.0;
+  cublasLtHandle_t h;
+  CK(cublasLtCreate(&h));
+  const size_t ws_bytes = 32ull << 20;
+  void* ws;
+  CK(cudaMalloc(&ws, ws_bytes));
+  cudaEvent_t s, e;
+  cudaEventCreate(&s);
+  cudaEventCreate(&e);
+  int ids[256];
+  int n_ids = 0;
+  CK(cublasLtMatmulAlgoGetIds(h, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                              CUDA_R_16BF, 256, ids, &n_ids));
+  // The heuristic's eight were all id 66 (sm_90 nvjet kernels) on the H100: sweep it first.
+  std::stable_partition(ids, ids + n_ids, [](int id) { return id == 66; });
+  std::printf("%d algorithm ids\n", n_ids);
+  std::fflush(stdout);
+  const int clusters[] = {
+      CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+      CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x4x1,
+      CUBLASLT_CLUSTER_SHAPE_2x2x1, CUBLASLT_CLUSTER_SHAPE_4x2x1, CUBLASLT_CLUSTER_SHAPE_2x4x1};
+  for (const Shape& sh : shapes) {
+    const size_t nG = size_t(sh.R) * sh.V, nX = size_t(sh.R) * sh.H, nW = size_t(sh.V) * sh.H;
+    void *G, *X, *W;
+    CK(cudaMalloc(&G, nG * 2));
+    CK(cudaMalloc(&X, nX * 2));
+    CK(cudaMalloc(&W, nW * 2));
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(G), nG, 1u);
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(X), nX, 2u);
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(W), nW, 3u);
+    cublasLtMatmulDesc_t desc;
+    CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t opN = CUBLAS_OP_N, opT = CUBLAS_OP_T;
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opN, sizeof(opN)));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opT, sizeof(opT)));
+    cublasLtMatrixLayout_t la, lb, lc;
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.H, sh.R, sh.H));
+    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.V, sh.R, sh.V));
+    CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.H, sh.V, sh.H));
+    const float alpha = 1.f, beta = 1.f;
+    std::vector<Timed> all;
+    int valid = 0;
+    bool out_of_time = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < n_ids && !out_of_time; ++k) {
+      cublasLtMatmulAlgo_t algo;
+      if (cublasLtMatmulAlgoInit(h, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                                 CUDA_R_16BF, ids[k], &algo) != CUBLAS_STATUS_SUCCESS)
+        continue;
+      size_t sz = 0;
+      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &sz);
+      std::vector<int> tiles(std::max<size_t>(sz / sizeof(int), 1), 0);
+      if (sz) cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data(), sz, &sz);
+      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, nullptr, 0, &sz);
+      std::vector<int> stages(std::max<size_t>(sz / sizeof(int), 1), 0);
+      if (sz) cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages.data(), sz, &sz);
+      for (int tile : tiles)
+        for (int st : stages)
+          for (int cl : clusters)
+            for (int swz = 0; swz <= 0; ++swz) {  // swizzling: not swept (time)
+              if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > budget_s) {
+                out_of_time = true;
+                break;
+              }
+              cublasLtMatmulAlgo_t a = algo;
+              const int one = 1;
+              cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile));
+              cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &st, sizeof(st));
+              cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof(one));
+              cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz));
+              cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cl,
+                                                   sizeof(cl));
+              cublasLtMatmulHeuristicResult_t r;
+              if (cublasLtMatmulAlgoCheck(h, desc, la, lb, lc, lc, &a, &r) != CUBLAS_STATUS_SUCCESS) continue;
+              if (r.workspaceSize > ws_bytes) continue;
+              ++valid;
+              if (cublasLtMatmul(h, desc, &alpha, X, la, G, lb, &beta, W, lc, W, lc, &a, ws, ws_bytes, 0) !=
+                  CUBLAS_STATUS_SUCCESS)
+                continue;
+              std::vector<float> t;
+              for (int i = 0; i < 3; ++i) {
+                cudaEventRecord(s);
+                cublasLtMatmul(h, desc, &alpha, X, la, G, lb, &beta, W, lc, W, lc, &a, ws, ws_bytes, 0);
+                cudaEventRecord(e);
+                cudaEventSynchronize(e);
+                float ms;
+                cudaEventElapsedTime(&ms, s, e);
+                t.push_back(ms);
+              }
+              std::sort(t.begin(), t.end());
+              all.push_back({t[1], ids[k], tile, st, cl, swz});
+            }
+    }
+    if (cudaGetLastError() != cudaSuccess) std::printf("(a CUDA error was raised and cleared)\n");
+    std::sort(all.begin(), all.end(), [](const Timed& a, const Timed& b) { return a.ms < b.ms; });
+    const double gf = 2.0 * sh.R * double(sh.V) * sh.H / 1e9;
+    std::printf("%s: %d valid configurations, %zu timed%s\n", sh.name, valid, all.size(),
+                out_of_time ? " (time budget reached)" : "");
+    for (size_t i = 0; i < all.size() && i < 10; ++i)
+      std::printf("  %.3f ms (%.0f TFLOP/s) id=%d tile=%d stages=%d cluster=%d swizzle=%d\n", all[i].ms,
+                  gf / all[i].ms, all[i].id, all[i].tile, all[i].stages, all[i].cluster, all[i].swizzle);
+    std::fflush(stdout);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+    cudaFree(G);
+    cudaFree(X);
+    cudaFree(W);
+  }
+  return 0;
+}
