@@ -2,8 +2,10 @@
 // algorithms for the chunk loops' accumulating dW GEMM (dW[V, H] += G[R, V]^T X[R, H], bf16, float32
 // compute, beta 1). Does any configuration it does not offer (every algorithm id x tile x stage
 // count x cluster shape that cublasLtMatmulAlgoCheck accepts) hide the re-read of dW at Gemma's
-// 512-row chunks? Prints, per shape, how many configurations were valid and timed, and the ten
-// fastest with their configuration (median of 3 after 1), within a time budget per shape.
+// 512-row chunks? Phase 1 varies the cluster shape and stage count of each of the heuristic's own
+// results; phase 2 sweeps the ids cublasLtMatmulAlgoGetIds lists. Prints, per shape and phase, how many
+// configurations were valid and timed, and the ten fastest (phase 1: median of 5; phase 2: of 3 after
+// 1, within a time budget per shape).
 //   nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/dw_gemm_sweep \
 //     scripts/probes/dw_gemm_sweep.cu -lcublasLt
 #include <cublasLt.h>
@@ -47,7 +49,7 @@ struct Timed {
 
 int main() {
   const Shape shapes[] = {{"gemma2 FLCE R512", 512, 256000, 2304}, {"jsd student R1024", 1024, 151936, 2048}};
-  const double budget_s = 25.0;
+  const double budget_s = 15.0;  // phase 2, per shape
   cublasLtHandle_t h;
   CK(cublasLtCreate(&h));
   const size_t ws_bytes = 32ull << 20;
@@ -62,7 +64,9 @@ int main() {
                               CUDA_R_16BF, 256, ids, &n_ids));
   // The heuristic's eight were all id 66 (sm_90 nvjet kernels) on the H100: sweep it first.
   std::stable_partition(ids, ids + n_ids, [](int id) { return id == 66; });
-  std::printf("%d algorithm ids\n", n_ids);
+  std::printf("%d algorithm ids:", n_ids);
+  for (int i = 0; i < n_ids; ++i) std::printf(" %d", ids[i]);
+  std::printf("\n");
   std::fflush(stdout);
   const int clusters[] = {
       CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
@@ -87,6 +91,73 @@ int main() {
     CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.V, sh.R, sh.V));
     CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.H, sh.V, sh.H));
     const float alpha = 1.f, beta = 1.f;
+    // Phase 1: the heuristic's own results (the nvjet kernels), each with its cluster shape and stage
+    // count varied (16-byte alignment, as the extension tells the heuristic).
+    {
+      cublasLtMatmulPreference_t pref;
+      CK(cublasLtMatmulPreferenceCreate(&pref));
+      CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                              sizeof(ws_bytes)));
+      const uint32_t align = 16;
+      for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        CK(cublasLtMatmulPreferenceSetAttribute(pref, a, &align, sizeof(align)));
+      cublasLtMatmulHeuristicResult_t res[16];
+      int n = 0;
+      CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 16, res, &n));
+      cublasLtMatmulPreferenceDestroy(pref);
+      std::vector<Timed> mine;
+      int checked = 0;
+      for (int i = 0; i < n; ++i) {
+        size_t w = 0;
+        int id = -1, tile = -1, st0 = -1;
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                             &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &st0, sizeof(st0),
+                                             &w);
+        size_t sz = 0;
+        cublasLtMatmulAlgoCapGetAttribute(&res[i].algo, CUBLASLT_ALGO_CAP_STAGES_IDS, nullptr, 0, &sz);
+        std::vector<int> stages(sz / sizeof(int));
+        if (sz)
+          cublasLtMatmulAlgoCapGetAttribute(&res[i].algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages.data(), sz,
+                                            &sz);
+        if (std::find(stages.begin(), stages.end(), st0) == stages.end()) stages.push_back(st0);
+        for (int st : stages)
+          for (int cl : clusters) {
+            cublasLtMatmulAlgo_t a = res[i].algo;
+            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &st, sizeof(st));
+            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cl, sizeof(cl));
+            cublasLtMatmulHeuristicResult_t r;
+            ++checked;
+            if (cublasLtMatmulAlgoCheck(h, desc, la, lb, lc, lc, &a, &r) != CUBLAS_STATUS_SUCCESS) continue;
+            if (r.workspaceSize > ws_bytes) continue;
+            if (cublasLtMatmul(h, desc, &alpha, X, la, G, lb, &beta, W, lc, W, lc, &a, ws, ws_bytes, 0) !=
+                CUBLAS_STATUS_SUCCESS)
+              continue;
+            std::vector<float> t;
+            for (int j = 0; j < 5; ++j) {
+              cudaEventRecord(s);
+              cublasLtMatmul(h, desc, &alpha, X, la, G, lb, &beta, W, lc, W, lc, &a, ws, ws_bytes, 0);
+              cudaEventRecord(e);
+              cudaEventSynchronize(e);
+              float ms;
+              cudaEventElapsedTime(&ms, s, e);
+              t.push_back(ms);
+            }
+            std::sort(t.begin(), t.end());
+            mine.push_back({t[2], id, tile, st, cl, 0});
+          }
+      }
+      std::sort(mine.begin(), mine.end(), [](const Timed& a, const Timed& b) { return a.ms < b.ms; });
+      std::printf("%s, the heuristic's %d results varied: %d checked, %zu ran\n", sh.name, n, checked,
+                  mine.size());
+      for (size_t i = 0; i < mine.size() && i < 10; ++i)
+        std::printf("  %.3f ms id=%d tile=%d stages=%d cluster=%d\n", mine[i].ms, mine[i].id, mine[i].tile,
+                    mine[i].stages, mine[i].cluster);
+      std::fflush(stdout);
+    }
+    // Phase 2: every configuration of the ids cublasLtMatmulAlgoGetIds lists.
     std::vector<Timed> all;
     int valid = 0;
     bool out_of_time = false;
