@@ -20,29 +20,36 @@ SHAPES = [
 ]
 
 
-def med(fn):
-    for _ in range(2):
+def med(fn, steps=15, warm=2):
+    """Median ms of `steps` timed calls of fn after `warm` untimed ones (CUDA events, no L2 flush)."""
+    for _ in range(warm):
         fn()
+    torch.cuda.synchronize()
     ts = []
-    for _ in range(15):
+    for _ in range(steps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()
         e.record()
         e.synchronize()
         ts.append(s.elapsed_time(e))
-    return sorted(ts)[7]
+    return sorted(ts)[len(ts) // 2]
 
 
-for name, r, v, h in SHAPES:
-    g = torch.randn(r, v, device="cuda", dtype=torch.bfloat16) * 0.01
-    x = torch.randn(r, h, device="cuda", dtype=torch.bfloat16) * 0.01
-    w = torch.randn(v, h, device="cuda", dtype=torch.bfloat16) * 0.01
-    gf = 2 * r * v * h / 1e9
-    acc = med(lambda g=g, x=x, w=w: w.addmm_(g.t(), x))
-    plain = med(lambda g=g, x=x, w=w: torch.mm(g.t(), x, out=w))
-    print(
-        f"{name:20s} ATen addmm_ (beta 1) {acc:.3f} ms ({gf / acc:.0f} TFLOP/s)",
-        f"mm {plain:.3f} ms ({gf / plain:.0f})",
-    )
-    del g, x, w
+def main():
+    for name, r, v, h in SHAPES:
+        g = torch.randn(r, v, device="cuda", dtype=torch.bfloat16) * 0.01
+        x = torch.randn(r, h, device="cuda", dtype=torch.bfloat16) * 0.01
+        w = torch.randn(v, h, device="cuda", dtype=torch.bfloat16) * 0.01
+        gf = 2 * r * v * h / 1e9
+        acc = med(lambda g=g, x=x, w=w: w.addmm_(g.t(), x))
+        plain = med(lambda g=g, x=x, w=w: torch.mm(g.t(), x, out=w))
+        print(
+            f"{name:20s} ATen addmm_ (beta 1) {acc:.3f} ms ({gf / acc:.0f} TFLOP/s)",
+            f"mm {plain:.3f} ms ({gf / plain:.0f})",
+        )
+        del g, x, w
+
+
+if __name__ == "__main__":
+    main()

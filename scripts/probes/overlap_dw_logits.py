@@ -8,23 +8,13 @@ at 256 and 512 rows. bf16, median of 20 steps after 5.
 Run on the GPU: python3 scripts/probes/overlap_dw_logits.py"""
 
 import torch
+from dw_gemm_torch import med  # this folder: on the path when the script runs
 
 H, V = 2304, 256000
 
 
-def med_ms(fn, steps=20, warm=5):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(steps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    return sorted(ts)[len(ts) // 2]
+def med_ms(fn):
+    return med(fn, steps=20, warm=5)
 
 
 def one_size(R, w, dw, sms):

@@ -1,0 +1,137 @@
+// Shared by the dW GEMM probes (dw_gemm_algos.cu, dw_gemm_sweep.cu; not part of the extension): the
+// chunk loops' accumulating weight-gradient GEMM, dW[V, H] (+)= G[R, V]^T X[R, H] in bf16 with float32
+// compute, its buffers and cuBLASLt descriptors for one shape, and the timing of one algorithm.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                       \
+  do {                                                                              \
+    auto e_ = (x);                                                                  \
+    if (static_cast<int>(e_) != 0) {                                                \
+      std::printf("error %d at %s:%d\n", static_cast<int>(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+// Small pseudo-random values (zeros would draw less power and run at a higher clock than real data).
+__global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    unsigned x = unsigned(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = __float2bfloat16((float(x & 0xffff) / 65536.f - 0.5f) * 0.02f);
+  }
+}
+
+struct Shape {
+  const char* name;
+  int R, V, H;
+};
+
+inline int config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  int v = -1;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written);
+  return v;
+}
+
+// One shape's buffers (filled) and descriptors. Column-major view: D^T [H, V] = X^T [H, R] (X row-major
+// [R, H], ld H, op N) x G [R, V] (G row-major [R, V] is column-major [V, R] ld V: op T).
+struct DwProblem {
+  Shape sh;
+  void *G = nullptr, *X = nullptr, *W = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+
+  explicit DwProblem(const Shape& s) : sh(s) {
+    const size_t nG = size_t(sh.R) * sh.V, nX = size_t(sh.R) * sh.H, nW = size_t(sh.V) * sh.H;
+    CK(cudaMalloc(&G, nG * 2));
+    CK(cudaMalloc(&X, nX * 2));
+    CK(cudaMalloc(&W, nW * 2));
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(G), nG, 1u);
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(X), nX, 2u);
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(W), nW, 3u);
+    CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t opN = CUBLAS_OP_N, opT = CUBLAS_OP_T;
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opN, sizeof(opN)));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opT, sizeof(opT)));
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.H, sh.R, sh.H));
+    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.V, sh.R, sh.V));
+    CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.H, sh.V, sh.H));
+  }
+  DwProblem(const DwProblem&) = delete;
+  DwProblem& operator=(const DwProblem&) = delete;
+  ~DwProblem() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+    cudaFree(G);
+    cudaFree(X);
+    cudaFree(W);
+  }
+
+  double gflop() const { return 2.0 * sh.R * double(sh.V) * sh.H / 1e9; }
+
+  // The heuristic's results (at most `max`) within the workspace, told 16-byte alignment as the
+  // extension tells it (chunk rows start at any multiple of 8 rows).
+  int heuristic(cublasLtHandle_t h, size_t ws_bytes, cublasLtMatmulHeuristicResult_t* res, int max) const {
+    cublasLtMatmulPreference_t pref;
+    CK(cublasLtMatmulPreferenceCreate(&pref));
+    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                            sizeof(ws_bytes)));
+    const uint32_t align = 16;
+    for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CK(cublasLtMatmulPreferenceSetAttribute(pref, a, &align, sizeof(align)));
+    int n = 0;
+    CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, max, res, &n));
+    cublasLtMatmulPreferenceDestroy(pref);
+    return n;
+  }
+
+  bool check(cublasLtHandle_t h, const cublasLtMatmulAlgo_t& algo, size_t ws_bytes) const {
+    cublasLtMatmulHeuristicResult_t r;
+    return cublasLtMatmulAlgoCheck(h, desc, la, lb, lc, lc, &algo, &r) == CUBLAS_STATUS_SUCCESS &&
+           r.workspaceSize <= ws_bytes;
+  }
+
+  cublasStatus_t run(cublasLtHandle_t h, const cublasLtMatmulAlgo_t& algo, float beta, void* ws,
+                     size_t ws_bytes) const {
+    const float alpha = 1.f;
+    return cublasLtMatmul(h, desc, &alpha, X, la, G, lb, &beta, W, lc, W, lc, &algo, ws, ws_bytes, 0);
+  }
+
+  // Median ms of `reps` timed calls after `warm` untimed ones; -1 when an untimed call fails.
+  float median_ms(cublasLtHandle_t h, const cublasLtMatmulAlgo_t& algo, float beta, void* ws, size_t ws_bytes,
+                  int warm, int reps) const {
+    for (int i = 0; i < warm; ++i)
+      if (run(h, algo, beta, ws, ws_bytes) != CUBLAS_STATUS_SUCCESS) return -1.f;
+    cudaEvent_t s, e;
+    cudaEventCreate(&s);
+    cudaEventCreate(&e);
+    std::vector<float> t;
+    for (int i = 0; i < reps; ++i) {
+      cudaEventRecord(s);
+      run(h, algo, beta, ws, ws_bytes);
+      cudaEventRecord(e);
+      cudaEventSynchronize(e);
+      float ms;
+      cudaEventElapsedTime(&ms, s, e);
+      t.push_back(ms);
+    }
+    cudaEventDestroy(s);
+    cudaEventDestroy(e);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
