@@ -68,11 +68,13 @@ inline at::Tensor opt(const std::optional<at::Tensor>& t) {
 // multiple of 8 rows (16-byte aligned chunks of x for any H), at least one row; then at least
 // `min_rows` where that takes at most kMinRowsMaxMiB of logits. Every chunk after the first
 // re-reads and re-writes dW in its GEMM (about 1 + 330 / rows of the dW GEMM's time on the H200):
-// the distillation and KL losses ask for 1024 rows (Liger's chunk_size for its distillation
-// losses), within Liger's memory there. H200, 8192 x 151936, bf16: KL 28.16 -> 26.05 ms (774 ->
-// 922 MiB; Liger 28.2 at 1822), JSD (Hs 2048, Ht 4096) 43.35 -> 42.61 ms (1104 -> 1220 MiB; Liger
-// 2997) (benchmarks/results/2026-12-05-h200-rl_losses-chunks-e0db132.json).
-inline constexpr double kMinRowsMaxMiB = 512.0;
+// the distillation and KL losses ask for 2048 rows, within Liger's memory at their benchmark
+// shapes (8192 x 151936, bf16). H200, e0db132: 512 -> 1024 rows KL 28.16 -> 26.05 ms (774 -> 922
+// MiB; Liger 28.2 at 1822), JSD (Hs 2048, Ht 4096) 43.35 -> 42.61 ms (1104 -> 1220 MiB; Liger 2997)
+// (benchmarks/results/2026-12-05-h200-rl_losses-chunks-e0db132.json). H100, 1024 -> 2048 rows,
+// three runs each: JSD 40.19 -> 39.49 ms (1220 -> 1814 MiB), KL 25.62 -> 24.66 ms (923 -> 1220
+// MiB) (benchmarks/results/2026-12-06-h100-distill-store16-chunks.txt).
+inline constexpr double kMinRowsMaxMiB = 640.0;
 inline int64_t chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, int64_t requested,
                           int64_t min_rows = 0) {
   if (M <= 0) return 0;
