@@ -10,11 +10,12 @@
 //     -I/tmp/cutlass/cutlass_library/source/include \
 //     -I/tmp/cutlass/cutlass_library/source/tools/util/include -o /tmp/dw_gemm_cutlass \
 //     scripts/probes/dw_gemm_cutlass.cu -lcublasLt
-#include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+
+#include <cute/tensor.hpp>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/util/packed_stride.hpp>
 
@@ -32,7 +33,8 @@ struct DwCutlass {
   using Main = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, cutlass::layout::ColumnMajor, 8, E,
       cutlass::layout::RowMajor, 8, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epi::SharedStorage))>,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename Epi::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Main, Epi>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -149,16 +151,17 @@ int main() {
     std::printf("%s (R %d, V %d, H %d):\n", sh.name, sh.R, sh.V, sh.H);
     std::printf("  %-34s %.3f ms\n", "cuBLASLt rule (128x160, 64xAUTO)",
                 p.median_ms(h, res[pick].algo, 1.f, ws, ws_bytes, 3, 15));
-    std::printf("  %-34s %.3f ms\n", "cuBLASLt heuristic first", p.median_ms(h, res[0].algo, 1.f, ws, ws_bytes, 3, 15));
+    std::printf("  %-34s %.3f ms\n", "cuBLASLt heuristic first",
+                p.median_ms(h, res[0].algo, 1.f, ws, ws_bytes, 3, 15));
     std::fflush(stdout);
-    probe<DwCutlass<cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_1, cute::_1, cute::_1>, PingPong, EpiPP>>("pingpong 128x128x64 c1x1", p, w0,
-                                                                                ref, dmax);
-    probe<DwCutlass<cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>, PingPong, EpiPP>>("pingpong 128x128x64 c2x1", p, w0,
-                                                                                ref, dmax);
-    probe<DwCutlass<cute::Shape<cute::_128, cute::_256, cute::_64>, cute::Shape<cute::_1, cute::_1, cute::_1>, Coop, EpiCoop>>("cooperative 128x256x64 c1x1", p, w0,
-                                                                               ref, dmax);
-    probe<DwCutlass<cute::Shape<cute::_256, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>, Coop, EpiCoop>>("cooperative 256x128x64 c2x1", p, w0,
-                                                                               ref, dmax);
+    probe<DwCutlass<cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_1, cute::_1, cute::_1>,
+                    PingPong, EpiPP>>("pingpong 128x128x64 c1x1", p, w0, ref, dmax);
+    probe<DwCutlass<cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
+                    PingPong, EpiPP>>("pingpong 128x128x64 c2x1", p, w0, ref, dmax);
+    probe<DwCutlass<cute::Shape<cute::_128, cute::_256, cute::_64>, cute::Shape<cute::_1, cute::_1, cute::_1>,
+                    Coop, EpiCoop>>("cooperative 128x256x64 c1x1", p, w0, ref, dmax);
+    probe<DwCutlass<cute::Shape<cute::_256, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
+                    Coop, EpiCoop>>("cooperative 256x128x64 c2x1", p, w0, ref, dmax);
     cudaFree(w0);
     cudaFree(ref);
   }
