@@ -21,80 +21,92 @@ struct Gemm {
 Gemm logits(int R, int V, int H) { return {"logits", V, R, H, CUBLAS_OP_T, H, H}; }
 Gemm dx(int R, int V, int H) { return {"dX", H, R, V, CUBLAS_OP_N, H, V}; }
 
-void run_one(cublasLtHandle_t h, const Gemm& g, void* ws, size_t ws_bytes, float full_ms_per_row) {
-  const size_t na = size_t(g.ta == CUBLAS_OP_T ? g.k : g.m) * (g.ta == CUBLAS_OP_T ? g.m : g.k);
-  const size_t nb = size_t(g.k) * g.n, nc = size_t(g.m) * g.n;
-  __nv_bfloat16 *A, *B, *C;
-  CK(cudaMalloc(&A, na * 2));
-  CK(cudaMalloc(&B, nb * 2));
-  CK(cudaMalloc(&C, nc * 2));
-  fill<<<1024, 256>>>(A, na, 1u);
-  fill<<<1024, 256>>>(B, nb, 2u);
-  cublasLtMatmulDesc_t desc;
-  CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t opN = CUBLAS_OP_N;
-  CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)));
-  CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
-  cublasLtMatrixLayout_t la, lb, lc;
-  if (g.ta == CUBLAS_OP_T)
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.k, g.m, g.lda));
-  else
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.m, g.k, g.lda));
-  CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.k, g.n, g.ldb));
-  CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, g.m, g.n, g.m));
-  cublasLtMatmulPreference_t pref;
-  CK(cublasLtMatmulPreferenceCreate(&pref));
-  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                          sizeof(ws_bytes)));
+// One GEMM's buffers (filled) and cuBLASLt descriptors.
+struct Problem {
+  Gemm g;
+  __nv_bfloat16 *A = nullptr, *B = nullptr, *C = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+
+  explicit Problem(const Gemm& gm) : g(gm) {
+    const size_t na = size_t(g.m) * g.k, nb = size_t(g.k) * g.n, nc = size_t(g.m) * g.n;
+    CK(cudaMalloc(&A, na * 2));
+    CK(cudaMalloc(&B, nb * 2));
+    CK(cudaMalloc(&C, nc * 2));
+    fill<<<1024, 256>>>(A, na, 1u);
+    fill<<<1024, 256>>>(B, nb, 2u);
+    CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t opN = CUBLAS_OP_N;
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
+    if (g.ta == CUBLAS_OP_T)
+      CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.k, g.m, g.lda));
+    else
+      CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.m, g.k, g.lda));
+    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.k, g.n, g.ldb));
+    CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, g.m, g.n, g.m));
+  }
+  Problem(const Problem&) = delete;
+  Problem& operator=(const Problem&) = delete;
+  ~Problem() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+    cudaFree(A);
+    cudaFree(B);
+    cudaFree(C);
+  }
+
+  int heuristic(cublasLtHandle_t h, size_t ws_bytes, cublasLtMatmulHeuristicResult_t* res, int max) const {
+    cublasLtMatmulPreference_t pref;
+    CK(cublasLtMatmulPreferenceCreate(&pref));
+    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                            sizeof(ws_bytes)));
+    int n = 0;
+    CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, max, res, &n));
+    cublasLtMatmulPreferenceDestroy(pref);
+    return n;
+  }
+
+  float median_ms(cublasLtHandle_t h, const cublasLtMatmulAlgo_t& algo, void* ws, size_t ws_bytes) const {
+    const float alpha = 1.f, beta = 0.f;
+    return median_ms_of(
+        [&] {
+          return cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &algo, ws, ws_bytes, 0) ==
+                 CUBLAS_STATUS_SUCCESS;
+        },
+        1, 12);
+  }
+};
+
+// Every heuristic algorithm at the chunk's rows, beside the full-M GEMM's first algorithm scaled to
+// those rows.
+void run_one(cublasLtHandle_t h, const Gemm& part, const Gemm& full, void* ws, size_t ws_bytes) {
+  float full_ms = -1.f;
+  {
+    Problem f(full);
+    cublasLtMatmulHeuristicResult_t r;
+    if (f.heuristic(h, ws_bytes, &r, 1) == 1)
+      full_ms = f.median_ms(h, r.algo, ws, ws_bytes) * part.n / full.n;
+  }
+  Problem p(part);
   cublasLtMatmulHeuristicResult_t res[16];
-  int n = 0;
-  CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 16, res, &n));
-  const float alpha = 1.f, beta = 0.f;
-  const double gflop = 2.0 * g.m * double(g.n) * g.k / 1e9;
-  std::printf("  %s m %d n %d k %d: %d algorithms; the full-M GEMM's time for these rows %.3f ms\n", g.what,
-              g.m, g.n, g.k, n, full_ms_per_row);
+  const int n = p.heuristic(h, ws_bytes, res, 16);
+  const double gflop = 2.0 * part.m * double(part.n) * part.k / 1e9;
+  std::printf("  %s m %d n %d k %d: %d algorithms; the full-M GEMM's time for these rows %.3f ms\n",
+              part.what, part.m, part.n, part.k, n, full_ms);
   for (int i = 0; i < n; ++i) {
-    auto call = [&] {
-      return cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &res[i].algo, ws, ws_bytes,
-                            0);
-    };
-    if (call() != CUBLAS_STATUS_SUCCESS) continue;
-    cudaEvent_t s, e;
-    cudaEventCreate(&s);
-    cudaEventCreate(&e);
-    std::vector<float> t;
-    for (int r = 0; r < 12; ++r) {
-      cudaEventRecord(s);
-      call();
-      cudaEventRecord(e);
-      cudaEventSynchronize(e);
-      float ms;
-      cudaEventElapsedTime(&ms, s, e);
-      t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    const float ms = t[t.size() / 2];
+    const float ms = p.median_ms(h, res[i].algo, ws, ws_bytes);
+    if (ms < 0.f) continue;
     std::printf("    #%d %.3f ms (%.0f TFLOP/s) tile=%d stages=%d splitk=%d cluster=%d ws=%zu\n", i, ms,
                 gflop / ms, config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                 config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
                 config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
                 config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), res[i].workspaceSize);
-    cudaEventDestroy(s);
-    cudaEventDestroy(e);
   }
   std::fflush(stdout);
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(desc);
-  cudaFree(A);
-  cudaFree(B);
-  cudaFree(C);
 }
-
-// The heuristic's first algorithm at the full M rows, scaled to R rows.
-float full_per_rows(cublasLtHandle_t h, const Gemm& full, int R, int M, void* ws, size_t ws_bytes);
 
 int main() {
   struct Head {
@@ -112,67 +124,9 @@ int main() {
   CK(cudaMalloc(&ws, ws_bytes));
   for (const Head& hd : heads) {
     std::printf("%s: M %d, chunk rows %d, V %d, H %d\n", hd.name, hd.M, hd.R, hd.V, hd.H);
-    for (int which = 0; which < 2; ++which) {
-      const Gemm full = which == 0 ? logits(hd.M, hd.V, hd.H) : dx(hd.M, hd.V, hd.H);
-      const Gemm part = which == 0 ? logits(hd.R, hd.V, hd.H) : dx(hd.R, hd.V, hd.H);
-      run_one(h, part, ws, ws_bytes, full_per_rows(h, full, hd.R, hd.M, ws, ws_bytes));
-    }
+    run_one(h, logits(hd.R, hd.V, hd.H), logits(hd.M, hd.V, hd.H), ws, ws_bytes);
+    run_one(h, dx(hd.R, hd.V, hd.H), dx(hd.M, hd.V, hd.H), ws, ws_bytes);
   }
   std::printf("done\n");
   return 0;
-}
-
-float full_per_rows(cublasLtHandle_t h, const Gemm& g, int R, int M, void* ws, size_t ws_bytes) {
-  const size_t na = size_t(g.m) * g.k, nb = size_t(g.k) * g.n, nc = size_t(g.m) * g.n;
-  __nv_bfloat16 *A, *B, *C;
-  CK(cudaMalloc(&A, na * 2));
-  CK(cudaMalloc(&B, nb * 2));
-  CK(cudaMalloc(&C, nc * 2));
-  fill<<<1024, 256>>>(A, na, 1u);
-  fill<<<1024, 256>>>(B, nb, 2u);
-  cublasLtMatmulDesc_t desc;
-  CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t opN = CUBLAS_OP_N;
-  CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)));
-  CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
-  cublasLtMatrixLayout_t la, lb, lc;
-  if (g.ta == CUBLAS_OP_T)
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.k, g.m, g.lda));
-  else
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.m, g.k, g.lda));
-  CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.k, g.n, g.ldb));
-  CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, g.m, g.n, g.m));
-  cublasLtMatmulPreference_t pref;
-  CK(cublasLtMatmulPreferenceCreate(&pref));
-  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                          sizeof(ws_bytes)));
-  cublasLtMatmulHeuristicResult_t res;
-  int n = 0;
-  CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 1, &res, &n));
-  const float alpha = 1.f, beta = 0.f;
-  std::vector<float> t;
-  for (int r = 0; r < 8; ++r) {
-    cudaEvent_t s, e;
-    cudaEventCreate(&s);
-    cudaEventCreate(&e);
-    cudaEventRecord(s);
-    CK(cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &res.algo, ws, ws_bytes, 0));
-    cudaEventRecord(e);
-    cudaEventSynchronize(e);
-    float ms;
-    cudaEventElapsedTime(&ms, s, e);
-    t.push_back(ms);
-    cudaEventDestroy(s);
-    cudaEventDestroy(e);
-  }
-  std::sort(t.begin(), t.end());
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(desc);
-  cudaFree(A);
-  cudaFree(B);
-  cudaFree(C);
-  return t[t.size() / 2] * R / M;
 }

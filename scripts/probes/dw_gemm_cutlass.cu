@@ -64,27 +64,6 @@ struct DwCutlass {
   bool run() { return gemm.run() == cutlass::Status::kSuccess; }
 };
 
-template <class G>
-float time_it(G& g, int warm, int reps) {
-  for (int i = 0; i < warm; ++i)
-    if (!g.run()) return -1.f;
-  cudaEvent_t s, e;
-  cudaEventCreate(&s);
-  cudaEventCreate(&e);
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(s);
-    g.run();
-    cudaEventRecord(e);
-    cudaEventSynchronize(e);
-    float ms;
-    cudaEventElapsedTime(&ms, s, e);
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 __global__ void max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* out) {
   float m = 0.f;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
@@ -111,7 +90,7 @@ void probe(const char* name, const DwProblem& p, const __nv_bfloat16* w0, const 
   max_diff<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(p.W), ref, nW, dmax);
   float d = 0.f;
   CK(cudaMemcpy(&d, dmax, 4, cudaMemcpyDeviceToHost));
-  const float ms = time_it(g, 3, 15);
+  const float ms = median_ms_of([&] { return g.run(); }, 3, 15);
   std::printf("  %-34s %.3f ms (%.0f TFLOP/s), max |diff| from cuBLASLt %.3g\n", name, ms, p.gflop() / ms, d);
   std::fflush(stdout);
   if (g.ws) cudaFree(g.ws);

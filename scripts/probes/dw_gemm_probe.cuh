@@ -37,6 +37,31 @@ struct Shape {
   int R, V, H;
 };
 
+// Median ms of `reps` event-timed calls of `call` (returns true on success) after `warm` untimed
+// ones; -1 when an untimed call fails.
+template <class F>
+float median_ms_of(F&& call, int warm, int reps) {
+  for (int i = 0; i < warm; ++i)
+    if (!call()) return -1.f;
+  cudaEvent_t s, e;
+  cudaEventCreate(&s);
+  cudaEventCreate(&e);
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(s);
+    call();
+    cudaEventRecord(e);
+    cudaEventSynchronize(e);
+    float ms;
+    cudaEventElapsedTime(&ms, s, e);
+    t.push_back(ms);
+  }
+  cudaEventDestroy(s);
+  cudaEventDestroy(e);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 inline int config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
   int v = -1;
   size_t written = 0;
@@ -114,24 +139,7 @@ struct DwProblem {
   // Median ms of `reps` timed calls after `warm` untimed ones; -1 when an untimed call fails.
   float median_ms(cublasLtHandle_t h, const cublasLtMatmulAlgo_t& algo, float beta, void* ws, size_t ws_bytes,
                   int warm, int reps) const {
-    for (int i = 0; i < warm; ++i)
-      if (run(h, algo, beta, ws, ws_bytes) != CUBLAS_STATUS_SUCCESS) return -1.f;
-    cudaEvent_t s, e;
-    cudaEventCreate(&s);
-    cudaEventCreate(&e);
-    std::vector<float> t;
-    for (int i = 0; i < reps; ++i) {
-      cudaEventRecord(s);
-      run(h, algo, beta, ws, ws_bytes);
-      cudaEventRecord(e);
-      cudaEventSynchronize(e);
-      float ms;
-      cudaEventElapsedTime(&ms, s, e);
-      t.push_back(ms);
-    }
-    cudaEventDestroy(s);
-    cudaEventDestroy(e);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return median_ms_of([&] { return run(h, algo, beta, ws, ws_bytes) == CUBLAS_STATUS_SUCCESS; }, warm,
+                        reps);
   }
 };

@@ -10,26 +10,12 @@ import argparse
 import collections
 
 import torch
+from dw_gemm_torch import med  # median ms of CUDA-event-timed calls
 from torch.profiler import ProfilerActivity, profile
 
 from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 
 DEFAULT = ["8192,2304,256000", "8192,5120,202048", "8192,4096,128256"]
-
-
-def med(fn, steps=10, warm=2):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(steps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    return sorted(ts)[len(ts) // 2]
 
 
 def gemms(m, h, v, dev):
