@@ -135,19 +135,6 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
       : "memory");
 }
 
-// 16 bytes from registers to global memory in one vector store. nvcc splits the store of a
-// 16-byte struct built element by element into four 4-byte stores (four times the store
-// instructions and L2 write requests); the explicit vector store is one of each. No memory
-// clobber: the compiler may still move shared-memory loads across it (callers that need an order
-// with other accesses to `dst` fence it themselves).
-template <typename V>
-__device__ __forceinline__ void store_16B(void* dst, const V& v) {
-  static_assert(sizeof(V) == 16, "16-byte vectors only");
-  uint4 w;
-  memcpy(&w, &v, sizeof(w));
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w));
-}
-
 // Host: the launch configuration of clusters of `cl` blocks along x, with
 // gridDim one cluster (callers scale it). `attr` is referenced by the result,
 // not copied: it must outlive the launch call.

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/common/dtype.h"
@@ -64,6 +65,58 @@ __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
 template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+// Two floats rounded to a 16-bit T and packed into one 32-bit word (low half
+// first, as in memory): one cvt.rn.{bf16,f16}x2.f32 on sm_80+, the same
+// rounding as two from_float calls.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  static_assert(sizeof(T) == 2, "16-bit types only");
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    std::memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    std::memcpy(&u, &h, 4);
+  }
+  return u;
+}
+
+// VEC floats rounded to T, built as 32-bit words (so nothing downstream sees
+// separate 16-bit elements).
+template <typename T, int VEC>
+__device__ __forceinline__ Vec<T, VEC> pack_vec(const float (&f)[VEC]) {
+  static_assert(sizeof(Vec<T, VEC>) % 4 == 0, "whole words only");
+  Vec<T, VEC> out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o[j] = __float_as_uint(f[j]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) o[k] = pack2<T>(f[2 * k], f[2 * k + 1]);
+  }
+  return out;
+}
+
+// A whole number of 16-byte vectors stored with st.global.v4.b32 each. The
+// plain struct store (store_vec) is split by nvcc: in rms_fwd_cached, PTX for
+// the bf16 ADD instance stores the last two vectors of each row piece as
+// 8 x st.global.u16 (y and s) and the plain instance's y as 4 x 32-bit
+// stores, i.e. up to 8 store instructions (and L2 write requests) per 16 bytes;
+// the distillation row kernel's gradient went out as 4 x 32-bit stores a group
+// (18 % of KL's row-kernel time on an H100, docs/kernels/rl_losses.md).
+template <typename V>
+__device__ __forceinline__ void store_16B_words(void* dst, const V& v) {
+  static_assert(sizeof(V) % 16 == 0, "whole 16-byte vectors only");
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+  char* d = static_cast<char*>(dst);
+#pragma unroll
+  for (int c = 0; c < static_cast<int>(sizeof(V) / 16); ++c)
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(d + 16 * c), "r"(w[4 * c]),
+                 "r"(w[4 * c + 1]), "r"(w[4 * c + 2]), "r"(w[4 * c + 3]));
 }
 
 // 16 bytes from global memory into registers, kept in program order with the

@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
         Vec<T, G> z;
 #pragma unroll
         for (int e = 0; e < G; ++e) z.v[e] = from_float<T>(0.f);
-        store_16B(srow + static_cast<int64_t>(gi) * G, z);
+        store_16B_words(srow + static_cast<int64_t>(gi) * G, z);
       }
     if (rank == 0 && t == 0) a.soft[r] = a.hard[r] = 0.f;
     return;
@@ -707,7 +707,7 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
           out.v[e] = from_float<T>(d);
         }
       }
-      if (grad) store_16B(srow + static_cast<int64_t>(gi) * G, out);  // one 16-byte store (cluster.cuh)
+      if (grad) store_16B_words(srow + static_cast<int64_t>(gi) * G, out);  // one 16-byte store
     }
   };
   by_beta([&](auto bk) {
