@@ -10,97 +10,38 @@
 
 struct Gemm {
   const char* what;
-  int m, n, k;  // column-major C[m, n] = op(A)[m, k] op(B)[k, n]
+  int m, n, k;  // column-major C[m, n] = op(A)[m, k] op(B)[k, n], A and B packed
   cublasOperation_t ta;
-  int lda, ldb;
+  LtGemm make() const { return LtGemm(m, n, k, ta, CUBLAS_OP_N, 1u, 2u, 3u); }  // C++17: no copy
 };
 
 // Column-major views. logits: C^T [V, R] = W [V, H] (row-major = col-major [H, V], op T) x X^T
 // [H, R] (X row-major = col-major [H, R], op N). dX: C^T [H, R] = W^T [H, V] (col-major [H, V],
-// op N) x G^T [V, R] (G row-major = col-major [V, R], op N).
-Gemm logits(int R, int V, int H) { return {"logits", V, R, H, CUBLAS_OP_T, H, H}; }
-Gemm dx(int R, int V, int H) { return {"dX", H, R, V, CUBLAS_OP_N, H, V}; }
-
-// One GEMM's buffers (filled) and cuBLASLt descriptors.
-struct Problem {
-  Gemm g;
-  __nv_bfloat16 *A = nullptr, *B = nullptr, *C = nullptr;
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-
-  explicit Problem(const Gemm& gm) : g(gm) {
-    const size_t na = size_t(g.m) * g.k, nb = size_t(g.k) * g.n, nc = size_t(g.m) * g.n;
-    CK(cudaMalloc(&A, na * 2));
-    CK(cudaMalloc(&B, nb * 2));
-    CK(cudaMalloc(&C, nc * 2));
-    fill<<<1024, 256>>>(A, na, 1u);
-    fill<<<1024, 256>>>(B, nb, 2u);
-    CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t opN = CUBLAS_OP_N;
-    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)));
-    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
-    if (g.ta == CUBLAS_OP_T)
-      CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.k, g.m, g.lda));
-    else
-      CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.m, g.k, g.lda));
-    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.k, g.n, g.ldb));
-    CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, g.m, g.n, g.m));
-  }
-  Problem(const Problem&) = delete;
-  Problem& operator=(const Problem&) = delete;
-  ~Problem() {
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(desc);
-    cudaFree(A);
-    cudaFree(B);
-    cudaFree(C);
-  }
-
-  int heuristic(cublasLtHandle_t h, size_t ws_bytes, cublasLtMatmulHeuristicResult_t* res, int max) const {
-    cublasLtMatmulPreference_t pref;
-    CK(cublasLtMatmulPreferenceCreate(&pref));
-    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                            sizeof(ws_bytes)));
-    int n = 0;
-    CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, max, res, &n));
-    cublasLtMatmulPreferenceDestroy(pref);
-    return n;
-  }
-
-  float median_ms(cublasLtHandle_t h, const cublasLtMatmulAlgo_t& algo, void* ws, size_t ws_bytes) const {
-    const float alpha = 1.f, beta = 0.f;
-    return median_ms_of(
-        [&] {
-          return cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &algo, ws, ws_bytes, 0) ==
-                 CUBLAS_STATUS_SUCCESS;
-        },
-        1, 12);
-  }
-};
+// op N) x G^T [V, R] (G row-major = col-major [V, R], op N). The heuristic is told 16-byte
+// alignment (LtGemm::heuristic), as the extension's dW path tells it.
+Gemm logits(int R, int V, int H) { return {"logits", V, R, H, CUBLAS_OP_T}; }
+Gemm dx(int R, int V, int H) { return {"dX", H, R, V, CUBLAS_OP_N}; }
 
 // Every heuristic algorithm at the chunk's rows, beside the full-M GEMM's first algorithm scaled to
 // those rows.
 void run_one(cublasLtHandle_t h, const Gemm& part, const Gemm& full, void* ws, size_t ws_bytes) {
   float full_ms = -1.f;
   {
-    Problem f(full);
+    const LtGemm f = full.make();
     cublasLtMatmulHeuristicResult_t r;
     if (f.heuristic(h, ws_bytes, &r, 1) == 1)
-      full_ms = f.median_ms(h, r.algo, ws, ws_bytes) * part.n / full.n;
+      full_ms = f.median_ms(h, r.algo, 0.f, ws, ws_bytes, 1, 12) * part.n / full.n;
   }
-  Problem p(part);
+  const LtGemm p = part.make();
   cublasLtMatmulHeuristicResult_t res[16];
   const int n = p.heuristic(h, ws_bytes, res, 16);
-  const double gflop = 2.0 * part.m * double(part.n) * part.k / 1e9;
   std::printf("  %s m %d n %d k %d: %d algorithms; the full-M GEMM's time for these rows %.3f ms\n",
               part.what, part.m, part.n, part.k, n, full_ms);
   for (int i = 0; i < n; ++i) {
-    const float ms = p.median_ms(h, res[i].algo, ws, ws_bytes);
+    const float ms = p.median_ms(h, res[i].algo, 0.f, ws, ws_bytes, 1, 12);
     if (ms < 0.f) continue;
     std::printf("    #%d %.3f ms (%.0f TFLOP/s) tile=%d stages=%d splitk=%d cluster=%d ws=%zu\n", i, ms,
-                gflop / ms, config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                p.gflop() / ms, config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                 config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
                 config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
                 config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), res[i].workspaceSize);

@@ -69,43 +69,46 @@ inline int config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfi
   return v;
 }
 
-// One shape's buffers (filled) and descriptors. Column-major view: D^T [H, V] = X^T [H, R] (X row-major
-// [R, H], ld H, op N) x G [R, V] (G row-major [R, V] is column-major [V, R] ld V: op T).
-struct DwProblem {
-  Shape sh;
-  void *G = nullptr, *X = nullptr, *W = nullptr;
+// A column-major cuBLASLt GEMM C[m, n] (+)= op(A)[m, k] op(B)[k, n] in bf16 with float32 compute, A and
+// B stored packed as op asks ([m, k] or [k, m]; [k, n] or [n, k]), C [m, n] packed, its buffers
+// filled (seeds a, b, c) and its descriptors. D is C.
+struct LtGemm {
+  int m, n, k;
+  void *A = nullptr, *B = nullptr, *C = nullptr;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
 
-  explicit DwProblem(const Shape& s) : sh(s) {
-    const size_t nG = size_t(sh.R) * sh.V, nX = size_t(sh.R) * sh.H, nW = size_t(sh.V) * sh.H;
-    CK(cudaMalloc(&G, nG * 2));
-    CK(cudaMalloc(&X, nX * 2));
-    CK(cudaMalloc(&W, nW * 2));
-    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(G), nG, 1u);
-    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(X), nX, 2u);
-    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(W), nW, 3u);
+  LtGemm(int m_, int n_, int k_, cublasOperation_t ta, cublasOperation_t tb, unsigned sa, unsigned sb,
+         unsigned sc)
+      : m(m_), n(n_), k(k_) {
+    const size_t na = size_t(m) * k, nb = size_t(k) * n, nc = size_t(m) * n;
+    CK(cudaMalloc(&A, na * 2));
+    CK(cudaMalloc(&B, nb * 2));
+    CK(cudaMalloc(&C, nc * 2));
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(A), na, sa);
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(B), nb, sb);
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(C), nc, sc);
     CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t opN = CUBLAS_OP_N, opT = CUBLAS_OP_T;
-    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opN, sizeof(opN)));
-    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opT, sizeof(opT)));
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.H, sh.R, sh.H));
-    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.V, sh.R, sh.V));
-    CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.H, sh.V, sh.H));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    const int ar = ta == CUBLAS_OP_N ? m : k, br = tb == CUBLAS_OP_N ? k : n;
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ar, ta == CUBLAS_OP_N ? k : m, ar));
+    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, br, tb == CUBLAS_OP_N ? n : k, br));
+    CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, m, n, m));
   }
-  DwProblem(const DwProblem&) = delete;
-  DwProblem& operator=(const DwProblem&) = delete;
-  ~DwProblem() {
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+  ~LtGemm() {
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(lc);
     cublasLtMatmulDescDestroy(desc);
-    cudaFree(G);
-    cudaFree(X);
-    cudaFree(W);
+    cudaFree(A);
+    cudaFree(B);
+    cudaFree(C);
   }
 
-  double gflop() const { return 2.0 * sh.R * double(sh.V) * sh.H / 1e9; }
+  double gflop() const { return 2.0 * m * double(n) * k / 1e9; }
 
   // The heuristic's results (at most `max`) within the workspace, told 16-byte alignment as the
   // extension tells it (chunk rows start at any multiple of 8 rows).
@@ -118,10 +121,10 @@ struct DwProblem {
     for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
       CK(cublasLtMatmulPreferenceSetAttribute(pref, a, &align, sizeof(align)));
-    int n = 0;
-    CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, max, res, &n));
+    int got = 0;
+    CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, max, res, &got));
     cublasLtMatmulPreferenceDestroy(pref);
-    return n;
+    return got;
   }
 
   bool check(cublasLtHandle_t h, const cublasLtMatmulAlgo_t& algo, size_t ws_bytes) const {
@@ -133,7 +136,7 @@ struct DwProblem {
   cublasStatus_t run(cublasLtHandle_t h, const cublasLtMatmulAlgo_t& algo, float beta, void* ws,
                      size_t ws_bytes) const {
     const float alpha = 1.f;
-    return cublasLtMatmul(h, desc, &alpha, X, la, G, lb, &beta, W, lc, W, lc, &algo, ws, ws_bytes, 0);
+    return cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &algo, ws, ws_bytes, 0);
   }
 
   // Median ms of `reps` timed calls after `warm` untimed ones; -1 when an untimed call fails.
@@ -142,4 +145,14 @@ struct DwProblem {
     return median_ms_of([&] { return run(h, algo, beta, ws, ws_bytes) == CUBLAS_STATUS_SUCCESS; }, warm,
                         reps);
   }
+};
+
+// The chunk loops' dW GEMM of one shape. Column-major view: D^T [H, V] = X^T [H, R] (X row-major
+// [R, H], ld H, op N) x G [R, V] (G row-major [R, V] is column-major [V, R] ld V: op T); G filled
+// with seed 1, X with 2, W with 3.
+struct DwProblem : LtGemm {
+  Shape sh;
+  void *G, *X, *W;  // B, A and C under the names of the chunk loop
+  explicit DwProblem(const Shape& s)
+      : LtGemm(s.H, s.V, s.R, CUBLAS_OP_N, CUBLAS_OP_T, 2u, 1u, 3u), sh(s), G(B), X(A), W(C) {}
 };
