@@ -121,6 +121,26 @@ def bench_ms(fn, grad_to_none=None, warmup=50, rep=300):
     return times[len(times) // 2]
 
 
+def paired_ms(fn, ref_fn, grad_to_none=None, rounds=3, rep=150):
+    """fn's median ms against a reference timed beside it: `rounds` alternations of bench_ms(ref_fn)
+    and bench_ms(fn). Returns (fn's median, ref's median, the median of the rounds' ratios). Why: an
+    H100 under sustained load loses clock over tens of seconds, so a floor timed once before a
+    series of implementations flatters the first and penalises the last (the same FLCE call read
+    1.07 and 1.24 x its floor in two runs of 2026-12-06; alternated, 1.04)."""
+    ms, ref, ratio = [], [], []
+    for _ in range(rounds):
+        r = bench_ms(ref_fn, rep=rep)
+        m = bench_ms(fn, grad_to_none=grad_to_none, rep=rep)
+        ms.append(m)
+        ref.append(r)
+        ratio.append(m / r)
+
+    def med(v):
+        return sorted(v)[len(v) // 2]
+
+    return med(ms), med(ref), med(ratio)
+
+
 def copy_bandwidth_gbs():
     a = torch.randint(0, 255, (1 << 30,), dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
