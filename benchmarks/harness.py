@@ -121,7 +121,7 @@ def bench_ms(fn, grad_to_none=None, warmup=50, rep=300):
     return times[len(times) // 2]
 
 
-def paired_ms(fn, ref_fn, grad_to_none=None, rounds=3, rep=150):
+def paired_ms(fn, ref_fn, grad_to_none=None, rounds=5, rep=400):
     """fn's median ms against a reference timed beside it: `rounds` alternations of bench_ms(ref_fn)
     and bench_ms(fn). Returns (fn's median, ref's median, the median of the rounds' ratios). Why: an
     H100 under sustained load loses clock over tens of seconds, so a floor timed once before a
