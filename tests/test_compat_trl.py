@@ -2,11 +2,12 @@
 
 The installed TRL (1.16) applies Liger-Kernel's layer kernels through Hugging Face's Trainer
 (_apply_liger_kernel_to_instance with fused_linear_cross_entropy=False) and computes its losses with
-its own fused LM head: SFTTrainer (loss_type nll and dft, mean_token_accuracy logged), DPOTrainer and
-KTOTrainer train a few steps on liger_cpp's RMSNorm / SwiGLU / RoPE with TRL's losses and metrics
-without Liger. Older TRL (up to 1.10, the releases that call Liger-Kernel's losses) is covered by
-its exact calls: LigerFusedLinearDPOLoss / LigerFusedLinearKTOLoss as dpo_trainer.py / kto_trainer.py
-construct and call them, and the model keyword arguments sft_trainer.py passes (skip_logits,
+its own fused LM head: SFTTrainer (loss_type nll and dft, mean_token_accuracy logged), DPOTrainer,
+KTOTrainer, GRPOTrainer (sampled completions, rewards, KL) and the experimental GKDTrainer train a few
+steps on liger_cpp's RMSNorm / SwiGLU / RoPE with TRL's losses and metrics without Liger. Older TRL
+(up to 1.10, the releases that call Liger-Kernel's losses) is covered by its exact calls:
+LigerFusedLinearDPOLoss / LigerFusedLinearKTOLoss as dpo_trainer.py / kto_trainer.py construct and
+call them, and the model keyword arguments sft_trainer.py passes (skip_logits,
 return_token_accuracy, use_token_scaling), against float64 references."""
 
 import inspect
@@ -90,13 +91,18 @@ def _run(trainer):
     return logs, ops
 
 
-def _compare(make_trainer, tmp_path, metrics):
+def _compare(make_trainer, tmp_path, metrics, from_path=False):
     """The same training with and without use_liger_kernel: liger_cpp's layer ops ran, and the
     logged loss and metrics agree. (The reference model of DPO / KTO, a copy of the initial model,
-    is not patched: Hugging Face's Trainer patches the trained model.)"""
-    ref = build("llama")
-    model = build("llama")
-    model.load_state_dict(ref.state_dict())
+    is not patched: Hugging Face's Trainer patches the trained model.) from_path: the trainers get
+    the model as a saved directory (GRPO loads its reference model from the policy's path)."""
+    if from_path:
+        build("llama").save_pretrained(tmp_path / "model")
+        ref = model = str(tmp_path / "model")
+    else:
+        ref = build("llama")
+        model = build("llama")
+        model.load_state_dict(ref.state_dict())
     logs0, ops0 = _run(make_trainer(ref, tmp_path / "plain", False))
     assert not ops0
     try:
@@ -152,6 +158,67 @@ def test_kto_trainer(tmp_path):
         )
 
     _compare(make, tmp_path, ["kl", "rewards/chosen", "rewards/rejected"])
+
+
+def _reward_even(completions, **kwargs):
+    """A deterministic reward: the share of a completion's tokens with an even id."""
+    return [sum(int(w[1:]) % 2 == 0 for w in c.split()) / max(1, len(c.split())) for c in completions]
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_grpo_trainer(beta, tmp_path):
+    """GRPOTrainer (TRL 1.16: layer kernels through the Trainer, its own fused LM head for the
+    log-probs): two steps of sampled completions, rewards, the clipped objective and (beta > 0) the
+    KL to a reference model loaded from the policy's path; the same sampling seed draws the same
+    completions, so every logged metric must agree."""
+    g = torch.Generator().manual_seed(3)
+    rows = [{"prompt": _text(g, 3 + i % 2)} for i in range(4)]
+
+    def make(model, out_dir, liger):
+        kw = _common(out_dir, liger, beta=beta, num_generations=4, max_completion_length=6)
+        kw.update(per_device_train_batch_size=8, model_init_kwargs={"dtype": "float32"})
+        ds = datasets.Dataset.from_list(rows)
+        return trl.GRPOTrainer(
+            model=model,
+            reward_funcs=_reward_even,
+            args=trl.GRPOConfig(**kw),
+            train_dataset=ds,
+            processing_class=tokenizer(),
+        )
+
+    metrics = ["reward", "reward_std", "entropy", "completions/mean_length", "clip_ratio/region_mean"]
+    _compare(make, tmp_path, metrics + (["kl"] if beta else []), from_path=True)
+
+
+def test_gkd_trainer(tmp_path):
+    """TRL's experimental GKDTrainer (an SFTTrainer; its generalized JSD on the logits, which TRL 1.16
+    computes itself): off-policy (lmbda 0), a teacher of another seed, temperature 0.9."""
+    from trl.experimental.gkd import GKDConfig, GKDTrainer
+
+    g = torch.Generator().manual_seed(4)
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": _text(g, 3 + i % 2)},
+                {"role": "assistant", "content": _text(g, 4)},
+            ]
+        }
+        for i in range(8)
+    ]
+
+    def make(model, out_dir, liger):
+        tok = tokenizer()
+        tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+        args = GKDConfig(**_common(out_dir, liger, lmbda=0.0, beta=0.5, temperature=0.9, max_length=16))
+        return GKDTrainer(
+            model=model,
+            teacher_model=build("llama", seed=5),
+            args=args,
+            train_dataset=datasets.Dataset.from_list(rows),
+            processing_class=tok,
+        )
+
+    _compare(make, tmp_path, ["grad_norm"])
 
 
 # --------------------------------------------------------------------------------------------
