@@ -240,7 +240,6 @@ void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_s
   // smoothing, class weights or z-loss), into this buffer.
   at::Tensor tgt_nll = f.token_scaling ? at::empty({f.chunk}, f.x.options().dtype(at::kFloat)) : at::Tensor();
   const at::Tensor one = f.token_scaling ? at::ones({1}, f.x.options().dtype(at::kFloat)) : at::Tensor();
-  const at::Tensor wt = f.w.t();
   const at::ScalarType acc = f.x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t rows_dim[1] = {0};
   for (int64_t s = 0; s < f.M; s += f.chunk) {
@@ -249,12 +248,7 @@ void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_s
     at::Tensor lc = buf.narrow(0, 0, n);
     const at::Tensor xc = f.x.narrow(0, s, n);
     // Logits: logit_scale * (xc @ W^T + b), the scale as the GEMM's alpha (and beta for the bias).
-    if (f.bias.defined())
-      at::addmm_out(lc, f.bias, xc, wt, f.logit_scale, f.logit_scale);
-    else if (f.logit_scale == 1.0)
-      at::mm_out(lc, xc, wt);
-    else
-      at::addmm_out(lc, lc, xc, wt, 0.0, f.logit_scale);  // beta 0: lc's old contents are not read
+    heads::logits_gemm(lc, xc, f.w, f.bias, f.logit_scale);
 
     CeRows r;
     r.logits = lc;
