@@ -220,10 +220,12 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
   return f;
 }
 
+// The loop's gradients: the chunk loops' shared set (dX rows, dW in weight's dtype, dB; written by
+// heads::chunk_grads) and, with accum_fp32, dW's float32 accumulator in place of its dW.
 struct Grads {
-  at::Tensor dx_rows;  // [M, H] input dtype, or undefined
-  at::Tensor dw;       // [V, H] weight dtype or float32 (accum_fp32), or undefined
-  at::Tensor db;       // [V] float32 (float64 for float64), or undefined
+  heads::Grads g;
+  at::Tensor dw32;  // [V, H] float32, or undefined
+  bool any() const { return g.any() || dw32.defined(); }
 };
 
 // The chunk loop. ce_scale / z_scale: float32 with 1 or M elements (already
@@ -233,15 +235,13 @@ struct Grads {
 void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_scale,
                 const at::Tensor& weight_sum, at::Tensor& loss_rows, const at::Tensor& z_rows,
                 const at::Tensor& argmax, Grads& g) {
-  const bool want_grad = g.dx_rows.defined() || g.dw.defined() || g.db.defined();
+  const bool want_grad = g.any();
   if (f.M == 0) return;
   at::Tensor buf = at::empty({f.chunk, f.V}, f.x.options());
   // Token scaling: each chunk's target log-probabilities x_y - lse first (the row step without
   // smoothing, class weights or z-loss), into this buffer.
   at::Tensor tgt_nll = f.token_scaling ? at::empty({f.chunk}, f.x.options().dtype(at::kFloat)) : at::Tensor();
   const at::Tensor one = f.token_scaling ? at::ones({1}, f.x.options().dtype(at::kFloat)) : at::Tensor();
-  const at::ScalarType acc = f.x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const int64_t rows_dim[1] = {0};
   for (int64_t s = 0; s < f.M; s += f.chunk) {
     const int64_t n = std::min(f.chunk, f.M - s);
     const bool first = s == 0;
@@ -287,35 +287,19 @@ void chunk_loop(const Flce& f, const at::Tensor& ce_scale, const at::Tensor& z_s
     }
     if (!want_grad) continue;
 
-    if (g.dx_rows.defined()) {
-      at::Tensor dxc = g.dx_rows.narrow(0, s, n);
-      at::mm_out(dxc, lc, f.w);
-    }
-    if (g.dw.defined()) {
-      if (f.accum_fp32)
-        heads::accumulate_dw_fp32(g.dw, lc.t(), xc, first);
-      else
-        heads::dw_gemm(g.dw, lc, xc, first);  // beta 0 on the first chunk: no zero-fill of dW
-    }
-    if (g.db.defined()) {
-      if (first)
-        at::sum_out(g.db, lc, at::IntArrayRef(rows_dim), false, acc);
-      else
-        g.db.add_(at::sum(lc, at::IntArrayRef(rows_dim), false, acc));
-    }
+    heads::chunk_grads(lc, xc, f.w, g.g, s);  // dX rows, dW (beta 0 on the first chunk), dB
+    if (g.dw32.defined()) heads::accumulate_dw_fp32(g.dw32, lc.t(), xc, first);
   }
 }
 
 // Allocates the gradients a loop will write (zeros when there are no rows).
 Grads alloc_grads(const Flce& f, bool compute_dx, bool compute_dw, bool compute_db) {
   Grads g;
-  auto make = [&](at::IntArrayRef size, const at::TensorOptions& o) {
-    return f.M == 0 ? at::zeros(size, o) : at::empty(size, o);
-  };
-  const at::ScalarType acc = f.x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  if (compute_dx) g.dx_rows = make({f.M, f.H}, f.x.options());
-  if (compute_dw) g.dw = make({f.V, f.H}, f.w.options().dtype(f.accum_fp32 ? at::kFloat : f.w.scalar_type()));
-  if (compute_db && f.bias.defined()) g.db = make({f.V}, f.x.options().dtype(acc));
+  g.g = heads::alloc_grads(f.x, f.w, f.bias, compute_dx, compute_dw && !f.accum_fp32, compute_db);
+  if (compute_dw && f.accum_fp32) {
+    const at::TensorOptions o = f.w.options().dtype(at::kFloat);
+    g.dw32 = f.M == 0 ? at::zeros({f.V, f.H}, o) : at::empty({f.V, f.H}, o);
+  }
   return g;
 }
 
@@ -323,15 +307,11 @@ Grads alloc_grads(const Flce& f, bool compute_dx, bool compute_dw, bool compute_
 // weight's dtype, dB in bias's; empty (0,) tensors for those not computed.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> finish_grads(const Flce& f, const at::Tensor& input,
                                                             const at::Tensor& weight, Grads& g) {
-  // Absent outputs are distinct empty tensors: outputs of an op must not alias each other.
-  auto none = [&] { return at::empty({0}, input.options()); };
-  at::Tensor dx = g.dx_rows.defined() ? g.dx_rows.view(input.sizes()) : none();
-  at::Tensor dw = none();
-  if (g.dw.defined()) {
-    dw = g.dw.scalar_type() == weight.scalar_type() ? g.dw : g.dw.to(weight.scalar_type());
-    g.dw.reset();  // frees the float32 accumulator before returning
+  auto [dx, dw, db] = heads::finish_grads(g.g, input, f.bias);
+  if (g.dw32.defined()) {
+    dw = g.dw32.to(weight.scalar_type());
+    g.dw32.reset();  // frees the float32 accumulator before returning
   }
-  at::Tensor db = g.db.defined() ? g.db.to(f.bias.scalar_type()) : none();
   return {dx, dw, db};
 }
 
@@ -425,8 +405,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flce_bwd(
   at::Tensor loss_rows = at::empty({f.M}, f32);  // written by the row step, not returned
   at::Tensor z_rows = f.lse_square_scale != 0.0 ? at::empty({f.M}, f32) : at::Tensor();
   Grads gr = alloc_grads(f, compute_dx, compute_dw, compute_db);
-  if (gr.dx_rows.defined() || gr.dw.defined() || gr.db.defined())
-    chunk_loop(f, ce_scale, z_scale, sc.weight_sum, loss_rows, z_rows, at::Tensor(), gr);
+  if (gr.any()) chunk_loop(f, ce_scale, z_scale, sc.weight_sum, loss_rows, z_rows, at::Tensor(), gr);
   return finish_grads(f, input, weight, gr);
 }
 
