@@ -213,7 +213,7 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
   f.x = as_rows(input);
   // Any layout with a unit stride in either dimension feeds cuBLAS directly;
   // anything else would be copied by every GEMM, so copy once here.
-  f.w = (weight.stride(1) == 1 || weight.stride(0) == 1) ? weight : weight.contiguous();
+  f.w = heads::gemm_ready(weight);
   f.target = target.reshape({f.M}).to(at::kLong).contiguous();
   f.chunk = pick_chunk_rows(f.M, f.V, f.H, input.element_size(), chunk_rows, chunk_budget_mib);
   // The target values are checked by ce_prologue, which every caller runs first.

@@ -206,33 +206,14 @@ struct Pref3 {
   int64_t B = 0, T = 0, H = 0, V = 0;
 };
 
+// One head of the pair layout: input (2B, T, H) (target's first two dimensions), then the checks every
+// chunk loop's head takes (dtype, weight (V, H), bias (V,), devices).
 void check_linear(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                   const char* iname, const char* wname, const char* bname, int64_t B2, int64_t T) {
-  const bool cuda = input.is_cuda();
   LIGER_CHECK_ARG(input.dim() == 3 && input.size(0) == B2 && input.size(1) == T && input.size(2) > 0, iname,
                   "expected shape (", B2, ", ", T, ", H) (chosen stacked over rejected, target's first two ",
                   "dimensions), got ", shape_str(input));
-  LIGER_CHECK_ARG(is_float_type(input.scalar_type(), !cuda), iname, "expected float32, float16 or bfloat16",
-                  cuda ? "" : " (or float64 on CPU)", ", got ", dtype_str(input.scalar_type()));
-  const int64_t H = input.size(2);
-  LIGER_CHECK_ARG(weight.dim() == 2 && weight.size(1) == H && weight.size(0) > 0, wname,
-                  "expected shape (V, ", H, ") with V > 0, got ", shape_str(weight));
-  LIGER_CHECK_ARG(weight.device() == input.device(), wname, "expected device ", input.device(), ", got ",
-                  weight.device());
-  LIGER_CHECK_ARG(weight.scalar_type() == input.scalar_type(), wname, "expected ", iname, "'s dtype (",
-                  dtype_str(input.scalar_type()), "), got ", dtype_str(weight.scalar_type()));
-  if (bias.has_value() && bias->defined()) {
-    LIGER_CHECK_ARG(bias->dim() == 1 && bias->size(0) == weight.size(0), bname, "expected shape (",
-                    weight.size(0), ",), got ", shape_str(*bias));
-    LIGER_CHECK_ARG(bias->device() == input.device(), bname, "expected device ", input.device(), ", got ",
-                    bias->device());
-    LIGER_CHECK_ARG(bias->scalar_type() == input.scalar_type(), bname, "expected ", iname, "'s dtype (",
-                    dtype_str(input.scalar_type()), "), got ", dtype_str(bias->scalar_type()));
-  }
-}
-
-at::Tensor gemm_ready(const at::Tensor& w) {
-  return (w.stride(1) == 1 || w.stride(0) == 1) ? w : w.contiguous();
+  heads::check_head(input, weight, bias, iname, wname, bname, 3);
 }
 
 // One block of consecutive rows of x feeding consecutive rows of the chunk buffer.
@@ -243,15 +224,9 @@ struct Block {
 // The chunk's logits, block after block, into buf's first rows.
 void chunk_logits(at::Tensor& buf, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                   const std::vector<Block>& blocks) {
-  const at::Tensor wt = w.t();
   int64_t at_row = 0;
   for (const Block& b : blocks) {
-    at::Tensor out = buf.narrow(0, at_row, b.rows);
-    const at::Tensor xs = x.narrow(0, b.row0, b.rows);
-    if (bias.defined())
-      at::addmm_out(out, bias, xs, wt);
-    else
-      at::mm_out(out, xs, wt);
+    heads::logits_gemm(buf.narrow(0, at_row, b.rows), x.narrow(0, b.row0, b.rows), w, bias);
     at_row += b.rows;
   }
 }
@@ -330,7 +305,7 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
   f.H = input.size(2);
   f.V = weight.size(0);
   f.x = as_rows(input);
-  f.w = gemm_ready(weight);
+  f.w = heads::gemm_ready(weight);
   if (bias.has_value() && bias->defined()) f.bias = *bias;
   f.target = target.reshape({-1}).to(at::kLong).contiguous();
   const bool use_ref = ref_weight.has_value() && ref_weight->defined();
@@ -349,7 +324,7 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
                     " rows (weight's vocabulary: the targets index both), got shape ",
                     shape_str(*ref_weight));
     f.rx = as_rows(*ref_input);
-    f.rw = gemm_ready(*ref_weight);
+    f.rw = heads::gemm_ready(*ref_weight);
     if (ref_bias.has_value() && ref_bias->defined()) f.rb = *ref_bias;
   } else {
     LIGER_CHECK_ARG(!(ref_input.has_value() && ref_input->defined()), "ref_input",
@@ -498,7 +473,7 @@ KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::T
                   "expected shape (", B, ",) (one label per sequence), got ", shape_str(preference_labels));
   LIGER_CHECK_ARG(preference_labels.device() == input.device(), "preference_labels", "expected device ",
                   input.device(), ", got ", preference_labels.device());
-  const at::Tensor x = as_rows(input), w = gemm_ready(weight);
+  const at::Tensor x = as_rows(input), w = heads::gemm_ready(weight);
   const at::Tensor b = bias.has_value() && bias->defined() ? *bias : at::Tensor();
   const at::Tensor tgt = target.reshape({-1}).to(at::kLong).contiguous();
   const bool use_ref = ref_weight.has_value() && ref_weight->defined();
@@ -514,7 +489,7 @@ KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::T
                     " rows (weight's vocabulary: the targets index both), got shape ",
                     shape_str(*ref_weight));
     rx = as_rows(*ref_input);
-    rw = gemm_ready(*ref_weight);
+    rw = heads::gemm_ready(*ref_weight);
     if (ref_bias.has_value() && ref_bias->defined()) rb = *ref_bias;
   } else {
     LIGER_CHECK_ARG(!(ref_input.has_value() && ref_input->defined()), "ref_input",
