@@ -2,8 +2,8 @@
 // csrc/aten/composite/fused_linear_{grpo,distillation,logprobs,kl_div}.cpp; FLCE's, which keeps its own
 // chunk rule, and the preference losses', which keep their per-block dX / dW): argument checks of a head
 // (hidden states, weight, bias), the chunk size, the logits GEMM of a chunk and the dX / dW / dB GEMMs of
-// its dlogits. ATen GEMMs (cuBLAS on CUDA, ATen's CPU BLAS in CI),
-// except dW on sm_90, which takes cuBLASLt with a fixed algorithm where it applies (dw_gemm).
+// its dlogits. ATen GEMMs (cuBLAS on CUDA, ATen's CPU BLAS in CI), except dW on sm_90, which takes
+// cuBLASLt with a fixed algorithm where it applies (dw_gemm).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -76,6 +76,7 @@ inline at::Tensor opt(const std::optional<at::Tensor>& t) {
 // three runs each: JSD 40.19 -> 39.49 ms (1220 -> 1814 MiB), KL 25.62 -> 24.66 ms (923 -> 1220
 // MiB) (benchmarks/results/2026-12-06-h100-distill-store16-chunks.txt).
 inline constexpr double kMinRowsMaxMiB = 640.0;
+inline constexpr int64_t kDistillMinRows = 2048;  // the distillation and KL losses' min_rows
 inline int64_t chunk_rows(int64_t M, int64_t V, int64_t H, int64_t elem_size, int64_t requested,
                           int64_t min_rows = 0) {
   if (M <= 0) return 0;

@@ -90,7 +90,8 @@ DistillResult distill_fwd(const at::Tensor& student_input, const at::Tensor& stu
   const bool want_grad = gr.any();
   at::Tensor soft_rows = at::zeros({M}, f32), hard_rows = at::zeros({M}, f32);
   if (M > 0) {
-    int64_t R = heads::chunk_rows(M, Vt, std::max(Hs, Ht), student_input.element_size(), chunk_rows, 2048);
+    int64_t R = heads::chunk_rows(M, Vt, std::max(Hs, Ht), student_input.element_size(), chunk_rows,
+                                  heads::kDistillMinRows);
     if (chunk_rows == 0) R = heads::even_chunk(M, R);  // no sliver of a last chunk
     at::Tensor sbuf = at::empty({R, Vt}, student_input.options());
     if (Vt > Vs) sbuf.narrow(1, Vs, Vt - Vs).zero_();  // the padding; the row step keeps it zero

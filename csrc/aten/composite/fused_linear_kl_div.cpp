@@ -98,7 +98,7 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
   const bool want_grad = gr.any() || dw32.defined();
   at::Tensor rows_loss = at::zeros({M}, acc_opts);
   if (M > 0) {
-    int64_t R = heads::chunk_rows(M, V, H, student_input.element_size(), chunk_rows, 2048);
+    int64_t R = heads::chunk_rows(M, V, H, student_input.element_size(), chunk_rows, heads::kDistillMinRows);
     if (chunk_rows == 0) R = heads::even_chunk(M, R);
     at::Tensor buf = at::empty({R, V}, student_input.options());
     // The row step (loss 2 of the distillation rows): the loss terms and dz = scale (p sum(q) - q) / T
