@@ -122,6 +122,36 @@ def test_every_reference_module_and_name_imports():
     assert n == sum(len(v) for v in MODULES.values()) > 400
 
 
+def test_submodules_are_attributes_of_their_package_before_any_import():
+    # `import liger_kernel.chunked_loss as m; m.grpo_loss.LigerFusedLinearGRPOFunction` works in
+    # Liger-Kernel (its package __init__ imports the submodules). Fresh interpreter: nothing else may
+    # have imported the submodule first.
+    subs = sorted(m for m in MODULES if m.count(".") >= 2)
+    code = (
+        "import importlib, sys\n"
+        f"subs = {subs!r}\n"
+        "bad = []\n"
+        "for sub in subs:\n"
+        "    parent, _, child = sub.rpartition('.')\n"
+        "    for m in [k for k in sys.modules if k == sub or k.startswith(sub + '.')]:\n"
+        "        del sys.modules[m]\n"
+        "    pkg = importlib.import_module(parent)\n"
+        "    pkg.__dict__.pop(child, None)\n"
+        "    try:\n"
+        "        ok = getattr(pkg, child) is sys.modules[sub]\n"
+        "    except Exception as e:\n"
+        "        ok = repr(e)\n"
+        "    if ok is not True:\n"
+        "        bad.append((sub, ok))\n"
+        "print(bad)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout[-2000:]
+    assert "liger_kernel.chunked_loss.grpo_loss" in subs
+
+
 def test_reexports_are_the_defining_modules_objects():
     for module, name, entry in _entries({"alias"}):
         target_mod, _, attr = entry["target"].rpartition(".")

@@ -209,6 +209,12 @@ def resolve(module: str, name: str):
     if found is not None:
         return found
     if entry is None:
+        sub = f"{module}.{name}"
+        if sub in MODULES or _is_package(sub):
+            # A submodule reached as an attribute before anything imported it (`import
+            # liger_kernel.chunked_loss as m; m.grpo_loss`): Liger-Kernel's package __init__ files
+            # import their submodules, which binds them; here the import happens on first access.
+            return importlib.import_module(sub)
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
     if entry["kind"] == "alias":
         target_mod, _, attr = entry["target"].rpartition(".")
