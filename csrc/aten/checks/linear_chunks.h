@@ -1,8 +1,8 @@
 // Helpers of the chunk loops that fuse an lm_head with a loss (the RL and distillation losses:
 // csrc/aten/composite/fused_linear_{grpo,distillation,logprobs,kl_div}.cpp; FLCE's, which keeps its own
-// chunk rule, and the preference losses', which keep their per-block dX / dW): argument checks of a head
-// (hidden states, weight, bias), the chunk size, the logits GEMM of a chunk and the dX / dW / dB GEMMs of
-// its dlogits. ATen GEMMs (cuBLAS on CUDA, ATen's CPU BLAS in CI), except dW on sm_90, which takes
+// chunk rule; the preference losses', whose chunks of pairs keep their own row layout): argument checks of a
+// head (hidden states, weight, bias), the chunk size, the logits GEMM of a chunk and the dX / dW / dB GEMMs
+// of its dlogits. ATen GEMMs (cuBLAS on CUDA, ATen's CPU BLAS in CI), except dW on sm_90, which takes
 // cuBLASLt with a fixed algorithm where it applies (dw_gemm).
 #pragma once
 

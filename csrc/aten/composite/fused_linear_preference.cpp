@@ -26,7 +26,6 @@
 #include <optional>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include "aten/checks/common.h"
 #include "aten/checks/cross_entropy_core.h"
@@ -216,42 +215,33 @@ void check_linear(const at::Tensor& input, const at::Tensor& weight, const std::
   heads::check_head(input, weight, bias, iname, wname, bname, 3);
 }
 
-// One block of consecutive rows of x feeding consecutive rows of the chunk buffer.
-struct Block {
-  int64_t row0, rows;
-};
-
-// The chunk's logits, block after block, into buf's first rows.
-void chunk_logits(at::Tensor& buf, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                  const std::vector<Block>& blocks) {
-  int64_t at_row = 0;
-  for (const Block& b : blocks) {
-    heads::logits_gemm(buf.narrow(0, at_row, b.rows), x.narrow(0, b.row0, b.rows), w, bias);
-    at_row += b.rows;
-  }
+// Where a chunk covers some of the pairs, its chosen rows (p0..) and rejected rows (B+p0..) are
+// two blocks of x. The policy's rows are copied into one [n, H] matrix (`scratch`, n x H: a few
+// MiB) so that its logits GEMM and its dW GEMM are one call each: as two blocks, dW was re-read and
+// re-written twice a chunk. The reference's logits and the dX rows go block by block (no copies).
+at::Tensor pair_rows(const at::Tensor& x, at::Tensor& scratch, int64_t B, int64_t T, int64_t p0, int64_t cp) {
+  if (cp == B) return x;
+  const int64_t half = cp * T;
+  at::Tensor out = scratch.narrow(0, 0, 2 * half);
+  out.narrow(0, 0, half).copy_(x.narrow(0, p0 * T, half));
+  out.narrow(0, half, half).copy_(x.narrow(0, (B + p0) * T, half));
+  return out;
 }
 
-// dX rows = dL @ W, dW (+)= dL^T @ x (the first call writes dW: beta 0, no zero fill; then fp32
-// accumulation inside the GEMM, one rounding per call), dB += column sums (float32 / float64).
-void chunk_grads(const at::Tensor& dl_all, const at::Tensor& x, const at::Tensor& w,
-                 const std::vector<Block>& blocks, at::Tensor& dx, at::Tensor& dw, at::Tensor& db,
-                 bool& dw_written, at::ScalarType acc) {
-  int64_t at_row = 0;
-  for (const Block& b : blocks) {
-    const at::Tensor dl = dl_all.narrow(0, at_row, b.rows);
-    const at::Tensor xs = x.narrow(0, b.row0, b.rows);
-    if (dx.defined()) {
-      at::Tensor dxs = dx.narrow(0, b.row0, b.rows);
-      at::mm_out(dxs, dl, w);
-    }
-    if (dw.defined()) {
-      heads::dw_gemm(dw, dl, xs, !dw_written);
-      dw_written = true;
-    }
-    at_row += b.rows;
-  }
-  const int64_t rows_dim[1] = {0};
-  if (db.defined()) db.add_(at::sum(dl_all, at::IntArrayRef(rows_dim), false, acc));
+void pair_logits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                 int64_t B, int64_t T, int64_t p0, int64_t cp) {
+  if (cp == B) return heads::logits_gemm(out, x, w, b);
+  const int64_t half = cp * T;
+  heads::logits_gemm(out.narrow(0, 0, half), x.narrow(0, p0 * T, half), w, b);
+  heads::logits_gemm(out.narrow(0, half, half), x.narrow(0, (B + p0) * T, half), w, b);
+}
+
+void pair_dx(const at::Tensor& dx, const at::Tensor& dl, const at::Tensor& w, int64_t B, int64_t T,
+             int64_t p0, int64_t cp) {
+  const int64_t half = cp * T;
+  at::Tensor chosen = dx.narrow(0, p0 * T, half), rejected = dx.narrow(0, (B + p0) * T, half);
+  at::mm_out(chosen, dl.narrow(0, 0, half), w);
+  at::mm_out(rejected, dl.narrow(0, half, half), w);
 }
 
 using PrefResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
@@ -332,7 +322,7 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
   }
   check_ce_target_values(f.target, f.V, ignore_index);
 
-  const int64_t B = f.B, T = f.T, V = f.V, M = 2 * B * T;
+  const int64_t B = f.B, T = f.T, V = f.V;
   const bool fp64 = input.scalar_type() == at::kDouble;
   const at::ScalarType acc = fp64 ? at::kDouble : at::kFloat;
   const auto f32 = input.options().dtype(at::kFloat);
@@ -357,19 +347,17 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
   at::Tensor csum = at::zeros({}, facc), rsum = at::zeros({}, facc);
   at::Tensor ratio_sum = at::zeros({}, f32), lo_sum = at::zeros({}, f32);
 
-  at::Tensor dx, dw, db;
-  if (compute_dx) dx = at::empty({M, f.H}, input.options());
-  if (compute_dw) dw = at::empty({V, f.H}, weight.options());  // the first GEMM writes it (beta 0)
-  if (compute_db && f.bias.defined()) db = at::zeros({V}, input.options().dtype(acc));
-  if (!want_grad) dw = db = at::Tensor();
+  // dW: the first chunk's GEMM writes it (beta 0): no zero fill.
+  heads::Grads g = heads::alloc_grads(f.x, f.w, f.bias, compute_dx, compute_dw, compute_db);
+  const at::Tensor dx = g.dx;
+  at::Tensor xs;  // the policy's rows of a chunk that covers some of the pairs
+  if (cpairs < B) xs = at::empty({2 * cpairs * T, f.H}, f.x.options());
 
   at::Tensor buf = at::empty({2 * cpairs * T, V}, input.options());
   const at::Tensor no_scale = at::ones({1}, f32);
-  bool dw_written = false;
   for (int64_t p0 = 0; p0 < B; p0 += cpairs) {
     const int64_t cp = std::min(cpairs, B - p0), n = 2 * cp * T;
     at::Tensor lc = buf.narrow(0, 0, n);
-    const std::vector<Block> blocks = {{p0 * T, cp * T}, {(B + p0) * T, cp * T}};
     const at::Tensor tc =
         at::cat({f.target.narrow(0, p0 * T, cp * T), f.target.narrow(0, (B + p0) * T, cp * T)});
     const at::Tensor wc = at::cat({tokw.narrow(0, p0, cp), tokw.narrow(0, B + p0, cp)});  // [2cp, T]
@@ -381,7 +369,7 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
 
     at::Tensor ref_c, ref_r;
     if (use_ref) {
-      chunk_logits(lc, f.rx, f.rw, f.rb, blocks);
+      pair_logits(lc, f.rx, f.rw, f.rb, B, T, p0, cp);
       r.logits = lc;
       r.loss = ref_rows.narrow(0, 0, n);
       ce_rows(r);
@@ -393,7 +381,8 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
       ref_r = ref_c;
     }
 
-    chunk_logits(lc, f.x, f.w, f.bias, blocks);
+    const at::Tensor xc = pair_rows(f.x, xs, B, T, p0, cp);
+    heads::logits_gemm(lc, xc, f.w, f.bias);
     // Logits means (Liger's metrics): sums of all logits of each half.
     const at::Tensor halves = at::sum(lc.view({2, cp * T * V}), at::IntArrayRef{1}, false, acc);  // one pass
     csum.add_(halves[0]);
@@ -420,13 +409,18 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
     if (!want_grad) continue;
 
     // ce_scale = -k_t = -(dL/ds / n_pairs) w_t (+ alpha mask_t / N_chosen on chosen rows)
-    at::Tensor g = at::cat({po.dc, po.dr}).mul(-inv_pairs).unsqueeze(1) * wc;  // [2cp, T]
-    if (compute_nll_loss) g.narrow(0, 0, cp).add_(mc * (inv_nc * alpha));
-    r.ce_scale = g.reshape({n}).contiguous();
+    at::Tensor k = at::cat({po.dc, po.dr}).mul(-inv_pairs).unsqueeze(1) * wc;  // [2cp, T]
+    if (compute_nll_loss) k.narrow(0, 0, cp).add_(mc * (inv_nc * alpha));
+    r.ce_scale = k.reshape({n}).contiguous();
     r.dlogits = lc;
     r.loss = ref_rows.narrow(0, 0, n);  // scratch: the row losses are known already
     ce_rows(r);
-    chunk_grads(lc, f.x, f.w, blocks, dx, dw, db, dw_written, acc);
+    if (cp < B && dx.defined()) {
+      pair_dx(dx, lc, f.w, B, T, p0, cp);
+      g.dx = at::Tensor();  // written above
+    }
+    heads::chunk_grads(lc, xc, f.w, g, 0);
+    g.dx = dx;
   }
 
   const at::Tensor nll = compute_nll_loss ? (nll_sum * inv_nc) : at::zeros({}, f32);
@@ -435,10 +429,7 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
   const at::Tensor cmean = (csum / denom).to(at::kFloat), rmean = (rsum / denom).to(at::kFloat);
   at::Tensor extra = at::empty({0}, f32);
   if (o.type == Pref::kOrpo) extra = at::stack({ratio_sum * inv_pairs, lo_sum * inv_pairs});
-  auto none = [&] { return at::empty({0}, input.options()); };
-  at::Tensor dX = dx.defined() ? dx.view(input.sizes()) : none();
-  at::Tensor dW = dw.defined() ? dw : none();
-  at::Tensor dB = db.defined() ? db.to(f.bias.scalar_type()) : none();
+  auto [dX, dW, dB] = heads::finish_grads(g, input, f.bias);
   return {loss,           chosen_logps,     rejected_logps, cmean, rmean, nll,
           chosen_rewards, rejected_rewards, extra,          dX,    dW,    dB};
 }
@@ -468,7 +459,7 @@ KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::T
                   " (input's), got ", target.device());
   const int64_t B = target.size(0), T = target.size(1);
   check_linear(input, weight, bias, "input", "weight", "bias", B, T);
-  const int64_t H = input.size(2), V = weight.size(0);
+  const int64_t V = weight.size(0);
   LIGER_CHECK_ARG(preference_labels.dim() == 1 && preference_labels.size(0) == B, "preference_labels",
                   "expected shape (", B, ",) (one label per sequence), got ", shape_str(preference_labels));
   LIGER_CHECK_ARG(preference_labels.device() == input.device(), "preference_labels", "expected device ",
@@ -518,18 +509,14 @@ KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::T
   at::Tensor rows_loss = at::empty({cs * T}, f32), scratch = at::empty({cs * T}, f32);
   at::Tensor seq = at::empty({B}, f32), ref_seq = at::zeros({B}, f32);
   at::Tensor lsum = at::empty({B}, input.options().dtype(acc));  // per-sequence sums of the logits
-  at::Tensor dx, dw, db;
-  if (compute_dx) dx = at::empty({B * T, H}, input.options());
-  if (compute_dw) dw = at::empty({V, H}, weight.options());
-  if (compute_db && b.defined()) db = at::zeros({V}, input.options().dtype(acc));
+  heads::Grads g = heads::alloc_grads(x, w, b, compute_dx, compute_dw, compute_db);
   at::Tensor buf = at::empty({cs * T, V}, input.options());
   const at::Tensor no_scale = at::ones({1}, f32);
-  bool dw_written = false;
   at::Tensor loss_sum = at::zeros({}, f32);
   for (int64_t s0 = 0; s0 < B; s0 += cs) {
     const int64_t c = std::min(cs, B - s0), n = c * T;
     at::Tensor lc = buf.narrow(0, 0, n);
-    const std::vector<Block> blocks = {{s0 * T, n}};
+    const at::Tensor xc = x.narrow(0, s0 * T, n);
     const at::Tensor wc = tokw.narrow(0, s0, c);
     CeRows r;
     r.target = tgt.narrow(0, s0 * T, n);
@@ -537,13 +524,13 @@ KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::T
     r.z_scale = no_scale;
     r.ignore_index = ignore_index;
     if (use_ref) {
-      chunk_logits(lc, rx, rw, rb, blocks);
+      heads::logits_gemm(lc, rx.narrow(0, s0 * T, n), rw, rb);
       r.logits = lc;
       r.loss = scratch.narrow(0, 0, n);
       ce_rows(r);
       ref_seq.narrow(0, s0, c).copy_(-(r.loss.view({c, T}) * wc).sum(1));
     }
-    chunk_logits(lc, x, w, b, blocks);
+    heads::logits_gemm(lc, xc, w, b);
     lsum.narrow(0, s0, c).copy_(at::sum(lc.reshape({c, T * V}), at::IntArrayRef{1}, false, acc));
     r.logits = lc;
     r.loss = rows_loss.narrow(0, 0, n);
@@ -556,18 +543,18 @@ KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::T
     loss_sum.add_((1.0 - at::sigmoid(z)).sum());
     if (!want_grad) continue;
     // ce_scale = -d loss / d logp_t = beta m sigmoid(z) sigmoid(-z) / B * w_t
-    const at::Tensor g =
+    const at::Tensor k =
         ((beta / static_cast<double>(B)) * mc * at::sigmoid(z) * at::sigmoid(-z)).unsqueeze(1) * wc;
-    r.ce_scale = g.reshape({n}).contiguous();
+    r.ce_scale = k.reshape({n}).contiguous();
     r.dlogits = lc;
     r.loss = scratch.narrow(0, 0, n);
     ce_rows(r);
-    chunk_grads(lc, x, w, blocks, dx, dw, db, dw_written, acc);
+    heads::chunk_grads(lc, xc, w, g, s0 * T);
   }
   const at::Tensor loss = loss_sum / static_cast<double>(B);
   const at::Tensor rewards = beta * (seq - ref_seq);
   const at::Tensor nlab = 1.0 - labf;
-  auto none = [&] { return at::empty({0}, input.options()); };
+  auto [dx, dw, db] = heads::finish_grads(g, input, b);
   return {loss,
           (seq * labf).sum(),
           (seq * nlab).sum(),
@@ -575,9 +562,9 @@ KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::T
           (lsum * nlab.to(lsum.scalar_type())).sum().to(at::kFloat),
           (rewards * labf).sum(),
           (rewards * nlab).sum(),
-          dx.defined() ? dx.view(input.sizes()) : none(),
-          dw.defined() ? dw : none(),
-          db.defined() ? db.to(b.scalar_type()) : none()};
+          dx,
+          dw,
+          db};
 }
 
 }  // namespace fused_linear_preference_impl
