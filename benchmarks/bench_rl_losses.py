@@ -7,7 +7,9 @@ steady state), in one run.
 
 Floor: the GEMMs themselves, timed in this run with torch.matmul at the same shapes: the policy's
 logits x @ W^T, dX = dL @ W and dW = dL^T @ x (6*M*H*V FLOPs), plus the reference model's (or the
-teacher's) forward logits (2*M*H'*V). Per row: median ms of a steady fwd+bwd, x floor, the first
+teacher's) forward logits (2*M*H'*V). liger_cpp's rows time the floor beside themselves (five
+alternating rounds, harness.paired_ms; x floor = the median of the rounds' ratios); the others divide
+by the floor timed once. Per row: median ms of a steady fwd+bwd, x floor, the first
 call's ms (the first call of that implementation in this process, after the floor's GEMMs and the
 rows before it at that shape: what a training run's first loss step pays once the model's own
 forward has warmed cuBLAS), peak memory above the inputs (it includes the returned dX and dW) and
@@ -31,7 +33,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from harness import bench_ms, fmt_table, meta, peak_extra_bytes, write_json
+from harness import bench_ms, fmt_table, meta, paired_ms, peak_extra_bytes, write_json
 
 import liger_cpp
 from liger_cpp import chunked_loss as cl
@@ -315,13 +317,41 @@ def gemm_floor_ms(m, h, v, ref_h=None, dtype=torch.bfloat16):
     return total, {k: round(t, 3) for k, t in parts.items()}, flops / (total * 1e-3) / 1e12
 
 
+def floor_maker(m, h, v, ref_h=None, dtype=torch.bfloat16):
+    """A factory of the floor as one callable (the same GEMMs back to back), its operands made when
+    called and freed with the callable: liger_cpp's rows time it beside themselves (harness.paired_ms)."""
+
+    def make():
+        x = torch.randn(m, h, device="cuda", dtype=dtype)
+        w = torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5
+        dl = torch.randn(m, v, device="cuda", dtype=dtype)
+        rx = rw = None
+        if ref_h is not None:
+            rx = torch.randn(m, ref_h, device="cuda", dtype=dtype)
+            rw = torch.randn(v, ref_h, device="cuda", dtype=dtype) * ref_h**-0.5
+
+        def floor():
+            x @ w.t()
+            dl @ w
+            dl.t() @ x
+            if rx is not None:
+                rx @ rw.t()
+
+        return floor
+
+    return make
+
+
 # ---------------------------------------------------------------- timing rows
 def _err(e):
     lines = str(e).strip().splitlines() or [type(e).__name__]
     return f"{type(e).__name__}: {lines[0]}"[:120]
 
 
-def run_rows(case, shape_desc, variants, d, grads, floor_ms, ref_loss):
+def run_rows(case, shape_desc, variants, d, grads, floor_ms, ref_loss, paired_floor=None):
+    """paired_floor (floor_maker's factory): liger_cpp's rows are timed in five rounds alternating
+    with the floor, and their x floor is the median of the rounds' ratios (an H100 loses clock under
+    sustained load: a floor timed once, first, flatters the rows timed soon after it)."""
     rows = [{"case": case, "shape": shape_desc, "impl": "GEMM floor", "ms": round(floor_ms, 3)}]
     for name, make in variants.items():
         r = {"case": case, "shape": shape_desc, "impl": name}
@@ -351,11 +381,19 @@ def run_rows(case, shape_desc, variants, d, grads, floor_ms, ref_loss):
             peak = peak_extra_bytes(step)
             for p in grads:
                 p.grad = None
-            ms = bench_ms(step, grad_to_none=grads, warmup=1, rep=400)
+            ratio = None
+            if paired_floor is not None and name.startswith("liger_cpp"):
+                floor_fn = paired_floor()
+                ms, paired_floor_ms, ratio = paired_ms(step, floor_fn, grad_to_none=grads)
+                del floor_fn
+                torch.cuda.empty_cache()
+                r["floor_ms_paired"] = round(paired_floor_ms, 3)
+            else:
+                ms = bench_ms(step, grad_to_none=grads, warmup=1, rep=400)
             r.update(
                 {
                     "ms": round(ms, 3),
-                    "xFloor": round(ms / floor_ms, 3),
+                    "xFloor": round(ratio if ratio is not None else ms / floor_ms, 3),
                     "first_ms": round(first_ms, 1),
                     "second_ms": round(second_ms, 1),
                     "first/steady": round(first_ms / ms, 2),
@@ -385,7 +423,14 @@ def grpo_rows(have_liger, ref_model):
     torch.cuda.empty_cache()
     case = "grpo, reference model in the loop" if ref_model else "grpo, ref_per_token_logps given"
     rows = run_rows(
-        case, f"{n}x{T} H{h} V{v}", grpo_variants(have_liger, ref_model), d, [d["x"], d["w"]], floor, ref_loss
+        case,
+        f"{n}x{T} H{h} V{v}",
+        grpo_variants(have_liger, ref_model),
+        d,
+        [d["x"], d["w"]],
+        floor,
+        ref_loss,
+        floor_maker(n * T, h, v, ref_h=h if ref_model else None),
     )
     rows[0].update({"gemm_ms": parts, "gemm_TFLOP/s": round(rate, 1)})
     return rows
@@ -433,14 +478,14 @@ def grpo_sweep():
     return rows
 
 
-def _head_rows(case, shape_desc, variants, d, grads, floor, eager):
+def _head_rows(case, shape_desc, variants, d, grads, floor, eager, paired_floor):
     """run_rows for a distillation case, its loss checked against the eager formula, the floor's
     GEMM parts and rate on its first row."""
     floor_ms, parts, rate = floor
     with torch.no_grad():
         ref_loss = float(eager())
     torch.cuda.empty_cache()
-    rows = run_rows(case, shape_desc, variants, d, grads, floor_ms, ref_loss)
+    rows = run_rows(case, shape_desc, variants, d, grads, floor_ms, ref_loss, paired_floor)
     rows[0].update({"gemm_ms": parts, "gemm_TFLOP/s": round(rate, 1)})
     return rows
 
@@ -456,6 +501,7 @@ def jsd_rows(have_liger):
         [d["xs"], d["ws"]],
         gemm_floor_ms(m, hs, v, ref_h=ht),
         lambda: eager_jsd(d["xs"], d["ws"], d["xt"], d["wt"], d["t"]),
+        floor_maker(m, hs, v, ref_h=ht),
     )
 
 
@@ -470,6 +516,7 @@ def kl_rows(have_liger):
         [d["x"], d["w"]],
         gemm_floor_ms(m, h, v),
         lambda: eager_kl(d["x"], d["w"], d["q"], d["t"]),
+        floor_maker(m, h, v),
     )
 
 
@@ -629,7 +676,7 @@ def main():
     )
     print(
         "floor: the GEMMs timed with torch.matmul at the same shapes (the policy's 3, + the reference's or "
-        "teacher's forward)"
+        "teacher's forward); liger_cpp's x floor: against floor_ms_paired, timed beside the row"
     )
     cols = [
         "case",
@@ -637,6 +684,7 @@ def main():
         "impl",
         "ms",
         "xFloor",
+        "floor_ms_paired",
         "first_ms",
         "second_ms",
         "first/steady",
