@@ -428,6 +428,25 @@ TORCH_LIBRARY(liger, m) {
       "int chunk_rows=0, bool compute_dx=True, bool compute_dw=True, bool compute_db=True) -> (Tensor dX, "
       "Tensor dW, Tensor dB)");
 
+  // The same on one tensor-parallel rank's vocabulary shard (Liger's
+  // LigerFusedLinearScaledCrossEntropyTPFunction): weight (V_shard, H) holds global ids
+  // vocab_start .. vocab_start + V_shard - 1, target holds global ids, no bias. The forward's
+  // outputs are the shard's own, for the caller to combine across ranks: logprobs = z_y - lse(z
+  // over the shard) for rows whose target this shard holds, else 0; entropy and stats (max z,
+  // log sum exp(z - max)) of the shard's softmax; 0 for ignore_index rows. The backward takes the
+  // combined statistics (lse over the whole vocabulary as (lse, 0), and the whole entropy) and gives
+  // this shard's dX (to be summed across ranks) and dW; rows whose target another shard holds get
+  // no one-hot term.
+  m.def(
+      "fused_linear_logprobs_shard_fwd(Tensor input, Tensor weight, Tensor target, int vocab_start, "
+      "float temperature=1., int ignore_index=-100, int chunk_rows=0) -> "
+      "(Tensor logprobs, Tensor entropy, Tensor stats)");
+  m.def(
+      "fused_linear_logprobs_shard_bwd(Tensor? grad_logprobs, Tensor? grad_entropy, Tensor input, Tensor "
+      "weight, Tensor target, Tensor stats, Tensor? entropy, int vocab_start, float temperature=1., "
+      "int ignore_index=-100, int chunk_rows=0, bool compute_dx=True, bool compute_dw=True) -> "
+      "(Tensor dX, Tensor dW)");
+
   // ---- Divergences of given distributions (Liger's LigerJSD, LigerKLDIVLoss, LigerTVDLoss) ----
   // input, target: (..., V) float32/float16/bfloat16 (float64 on CPU), the same shape and dtype,
   // unit last stride; rows = numel / V. shift_labels: one index per row or None; rows whose label is

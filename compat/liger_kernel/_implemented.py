@@ -125,6 +125,12 @@ IMPLEMENTED = {
     f"{_O}.LigerFusedLinearScaledCrossEntropyFunction": (
         "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyFunction"
     ),
+    f"{_O}.fused_linear_scaled_cross_entropy.LigerFusedLinearScaledCrossEntropyTPFunction": (
+        "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyTPFunction"
+    ),
+    f"{_O}.LigerFusedLinearScaledCrossEntropyTPFunction": (
+        "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyTPFunction"
+    ),
 }
 
 # liger_kernel.ops autograd Functions (adapters with Liger-Kernel's .apply order), in liger_kernel.ops

@@ -10,6 +10,7 @@ from liger_cpp.ops.fused_linear_grpo import fused_linear_grpo  # noqa: F401,E402
 from liger_cpp.ops.fused_linear_kl_div import fused_linear_kl_div  # noqa: F401,E402
 from liger_cpp.ops.fused_linear_logprobs import (  # noqa: F401,E402
     LigerFusedLinearScaledCrossEntropyFunction,
+    LigerFusedLinearScaledCrossEntropyTPFunction,
     fused_linear_token_logprobs,
 )
 from liger_cpp.ops.fused_linear_preference import fused_linear_preference  # noqa: F401

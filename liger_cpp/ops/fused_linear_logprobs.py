@@ -110,3 +110,153 @@ class LigerFusedLinearScaledCrossEntropyFunction:
             logp, entropy = out
             return -logp, entropy.to(_input.dtype)
         return -out, None
+
+
+@torch.library.register_fake("liger::fused_linear_logprobs_shard_fwd")
+def _shard_fwd_fake(input, weight, target, vocab_start, temperature=1.0, ignore_index=-100, chunk_rows=0):
+    return _fwd_fake(input, weight, target, None, temperature, ignore_index, True, chunk_rows)
+
+
+@torch.library.register_fake("liger::fused_linear_logprobs_shard_bwd")
+def _shard_bwd_fake(
+    grad_logprobs,
+    grad_entropy,
+    input,
+    weight,
+    target,
+    stats,
+    entropy,
+    vocab_start,
+    temperature=1.0,
+    ignore_index=-100,
+    chunk_rows=0,
+    compute_dx=True,
+    compute_dw=True,
+):
+    dx, dw, _ = head_grads_fake(input, weight, None, compute_dx, compute_dw, False)
+    return dx, dw
+
+
+class _ShardedTokenLogprobs(torch.autograd.Function):
+    """NLL and entropy of the tokens from a vocabulary-sharded lm_head (tensor parallel). Each rank's
+    C++ op gives its shard's row statistics; one all_gather of three float32 values a row combines
+    them (lse over the ranks' lse, the owner's target logit, the entropy from the ranks' softmax
+    means); the backward reruns the rank's chunk loop with the combined statistics and sums dX over
+    the group (dW stays the rank's shard)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, target, group, temperature, ignore_index, return_entropy):
+        import torch.distributed as dist
+
+        world = dist.get_world_size(group)
+        start = dist.get_rank(group) * weight.shape[0]
+        logp, ent, stats = torch.ops.liger.fused_linear_logprobs_shard_fwd(
+            x, weight, target, start, float(temperature), int(ignore_index)
+        )
+        ctx.set_materialize_grads(False)
+        lse_l = stats[:, 0] + stats[:, 1]  # the shard's log-sum-exp
+        valid = target != ignore_index
+        local = target - start
+        owned = valid & (local >= 0) & (local < weight.shape[0])
+        z_y = torch.where(owned, logp + lse_l, torch.zeros_like(lse_l))  # the target's logit, on its owner
+        mine = torch.stack([lse_l, lse_l - ent, z_y])  # lse, E[z] under the shard's softmax, z_y
+        if world > 1:
+            parts = [torch.empty_like(mine) for _ in range(world)]
+            dist.all_gather(parts, mine.contiguous(), group=group)
+            every = torch.stack(parts)  # [world, 3, M]
+        else:
+            every = mine.unsqueeze(0)
+        lse = torch.logsumexp(every[:, 0], dim=0)
+        share = torch.exp(every[:, 0] - lse)  # each shard's part of the probability mass
+        entropy = lse - (share * every[:, 1]).sum(0)
+        zero = torch.zeros_like(lse)
+        nll = torch.where(valid, lse - every[:, 2].sum(0), zero)
+        entropy = torch.where(valid, entropy, zero)
+        ctx.save_for_backward(x, weight, target, torch.stack([lse, zero], 1), entropy)
+        ctx.group, ctx.start, ctx.world = group, start, world
+        ctx.temperature, ctx.ignore_index = float(temperature), int(ignore_index)
+        return nll, entropy
+
+    @staticmethod
+    def backward(ctx, grad_nll, grad_entropy):
+        import torch.distributed as dist
+
+        x, weight, target, stats, entropy = ctx.saved_tensors
+        dx, dw = torch.ops.liger.fused_linear_logprobs_shard_bwd(
+            None if grad_nll is None else -grad_nll,
+            grad_entropy,
+            x,
+            weight,
+            target,
+            stats,
+            entropy,
+            ctx.start,
+            ctx.temperature,
+            ctx.ignore_index,
+            0,
+            ctx.needs_input_grad[0],
+            ctx.needs_input_grad[1],
+        )
+        if ctx.needs_input_grad[0] and ctx.world > 1:
+            dist.all_reduce(dx, group=ctx.group)
+        return (
+            dx if ctx.needs_input_grad[0] else None,
+            dw if ctx.needs_input_grad[1] else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+class LigerFusedLinearScaledCrossEntropyTPFunction:
+    """Liger's tensor-parallel per-token operator: ``apply(_input, weight, target, tp_group,
+    temperature=1.0, ignore_index=-100, tiles_per_reduce=1, return_entropy=False)`` -> nll, or
+    (nll, entropy) with return_entropy: float32 [M] over the whole vocabulary, 0 for ignored rows.
+    ``weight`` is this rank's equal, contiguous vocabulary shard (rank r holds ids r * V_shard ..),
+    ``target`` global ids; input [M, H] is the same on every rank of ``tp_group`` (None: the default
+    group). Differentiable: dX summed over the group, dW this rank's shard. tiles_per_reduce (a
+    tiling knob of Liger's Hopper kernel) is checked as Liger does and otherwise ignored. Any
+    torch.distributed backend (NCCL on CUDA, Gloo on the CPU)."""
+
+    @staticmethod
+    def apply(
+        _input,
+        weight,
+        target,
+        tp_group,
+        temperature=1.0,
+        ignore_index=-100,
+        tiles_per_reduce=1,
+        return_entropy=False,
+    ):
+        import torch.distributed as dist
+
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            raise TypeError("liger_cpp: argument 'temperature': expected a real number")
+        if not temperature > 0 or temperature == float("inf"):
+            raise ValueError(
+                f"liger_cpp: argument 'temperature': expected a finite value > 0, got {temperature}"
+            )
+        if isinstance(tiles_per_reduce, bool) or tiles_per_reduce not in (1, 2, 4):
+            raise ValueError(
+                f"liger_cpp: argument 'tiles_per_reduce': expected 1, 2 or 4, got {tiles_per_reduce!r}"
+            )
+        if not isinstance(return_entropy, bool):
+            raise TypeError("liger_cpp: argument 'return_entropy': expected a bool")
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("liger_cpp: argument 'tp_group': torch.distributed must be initialized")
+        if _input.dim() != 2 or weight.dim() != 2 or target.dim() != 1:
+            raise ValueError(
+                "liger_cpp: expected input [M, H], weight [V_shard, H] and target [M], got "
+                f"{tuple(_input.shape)}, {tuple(weight.shape)} and {tuple(target.shape)}"
+            )
+        if target.dtype != torch.int64:
+            raise TypeError(f"liger_cpp: argument 'target': expected int64 token ids, got {target.dtype}")
+        check_device(_input, "_input")
+        group = tp_group if tp_group is not None else dist.group.WORLD
+        nll, entropy = _ShardedTokenLogprobs.apply(
+            _input, weight, target, group, temperature, ignore_index, return_entropy
+        )
+        return (nll, entropy) if return_entropy else nll

@@ -6,6 +6,10 @@
 // kernel (csrc/kernels/divergence/divergence.h). The backward reruns the chunk loop: the same GEMM,
 // dz from the upstream gradients (the row step's gradient with ce_scale = -g / temperature, or the
 // entropy kernel's backward from the forward's row statistics), then dX / dW / dB.
+// The shard ops (`_shard_fwd` / `_shard_bwd`) run the same loops on one tensor-parallel rank's
+// vocabulary shard: the forward's row statistics are the shard's own (the caller combines the
+// ranks'), the backward takes the combined ones and gives no one-hot term to rows whose target
+// another shard holds.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -26,12 +30,29 @@ namespace fused_linear_logprobs_impl {
 
 struct Prepared {
   at::Tensor x, w, b, target;
+  at::Tensor owned;  // shard ops: [M] bool, the row's target lies in this shard
   int64_t M = 0, H = 0, V = 0, R = 0;
+  int64_t ignore_index = -100;  // what the row kernels treat as ignored
 };
+
+// A shard's row targets for the row kernels: the global id - vocab_start where this shard holds it;
+// for a row another shard holds, `elsewhere` (0 in the forward: a column the statistics pass may
+// read, its log-prob discarded; V in the backward: no column, so no one-hot term); -1 for ignored
+// rows (the kernels' ignore_index then: no local id or sentinel is negative, so a non-negative
+// ignore_index cannot collide with a local id).
+void shard_targets(Prepared& p, int64_t vocab_start, int64_t ignore_index, int64_t elsewhere) {
+  const at::Tensor valid = p.target != ignore_index;
+  const at::Tensor local = p.target - vocab_start;
+  p.owned = valid & (local >= 0) & (local < p.V);
+  p.target =
+      at::where(p.owned, local, at::where(valid, at::full_like(local, elsewhere), at::full_like(local, -1)))
+          .contiguous();
+  p.ignore_index = -1;
+}
 
 Prepared prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target,
                  const std::optional<at::Tensor>& bias, double temperature, int64_t ignore_index,
-                 int64_t chunk_rows) {
+                 int64_t chunk_rows, int64_t vocab_start = -1, bool backward = false) {
   heads::check_head(input, weight, bias, "input", "weight", "bias");
   LIGER_CHECK_ARG(std::isfinite(temperature) && temperature > 0.0, "temperature",
                   "expected a positive value, got ", temperature);
@@ -52,10 +73,120 @@ Prepared prepare(const at::Tensor& input, const at::Tensor& weight, const at::Te
   p.w = heads::gemm_ready(weight);
   p.b = heads::opt(bias);
   p.target = target.reshape({p.M}).to(at::kLong).contiguous();
-  check_ce_target_values(p.target, p.V, ignore_index);
+  p.ignore_index = ignore_index;
+  if (vocab_start < 0) {
+    check_ce_target_values(p.target, p.V, ignore_index);
+  } else {
+    LIGER_CHECK_ARG(!p.b.defined(), "bias", "expected None with a vocabulary shard");
+    shard_targets(p, vocab_start, ignore_index, backward ? p.V : 0);
+  }
   p.R = heads::chunk_rows(p.M, p.V, p.H, input.element_size(), chunk_rows);
   if (chunk_rows == 0) p.R = heads::even_chunk(p.M, p.R);  // no sliver of a last chunk
   return p;
+}
+
+// The forward's chunk loop: log-probs, and with the entropy kernel (`with_entropy`) entropy and row
+// statistics, into logp [M], entropy [M] and stats [M, 2].
+void run_fwd(const Prepared& p, double temperature, bool with_entropy, at::Tensor& logp, at::Tensor& entropy,
+             at::Tensor& stats) {
+  if (p.M == 0) return;
+  at::Tensor buf = at::empty({p.R, p.V}, p.x.options());
+  const at::Tensor one = at::ones({1}, p.x.options().dtype(at::kFloat));
+  for (int64_t r0 = 0; r0 < p.M; r0 += p.R) {
+    const int64_t n = std::min(p.R, p.M - r0);
+    at::Tensor z = buf.narrow(0, 0, n);
+    heads::logits_gemm(z, p.x.narrow(0, r0, n), p.w, p.b, 1.0 / temperature);
+    if (with_entropy) {
+      LogprobRows l;
+      l.z = z;
+      l.target = p.target.narrow(0, r0, n);
+      l.logp = logp.narrow(0, r0, n);
+      l.entropy = entropy.narrow(0, r0, n);
+      l.stats = stats.narrow(0, r0, n);
+      l.ignore_index = p.ignore_index;
+      logprob_rows_fwd(l);
+    } else {
+      CeRows r;
+      r.logits = z;
+      r.target = p.target.narrow(0, r0, n);
+      r.loss = logp.narrow(0, r0, n);  // lse - z_y, negated below
+      r.ce_scale = one;
+      r.z_scale = one;
+      r.ignore_index = p.ignore_index;
+      ce_rows(r);
+    }
+  }
+  if (!with_entropy) logp.neg_();
+}
+
+// The backward's chunk loop: dz from the upstream gradients (the entropy kernel's backward from the
+// row statistics `st` where given, else the cross-entropy row step), then dX / dW / dB into gr.
+void run_bwd(const Prepared& p, const at::Tensor& g_lp, const at::Tensor& g_ent, const at::Tensor& st,
+             const at::Tensor& ent, double temperature, heads::Grads& gr) {
+  if (p.M == 0 || !gr.any()) return;
+  if (!g_lp.defined() && !g_ent.defined()) {
+    // No upstream gradient reached either output: zero gradients.
+    if (gr.dx.defined()) gr.dx.zero_();
+    if (gr.dw.defined()) gr.dw.zero_();
+    if (gr.db.defined()) gr.db.zero_();
+    return;
+  }
+  const auto f32 = p.x.options().dtype(at::kFloat);
+  at::Tensor buf = at::empty({p.R, p.V}, p.x.options());
+  at::Tensor scratch = at::empty({p.R}, f32);
+  const at::Tensor one = at::ones({1}, f32);
+  for (int64_t r0 = 0; r0 < p.M; r0 += p.R) {
+    const int64_t n = std::min(p.R, p.M - r0);
+    at::Tensor z = buf.narrow(0, 0, n);
+    heads::logits_gemm(z, p.x.narrow(0, r0, n), p.w, p.b, 1.0 / temperature);
+    if (st.defined()) {
+      LogprobRows l;
+      l.z = z;
+      l.target = p.target.narrow(0, r0, n);
+      if (ent.defined()) l.entropy = ent.narrow(0, r0, n);
+      l.stats = st.narrow(0, r0, n);
+      if (g_lp.defined()) l.g_lp = g_lp.narrow(0, r0, n);
+      if (g_ent.defined()) l.g_ent = g_ent.narrow(0, r0, n);
+      l.scale = 1.0 / temperature;
+      l.ignore_index = p.ignore_index;
+      logprob_rows_bwd(l);
+    } else {
+      CeRows r;
+      r.logits = z;
+      r.dlogits = z;
+      r.target = p.target.narrow(0, r0, n);
+      r.loss = scratch.narrow(0, 0, n);
+      r.ce_scale = (g_lp.narrow(0, r0, n) * (-1.0 / temperature)).contiguous();
+      r.z_scale = one;
+      r.ignore_index = p.ignore_index;
+      ce_rows(r);
+    }
+    heads::chunk_grads(z, p.x.narrow(0, r0, n), p.w, gr, r0);
+  }
+}
+
+// An upstream gradient as float32 [M] (undefined when None), or an error naming it.
+at::Tensor grad_rows(const Prepared& p, const std::optional<at::Tensor>& g, const at::Tensor& input,
+                     const char* name) {
+  if (!g.has_value() || !g->defined()) return at::Tensor();
+  LIGER_CHECK_ARG(g->numel() == p.M && at::isFloatingType(g->scalar_type()) && g->device() == input.device(),
+                  name, "expected ", p.M, " floating elements on ", input.device(), ", got shape ",
+                  shape_str(*g));
+  return g->reshape({p.M}).to(at::kFloat).contiguous();
+}
+
+at::Tensor check_stats(const Prepared& p, const std::optional<at::Tensor>& stats, const char* why) {
+  LIGER_CHECK_ARG(stats.has_value() && stats->defined() && stats->dim() == 2 && stats->size(0) == p.M &&
+                      stats->size(1) == 2 && stats->scalar_type() == at::kFloat,
+                  "stats", "expected float32 (", p.M, ", 2) row statistics ", why);
+  return stats->contiguous();
+}
+
+at::Tensor check_entropy(const Prepared& p, const std::optional<at::Tensor>& entropy) {
+  LIGER_CHECK_ARG(entropy.has_value() && entropy->defined() && entropy->numel() == p.M &&
+                      entropy->scalar_type() == at::kFloat,
+                  "entropy", "expected the float32 entropy (", p.M, " elements) with grad_entropy");
+  return entropy->reshape({p.M}).contiguous();
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> logprobs_fwd(const at::Tensor& input, const at::Tensor& weight,
@@ -70,35 +201,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> logprobs_fwd(const at::Tensor& in
   at::Tensor logp = at::empty({p.M}, f32);
   at::Tensor entropy = return_entropy ? at::empty({p.M}, f32) : at::empty({0}, f32);
   at::Tensor stats = return_entropy ? at::empty({p.M, 2}, f32) : at::empty({0}, f32);
-  if (p.M > 0) {
-    at::Tensor buf = at::empty({p.R, p.V}, input.options());
-    const at::Tensor one = at::ones({1}, f32);
-    for (int64_t r0 = 0; r0 < p.M; r0 += p.R) {
-      const int64_t n = std::min(p.R, p.M - r0);
-      at::Tensor z = buf.narrow(0, 0, n);
-      heads::logits_gemm(z, p.x.narrow(0, r0, n), p.w, p.b, 1.0 / temperature);
-      if (return_entropy) {
-        LogprobRows l;
-        l.z = z;
-        l.target = p.target.narrow(0, r0, n);
-        l.logp = logp.narrow(0, r0, n);
-        l.entropy = entropy.narrow(0, r0, n);
-        l.stats = stats.narrow(0, r0, n);
-        l.ignore_index = ignore_index;
-        logprob_rows_fwd(l);
-      } else {
-        CeRows r;
-        r.logits = z;
-        r.target = p.target.narrow(0, r0, n);
-        r.loss = logp.narrow(0, r0, n);  // lse - z_y, negated below
-        r.ce_scale = one;
-        r.z_scale = one;
-        r.ignore_index = ignore_index;
-        ce_rows(r);
-      }
-    }
-    if (!return_entropy) logp.neg_();
-  }
+  run_fwd(p, temperature, return_entropy, logp, entropy, stats);
   const at::IntArrayRef shape = target.sizes();
   return {logp.view(shape), return_entropy ? entropy.view(shape) : entropy, stats};
 }
@@ -112,71 +215,56 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> logprobs_bwd(
   const c10::DeviceGuard device_guard(input.device());
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const Prepared p = prepare(input, weight, target, bias, temperature, ignore_index, chunk_rows);
-  auto rows_of = [&](const std::optional<at::Tensor>& g, const char* name) -> at::Tensor {
-    if (!g.has_value() || !g->defined()) return at::Tensor();
-    LIGER_CHECK_ARG(
-        g->numel() == p.M && at::isFloatingType(g->scalar_type()) && g->device() == input.device(), name,
-        "expected ", p.M, " floating elements on ", input.device(), ", got shape ", shape_str(*g));
-    return g->reshape({p.M}).to(at::kFloat).contiguous();
-  };
-  const at::Tensor g_lp = rows_of(grad_logprobs, "grad_logprobs");
-  const at::Tensor g_ent = rows_of(grad_entropy, "grad_entropy");
+  const at::Tensor g_lp = grad_rows(p, grad_logprobs, input, "grad_logprobs");
+  const at::Tensor g_ent = grad_rows(p, grad_entropy, input, "grad_entropy");
   at::Tensor st, ent;
   if (g_ent.defined()) {
-    LIGER_CHECK_ARG(stats.has_value() && stats->defined() && stats->dim() == 2 && stats->size(0) == p.M &&
-                        stats->size(1) == 2 && stats->scalar_type() == at::kFloat,
-                    "stats", "expected the forward's float32 (", p.M,
-                    ", 2) row statistics with grad_entropy");
-    LIGER_CHECK_ARG(entropy.has_value() && entropy->defined() && entropy->numel() == p.M &&
-                        entropy->scalar_type() == at::kFloat,
-                    "entropy", "expected the forward's float32 entropy (", p.M,
-                    " elements) with grad_entropy");
-    st = stats->contiguous();
-    ent = entropy->reshape({p.M}).contiguous();
+    st = check_stats(p, stats, "(the forward's) with grad_entropy");
+    ent = check_entropy(p, entropy);
   }
   heads::Grads gr = heads::alloc_grads(p.x, weight, p.b, compute_dx, compute_dw, compute_db);
-  if (p.M > 0 && gr.any()) {
-    if (!g_lp.defined() && !g_ent.defined()) {
-      // No upstream gradient reached either output: zero gradients.
-      if (gr.dx.defined()) gr.dx.zero_();
-      if (gr.dw.defined()) gr.dw.zero_();
-      if (gr.db.defined()) gr.db.zero_();
-    } else {
-      const auto f32 = input.options().dtype(at::kFloat);
-      at::Tensor buf = at::empty({p.R, p.V}, input.options());
-      at::Tensor scratch = at::empty({p.R}, f32);
-      const at::Tensor one = at::ones({1}, f32);
-      for (int64_t r0 = 0; r0 < p.M; r0 += p.R) {
-        const int64_t n = std::min(p.R, p.M - r0);
-        at::Tensor z = buf.narrow(0, 0, n);
-        heads::logits_gemm(z, p.x.narrow(0, r0, n), p.w, p.b, 1.0 / temperature);
-        if (g_ent.defined()) {
-          LogprobRows l;
-          l.z = z;
-          l.target = p.target.narrow(0, r0, n);
-          l.entropy = ent.narrow(0, r0, n);
-          l.stats = st.narrow(0, r0, n);
-          if (g_lp.defined()) l.g_lp = g_lp.narrow(0, r0, n);
-          l.g_ent = g_ent.narrow(0, r0, n);
-          l.scale = 1.0 / temperature;
-          l.ignore_index = ignore_index;
-          logprob_rows_bwd(l);
-        } else {
-          CeRows r;
-          r.logits = z;
-          r.dlogits = z;
-          r.target = p.target.narrow(0, r0, n);
-          r.loss = scratch.narrow(0, 0, n);
-          r.ce_scale = (g_lp.narrow(0, r0, n) * (-1.0 / temperature)).contiguous();
-          r.z_scale = one;
-          r.ignore_index = ignore_index;
-          ce_rows(r);
-        }
-        heads::chunk_grads(z, p.x.narrow(0, r0, n), p.w, gr, r0);
-      }
-    }
-  }
+  run_bwd(p, g_lp, g_ent, st, ent, temperature, gr);
   return heads::finish_grads(gr, input, p.b);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> logprobs_shard_fwd(const at::Tensor& input,
+                                                                  const at::Tensor& weight,
+                                                                  const at::Tensor& target,
+                                                                  int64_t vocab_start, double temperature,
+                                                                  int64_t ignore_index, int64_t chunk_rows) {
+  const c10::DeviceGuard device_guard(input.device());
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  LIGER_CHECK_ARG(vocab_start >= 0, "vocab_start", "expected the shard's first vocabulary id (>= 0), got ",
+                  vocab_start);
+  const Prepared p = prepare(input, weight, target, std::nullopt, temperature, ignore_index, chunk_rows,
+                             vocab_start, /*backward=*/false);
+  const auto f32 = input.options().dtype(at::kFloat);
+  at::Tensor logp = at::empty({p.M}, f32), entropy = at::empty({p.M}, f32), stats = at::empty({p.M, 2}, f32);
+  run_fwd(p, temperature, /*with_entropy=*/true, logp, entropy, stats);
+  if (p.M > 0) logp.masked_fill_(p.owned.logical_not(), 0.0);  // rows another shard scores
+  const at::IntArrayRef shape = target.sizes();
+  return {logp.view(shape), entropy.view(shape), stats};
+}
+
+std::tuple<at::Tensor, at::Tensor> logprobs_shard_bwd(
+    const std::optional<at::Tensor>& grad_logprobs, const std::optional<at::Tensor>& grad_entropy,
+    const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target, const at::Tensor& stats,
+    const std::optional<at::Tensor>& entropy, int64_t vocab_start, double temperature, int64_t ignore_index,
+    int64_t chunk_rows, bool compute_dx, bool compute_dw) {
+  const c10::DeviceGuard device_guard(input.device());
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  LIGER_CHECK_ARG(vocab_start >= 0, "vocab_start", "expected the shard's first vocabulary id (>= 0), got ",
+                  vocab_start);
+  const Prepared p = prepare(input, weight, target, std::nullopt, temperature, ignore_index, chunk_rows,
+                             vocab_start, /*backward=*/true);
+  const at::Tensor g_lp = grad_rows(p, grad_logprobs, input, "grad_logprobs");
+  const at::Tensor g_ent = grad_rows(p, grad_entropy, input, "grad_entropy");
+  const at::Tensor st = check_stats(p, stats, "(the ranks' combined)");
+  const at::Tensor ent = g_ent.defined() ? check_entropy(p, entropy) : at::Tensor();
+  heads::Grads gr = heads::alloc_grads(p.x, weight, at::Tensor(), compute_dx, compute_dw, false);
+  run_bwd(p, g_lp, g_ent, st, ent, temperature, gr);
+  auto [dx, dw, db] = heads::finish_grads(gr, input, at::Tensor());
+  return {dx, dw};
 }
 
 }  // namespace fused_linear_logprobs_impl
@@ -186,6 +274,8 @@ TORCH_LIBRARY_IMPL(liger, CPU, m) {
 
   m.impl("fused_linear_logprobs_fwd", &logprobs_fwd);
   m.impl("fused_linear_logprobs_bwd", &logprobs_bwd);
+  m.impl("fused_linear_logprobs_shard_fwd", &logprobs_shard_fwd);
+  m.impl("fused_linear_logprobs_shard_bwd", &logprobs_shard_bwd);
 }
 
 #ifdef LIGER_CPP_WITH_CUDA
@@ -194,6 +284,8 @@ TORCH_LIBRARY_IMPL(liger, CUDA, m) {
 
   m.impl("fused_linear_logprobs_fwd", &logprobs_fwd);
   m.impl("fused_linear_logprobs_bwd", &logprobs_bwd);
+  m.impl("fused_linear_logprobs_shard_fwd", &logprobs_shard_fwd);
+  m.impl("fused_linear_logprobs_shard_bwd", &logprobs_shard_bwd);
 }
 #endif
 
