@@ -428,6 +428,15 @@ TORCH_LIBRARY(liger, m) {
       "int chunk_rows=0, bool compute_dx=True, bool compute_dw=True, bool compute_db=True) -> (Tensor dX, "
       "Tensor dW, Tensor dB)");
 
+  // Log-probabilities of given tokens from given logits (Liger's fused_selective_log_softmax, TRL's
+  // selective_log_softmax): logits (..., V), target one id per row; out[r] =
+  // log_softmax(logits[r] / temperature)[target[r]] in float32 (z / temperature formed in float32,
+  // float64 for float64 logits; statistics in float32 on CUDA, float64 on the CPU), target's shape,
+  // 0 for ignore_index. No gradient (Liger's is computed under no_grad: old and reference
+  // log-probs).
+  m.def(
+      "selective_logprobs(Tensor logits, Tensor target, float temperature=1., int ignore_index=-100) -> "
+      "Tensor");
   // The same on one tensor-parallel rank's vocabulary shard (Liger's
   // LigerFusedLinearScaledCrossEntropyTPFunction): weight (V_shard, H) holds global ids
   // vocab_start .. vocab_start + V_shard - 1, target holds global ids, no bias. The forward's

@@ -9,7 +9,12 @@ import torch
 from conftest import CUDA_OK, DEVICES
 from rl_reference import acc_dtype, acc_ulps, head_logits, leaf, tol_close
 
-from liger_cpp.ops import LigerFusedLinearScaledCrossEntropyFunction, fused_linear_token_logprobs
+from liger_cpp.ops import (
+    LigerFusedLinearScaledCrossEntropyFunction,
+    fused_linear_token_logprobs,
+    fused_selective_log_softmax,
+    selective_log_softmax,
+)
 
 
 def reference(x, w, b, t, temperature=1.0, ignore_index=-100):
@@ -189,3 +194,74 @@ def test_bad_inputs(device):
         bad[0] = 20
         with pytest.raises(ValueError, match="target"):
             op(x.detach(), w.detach(), bad)
+
+
+# ---- log-probs of given tokens from given logits: selective_log_softmax, Liger's fused_selective_log_softmax
+
+
+def _selective_reference(logits, target, temperature, ignore_index=-100):
+    valid = target != ignore_index
+    lps = torch.log_softmax(logits.double() / temperature, -1)
+    return lps.gather(-1, torch.where(valid, target, 0).unsqueeze(-1)).squeeze(-1) * valid
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float64] + ([torch.float16] if CUDA_OK else []), ids=str
+)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("shape", [(94, 123), (3, 47, 2049)], ids=str)
+def test_selective_log_softmax(device, dtype, temperature, shape):
+    if dtype == torch.float64 and device != "cpu":
+        pytest.skip("float64 is CPU-only")
+    gen = torch.Generator().manual_seed(1)
+    logits = (torch.randn(*shape, generator=gen, dtype=torch.float64) * 3).to(device, dtype)
+    t = torch.randint(0, shape[-1], shape[:-1], generator=gen)
+    t.view(-1)[:5] = -100
+    t = t.to(device)
+    out = selective_log_softmax(logits, t, temperature)
+    assert out.dtype == torch.float32 and out.shape == t.shape
+    ref64 = _selective_reference(logits, t, temperature)
+    lo = torch.float32 if dtype == torch.float64 else dtype
+    # PyTorch on the same low-precision logits, its log-softmax in float32 (what TRL computes)
+    ref_lo = _selective_reference(logits.to(lo).float(), t, temperature).float()
+    tol_close("logprobs", out, ref64, ref_lo, dtype)
+    assert (out[t == -100] == 0).all()
+    # a strided view of logits (rows not contiguous) reads the same rows
+    wide = torch.zeros(*shape[:-1], shape[-1] + 8, device=device, dtype=dtype)
+    wide[..., : shape[-1]] = logits
+    torch.testing.assert_close(selective_log_softmax(wide[..., : shape[-1]], t, temperature), out)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_selective_log_softmax_liger_layout(device):
+    gen = torch.Generator().manual_seed(2)
+    B, L, V = 3, 9, 77
+    logits = torch.randn(B, L + 1, V, generator=gen).to(device, torch.bfloat16)
+    ids = torch.randint(0, V, (B, L + 4), generator=gen).to(device)  # prompt ids before the L scored
+    mask = (torch.rand(B, L + 4, generator=gen) > 0.3).to(device)
+    out = fused_selective_log_softmax(logits, ids, 0.9, mask)
+    assert out.shape == (B, L) and out.dtype == torch.float32
+    scored, m = ids[:, -L:], mask[:, -L:]
+    ref = _selective_reference(logits[:, :-1], scored, 0.9) * m
+    torch.testing.assert_close(out, ref.float(), rtol=1e-5, atol=1e-5)
+    assert (out[~m] == 0).all()
+    unmasked = fused_selective_log_softmax(logits, ids)  # Liger's default temperature 0.9, no mask
+    torch.testing.assert_close(
+        unmasked, _selective_reference(logits[:, :-1], scored, 0.9).float(), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_selective_logprobs_opcheck_and_errors(device):
+    logits = torch.randn(6, 5, 33, device=device)
+    t = torch.randint(0, 33, (6, 5), device=device)
+    torch.library.opcheck(torch.ops.liger.selective_logprobs, (logits, t, 0.8, -100))
+    with pytest.raises(RuntimeError, match="argument 'target'"):
+        selective_log_softmax(logits, t[:, :4])
+    with pytest.raises(RuntimeError, match="argument 'temperature'"):
+        selective_log_softmax(logits, t, 0.0)
+    with pytest.raises(ValueError, match="argument 'logits'"):
+        fused_selective_log_softmax(logits[0], t)
+    with pytest.raises(ValueError, match="argument 'input_ids'"):
+        fused_selective_log_softmax(logits, t[:, :2])

@@ -125,6 +125,9 @@ IMPLEMENTED = {
     f"{_O}.LigerFusedLinearScaledCrossEntropyFunction": (
         "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyFunction"
     ),
+    f"{_O}.grpo_loss.fused_selective_log_softmax": (
+        "liger_cpp.ops.selective_logprobs:fused_selective_log_softmax"
+    ),
     f"{_O}.fused_linear_scaled_cross_entropy.LigerFusedLinearScaledCrossEntropyTPFunction": (
         "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyTPFunction"
     ),

@@ -23,4 +23,5 @@ from liger_cpp.ops.qkv_rope import qkv_rope  # noqa: F401
 from liger_cpp.ops.relu_squared import relu_squared  # noqa: F401
 from liger_cpp.ops.rms_norm import rms_norm  # noqa: F401
 from liger_cpp.ops.rope import mrope, rope  # noqa: F401
+from liger_cpp.ops.selective_logprobs import fused_selective_log_softmax, selective_log_softmax  # noqa: F401
 from liger_cpp.ops.swiglu import swiglu  # noqa: F401

@@ -1,0 +1,82 @@
+// Log-probabilities of given tokens from given logits at a temperature, without a (rows x V)
+// log-softmax (Liger's fused_selective_log_softmax, TRL's selective_log_softmax): the token
+// log-prob row kernel (csrc/kernels/divergence/divergence.h; CPU twin in float64) on the logits
+// as given at temperature 1; at another temperature on float32 copies of row chunks divided by it
+// (float64 for float64 logits), at most 256 MiB a chunk. Math: the schema (csrc/schema.cpp).
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "aten/checks/common.h"
+#include "aten/checks/cross_entropy_core.h"
+#include "aten/checks/divergence_core.h"
+
+namespace liger_cpp {
+// Named, not anonymous: the build compiles a folder's files as one unity translation unit.
+namespace selective_logprobs_impl {
+
+at::Tensor selective_logprobs(const at::Tensor& logits, const at::Tensor& target, double temperature,
+                              int64_t ignore_index) {
+  const c10::DeviceGuard device_guard(logits.device());
+  const bool cuda = logits.is_cuda();
+  LIGER_CHECK_ARG(logits.dim() >= 1 && logits.size(-1) > 0, "logits",
+                  "expected shape (..., V) with V > 0, got ", shape_str(logits));
+  LIGER_CHECK_ARG(is_float_type(logits.scalar_type(), !cuda), "logits",
+                  "expected float32, float16 or bfloat16", cuda ? "" : " (or float64 on CPU)", ", got ",
+                  dtype_str(logits.scalar_type()));
+  const int64_t V = logits.size(-1), rows = logits.numel() / V;
+  LIGER_CHECK_ARG(target.numel() == rows, "target", "expected ", rows,
+                  " elements (one per row of logits, shape ", shape_str(logits), "), got shape ",
+                  shape_str(target));
+  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
+                  "expected int64 (or int32) token ids, got ", dtype_str(target.scalar_type()));
+  LIGER_CHECK_ARG(target.device() == logits.device(), "target", "expected device ", logits.device(), ", got ",
+                  target.device());
+  LIGER_CHECK_ARG(std::isfinite(temperature) && temperature > 0.0, "temperature",
+                  "expected a positive value, got ", temperature);
+  const at::Tensor t = target.reshape({rows}).to(at::kLong).contiguous();
+  check_ce_target_values(t, V, ignore_index);
+  at::Tensor out = at::empty({rows}, logits.options().dtype(at::kFloat));
+  if (rows > 0) {
+    const at::Tensor z = as_rows(logits);  // a view where the leading dimensions flatten, else a copy
+    LogprobRows l;
+    l.ignore_index = ignore_index;
+    if (temperature == 1.0) {
+      l.z = z;
+      l.target = t;
+      l.logp = out;
+      logprob_rows_fwd(l);
+    } else {
+      // Why a scaled copy and not the kernel scaling as it reads: the same float32 (float64) values
+      // z / temperature either way, from a kernel already measured; the copy costs a write and a read.
+      const at::ScalarType sdt = logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+      const int64_t R = std::max<int64_t>(1, (int64_t{256} << 20) / (V * at::elementSize(sdt)));
+      const double inv_t = 1.0 / temperature;
+      for (int64_t r0 = 0; r0 < rows; r0 += R) {
+        const int64_t n = std::min(R, rows - r0);
+        l.z = z.narrow(0, r0, n).to(sdt, /*non_blocking=*/false, /*copy=*/true).mul_(inv_t);
+        l.target = t.narrow(0, r0, n);
+        l.logp = out.narrow(0, r0, n);
+        logprob_rows_fwd(l);
+      }
+    }
+  }
+  return out.view(target.sizes());
+}
+
+}  // namespace selective_logprobs_impl
+
+TORCH_LIBRARY_IMPL(liger, CPU, m) {
+  m.impl("selective_logprobs", &selective_logprobs_impl::selective_logprobs);
+}
+
+#ifdef LIGER_CPP_WITH_CUDA
+TORCH_LIBRARY_IMPL(liger, CUDA, m) {
+  m.impl("selective_logprobs", &selective_logprobs_impl::selective_logprobs);
+}
+#endif
+
+}  // namespace liger_cpp
