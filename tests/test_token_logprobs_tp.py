@@ -211,6 +211,23 @@ def test_compat_name_is_this_function():
     assert kops.LigerFusedLinearScaledCrossEntropyTPFunction is LigerFusedLinearScaledCrossEntropyTPFunction
 
 
+@pytest.mark.parametrize("return_entropy", [False, True])
+def test_compat_functional(group_of_one, return_entropy):
+    from compat_env import ensure_compat
+
+    ensure_compat()
+    from liger_kernel.transformers.functional import liger_fused_linear_scaled_cross_entropy_tp as f
+
+    group_of_one("cpu")
+    x, w, t, _, _ = _inputs(torch.float32)
+    out = f(x, w, t, None, TEMPERATURE, -100, 1, return_entropy)
+    want = LigerFusedLinearScaledCrossEntropyTPFunction.apply(
+        x, w, t, None, TEMPERATURE, -100, 1, return_entropy
+    )
+    for a, b in zip(out if return_entropy else (out,), want if return_entropy else (want,)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     x, w, t, g_nll, g_ent = _inputs(torch.float32, device)

@@ -181,6 +181,23 @@ def liger_fused_linear_jsd(
 liger_fused_linear_kl_div = _cpp.liger_fused_linear_kl_div
 
 
+def liger_fused_linear_scaled_cross_entropy_tp(
+    input,
+    weight,
+    target,
+    tp_group,
+    temperature: float = 1.0,
+    ignore_index: int = -100,
+    tiles_per_reduce: int = 1,
+    return_entropy: bool = False,
+):
+    from liger_cpp.ops import LigerFusedLinearScaledCrossEntropyTPFunction
+
+    return LigerFusedLinearScaledCrossEntropyTPFunction.apply(
+        input, weight, target, tp_group, temperature, ignore_index, tiles_per_reduce, return_entropy
+    )
+
+
 def _route_patched_forward(fn) -> None:
     from liger_cpp.transformers import causal_lm
 
