@@ -439,20 +439,20 @@ TORCH_LIBRARY(liger, m) {
       "Tensor");
   // The same on one tensor-parallel rank's vocabulary shard (Liger's
   // LigerFusedLinearScaledCrossEntropyTPFunction): weight (V_shard, H) holds global ids
-  // vocab_start .. vocab_start + V_shard - 1, target holds global ids, no bias. The forward's
-  // outputs are the shard's own, for the caller to combine across ranks: logprobs = z_y - lse(z
-  // over the shard) for rows whose target this shard holds, else 0; entropy and stats (max z,
-  // log sum exp(z - max)) of the shard's softmax; 0 for ignore_index rows. The backward takes the
-  // combined statistics (lse over the whole vocabulary as (lse, 0), and the whole entropy) and gives
-  // this shard's dX (to be summed across ranks) and dW; rows whose target another shard holds get
-  // no one-hot term.
+  // vocab_start .. vocab_start + V_shard - 1, target holds global ids, no bias. The forward gives
+  // the shard's values for the caller to combine across ranks, float32 in target's shape: z_y for
+  // rows whose target this shard holds (else 0), lse(z over the shard), and the shard softmax's
+  // mean sum_j p_j z_j; 0 for ignore_index rows. The combination: lse = logsumexp over the ranks,
+  // nll = lse - sum of the ranks' z_y, entropy = lse - sum_r exp(lse_r - lse) mean_r. The backward
+  // takes the combined lse and entropy and gives this shard's dX (to be summed across ranks) and dW;
+  // rows whose target another shard holds get no one-hot term.
   m.def(
       "fused_linear_logprobs_shard_fwd(Tensor input, Tensor weight, Tensor target, int vocab_start, "
       "float temperature=1., int ignore_index=-100, int chunk_rows=0) -> "
-      "(Tensor logprobs, Tensor entropy, Tensor stats)");
+      "(Tensor target_logit, Tensor lse, Tensor mean_logit)");
   m.def(
       "fused_linear_logprobs_shard_bwd(Tensor? grad_logprobs, Tensor? grad_entropy, Tensor input, Tensor "
-      "weight, Tensor target, Tensor stats, Tensor? entropy, int vocab_start, float temperature=1., "
+      "weight, Tensor target, Tensor lse, Tensor? entropy, int vocab_start, float temperature=1., "
       "int ignore_index=-100, int chunk_rows=0, bool compute_dx=True, bool compute_dw=True) -> "
       "(Tensor dX, Tensor dW)");
 

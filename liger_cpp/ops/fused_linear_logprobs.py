@@ -114,7 +114,8 @@ class LigerFusedLinearScaledCrossEntropyFunction:
 
 @torch.library.register_fake("liger::fused_linear_logprobs_shard_fwd")
 def _shard_fwd_fake(input, weight, target, vocab_start, temperature=1.0, ignore_index=-100, chunk_rows=0):
-    return _fwd_fake(input, weight, target, None, temperature, ignore_index, True, chunk_rows)
+    logp, _, _ = _fwd_fake(input, weight, target, None, temperature, ignore_index, False, chunk_rows)
+    return logp, torch.empty_like(logp), torch.empty_like(logp)
 
 
 @torch.library.register_fake("liger::fused_linear_logprobs_shard_bwd")
@@ -124,7 +125,7 @@ def _shard_bwd_fake(
     input,
     weight,
     target,
-    stats,
+    lse,
     entropy,
     vocab_start,
     temperature=1.0,
@@ -139,10 +140,10 @@ def _shard_bwd_fake(
 
 class _ShardedTokenLogprobs(torch.autograd.Function):
     """NLL and entropy of the tokens from a vocabulary-sharded lm_head (tensor parallel). Each rank's
-    C++ op gives its shard's row statistics; one all_gather of three float32 values a row combines
-    them (lse over the ranks' lse, the owner's target logit, the entropy from the ranks' softmax
-    means); the backward reruns the rank's chunk loop with the combined statistics and sums dX over
-    the group (dW stays the rank's shard)."""
+    C++ op gives the three float32 values a row that the ranks exchange in one all_gather (the
+    shard's lse, its softmax mean of z, the target's logit on its owner); they combine into the lse
+    over the whole vocabulary, the NLL and the entropy. The backward reruns the rank's chunk loop with
+    the combined lse and entropy and sums dX over the group (dW stays the rank's shard)."""
 
     @staticmethod
     def forward(ctx, x, weight, target, group, temperature, ignore_index, return_entropy):
@@ -150,16 +151,11 @@ class _ShardedTokenLogprobs(torch.autograd.Function):
 
         world = dist.get_world_size(group)
         start = dist.get_rank(group) * weight.shape[0]
-        logp, ent, stats = torch.ops.liger.fused_linear_logprobs_shard_fwd(
+        z_y, lse_r, mean_r = torch.ops.liger.fused_linear_logprobs_shard_fwd(
             x, weight, target, start, float(temperature), int(ignore_index)
         )
         ctx.set_materialize_grads(False)
-        lse_l = stats[:, 0] + stats[:, 1]  # the shard's log-sum-exp
-        valid = target != ignore_index
-        local = target - start
-        owned = valid & (local >= 0) & (local < weight.shape[0])
-        z_y = torch.where(owned, logp + lse_l, torch.zeros_like(lse_l))  # the target's logit, on its owner
-        mine = torch.stack([lse_l, lse_l - ent, z_y])  # lse, E[z] under the shard's softmax, z_y
+        mine = torch.stack([lse_r, mean_r, z_y])
         if world > 1:
             parts = [torch.empty_like(mine) for _ in range(world)]
             dist.all_gather(parts, mine.contiguous(), group=group)
@@ -169,10 +165,11 @@ class _ShardedTokenLogprobs(torch.autograd.Function):
         lse = torch.logsumexp(every[:, 0], dim=0)
         share = torch.exp(every[:, 0] - lse)  # each shard's part of the probability mass
         entropy = lse - (share * every[:, 1]).sum(0)
+        valid = target != ignore_index
         zero = torch.zeros_like(lse)
         nll = torch.where(valid, lse - every[:, 2].sum(0), zero)
         entropy = torch.where(valid, entropy, zero)
-        ctx.save_for_backward(x, weight, target, torch.stack([lse, zero], 1), entropy)
+        ctx.save_for_backward(x, weight, target, lse, entropy)
         ctx.group, ctx.start, ctx.world = group, start, world
         ctx.temperature, ctx.ignore_index = float(temperature), int(ignore_index)
         return nll, entropy
@@ -181,14 +178,14 @@ class _ShardedTokenLogprobs(torch.autograd.Function):
     def backward(ctx, grad_nll, grad_entropy):
         import torch.distributed as dist
 
-        x, weight, target, stats, entropy = ctx.saved_tensors
+        x, weight, target, lse, entropy = ctx.saved_tensors
         dx, dw = torch.ops.liger.fused_linear_logprobs_shard_bwd(
             None if grad_nll is None else -grad_nll,
             grad_entropy,
             x,
             weight,
             target,
-            stats,
+            lse,
             entropy,
             ctx.start,
             ctx.temperature,

@@ -7,9 +7,9 @@
 // dz from the upstream gradients (the row step's gradient with ce_scale = -g / temperature, or the
 // entropy kernel's backward from the forward's row statistics), then dX / dW / dB.
 // The shard ops (`_shard_fwd` / `_shard_bwd`) run the same loops on one tensor-parallel rank's
-// vocabulary shard: the forward's row statistics are the shard's own (the caller combines the
-// ranks'), the backward takes the combined ones and gives no one-hot term to rows whose target
-// another shard holds.
+// vocabulary shard: the forward gives the three per-row values the ranks exchange (the shard's lse,
+// its softmax mean of z, the target's logit where this shard holds it), the backward takes the
+// combined lse and entropy and gives no one-hot term to rows whose target another shard holds.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -50,9 +50,11 @@ void shard_targets(Prepared& p, int64_t vocab_start, int64_t ignore_index, int64
   p.ignore_index = -1;
 }
 
+// vocab_start: the shard ops' first vocabulary id (none: the weight holds the whole vocabulary).
 Prepared prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target,
                  const std::optional<at::Tensor>& bias, double temperature, int64_t ignore_index,
-                 int64_t chunk_rows, int64_t vocab_start = -1, bool backward = false) {
+                 int64_t chunk_rows, std::optional<int64_t> vocab_start = std::nullopt,
+                 bool backward = false) {
   heads::check_head(input, weight, bias, "input", "weight", "bias");
   LIGER_CHECK_ARG(std::isfinite(temperature) && temperature > 0.0, "temperature",
                   "expected a positive value, got ", temperature);
@@ -62,23 +64,18 @@ Prepared prepare(const at::Tensor& input, const at::Tensor& weight, const at::Te
   p.H = input.size(-1);
   p.M = input.numel() / p.H;
   p.V = weight.size(0);
-  LIGER_CHECK_ARG(target.numel() == p.M, "target", "expected ", p.M,
-                  " elements (one per row of input, shape ", shape_str(input), "), got shape ",
-                  shape_str(target));
-  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
-                  "expected int64 (or int32) token ids, got ", dtype_str(target.scalar_type()));
-  LIGER_CHECK_ARG(target.device() == input.device(), "target", "expected device ", input.device(), ", got ",
-                  target.device());
+  p.target = row_token_ids(target, p.M, input, "input");
   p.x = as_rows(input);
   p.w = heads::gemm_ready(weight);
   p.b = heads::opt(bias);
-  p.target = target.reshape({p.M}).to(at::kLong).contiguous();
   p.ignore_index = ignore_index;
-  if (vocab_start < 0) {
+  if (!vocab_start.has_value()) {
     check_ce_target_values(p.target, p.V, ignore_index);
   } else {
+    LIGER_CHECK_ARG(*vocab_start >= 0, "vocab_start", "expected the shard's first vocabulary id (>= 0), got ",
+                    *vocab_start);
     LIGER_CHECK_ARG(!p.b.defined(), "bias", "expected None with a vocabulary shard");
-    shard_targets(p, vocab_start, ignore_index, backward ? p.V : 0);
+    shard_targets(p, *vocab_start, ignore_index, backward ? p.V : 0);
   }
   p.R = heads::chunk_rows(p.M, p.V, p.H, input.element_size(), chunk_rows);
   if (chunk_rows == 0) p.R = heads::even_chunk(p.M, p.R);  // no sliver of a last chunk
@@ -175,13 +172,6 @@ at::Tensor grad_rows(const Prepared& p, const std::optional<at::Tensor>& g, cons
   return g->reshape({p.M}).to(at::kFloat).contiguous();
 }
 
-at::Tensor check_stats(const Prepared& p, const std::optional<at::Tensor>& stats, const char* why) {
-  LIGER_CHECK_ARG(stats.has_value() && stats->defined() && stats->dim() == 2 && stats->size(0) == p.M &&
-                      stats->size(1) == 2 && stats->scalar_type() == at::kFloat,
-                  "stats", "expected float32 (", p.M, ", 2) row statistics ", why);
-  return stats->contiguous();
-}
-
 at::Tensor check_entropy(const Prepared& p, const std::optional<at::Tensor>& entropy) {
   LIGER_CHECK_ARG(entropy.has_value() && entropy->defined() && entropy->numel() == p.M &&
                       entropy->scalar_type() == at::kFloat,
@@ -219,7 +209,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> logprobs_bwd(
   const at::Tensor g_ent = grad_rows(p, grad_entropy, input, "grad_entropy");
   at::Tensor st, ent;
   if (g_ent.defined()) {
-    st = check_stats(p, stats, "(the forward's) with grad_entropy");
+    LIGER_CHECK_ARG(stats.has_value() && stats->defined() && stats->dim() == 2 && stats->size(0) == p.M &&
+                        stats->size(1) == 2 && stats->scalar_type() == at::kFloat,
+                    "stats", "expected the forward's float32 (", p.M,
+                    ", 2) row statistics with grad_entropy");
+    st = stats->contiguous();
     ent = check_entropy(p, entropy);
   }
   heads::Grads gr = heads::alloc_grads(p.x, weight, p.b, compute_dx, compute_dw, compute_db);
@@ -234,32 +228,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> logprobs_shard_fwd(const at::Tens
                                                                   int64_t ignore_index, int64_t chunk_rows) {
   const c10::DeviceGuard device_guard(input.device());
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  LIGER_CHECK_ARG(vocab_start >= 0, "vocab_start", "expected the shard's first vocabulary id (>= 0), got ",
-                  vocab_start);
   const Prepared p = prepare(input, weight, target, std::nullopt, temperature, ignore_index, chunk_rows,
                              vocab_start, /*backward=*/false);
   const auto f32 = input.options().dtype(at::kFloat);
   at::Tensor logp = at::empty({p.M}, f32), entropy = at::empty({p.M}, f32), stats = at::empty({p.M, 2}, f32);
   run_fwd(p, temperature, /*with_entropy=*/true, logp, entropy, stats);
-  if (p.M > 0) logp.masked_fill_(p.owned.logical_not(), 0.0);  // rows another shard scores
+  const at::Tensor lse = stats.select(1, 0) + stats.select(1, 1);
+  const at::Tensor mean = lse - entropy;  // sum_j p_j z_j = lse - entropy
+  // logp = z_y - lse where this shard holds y; rows another shard scores (and ignored rows) give 0
+  const at::Tensor logit = at::where(p.owned, logp + lse, at::zeros_like(lse));
   const at::IntArrayRef shape = target.sizes();
-  return {logp.view(shape), entropy.view(shape), stats};
+  return {logit.view(shape), lse.view(shape), mean.view(shape)};
 }
 
 std::tuple<at::Tensor, at::Tensor> logprobs_shard_bwd(
     const std::optional<at::Tensor>& grad_logprobs, const std::optional<at::Tensor>& grad_entropy,
-    const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target, const at::Tensor& stats,
+    const at::Tensor& input, const at::Tensor& weight, const at::Tensor& target, const at::Tensor& lse,
     const std::optional<at::Tensor>& entropy, int64_t vocab_start, double temperature, int64_t ignore_index,
     int64_t chunk_rows, bool compute_dx, bool compute_dw) {
   const c10::DeviceGuard device_guard(input.device());
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  LIGER_CHECK_ARG(vocab_start >= 0, "vocab_start", "expected the shard's first vocabulary id (>= 0), got ",
-                  vocab_start);
   const Prepared p = prepare(input, weight, target, std::nullopt, temperature, ignore_index, chunk_rows,
                              vocab_start, /*backward=*/true);
   const at::Tensor g_lp = grad_rows(p, grad_logprobs, input, "grad_logprobs");
   const at::Tensor g_ent = grad_rows(p, grad_entropy, input, "grad_entropy");
-  const at::Tensor st = check_stats(p, stats, "(the ranks' combined)");
+  LIGER_CHECK_ARG(lse.numel() == p.M && lse.scalar_type() == at::kFloat && lse.device() == input.device(),
+                  "lse", "expected the ranks' combined float32 log-sum-exp (", p.M, " elements on ",
+                  input.device(), "), got shape ", shape_str(lse));
+  // the row kernels' statistics (max, log sum exp(z - max)) of the whole vocabulary: (lse, 0)
+  const at::Tensor st = at::stack({lse.reshape({p.M}), at::zeros({p.M}, lse.options())}, 1);
   const at::Tensor ent = g_ent.defined() ? check_entropy(p, entropy) : at::Tensor();
   heads::Grads gr = heads::alloc_grads(p.x, weight, at::Tensor(), compute_dx, compute_dw, false);
   run_bwd(p, g_lp, g_ent, st, ent, temperature, gr);
