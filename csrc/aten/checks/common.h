@@ -139,6 +139,19 @@ inline void mark_written(const at::Tensor& t) {
   if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
 }
 
+// `target` as token ids, one per row of `rows_of` (the argument named `rows_name`, `rows` rows):
+// checked (that many elements, int64 or int32, rows_of's device) and returned flat, int64, contiguous.
+inline at::Tensor row_token_ids(const at::Tensor& target, int64_t rows, const at::Tensor& rows_of,
+                                const char* rows_name) {
+  LIGER_CHECK_ARG(target.numel() == rows, "target", "expected ", rows, " elements (one per row of ",
+                  rows_name, ", shape ", shape_str(rows_of), "), got shape ", shape_str(target));
+  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
+                  "expected int64 (or int32) token ids, got ", dtype_str(target.scalar_type()));
+  LIGER_CHECK_ARG(target.device() == rows_of.device(), "target", "expected device ", rows_of.device(),
+                  ", got ", target.device());
+  return target.reshape({rows}).to(at::kLong).contiguous();
+}
+
 // X viewed as (rows, N) with unit column stride; copies only when the leading
 // dimensions cannot be flattened into one row stride.
 inline at::Tensor as_rows(const at::Tensor& X) {

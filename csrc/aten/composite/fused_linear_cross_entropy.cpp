@@ -211,8 +211,6 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
   f.logit_scale = logit_scale;
 
   f.x = as_rows(input);
-  // Any layout with a unit stride in either dimension feeds cuBLAS directly;
-  // anything else would be copied by every GEMM, so copy once here.
   f.w = heads::gemm_ready(weight);
   f.target = target.reshape({f.M}).to(at::kLong).contiguous();
   f.chunk = pick_chunk_rows(f.M, f.V, f.H, input.element_size(), chunk_rows, chunk_budget_mib);

@@ -28,16 +28,9 @@ at::Tensor selective_logprobs(const at::Tensor& logits, const at::Tensor& target
                   "expected float32, float16 or bfloat16", cuda ? "" : " (or float64 on CPU)", ", got ",
                   dtype_str(logits.scalar_type()));
   const int64_t V = logits.size(-1), rows = logits.numel() / V;
-  LIGER_CHECK_ARG(target.numel() == rows, "target", "expected ", rows,
-                  " elements (one per row of logits, shape ", shape_str(logits), "), got shape ",
-                  shape_str(target));
-  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
-                  "expected int64 (or int32) token ids, got ", dtype_str(target.scalar_type()));
-  LIGER_CHECK_ARG(target.device() == logits.device(), "target", "expected device ", logits.device(), ", got ",
-                  target.device());
+  const at::Tensor t = row_token_ids(target, rows, logits, "logits");
   LIGER_CHECK_ARG(std::isfinite(temperature) && temperature > 0.0, "temperature",
                   "expected a positive value, got ", temperature);
-  const at::Tensor t = target.reshape({rows}).to(at::kLong).contiguous();
   check_ce_target_values(t, V, ignore_index);
   at::Tensor out = at::empty({rows}, logits.options().dtype(at::kFloat));
   if (rows > 0) {
