@@ -27,21 +27,19 @@ if not dist.is_available():
 pytest.importorskip("deepspeed")
 
 from hf_models import build  # noqa: E402
+from spawn_ranks import WORLD, gloo_on_loopback, spawn_workers  # noqa: E402
 from test_fsdp import (  # noqa: E402
     HF_TOL,
     LR,
     ROWS,
     STEPS,
     TOL,
-    WORLD,
     _check,
     _data,
     _plain_hf,
-    spawn_workers,
 )
 
 STAGES = (1, 2, 3)
-TIMEOUT_S = 120  # whole spawn: a hung collective fails the test instead of blocking CI
 NOT_PLAIN = "is not a plain nn.Linear"  # liger_cpp's warning when FLCE falls back to HF's loss path
 
 
@@ -126,9 +124,7 @@ class _nothing:
 def _worker(rank, init_file, out_file):
     """Every ZeRO stage in one pair of processes (the imports cost more than the training)."""
     torch.set_num_threads(1)  # 2 processes on 2 cores; the tiny matmuls gain nothing from threads
-    if os.path.isdir("/sys/class/net/lo"):
-        # gloo otherwise binds to the address the hostname resolves to, unreachable in some containers
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    gloo_on_loopback()
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD))
     import logging
@@ -177,9 +173,7 @@ def _worker(rank, init_file, out_file):
 
 @pytest.fixture(scope="module")
 def ds_results(tmp_path_factory):
-    return spawn_workers(
-        _worker, tmp_path_factory.mktemp("deepspeed"), what="DeepSpeed workers", timeout_s=TIMEOUT_S
-    )
+    return spawn_workers(_worker, tmp_path_factory.mktemp("deepspeed"), what="DeepSpeed workers")
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,6 @@ kernels are present, and is skipped elsewhere (CI).
 Every row has the same number of tokens and none is ignored, so the mean of the per-rank mean losses
 (what FSDP's gradient averaging over ranks amounts to) equals the global batch's mean loss."""
 
-import os
-import time
 import warnings
 from datetime import timedelta
 
@@ -24,17 +22,15 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():
     pytest.skip("torch.distributed is not available in this build", allow_module_level=True)
 
-import torch.multiprocessing as mp  # noqa: E402
 from hf_models import batch, build  # noqa: E402
+from spawn_ranks import WORLD, gloo_on_loopback, spawn_workers  # noqa: E402
 
-WORLD = 2
 STEPS = 3
 ROWS = 4  # global batch; each rank takes ROWS // WORLD rows
 LR = 1e-2
 # fsdp2_lm_head: lm_head its own fully_shard unit (a sharded DTensor weight outside lm_head's forward):
 # the patched forward runs the fused loss as lm_head's forward, under FSDP2's hooks
 KINDS = ("fsdp2", "fsdp1", "fsdp2_lm_head")
-TIMEOUT_S = 120  # whole spawn: a hung collective fails the test instead of blocking CI
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 # liger_cpp vs Hugging Face's modules: ~1e-7 apart per step, which Adam's normalised update can turn
 # into ~lr * 1e-4 for a weight whose gradient is near zero (observed: 1.7e-6 after 3 steps)
@@ -112,9 +108,7 @@ def _full_params(model, kind):
 def _worker(rank, init_file, out_file, lr_rank1, device_type="cpu"):
     """Both FSDP flavours in one pair of processes (the imports cost more than the training)."""
     torch.set_num_threads(1)  # 2 processes on 2 cores; the tiny matmuls gain nothing from threads
-    if os.path.isdir("/sys/class/net/lo"):
-        # gloo otherwise binds to the address the hostname resolves to, unreachable in some containers
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    gloo_on_loopback()
     device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -157,30 +151,6 @@ def _worker(rank, init_file, out_file, lr_rank1, device_type="cpu"):
         dist.barrier()
     finally:
         dist.destroy_process_group()
-
-
-def spawn_workers(worker, tmp_path, *extra_args, what="workers", timeout_s=TIMEOUT_S):
-    """Runs worker(rank, store_path, out_file, *extra_args) in WORLD spawned processes and returns
-    what they saved to out_file; fails the test when they do not finish within timeout_s."""
-    out_file = tmp_path / "results.pt"
-    ctx = mp.start_processes(
-        worker,
-        args=(str(tmp_path / "store"), str(out_file), *extra_args),
-        nprocs=WORLD,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ctx.join(timeout=1):  # raises ProcessRaisedException with the worker's traceback
-            if time.monotonic() > deadline:
-                pytest.fail(f"{what} did not finish in {timeout_s} s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    return torch.load(out_file)
 
 
 def _spawn(tmp_path, lr_rank1=LR, device_type="cpu"):

@@ -5,18 +5,16 @@ float64 reference: two Gloo ranks on the CPU (spawned), and a group of one on ev
 import math
 import os
 import tempfile
-import time
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from conftest import DEVICES
+from spawn_ranks import WORLD, gloo_on_loopback, spawn_workers
 
 from liger_cpp.ops import LigerFusedLinearScaledCrossEntropyTPFunction, fused_linear_token_logprobs
 
-WORLD = 2
 M, H, V = 53, 24, 2 * 61  # V splits into two shards of 61
 TEMPERATURE = 0.8
 CASES = [
@@ -70,8 +68,7 @@ def _run(x, w, t, g_nll, g_ent, grads, group, rank, world):
 
 def _worker(rank, init_file, out_file):
     torch.set_num_threads(1)
-    if os.path.isdir("/sys/class/net/lo"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    gloo_on_loopback()
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60)
     )
@@ -83,10 +80,10 @@ def _worker(rank, init_file, out_file):
             parts = [torch.empty_like(dw) for _ in range(WORLD)]
             dist.all_gather(parts, dw)
             results.append((nll, ent, dx, torch.cat(parts)))
+        every = [None] * WORLD
+        dist.all_gather_object(every, results)  # rank 0 saves every rank's
         if rank == 0:
-            torch.save(results, out_file)
-        else:
-            torch.save(results, out_file + ".1")
+            torch.save(every, out_file)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -94,22 +91,7 @@ def _worker(rank, init_file, out_file):
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("tp")
-    out = str(tmp / "results.pt")
-    ctx = mp.start_processes(
-        _worker, args=(str(tmp / "store"), out), nprocs=WORLD, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + 120
-    try:
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                pytest.fail("tensor-parallel workers did not finish in 120 s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    return torch.load(out), torch.load(out + ".1")
+    return spawn_workers(_worker, tmp_path_factory.mktemp("tp"), what="tensor-parallel workers")
 
 
 def _check(case, nll, ent, dx, dw):

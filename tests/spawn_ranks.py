@@ -1,0 +1,43 @@
+"""Spawned torch.distributed ranks for the multi-process tests (FSDP, DeepSpeed, tensor-parallel
+token log-probs): each worker runs in a fresh process, saves its results to a file, and a hung
+collective fails the test instead of blocking CI."""
+
+import os
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+WORLD = 2
+TIMEOUT_S = 120  # whole spawn
+
+
+def gloo_on_loopback():
+    """gloo otherwise binds to the address the hostname resolves to, unreachable in some containers."""
+    if os.path.isdir("/sys/class/net/lo"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+
+def spawn_workers(worker, tmp_path, *extra_args, what="workers", timeout_s=TIMEOUT_S):
+    """Runs worker(rank, store_path, out_file, *extra_args) in WORLD spawned processes and returns
+    what they saved to out_file; fails the test when they do not finish within timeout_s."""
+    out_file = tmp_path / "results.pt"
+    ctx = mp.start_processes(
+        worker,
+        args=(str(tmp_path / "store"), str(out_file), *extra_args),
+        nprocs=WORLD,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ctx.join(timeout=1):  # raises ProcessRaisedException with the worker's traceback
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what} did not finish in {timeout_s} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return torch.load(out_file)
