@@ -293,24 +293,26 @@ def kl_variants(have_liger):
 
 
 # ---------------------------------------------------------------- the floor
-def gemm_floor_ms(m, h, v, ref_h=None, dtype=torch.bfloat16):
-    """Medians of the three GEMMs of a fused head's fwd+bwd at these shapes (and the reference's /
-    teacher's forward logits when ref_h is given), timed with torch.matmul."""
+def floor_gemms(m, h, v, ref_h=None, dtype=torch.bfloat16):
+    """The floor's GEMMs as named callables on random operands of a fused head's shapes: the policy's
+    logits x @ W^T, dX = dL @ W and dW = dL^T @ x, and the reference's / teacher's forward logits
+    when ref_h is given. The operands live as long as the callables."""
     x = torch.randn(m, h, device="cuda", dtype=dtype)
     w = torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5
     dl = torch.randn(m, v, device="cuda", dtype=dtype)
-    parts = {
-        "logits": bench_ms(lambda x=x, w=w: x @ w.t(), warmup=1, rep=200),
-        "dX": bench_ms(lambda dl=dl, w=w: dl @ w, warmup=1, rep=200),
-        "dW": bench_ms(lambda dl=dl, x=x: dl.t() @ x, warmup=1, rep=200),
-    }
-    del x, w
+    gemms = {"logits": lambda: x @ w.t(), "dX": lambda: dl @ w, "dW": lambda: dl.t() @ x}
     if ref_h is not None:
         rx = torch.randn(m, ref_h, device="cuda", dtype=dtype)
         rw = torch.randn(v, ref_h, device="cuda", dtype=dtype) * ref_h**-0.5
-        parts["ref_logits"] = bench_ms(lambda rx=rx, rw=rw: rx @ rw.t(), warmup=1, rep=200)
-        del rx, rw
-    del dl
+        gemms["ref_logits"] = lambda: rx @ rw.t()
+    return gemms
+
+
+def gemm_floor_ms(m, h, v, ref_h=None, dtype=torch.bfloat16):
+    """Medians of the floor's GEMMs (floor_gemms) timed one by one with torch.matmul."""
+    gemms = floor_gemms(m, h, v, ref_h, dtype)
+    parts = {name: bench_ms(f, warmup=1, rep=200) for name, f in gemms.items()}
+    del gemms
     torch.cuda.empty_cache()
     flops = 6.0 * m * h * v + (2.0 * m * ref_h * v if ref_h is not None else 0.0)
     total = sum(parts.values())
@@ -318,24 +320,15 @@ def gemm_floor_ms(m, h, v, ref_h=None, dtype=torch.bfloat16):
 
 
 def floor_maker(m, h, v, ref_h=None, dtype=torch.bfloat16):
-    """A factory of the floor as one callable (the same GEMMs back to back), its operands made when
+    """A factory of the floor as one callable (floor_gemms back to back), its operands made when
     called and freed with the callable: liger_cpp's rows time it beside themselves (harness.paired_ms)."""
 
     def make():
-        x = torch.randn(m, h, device="cuda", dtype=dtype)
-        w = torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5
-        dl = torch.randn(m, v, device="cuda", dtype=dtype)
-        rx = rw = None
-        if ref_h is not None:
-            rx = torch.randn(m, ref_h, device="cuda", dtype=dtype)
-            rw = torch.randn(v, ref_h, device="cuda", dtype=dtype) * ref_h**-0.5
+        gemms = list(floor_gemms(m, h, v, ref_h, dtype).values())
 
         def floor():
-            x @ w.t()
-            dl @ w
-            dl.t() @ x
-            if rx is not None:
-                rx @ rw.t()
+            for gemm in gemms:
+                gemm()
 
         return floor
 
