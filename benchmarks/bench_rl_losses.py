@@ -73,6 +73,11 @@ def _with_plans(out, ours):
             return g
 
         out[f"liger_cpp[{spec}]"] = planned
+    return _kept(out)
+
+
+def _kept(out):
+    """The variants --impls keeps (a name, or its family before "[")."""
     return {k: v for k, v in out.items() if not IMPLS or k.split("[")[0] in IMPLS or k in IMPLS}
 
 
@@ -213,7 +218,7 @@ def grpo_variants(have_liger, ref_model):
                 ]
 
             out[f"liger[compiled={compiled}]"] = liger
-    return out
+    return _kept(out)
 
 
 def jsd_variants(have_liger):
@@ -609,7 +614,7 @@ def main():
     ap.add_argument(
         "--plans", nargs="*", default=[], help="plan-override specs: one more liger_cpp row each (jsd, kl)"
     )
-    ap.add_argument("--impls", type=lambda v: v.split(","), default=[], help="keep only these (jsd, kl)")
+    ap.add_argument("--impls", type=lambda v: v.split(","), default=[], help="keep only these (all cases)")
     ap.add_argument(
         "--chunk-rows", type=int, nargs="*", default=[], help="liger_cpp rows at these chunk_rows"
     )

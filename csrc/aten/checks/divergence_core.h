@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include "kernels/divergence/grpo_token_math.h"
+
 namespace liger_cpp {
 
 struct DistillRows {
@@ -61,7 +63,19 @@ struct PointwiseDiv {
 void pointwise_div(const PointwiseDiv& a);
 void pointwise_div_cpu(const PointwiseDiv& a);
 
+// GRPO's per-token math of one group, and the batch's final sums (grpo_token_math.h). `a` points
+// into tensors on `device`; partial is [rows, 3] float32 contiguous, loss / kl / clip () float32.
+void grpo_token_math(const kernels::GrpoTokenArgs& a, const at::Device& device);
+void grpo_finish(const at::Tensor& partial, const at::Tensor& n_all, const at::Tensor& loss,
+                 const at::Tensor& kl, const at::Tensor& clip);
+void grpo_token_math_cpu(const kernels::GrpoTokenArgs& a);
+void grpo_finish_cpu(const at::Tensor& partial, const at::Tensor& n_all, const at::Tensor& loss,
+                     const at::Tensor& kl, const at::Tensor& clip);
+
 #ifdef LIGER_CPP_WITH_CUDA
+void grpo_token_math_cuda(const kernels::GrpoTokenArgs& a, const at::Device& device);
+void grpo_finish_cuda(const at::Tensor& partial, const at::Tensor& n_all, const at::Tensor& loss,
+                      const at::Tensor& kl, const at::Tensor& clip);
 void distill_rows_cuda(const DistillRows& a);
 void logprob_rows_fwd_cuda(const LogprobRows& a);
 void logprob_rows_bwd_cuda(const LogprobRows& a);

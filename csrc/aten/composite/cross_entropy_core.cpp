@@ -135,12 +135,16 @@ void check_ce_target_values(const at::Tensor& target, int64_t V, int64_t ignore_
       if (y[i] != ignore_index && (y[i] < 0 || y[i] >= V)) fail_bad_target(V, ignore_index, y[i], i);
     return;
   }
-  const at::Tensor bad = ((target < 0) | (target >= V)) & (target != ignore_index);
   if (!check_targets_enabled()) {
-    at::_assert_async(bad.any().logical_not(),
-                      "liger_cpp: argument 'target': every value must be ignore_index or in [0, V)");
+#ifdef LIGER_CPP_WITH_CUDA
+    // The prologue kernel's device-side assertion (its scales unused): one launch of ours, where
+    // the same check from ATen ops took seven, each a kernel a process's first call had to load.
+    ce_prologue_cuda(target.reshape({-1}).to(at::kLong).contiguous(), at::Tensor(), V, ignore_index,
+                     Reduction::kSum);
+#endif
     return;
   }
+  const at::Tensor bad = ((target < 0) | (target >= V)) & (target != ignore_index);
   // The opt-in check (liger_cpp.set_check_targets): synchronises with the host, raises ValueError.
   if (!bad.any().item<bool>()) return;
   const int64_t i = bad.reshape({-1}).nonzero()[0][0].item<int64_t>();

@@ -5,20 +5,20 @@
 namespace liger_cpp {
 
 #ifdef LIGER_CPP_WITH_CUDA
-#define LIGER_DIV_DISPATCH(t, cpu, cuda, a) \
-  do {                                      \
-    if ((t).is_cuda()) {                    \
-      cuda(a);                              \
-      return;                               \
-    }                                       \
-    cpu(a);                                 \
+#define LIGER_DIV_DISPATCH(t, cpu, cuda, ...) \
+  do {                                        \
+    if ((t).is_cuda()) {                      \
+      cuda(__VA_ARGS__);                      \
+      return;                                 \
+    }                                         \
+    cpu(__VA_ARGS__);                         \
   } while (0)
 #else
-#define LIGER_DIV_DISPATCH(t, cpu, cuda, a)                                                        \
+#define LIGER_DIV_DISPATCH(t, cpu, cuda, ...)                                                      \
   do {                                                                                             \
     if ((t).is_cuda())                                                                             \
       LIGER_FAIL("argument 'input' is on ", (t).device(), ", but this build has no CUDA kernels"); \
-    cpu(a);                                                                                        \
+    cpu(__VA_ARGS__);                                                                              \
   } while (0)
 #endif
 
@@ -31,6 +31,22 @@ void logprob_rows_bwd(const LogprobRows& a) {
 }
 void pointwise_div(const PointwiseDiv& a) {
   LIGER_DIV_DISPATCH(a.x, pointwise_div_cpu, pointwise_div_cuda, a);
+}
+
+void grpo_token_math(const kernels::GrpoTokenArgs& a, const at::Device& device) {
+  if (device.is_cuda()) {
+#ifdef LIGER_CPP_WITH_CUDA
+    grpo_token_math_cuda(a, device);
+    return;
+#else
+    LIGER_FAIL("argument '_input' is on ", device, ", but this build has no CUDA kernels");
+#endif
+  }
+  grpo_token_math_cpu(a);
+}
+void grpo_finish(const at::Tensor& partial, const at::Tensor& n_all, const at::Tensor& loss,
+                 const at::Tensor& kl, const at::Tensor& clip) {
+  LIGER_DIV_DISPATCH(partial, grpo_finish_cpu, grpo_finish_cuda, partial, n_all, loss, kl, clip);
 }
 
 }  // namespace liger_cpp

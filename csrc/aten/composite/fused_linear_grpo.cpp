@@ -1,7 +1,9 @@
 // GRPO and its variants (Liger's LigerFusedLinearGRPOLoss, TRL's GRPOTrainer losses) fused with the
 // lm_head: the (B*T x V) logits never exist at once. Device-generic orchestration: ATen GEMMs
 // (cuBLAS on CUDA) and the cross-entropy row step (csrc/aten/checks/cross_entropy_core.h) for the
-// softmax statistics and dlogits, as the preference losses.
+// softmax statistics and dlogits, as the preference losses; the per-token math below is one
+// kernel per chunk (csrc/kernels/divergence/grpo_token_math.h, with its CPU twin) and the batch's
+// sums one more at the end.
 //
 // Per token (b, t): lp = log softmax(z)[y] with z = (x W^T + b) / temperature (the row step's
 // -(lse - z_y)); old = old_per_token_logps (lp, detached, when absent); ref = the reference
@@ -48,13 +50,14 @@
 
 #include "aten/checks/common.h"
 #include "aten/checks/cross_entropy_core.h"
+#include "aten/checks/divergence_core.h"
 #include "aten/checks/linear_chunks.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
 namespace fused_linear_grpo_impl {
 
-enum class Grpo { kGrpo, kBnpo, kDrGrpo, kDapo, kCispo, kSapo, kLuspo, kVespo };
+using Grpo = kernels::GrpoType;
 
 Grpo parse_grpo_type(std::string_view s) {
   static const std::pair<const char*, Grpo> names[] = {
@@ -67,161 +70,11 @@ Grpo parse_grpo_type(std::string_view s) {
       "'");
 }
 
-struct GrpoOpts {
-  Grpo type = Grpo::kDapo;
-  bool seq = false;  // importance_sampling_level "sequence"
-  double beta = 0.04, eps_low = 0.2, eps_high = 0.2, temperature = 1.0;
-  std::optional<double> delta;
-  bool bias_kl = false;
-  double sapo_pos = 1.0, sapo_neg = 1.05;
-  double vk_pos = 2.0, vl_pos = 3.0, vk_neg = 3.0, vl_neg = 2.0;
-};
-
-// Batch-wide constants of the reduction (device tensors: no host synchronisation).
-struct Globals {
-  int64_t B = 0, T = 0;
-  at::Tensor n_all;       // () float32: sum of the mask
-  at::Tensor normalizer;  // () float32: dapo / cispo / vespo divisor
-  double max_len = 0;     // dr_grpo
-};
-
-// One group of tokens: S sequences x L positions (L = T, or a piece of one sequence).
-struct GroupIn {
-  at::Tensor lp, old, ref, mask;  // [S, L] float32 (old, ref undefined when absent)
-  at::Tensor vllm;                // [S, L] or [S, 1] float32, or undefined
-  at::Tensor adv, nseq;           // [S] float32: advantages, whole-sequence mask sums
-};
-
-struct GroupOut {
-  at::Tensor k;                  // [S, L] dLoss / dlp
-  at::Tensor loss, kl, clipped;  // () sums: sum w l, sum m kl, sum m clipped
-};
-
-at::Tensor reduction_weights(const GrpoOpts& o, const Globals& g, const GroupIn& in) {
-  const double B = static_cast<double>(g.B);
-  switch (o.type) {
-    case Grpo::kGrpo:
-    case Grpo::kSapo:
-      return in.mask / (in.nseq.clamp_min(1.0) * B).unsqueeze(1);
-    case Grpo::kBnpo:
-      return in.mask / g.n_all.clamp_min(1.0);
-    case Grpo::kDrGrpo:
-      return in.mask / (B * g.max_len);
-    case Grpo::kDapo:
-    case Grpo::kCispo:
-    case Grpo::kVespo:
-      return in.mask / g.normalizer;
-    case Grpo::kLuspo:
-      return (in.nseq / (B * static_cast<double>(g.T))).unsqueeze(1).expand(in.lp.sizes());
-  }
-  LIGER_FAIL("argument 'loss_type': unhandled GRPO loss type");
-}
-
-// VESPO's detached sequence weight phi [S, 1] (TRL's get_gamma_weights).
-at::Tensor vespo_phi(const GrpoOpts& o, const GroupIn& in, const at::Tensor& lr, const at::Tensor& A) {
-  const double lo = std::log(1e-8);
-  at::Tensor s = (lr.clamp(-20.0, 20.0) * in.mask).sum(1, true);
-  if (in.vllm.defined()) s = s + at::log(in.vllm).clamp(lo, 20.0).sum(1, true);
-  const at::Tensor logw = s.clamp(lo, 20.0);
-  const at::Tensor nonneg = A >= 0.0;
-  const at::Tensor k = at::where(nonneg, at::full_like(A, o.vk_pos), at::full_like(A, o.vk_neg));
-  const at::Tensor lam =
-      at::where(nonneg, at::full_like(A, o.vl_pos), at::full_like(A, o.vl_neg)).clamp_min(1e-4);
-  return at::nan_to_num(at::exp(lam + k * logw - lam * at::exp(logw)), 0.0, 0.0, 0.0);
-}
-
-GroupOut grpo_math(const GrpoOpts& o, const Globals& g, const GroupIn& in) {
-  const at::Tensor& lp = in.lp;
-  const at::Tensor& mask = in.mask;
-  const at::Tensor A = in.adv.unsqueeze(1);                       // [S, 1]
-  const at::Tensor nprime = in.nseq.clamp_min(1.0).unsqueeze(1);  // [S, 1]
-  const at::Tensor w = reduction_weights(o, g, in);
-  const at::Tensor lr = in.old.defined() ? lp - in.old : at::zeros_like(lp);
-  const at::Tensor c1 = at::exp(o.seq ? (lr * mask).sum(1, true) / nprime : lr);  // [S, L] or [S, 1]
-
-  // The policy term l(c1) (or l(lp) for cispo / vespo) and its derivative dl.
-  at::Tensor l, dl, lower, upper;
-  bool dl_wrt_c1 = true;
-  switch (o.type) {
-    case Grpo::kCispo: {
-      const at::Tensor c2 = c1.clamp_max(o.eps_high);  // detached
-      l = -c2 * A * lp;
-      dl = -c2 * A;
-      dl_wrt_c1 = false;
-      upper = c1 > o.eps_high;
-      break;
-    }
-    case Grpo::kSapo: {
-      const at::Tensor tau = at::where(A > 0.0, at::full_like(A, o.sapo_pos), at::full_like(A, o.sapo_neg));
-      const at::Tensor sg = at::sigmoid(tau * (c1 - 1.0));
-      l = -A * sg * 4.0 / tau;
-      dl = -A * 4.0 * sg * (1.0 - sg);
-      break;
-    }
-    case Grpo::kVespo: {
-      const at::Tensor phi = vespo_phi(o, in, lr, A);
-      l = -phi * A * lp;
-      dl = -phi * A;
-      dl_wrt_c1 = false;
-      break;
-    }
-    default: {
-      const double lo = 1.0 - o.eps_low, hi = 1.0 + o.eps_high;
-      const at::Tensor c1d = o.delta ? c1.clamp_max(*o.delta) : c1;
-      const at::Tensor l1 = c1d * A, l2 = c1.clamp(lo, hi) * A;
-      l = -at::minimum(l1, l2);
-      // torch.minimum's gradient (half to each side at a tie) through clamp's (1 inside the bounds,
-      // inclusive): the derivative PyTorch's autograd gives the published formula.
-      const at::Tensor half = at::full_like(l1, 0.5);
-      const at::Tensor zero = at::zeros_like(l1), one = at::ones_like(l1);
-      at::Tensor g1 = at::where(l1 < l2, one, at::where(l1 == l2, half, zero));
-      at::Tensor g2 = at::where(l1 > l2, one, at::where(l1 == l2, half, zero));
-      if (o.delta) g1 = g1 * (c1 <= *o.delta).to(at::kFloat);
-      g2 = g2 * ((c1 >= lo) & (c1 <= hi)).to(at::kFloat);
-      dl = -A * (g1 + g2);
-      lower = c1 < lo;
-      upper = c1 > hi;
-    }
-  }
-  if (in.vllm.defined() && o.type != Grpo::kVespo) {
-    l = l * in.vllm;
-    dl = dl * in.vllm;
-  }
-  at::Tensor per_token = l, kl0, dkl0, kl;
-  if (o.beta != 0.0) {
-    const at::Tensor d = (in.ref.defined() ? in.ref : lp) - lp;
-    const at::Tensor e = at::exp(d);
-    kl0 = e - d - 1.0;
-    dkl0 = 1.0 - e;  // d kl0 / d lp
-    kl = o.bias_kl ? kl0 * c1 : kl0;
-    per_token = per_token + o.beta * kl;
-  }
-  GroupOut out;
-  out.loss = (w * per_token).sum();
-
-  at::Tensor k;
-  if (!o.seq) {
-    k = dl_wrt_c1 ? w * dl * c1 : w * dl;  // dc1/dlp = c1
-    if (o.beta != 0.0) k = k + w * (o.beta * (o.bias_kl ? (dkl0 + kl0) * c1 : dkl0));
-  } else {
-    // Every token of a sequence moves c1: d c1 / d lp_s = c1 m_s / max(n_b, 1).
-    const at::Tensor dc1 = c1 * mask / nprime;
-    k = (w * dl).sum(1, true) * dc1;
-    if (o.beta != 0.0) {
-      k = k + w * (o.beta * (o.bias_kl ? dkl0 * c1 : dkl0));
-      if (o.bias_kl) k = k + o.beta * (w * kl0).sum(1, true) * dc1;
-    }
-  }
-  out.k = k.expand(lp.sizes());
-  out.kl = o.beta != 0.0 ? (kl * mask).sum() : at::zeros({}, lp.options());
-  if (lower.defined() || upper.defined()) {
-    at::Tensor clipped = upper & (A > 0.0);
-    if (lower.defined()) clipped = clipped | (lower & (A < 0.0));
-    out.clipped = (clipped.to(at::kFloat) * mask).sum();
-  } else {
-    out.clipped = at::zeros({}, lp.options());
-  }
-  return out;
+// A per-token input of the group (s, l) = (b0 + s, t0 + l) of a contiguous [B, cols] float32
+// tensor, or null; cols 1 (vllm_is_ratio per sequence) ignores t0.
+const float* group_ptr(const at::Tensor& t, int64_t b0, int64_t t0) {
+  if (!t.defined()) return nullptr;
+  return t.const_data_ptr<float>() + b0 * t.stride(0) + (t.size(1) == 1 ? 0 : t0);
 }
 
 // A float tensor of the batch as float32 [B, cols] on input's device, or an error naming it.
@@ -234,7 +87,7 @@ at::Tensor per_token_arg(const std::optional<at::Tensor>& t, const char* name, i
                   t->device());
   LIGER_CHECK_ARG(at::isFloatingType(t->scalar_type()), name, "expected a floating dtype, got ",
                   dtype_str(t->scalar_type()));
-  return t->to(at::kFloat);
+  return t->to(at::kFloat).contiguous();
 }
 
 using GrpoResult =
@@ -256,7 +109,7 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
                     bool compute_dx, bool compute_dw, bool compute_db) {
   const c10::DeviceGuard device_guard(input.device());
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  GrpoOpts o;
+  kernels::GrpoOptions o;
   o.type = parse_grpo_type(std::string_view(loss_type.data(), loss_type.size()));
   const std::string_view level(importance_sampling_level.data(), importance_sampling_level.size());
   LIGER_CHECK_ARG(level == "token" || level == "sequence", "importance_sampling_level",
@@ -289,18 +142,21 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
                     max_completion_length ? std::to_string(*max_completion_length) : std::string("None"));
   LIGER_CHECK_ARG(chunk_rows >= 0, "chunk_rows", "expected a non-negative row count (0: automatic), got ",
                   chunk_rows);
-  o.beta = beta;
-  o.eps_low = epsilon_low;
-  o.eps_high = epsilon_high;
-  o.delta = delta;
-  o.temperature = temperature;
+  // The token math is float32, as the ATen ops it replaced (a double scalar met a float32 tensor).
+  auto f = [](double v) { return static_cast<float>(v); };
+  o.beta = f(beta);
+  o.eps_low = f(epsilon_low);
+  o.eps_high = f(epsilon_high);
+  o.has_delta = delta.has_value();
+  o.delta = delta ? f(*delta) : 0.f;
+  o.inv_temperature = f(1.0 / temperature);
   o.bias_kl = use_bias_correction_kl;
-  o.sapo_pos = sapo_temperature_pos;
-  o.sapo_neg = sapo_temperature_neg;
-  o.vk_pos = vespo_k_pos;
-  o.vl_pos = vespo_lambda_pos;
-  o.vk_neg = vespo_k_neg;
-  o.vl_neg = vespo_lambda_neg;
+  o.sapo_pos = f(sapo_temperature_pos);
+  o.sapo_neg = f(sapo_temperature_neg);
+  o.vk_pos = f(vespo_k_pos);
+  o.vl_pos = f(vespo_lambda_pos);
+  o.vk_neg = f(vespo_k_neg);
+  o.vl_neg = f(vespo_lambda_neg);
 
   heads::check_head(input, weight, bias, "_input", "weight", "bias", 3);
   const int64_t B = input.size(0), T = input.size(1), H = input.size(2), V = weight.size(0), M = B * T;
@@ -335,7 +191,7 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
                     "), got ", shape_str(v));
     LIGER_CHECK_ARG(v.device() == input.device() && at::isFloatingType(v.scalar_type()), "vllm_is_ratio",
                     "expected a floating tensor on ", input.device(), ", got ", dtype_str(v.scalar_type()));
-    vllm = (v.dim() == 1 ? v.unsqueeze(1) : v).to(at::kFloat);
+    vllm = (v.dim() == 1 ? v.unsqueeze(1) : v).to(at::kFloat).contiguous();
   }
   const bool ref_model = ref_weight.has_value() && ref_weight->defined();
   at::Tensor rx, rw, rb;
@@ -361,22 +217,21 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
                     "expected None without ref_weight (no reference model)");
   }
   const auto f32 = input.options().dtype(at::kFloat);
-  Globals g;
-  g.B = B;
-  g.T = T;
-  const at::Tensor mask = attention_mask.to(at::kFloat);
+  o.batch = static_cast<float>(B);
+  o.T = static_cast<float>(T);
+  o.max_len = max_completion_length ? static_cast<float>(*max_completion_length) : 0.f;
+  const at::Tensor mask = attention_mask.to(at::kFloat).contiguous();
   const at::Tensor nseq = mask.sum(1);
-  g.n_all = mask.sum();
-  g.normalizer = g.n_all.clamp_min(1.0);
+  const at::Tensor n_all = mask.sum();
+  at::Tensor normalizer = n_all.clamp_min(1.0);
   if (loss_normalizer.has_value() && loss_normalizer->defined()) {
     LIGER_CHECK_ARG(loss_normalizer->numel() == 1 && at::isFloatingType(loss_normalizer->scalar_type()) &&
                         loss_normalizer->device() == input.device(),
                     "loss_normalizer", "expected one floating element on ", input.device(), ", got shape ",
                     shape_str(*loss_normalizer));
-    g.normalizer = loss_normalizer->reshape({}).to(at::kFloat);
+    normalizer = loss_normalizer->reshape({}).to(at::kFloat).contiguous();
   }
-  g.max_len = max_completion_length ? static_cast<double>(*max_completion_length) : 0.0;
-  const at::Tensor adv = advantages.to(at::kFloat);
+  const at::Tensor adv = advantages.to(at::kFloat).contiguous();
   const at::Tensor ids = selected_token_ids.reshape({M}).to(at::kLong).contiguous();
   constexpr int64_t kNoIgnore = std::numeric_limits<int64_t>::min();  // every id is scored
   check_ce_target_values(ids, V, kNoIgnore);
@@ -387,7 +242,9 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
   heads::Grads gr = heads::alloc_grads(x, weight, b, compute_dx, compute_dw, compute_db);
   const bool want_grad = gr.any();
   at::Tensor nll = at::empty({B, T}, f32);  // lse - z_y, negated into the log-probs at the end
-  at::Tensor loss = at::zeros({}, f32), kl_sum = at::zeros({}, f32), clip_sum = at::zeros({}, f32);
+  at::Tensor loss = at::empty({}, f32), kl = at::empty({}, f32), clip = at::empty({}, f32);
+  at::Tensor partial;  // [groups' sequences, 3]: each sequence's (or piece's) loss, KL, clip sums
+  int64_t rows_done = 0;
 
   if (M > 0) {
     const double inv_t = 1.0 / temperature;
@@ -402,10 +259,13 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
                                                          512.0 * 1048576.0);
     const int64_t seqs = whole ? std::min(B, std::max<int64_t>(1, R / T)) : 1;
     const int64_t piece = whole ? T : heads::even_chunk(T, R);
-    const bool two_phase = !whole && (o.seq || o.type == Grpo::kVespo);
+    const bool two_phase = !whole && kernels::grpo::needs_seq_pass(o);
     at::Tensor buf = at::empty({whole ? seqs * T : piece, V}, input.options());
-    at::Tensor scratch = at::empty({whole ? seqs * T : (two_phase ? T : piece)}, f32);  // reference nll
+    const int64_t group_rows = whole ? seqs * T : (two_phase ? T : piece);
+    at::Tensor scratch = at::empty({group_rows}, f32);  // reference nll
+    at::Tensor scale = at::empty({group_rows}, f32);    // the group's ce_scale = -dLoss/dlp / temperature
     at::Tensor dummy = at::empty({buf.size(0)}, f32);
+    partial = at::empty({whole || two_phase ? B : B * ((T + piece - 1) / piece), 3}, f32);
     const at::Tensor one = at::ones({1}, f32);
     at::Tensor nll_rows = nll.view({M});
 
@@ -430,34 +290,52 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
       r.loss = nll_rows.narrow(0, r0, n);
       ce_rows(r);
     };
-    // dlogits of the rows whose logits are in the buffer, then their dX / dW / dB.
-    auto backward_rows = [&](int64_t r0, int64_t n, const at::Tensor& k) {
+    // dlogits of the rows whose logits are in the buffer (gradient scales `k_scale`), then their
+    // dX / dW / dB.
+    auto backward_rows = [&](int64_t r0, int64_t n, const at::Tensor& k_scale) {
       at::Tensor lc = buf.narrow(0, 0, n);
       r.logits = lc;
       r.target = ids.narrow(0, r0, n);
       r.dlogits = lc;
       r.loss = dummy.narrow(0, 0, n);
-      r.ce_scale = (k.reshape({n}) * (-inv_t)).contiguous();
+      r.ce_scale = k_scale;
       ce_rows(r);
       heads::chunk_grads(lc, x.narrow(0, r0, n), w, gr, r0);
     };
-    auto group_in = [&](int64_t b0, int64_t S, int64_t t0, int64_t L, const at::Tensor& ref_nll) {
-      GroupIn in;
-      auto part = [&](const at::Tensor& t) { return t.narrow(0, b0, S).narrow(1, t0, L); };
-      in.lp = -part(nll);
-      if (old_lp.defined()) in.old = part(old_lp);
-      if (ref_lp_given.defined()) in.ref = part(ref_lp_given);
-      if (ref_model) in.ref = -ref_nll.view({S, L});
-      in.mask = part(mask);
-      if (vllm.defined()) in.vllm = vllm.size(1) == 1 ? vllm.narrow(0, b0, S) : part(vllm);
-      in.adv = adv.narrow(0, b0, S);
-      in.nseq = nseq.narrow(0, b0, S);
-      return in;
-    };
-    auto add = [&](const GroupOut& go) {
-      loss.add_(go.loss);
-      kl_sum.add_(go.kl);
-      clip_sum.add_(go.clipped);
+    // The token math of sequences [b0, b0 + S) x positions [t0, t0 + L) (one kernel): their
+    // gradient scales into `scale`, their sums into the next S rows of `partial`.
+    auto token_math = [&](int64_t b0, int64_t S, int64_t t0, int64_t L, const at::Tensor& ref_nll) {
+      kernels::GrpoTokenArgs a{};
+      a.nll = group_ptr(nll, b0, t0);
+      a.nll_stride = T;
+      a.old = group_ptr(old_lp, b0, t0);
+      a.old_stride = T;
+      if (ref_model) {
+        a.ref = ref_nll.const_data_ptr<float>();
+        a.ref_stride = L;
+        a.ref_is_nll = true;
+      } else if (ref_lp_given.defined()) {
+        a.ref = group_ptr(ref_lp_given, b0, t0);
+        a.ref_stride = T;
+      }
+      a.mask = group_ptr(mask, b0, t0);
+      a.mask_stride = T;
+      if (vllm.defined()) {
+        a.vllm = group_ptr(vllm, b0, t0);
+        a.vllm_stride = vllm.stride(0);
+        a.vllm_cols = vllm.size(1);
+      }
+      a.adv = adv.const_data_ptr<float>() + b0;
+      a.nseq = nseq.const_data_ptr<float>() + b0;
+      a.n_all = n_all.const_data_ptr<float>();
+      a.normalizer = normalizer.const_data_ptr<float>();
+      a.ce_scale = scale.data_ptr<float>();
+      a.partial = partial.data_ptr<float>() + rows_done * 3;
+      a.S = S;
+      a.L = L;
+      a.o = o;
+      grpo_token_math(a, input.device());
+      rows_done += S;
     };
 
     for (int64_t b0 = 0; b0 < B; b0 += seqs) {
@@ -466,9 +344,8 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
         const int64_t r0 = b0 * T, n = S * T;
         const at::Tensor ref_nll = scratch.narrow(0, 0, n);
         forward_rows(r0, n, ref_nll);
-        const GroupOut go = grpo_math(o, g, group_in(b0, S, 0, T, ref_nll));
-        add(go);
-        if (want_grad) backward_rows(r0, n, go.k);
+        token_math(b0, S, 0, T, ref_nll);
+        if (want_grad) backward_rows(r0, n, scale.narrow(0, 0, n));
         continue;
       }
       if (!two_phase) {
@@ -476,9 +353,8 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
           const int64_t L = std::min(piece, T - t0), r0 = b0 * T + t0;
           const at::Tensor ref_nll = scratch.narrow(0, 0, L);
           forward_rows(r0, L, ref_nll);
-          const GroupOut go = grpo_math(o, g, group_in(b0, 1, t0, L, ref_nll));
-          add(go);
-          if (want_grad) backward_rows(r0, L, go.k);
+          token_math(b0, 1, t0, L, ref_nll);
+          if (want_grad) backward_rows(r0, L, scale.narrow(0, 0, L));
         }
         continue;
       }
@@ -487,19 +363,17 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
         const int64_t L = std::min(piece, T - t0);
         forward_rows(b0 * T + t0, L, scratch.narrow(0, t0, L));
       }
-      const GroupOut go = grpo_math(o, g, group_in(b0, 1, 0, T, scratch));
-      add(go);
+      token_math(b0, 1, 0, T, scratch);
       if (!want_grad) continue;
       for (int64_t t0 = 0; t0 < T; t0 += piece) {
         const int64_t L = std::min(piece, T - t0), r0 = b0 * T + t0;
         heads::logits_gemm(buf.narrow(0, 0, L), x.narrow(0, r0, L), w, b, inv_t);
-        backward_rows(r0, L, go.k.narrow(1, t0, L));
+        backward_rows(r0, L, scale.narrow(0, t0, L));
       }
     }
   }
-  const at::Tensor denom = g.n_all.clamp_min(1.0);
-  at::Tensor kl = o.beta != 0.0 ? kl_sum / denom : at::zeros({}, f32);
-  at::Tensor clip = clip_sum / denom;
+  if (!partial.defined()) partial = at::empty({0, 3}, f32);
+  grpo_finish(partial.narrow(0, 0, rows_done), n_all, loss, kl, clip);
   at::Tensor logps = nll.neg_();
   auto [dX, dW, dB] = heads::finish_grads(gr, input, b);
   return {loss, kl, clip, logps, dX, dW, dB};

@@ -99,4 +99,17 @@ void pointwise_div_cuda(const PointwiseDiv& c) {
   LIGER_CUDA_CHECK(kernels::pointwise_div_rows(a, at::cuda::getCurrentCUDAStream()));
 }
 
+void grpo_token_math_cuda(const kernels::GrpoTokenArgs& a, const at::Device& device) {
+  const c10::cuda::CUDAGuard guard(device);
+  LIGER_CUDA_CHECK(kernels::grpo_token_math(a, at::cuda::getCurrentCUDAStream()));
+}
+
+void grpo_finish_cuda(const at::Tensor& partial, const at::Tensor& n_all, const at::Tensor& loss,
+                      const at::Tensor& kl, const at::Tensor& clip) {
+  const c10::cuda::CUDAGuard guard(partial.device());
+  LIGER_CUDA_CHECK(kernels::grpo_finish(
+      partial.const_data_ptr<float>(), partial.size(0), n_all.const_data_ptr<float>(), loss.data_ptr<float>(),
+      kl.data_ptr<float>(), clip.data_ptr<float>(), at::cuda::getCurrentCUDAStream()));
+}
+
 }  // namespace liger_cpp
