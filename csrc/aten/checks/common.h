@@ -139,14 +139,20 @@ inline void mark_written(const at::Tensor& t) {
   if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
 }
 
+// An index tensor (token ids, class indices, labels: `what`) is int64 or int32; every op that
+// takes one accepts both and says so in the same words.
+inline void check_index_dtype(const at::Tensor& t, const char* name, const char* what) {
+  LIGER_CHECK_ARG(t.scalar_type() == at::kLong || t.scalar_type() == at::kInt, name,
+                  "expected int64 (or int32) ", what, ", got ", dtype_str(t.scalar_type()));
+}
+
 // `target` as token ids, one per row of `rows_of` (the argument named `rows_name`, `rows` rows):
 // checked (that many elements, int64 or int32, rows_of's device) and returned flat, int64, contiguous.
 inline at::Tensor row_token_ids(const at::Tensor& target, int64_t rows, const at::Tensor& rows_of,
                                 const char* rows_name) {
   LIGER_CHECK_ARG(target.numel() == rows, "target", "expected ", rows, " elements (one per row of ",
                   rows_name, ", shape ", shape_str(rows_of), "), got shape ", shape_str(target));
-  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
-                  "expected int64 (or int32) token ids, got ", dtype_str(target.scalar_type()));
+  check_index_dtype(target, "target", "token ids");
   LIGER_CHECK_ARG(target.device() == rows_of.device(), "target", "expected device ", rows_of.device(),
                   ", got ", target.device());
   return target.reshape({rows}).to(at::kLong).contiguous();

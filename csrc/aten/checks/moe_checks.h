@@ -44,8 +44,7 @@ inline MoeShape check_moe_inputs(const at::Tensor& hidden, const at::Tensor& top
   if (top_k_index.defined()) {
     LIGER_CHECK_ARG(top_k_index.dim() == 2 && top_k_index.size(0) == T, "top_k_index", "expected shape (", T,
                     ", k) to match hidden's tokens, got ", shape_str(top_k_index));
-    LIGER_CHECK_ARG(top_k_index.scalar_type() == at::kLong || top_k_index.scalar_type() == at::kInt,
-                    "top_k_index", "expected int64 or int32, got ", dtype_str(top_k_index.scalar_type()));
+    check_index_dtype(top_k_index, "top_k_index", "expert indices");
   }
   LIGER_CHECK_ARG(shape_of_k.dim() == 2, "top_k_weights", "expected a 2-D tensor [T, k], got shape ",
                   shape_str(shape_of_k));

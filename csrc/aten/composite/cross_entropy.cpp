@@ -55,8 +55,7 @@ CeInputs prepare(const at::Tensor& logits, const at::Tensor& target, const c10::
                   "expected a unit stride in the class (last) dimension, got strides ", logits.strides());
 
   LIGER_CHECK_ARG(target.defined(), "target", "expected a tensor, got None");
-  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
-                  "expected int64 (or int32) class indices, got ", dtype_str(target.scalar_type()));
+  check_index_dtype(target, "target", "class indices");
   // The class dimension is the last one at every rank (Liger's (BT, V), generalised); a target
   // shaped for F.cross_entropy's (N, C, d1, ...) layout (classes in dimension 1) fails here.
   LIGER_CHECK_ARG(

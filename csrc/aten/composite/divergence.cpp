@@ -55,8 +55,7 @@ Rows prepare(const at::Tensor& x, const at::Tensor& y, const std::optional<at::T
   if (labels.has_value() && labels->defined()) {
     LIGER_CHECK_ARG(labels->numel() == r.rows, "shift_labels", "expected ", r.rows,
                     " elements (one per row of ", xname, "), got shape ", shape_str(*labels));
-    LIGER_CHECK_ARG(labels->scalar_type() == at::kLong || labels->scalar_type() == at::kInt, "shift_labels",
-                    "expected int64 (or int32), got ", dtype_str(labels->scalar_type()));
+    check_index_dtype(*labels, "shift_labels", "labels");
     LIGER_CHECK_ARG(labels->device() == x.device(), "shift_labels", "expected device ", x.device(), ", got ",
                     labels->device());
     r.labels = labels->reshape({r.rows}).to(at::kLong).contiguous();

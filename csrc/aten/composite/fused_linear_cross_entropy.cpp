@@ -158,8 +158,7 @@ Flce prepare(const at::Tensor& input, const at::Tensor& weight, const at::Tensor
   f.V = weight.size(0);
   LIGER_CHECK_ARG(target.device() == input.device(), "target", "expected device ", input.device(),
                   " (input's), got ", target.device());
-  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
-                  "expected int64 (or int32) class indices, got ", dtype_str(target.scalar_type()));
+  check_index_dtype(target, "target", "class indices");
   f.M = input.numel() / f.H;
   LIGER_CHECK_ARG(target.numel() == f.M, "target", "expected ", f.M,
                   " elements (one per row of input, shape ", shape_str(input), "), got shape ",

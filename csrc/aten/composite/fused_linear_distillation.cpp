@@ -72,8 +72,7 @@ DistillResult distill_fwd(const at::Tensor& student_input, const at::Tensor& stu
   if (target.has_value() && target->defined()) {
     LIGER_CHECK_ARG(target->numel() == M, "true_labels", "expected ", M,
                     " elements (one per row), got shape ", shape_str(*target));
-    LIGER_CHECK_ARG(target->scalar_type() == at::kLong || target->scalar_type() == at::kInt, "true_labels",
-                    "expected int64 (or int32) class indices, got ", dtype_str(target->scalar_type()));
+    check_index_dtype(*target, "true_labels", "class indices");
     LIGER_CHECK_ARG(target->device() == student_input.device(), "true_labels", "expected device ",
                     student_input.device(), ", got ", target->device());
     tgt = target->reshape({M}).to(at::kLong).contiguous();

@@ -165,10 +165,7 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
       selected_token_ids.dim() == 2 && selected_token_ids.size(0) == B && selected_token_ids.size(1) == T,
       "selected_token_ids", "expected shape (", B, ", ", T, ") (_input's first two dimensions), got ",
       shape_str(selected_token_ids));
-  LIGER_CHECK_ARG(
-      selected_token_ids.scalar_type() == at::kLong || selected_token_ids.scalar_type() == at::kInt,
-      "selected_token_ids", "expected int64 (or int32) token ids, got ",
-      dtype_str(selected_token_ids.scalar_type()));
+  check_index_dtype(selected_token_ids, "selected_token_ids", "token ids");
   LIGER_CHECK_ARG(selected_token_ids.device() == input.device(), "selected_token_ids", "expected device ",
                   input.device(), ", got ", selected_token_ids.device());
   LIGER_CHECK_ARG(attention_mask.dim() == 2 && attention_mask.size(0) == B && attention_mask.size(1) == T,

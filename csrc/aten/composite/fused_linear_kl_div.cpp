@@ -70,9 +70,7 @@ KlResult kl_fwd(const at::Tensor& student_input, const at::Tensor& student_weigh
   if (shift_labels.has_value() && shift_labels->defined()) {
     LIGER_CHECK_ARG(shift_labels->numel() == M, "shift_labels", "expected ", M,
                     " elements (one per row), got shape ", shape_str(*shift_labels));
-    LIGER_CHECK_ARG(shift_labels->scalar_type() == at::kLong || shift_labels->scalar_type() == at::kInt,
-                    "shift_labels", "expected int64 (or int32) labels, got ",
-                    dtype_str(shift_labels->scalar_type()));
+    check_index_dtype(*shift_labels, "shift_labels", "labels");
     LIGER_CHECK_ARG(shift_labels->device() == student_input.device(), "shift_labels", "expected device ",
                     student_input.device(), ", got ", shift_labels->device());
     labels = shift_labels->reshape({M});

@@ -284,8 +284,7 @@ PrefResult preference_fwd(const at::Tensor& input, const at::Tensor& weight, con
 
   LIGER_CHECK_ARG(target.dim() == 2 && target.size(0) % 2 == 0 && target.size(0) > 0, "target",
                   "expected shape (2B, T) (chosen rows stacked over rejected rows), got ", shape_str(target));
-  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
-                  "expected int64 (or int32) class indices, got ", dtype_str(target.scalar_type()));
+  check_index_dtype(target, "target", "class indices");
   LIGER_CHECK_ARG(target.device() == input.device(), "target", "expected device ", input.device(),
                   " (input's), got ", target.device());
   Pref3 f;
@@ -453,8 +452,7 @@ KtoResult kto_fwd(const at::Tensor& input, const at::Tensor& weight, const at::T
                   chunk_size);
   LIGER_CHECK_ARG(target.dim() == 2 && target.size(0) > 0, "target", "expected shape (B, T), got ",
                   shape_str(target));
-  LIGER_CHECK_ARG(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, "target",
-                  "expected int64 (or int32) class indices, got ", dtype_str(target.scalar_type()));
+  check_index_dtype(target, "target", "class indices");
   LIGER_CHECK_ARG(target.device() == input.device(), "target", "expected device ", input.device(),
                   " (input's), got ", target.device());
   const int64_t B = target.size(0), T = target.size(1);
