@@ -1,16 +1,19 @@
 """Probe: log-probs of given tokens from given logits at a temperature, forward only (old and
 reference log-probs): liger_cpp's fused_selective_log_softmax against Liger's Triton one (when
 importable) and eager PyTorch (log_softmax in float32 + gather, TRL's selective_log_softmax), at
-B 8, L 1024, V 151936, bf16, temperature 0.9. Median ms (harness.bench_ms), the logits' read rate,
-and the largest difference to the float64 reference.
-Usage: PYTHONPATH=.:benchmarks[:<liger site>] python scripts/probes/selective_logprobs.py"""
+B 8, L 1024, V 151936, bf16, temperature 0.9 (or the first argument). Median ms (harness.bench_ms),
+the logits' read rate, and the largest difference to the float64 reference.
+Usage: PYTHONPATH=.:benchmarks[:<liger site>] python scripts/probes/selective_logprobs.py [temperature]"""
+
+import sys
 
 import torch
 from harness import bench_ms
 
 from liger_cpp.ops import fused_selective_log_softmax
 
-B, L, V, T = 8, 1024, 151936, 0.9
+B, L, V = 8, 1024, 151936
+T = float(sys.argv[1]) if len(sys.argv) > 1 else 0.9
 
 
 def main():
@@ -33,7 +36,7 @@ def main():
     for name, f in impls.items():
         err = (f().double() - ref).abs().max().item()
         ms = bench_ms(f)
-        print(f"{name}: {ms:.3f} ms, {gb / ms * 1e3:.0f} GB/s of logits read, max |diff| {err:.2e}")
+        print(f"T {T} {name}: {ms:.3f} ms, {gb / ms * 1e3:.0f} GB/s of logits read, max |diff| {err:.2e}")
 
 
 if __name__ == "__main__":

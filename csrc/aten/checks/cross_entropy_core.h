@@ -47,8 +47,8 @@ Reduction parse_reduction(std::string_view reduction);
 
 // Every target is ignore_index or in [0, V). On the CPU a violation raises a
 // ValueError at once, naming the first bad position and value; on CUDA the
-// check is queued on the stream (at::_assert_async, no host synchronisation) and
-// fails the next synchronising call as a device-side assertion, as PyTorch's own
+// check is queued on the stream (the prologue kernel's device-side assertion, one
+// launch; no host synchronisation) and fails the next synchronising call, as PyTorch's own
 // cross entropy does; that leaves the CUDA context unusable. With the opt-in
 // set_check_targets(true) (Python: liger_cpp.set_check_targets) the CUDA check
 // synchronises with the host instead and raises the CPU path's ValueError.

@@ -39,6 +39,7 @@ struct LogprobRows {
   at::Tensor stats;        // [rows, 2] float32 (forward out; backward in)
   at::Tensor g_lp, g_ent;  // [rows] float32 or undefined (backward)
   double scale = 1.0;      // backward: the gradient's factor (1 / temperature)
+  double z_scale = 1.0;    // forward: z is the stored row times z_scale (1 / temperature)
   int64_t ignore_index = -100;
 };
 void logprob_rows_fwd(const LogprobRows& a);

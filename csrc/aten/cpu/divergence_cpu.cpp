@@ -173,7 +173,7 @@ void logprob_fwd_impl(const LogprobRows& a) {
         continue;
       }
       const T* z = z_all + r * zs;
-      for (int64_t j = 0; j < V; ++j) x[j] = static_cast<double>(z[j]);
+      for (int64_t j = 0; j < V; ++j) x[j] = static_cast<double>(z[j]) * a.z_scale;
       const Lse l = row_lse(x, V);
       logp[r] = static_cast<float>((x[y] - l.m) - l.log_s);
       if (ent) {

@@ -55,6 +55,7 @@ kernels::LogprobRowsArgs logprob_args(const LogprobRows& c) {
   a.g_lp = ptr_or_null<float>(c.g_lp);
   a.g_ent = ptr_or_null<float>(c.g_ent);
   a.scale = static_cast<float>(c.scale);
+  a.z_scale = static_cast<float>(c.z_scale);
   a.rows = c.z.size(0);
   a.cols = c.z.size(1);
   a.ignore_index = c.ignore_index;

@@ -770,7 +770,7 @@ __global__ void __launch_bounds__(kMaxThreads) logprob_fwd_kernel(LogprobRowsArg
     for (int64_t j0 = j_first; j0 < V; j0 += step) {
       const Vec<T, VE> v = load_vec<T, VE>(z + j0);
 #pragma unroll
-      for (int e = 0; e < VE; ++e) o.add(to_float<T>(v.v[e]));
+      for (int e = 0; e < VE; ++e) o.add(to_float<T>(v.v[e]) * a.z_scale);
     }
     const float M = block_max(o.m, scratch);
     const float f = o.m == -INFINITY ? 0.f : expf(o.m - M);
@@ -778,7 +778,7 @@ __global__ void __launch_bounds__(kMaxThreads) logprob_fwd_kernel(LogprobRowsArg
     const float u = block_sum(o.m == -INFINITY ? 0.f : f * (o.u + (o.m - M) * o.s), scratch);
     if (threadIdx.x == 0) {
       const float log_s = logf(s);
-      a.logp[r] = (to_float<T>(z[y]) - M) - log_s;
+      a.logp[r] = (to_float<T>(z[y]) * a.z_scale - M) - log_s;
       if (a.entropy) a.entropy[r] = log_s - u / s;
       if (a.stats) {
         a.stats[2 * r] = M;

@@ -52,7 +52,8 @@ struct DistillRowsArgs {
 };
 cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream);
 
-// Log-probabilities and entropy of rows of (tempered) logits z, y = target[r]:
+// Log-probabilities and entropy of rows of (tempered) logits z (the forward: the stored row times
+// z_scale), y = target[r]:
 //   forward: logp[r] = z_y - lse(z), entropy[r] = lse(z) - sum_j p_j z_j, stats[r] = (max z,
 //   log sum exp(z - max)); all 0 for y == ignore_index.
 //   backward (from the forward's stats and entropy): dz_j = g_lp[r] ([j == y] - p_j)
@@ -68,6 +69,7 @@ struct LogprobRowsArgs {
   const float* g_lp;   // backward: [rows] or null (0)
   const float* g_ent;  // [rows] or null (0)
   float scale;
+  float z_scale;  // forward: z is the stored row times z_scale (1 / temperature), scaled as it is read
   int64_t rows, cols, ignore_index;
   DType dtype;
 };
