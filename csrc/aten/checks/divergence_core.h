@@ -66,14 +66,19 @@ void pointwise_div_cpu(const PointwiseDiv& a);
 
 // GRPO's per-token math of one group, and the batch's final sums (grpo_token_math.h). `a` points
 // into tensors on `device`; partial is [rows, 3] float32 contiguous, loss / kl / clip () float32.
+// grpo_prologue: the mask sums of mask [B, T] float32 contiguous into stats [B + 2] (nseq, n_all,
+// the normaliser: given (a float32 scalar) or max(n_all, 1)).
+void grpo_prologue(const at::Tensor& mask, const at::Tensor& given, const at::Tensor& stats);
 void grpo_token_math(const kernels::GrpoTokenArgs& a, const at::Device& device);
 void grpo_finish(const at::Tensor& partial, const at::Tensor& n_all, const at::Tensor& loss,
                  const at::Tensor& kl, const at::Tensor& clip);
+void grpo_prologue_cpu(const at::Tensor& mask, const at::Tensor& given, const at::Tensor& stats);
 void grpo_token_math_cpu(const kernels::GrpoTokenArgs& a);
 void grpo_finish_cpu(const at::Tensor& partial, const at::Tensor& n_all, const at::Tensor& loss,
                      const at::Tensor& kl, const at::Tensor& clip);
 
 #ifdef LIGER_CPP_WITH_CUDA
+void grpo_prologue_cuda(const at::Tensor& mask, const at::Tensor& given, const at::Tensor& stats);
 void grpo_token_math_cuda(const kernels::GrpoTokenArgs& a, const at::Device& device);
 void grpo_finish_cuda(const at::Tensor& partial, const at::Tensor& n_all, const at::Tensor& loss,
                       const at::Tensor& kl, const at::Tensor& clip);

@@ -33,6 +33,9 @@ void pointwise_div(const PointwiseDiv& a) {
   LIGER_DIV_DISPATCH(a.x, pointwise_div_cpu, pointwise_div_cuda, a);
 }
 
+void grpo_prologue(const at::Tensor& mask, const at::Tensor& given, const at::Tensor& stats) {
+  LIGER_DIV_DISPATCH(mask, grpo_prologue_cpu, grpo_prologue_cuda, mask, given, stats);
+}
 void grpo_token_math(const kernels::GrpoTokenArgs& a, const at::Device& device) {
   if (device.is_cuda()) {
 #ifdef LIGER_CPP_WITH_CUDA

@@ -29,6 +29,7 @@ void grpo_token_math_cpu(const kernels::GrpoTokenArgs& a) {
         wdl += t.wdl;
         wkl0 += t.wkl0;
         out[l] = a.o.seq ? t.k : t.k * neg_inv_t;
+        a.logps[s * a.nll_stride + l] = g::log_prob(a, s, l);
       }
       if (a.o.seq)
         for (int64_t l = 0; l < L; ++l)
@@ -39,6 +40,21 @@ void grpo_token_math_cpu(const kernels::GrpoTokenArgs& a) {
       a.partial[s * 3 + 2] = static_cast<float>(clipped);
     }
   });
+}
+
+void grpo_prologue_cpu(const at::Tensor& mask, const at::Tensor& given, const at::Tensor& stats) {
+  const int64_t B = mask.size(0), T = mask.size(1);
+  const float* m = mask.const_data_ptr<float>();
+  float* st = stats.data_ptr<float>();
+  double n = 0.0;
+  for (int64_t b = 0; b < B; ++b) {
+    double v = 0.0;
+    for (int64_t t = 0; t < T; ++t) v += m[b * T + t];
+    st[b] = static_cast<float>(v);
+    n += st[b];
+  }
+  st[B] = static_cast<float>(n);
+  st[B + 1] = given.defined() ? *given.const_data_ptr<float>() : (st[B] < 1.f ? 1.f : st[B]);
 }
 
 void grpo_finish_cpu(const at::Tensor& partial, const at::Tensor& n_all, const at::Tensor& loss,

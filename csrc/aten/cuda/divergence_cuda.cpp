@@ -100,6 +100,13 @@ void pointwise_div_cuda(const PointwiseDiv& c) {
   LIGER_CUDA_CHECK(kernels::pointwise_div_rows(a, at::cuda::getCurrentCUDAStream()));
 }
 
+void grpo_prologue_cuda(const at::Tensor& mask, const at::Tensor& given, const at::Tensor& stats) {
+  const c10::cuda::CUDAGuard guard(mask.device());
+  LIGER_CUDA_CHECK(kernels::grpo_prologue(mask.const_data_ptr<float>(), mask.size(0), mask.size(1),
+                                          given.defined() ? given.const_data_ptr<float>() : nullptr,
+                                          stats.data_ptr<float>(), at::cuda::getCurrentCUDAStream()));
+}
+
 void grpo_token_math_cuda(const kernels::GrpoTokenArgs& a, const at::Device& device) {
   const c10::cuda::CUDAGuard guard(device);
   LIGER_CUDA_CHECK(kernels::grpo_token_math(a, at::cuda::getCurrentCUDAStream()));

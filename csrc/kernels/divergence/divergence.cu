@@ -767,11 +767,22 @@ __global__ void __launch_bounds__(kMaxThreads) logprob_fwd_kernel(LogprobRowsArg
       continue;
     }
     OnlineH o;
-    for (int64_t j0 = j_first; j0 < V; j0 += step) {
-      const Vec<T, VE> v = load_vec<T, VE>(z + j0);
+    // Two copies of the loop, chosen once per row: the multiply by z_scale cost 2.8 % at
+    // temperature 1 (1.465 against 1.425 ms, 8 x 1024 x 151936 bf16, H100).
+    auto accumulate = [&](auto scaled) {
+      for (int64_t j0 = j_first; j0 < V; j0 += step) {
+        const Vec<T, VE> v = load_vec<T, VE>(z + j0);
 #pragma unroll
-      for (int e = 0; e < VE; ++e) o.add(to_float<T>(v.v[e]) * a.z_scale);
-    }
+        for (int e = 0; e < VE; ++e) {
+          const float x = to_float<T>(v.v[e]);
+          o.add(decltype(scaled)::value ? x * a.z_scale : x);
+        }
+      }
+    };
+    if (a.z_scale == 1.f)
+      accumulate(std::false_type{});
+    else
+      accumulate(std::true_type{});
     const float M = block_max(o.m, scratch);
     const float f = o.m == -INFINITY ? 0.f : expf(o.m - M);
     const float s = block_sum(o.s * f, scratch);

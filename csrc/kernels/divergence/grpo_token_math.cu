@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(kThreads) grpo_token_kernel(const GrpoTokenArg
     wdl += t.wdl;
     wkl0 += t.wkl0;
     out[l] = a.o.seq ? t.k : t.k * neg_inv_t;  // sequence level: finished below
+    a.logps[s * a.nll_stride + l] = grpo::log_prob(a, s, l);
   }
   loss = group_sum(loss, scratch);
   kl = group_sum(kl, scratch);
@@ -47,6 +48,26 @@ __global__ void __launch_bounds__(kThreads) grpo_token_kernel(const GrpoTokenArg
     a.partial[s * 3 + 1] = kl;
     a.partial[s * 3 + 2] = clipped;
   }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    grpo_prologue_kernel(const float* __restrict__ mask, int64_t B, int64_t T,
+                         const float* __restrict__ given, float* __restrict__ stats) {
+  __shared__ float scratch[32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t b = warp; b < B; b += kThreads / 32) {
+    float v = 0.f;
+    for (int64_t t = lane; t < T; t += 32) v += mask[b * T + t];
+    v = warp_sum(v);
+    if (lane == 0) stats[b] = v;
+  }
+  __syncthreads();
+  float n = 0.f;
+  for (int64_t b = threadIdx.x; b < B; b += kThreads) n += stats[b];
+  n = group_sum(n, scratch);
+  if (threadIdx.x != 0) return;
+  stats[B] = n;
+  stats[B + 1] = given ? *given : (n < 1.f ? 1.f : n);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -75,6 +96,12 @@ __global__ void __launch_bounds__(kThreads)
 cudaError_t grpo_token_math(const GrpoTokenArgs& a, cudaStream_t stream) {
   if (a.S == 0) return cudaSuccess;
   grpo_token_kernel<<<static_cast<unsigned>(a.S), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t grpo_prologue(const float* mask, int64_t B, int64_t T, const float* given, float* stats,
+                          cudaStream_t stream) {
+  grpo_prologue_kernel<<<1, kThreads, 0, stream>>>(mask, B, T, given, stats);
   return cudaGetLastError();
 }
 

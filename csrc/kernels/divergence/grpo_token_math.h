@@ -56,6 +56,7 @@ struct GrpoTokenArgs {
   const float* nseq;        // [S] whole-sequence mask sums
   const float* n_all;       // device scalar: sum of the whole mask
   const float* normalizer;  // device scalar: dapo / cispo / vespo divisor
+  float* logps;             // out: the policy log-probs -nll, at nll's positions (row stride nll_stride)
   float* ce_scale;          // out [S * L]: -dLoss/dlp / temperature (the row step's gradient scale)
   float* partial;           // out [S, 3]: the sequence's sums of w l, m kl, m clipped
   int64_t S, L;
@@ -63,6 +64,11 @@ struct GrpoTokenArgs {
 };
 
 #if defined(__CUDACC__) || defined(LIGER_CPP_WITH_CUDA)
+// The batch's mask sums from mask [B, T] (float32, contiguous), in a fixed order: stats[b] = sum_t
+// mask[b, t] (b < B), stats[B] = their sum, stats[B + 1] = *given (the caller's loss normaliser)
+// or max(stats[B], 1). One block.
+cudaError_t grpo_prologue(const float* mask, int64_t B, int64_t T, const float* given, float* stats,
+                          cudaStream_t stream);
 // One block per sequence: the sequence sums first where needed, then the tokens.
 cudaError_t grpo_token_math(const GrpoTokenArgs& a, cudaStream_t stream);
 // The sums of partial's rows [rows, 3] in row order (float64), as three scalars: loss = sum w l,
