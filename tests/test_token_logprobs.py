@@ -210,7 +210,8 @@ def _selective_reference(logits, target, temperature, ignore_index=-100):
     "dtype", [torch.float32, torch.bfloat16, torch.float64] + ([torch.float16] if CUDA_OK else []), ids=str
 )
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-@pytest.mark.parametrize("shape", [(94, 123), (3, 47, 2049)], ids=str)
+# 40000 columns: 16-byte vectors, two a trip in the forward kernel, and a last single one
+@pytest.mark.parametrize("shape", [(94, 123), (3, 47, 2049), (2, 3, 40000)], ids=str)
 def test_selective_log_softmax(device, dtype, temperature, shape):
     if dtype == torch.float64 and device != "cpu":
         pytest.skip("float64 is CPU-only")
@@ -231,6 +232,55 @@ def test_selective_log_softmax(device, dtype, temperature, shape):
     wide = torch.zeros(*shape[:-1], shape[-1] + 8, device=device, dtype=dtype)
     wide[..., : shape[-1]] = logits
     torch.testing.assert_close(selective_log_softmax(wide[..., : shape[-1]], t, temperature), out)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16] + ([torch.float16] if CUDA_OK else []), ids=str
+)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_selective_log_softmax_masked_vocab(device, dtype, temperature):
+    # Masked columns (-inf, as a padded vocabulary or a constrained decoder gives): whole vectors
+    # and whole threads' shares of a row are -inf, one row has a single finite column, and one row
+    # peaks late (its running max moves up after many columns).
+    gen = torch.Generator().manual_seed(3)
+    R, V = 6, 40000
+    logits = torch.randn(R, V, generator=gen, dtype=torch.float64) * 2
+    logits[:, :9000] = -math.inf
+    logits[:, 39000:] = -math.inf
+    logits[1] = -math.inf
+    logits[1, 20000] = 5.0
+    logits[2, 38990] = 40.0
+    logits = logits.to(device, dtype)
+    t = torch.randint(9000, 39000, (R,), generator=gen)
+    t[1], t[2] = 20000, 38990
+    t = t.to(device)
+    out = selective_log_softmax(logits, t, temperature)
+    assert torch.isfinite(out).all()
+    ref64 = _selective_reference(logits, t, temperature)
+    ref_lo = _selective_reference(logits.float(), t, temperature).float()
+    tol_close("logprobs", out, ref64, ref_lo, dtype)
+    assert out[1].item() == 0.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16] + ([torch.float16] if CUDA_OK else []), ids=str
+)
+def test_logprobs_and_entropy_long_rows(device, dtype):
+    # V 40000: the forward kernel's vector path with the entropy (V 123 above reads element-wise)
+    x, w, b, t, g_lp, g_ent = _make(device, dtype, M=24, H=16, V=40000, n_ignored=3)
+    lp, ent = fused_linear_token_logprobs(x, w, t, b, temperature=0.7, return_entropy=True)
+    ((lp * g_lp).sum() + (ent * g_ent).sum()).backward()
+    res = {}
+    for rdt in (torch.float64, dtype):
+        xr, wr, br = leaf(x, rdt), leaf(w, rdt), leaf(b, rdt)
+        rlp, rent = reference(xr, wr, br, t, 0.7)
+        ((rlp * g_lp.to(rdt)).sum() + (rent * g_ent.to(rdt)).sum()).backward()
+        res[rdt] = (rlp, rent, xr)
+    tol_close("logprobs", lp, res[torch.float64][0], res[dtype][0], dtype)
+    tol_close("entropy", ent, res[torch.float64][1], res[dtype][1], dtype)
+    tol_close("dX", x.grad, res[torch.float64][2].grad, res[dtype][2].grad, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)

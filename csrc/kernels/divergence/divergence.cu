@@ -731,30 +731,85 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
 
 // ---------------------------------------------------------------------------------------- logprob
 
-// Online (max, sum exp(z - max), sum exp(z - max) (z - max)) of one thread's elements.
-struct OnlineH {
+// One thread's running statistics of a row read as z = c x (c = z_scale > 0), kept in the stored
+// row's units: m = the largest x seen, s = sum exp(c (x - m)), u = sum exp(c (x - m)) c (x - m)
+// (the entropy's numerator, ENT only). A vector of VE elements at a time: its max first, so the
+// running sums are rescaled once a vector at most and each element costs one exponential. 2-byte
+// rows (FAST) take it as the CE statistics pass does, 2^(x k - m k) with k = c log2 e: one FFMA
+// and one MUFU, whose 2^-22 and the rounding of m k (a few 1e-6 relative) sit far below the input's
+// own rounding; float32 rows take expf. The scale folds into k, so a temperature costs nothing.
+// (The previous loop updated max, sum and entropy per element with a branch and an accurate expf:
+// 1.425 ms at 8 x 1024 x 151936 bf16 on the H100, 1.7 x Liger's Triton kernel; its scale multiply
+// another 2.8 %.)
+template <bool FAST, bool ENT>
+struct OnlineRow {
   float m = -INFINITY, s = 0.f, u = 0.f;
-  __device__ __forceinline__ void add(float x) {
-    if (x == -INFINITY) return;
-    if (x > m) {
-      const float f = m == -INFINITY ? 0.f : expf(m - x);
-      u = m == -INFINITY ? 0.f : f * (u + (m - x) * s);
-      s = s * f + 1.f;
-      m = x;
-    } else {
-      const float e = expf(x - m);
-      s += e;
-      u += e * (x - m);
+  template <int VE>
+  __device__ __forceinline__ void add(const float (&x)[VE], float c, float k) {
+    float vm = x[0];
+#pragma unroll
+    for (int e = 1; e < VE; ++e) vm = fmaxf(vm, x[e]);
+    if (vm > m) {  // false for a NaN-only or -inf-only vector
+      if (m != -INFINITY) {
+        const float dm = (m - vm) * c;
+        const float f = FAST ? ex2(dm * kLog2e) : expf(dm);
+        if (ENT) u = f * fmaf(dm, s, u);
+        s *= f;
+      }
+      m = vm;
+    }
+    // Where every element so far is -inf, m stands in as 0: those give exp(-inf) = 0, and a NaN
+    // stays a NaN (it reaches s and the result, as it should).
+    const float mb = m == -INFINITY ? 0.f : m, off = mb * k;
+#pragma unroll
+    for (int e = 0; e < VE; ++e) {
+      const float p = FAST ? ex2(fmaf(x[e], k, -off)) : expf((x[e] - mb) * c);
+      s += p;
+      if (ENT) u += p > 0.f ? p * ((x[e] - mb) * c) : 0.f;  // 0, not 0 * -inf, for x = -inf
     }
   }
 };
 
+template <typename T, int VE, bool ENT>
+__device__ __forceinline__ void logprob_fwd_row(const LogprobRowsArgs& a, const T* z, int64_t r, int64_t y,
+                                                float* scratch) {
+  constexpr bool FAST = sizeof(T) == 2;
+  const int64_t V = a.cols, step = static_cast<int64_t>(blockDim.x) * VE;
+  const float c = a.z_scale, k = c * kLog2e;
+  OnlineRow<FAST, ENT> o;
+  auto add = [&](const Vec<T, VE>& v) {
+    float x[VE];
+#pragma unroll
+    for (int e = 0; e < VE; ++e) x[e] = to_float<T>(v.v[e]);
+    o.add(x, c, k);
+  };
+  // Two vectors a trip, both loads issued before either is used: twice the bytes in flight.
+  int64_t j0 = static_cast<int64_t>(threadIdx.x) * VE;
+  for (; j0 + step < V; j0 += 2 * step) {
+    const Vec<T, VE> v0 = load_vec<T, VE>(z + j0), v1 = load_vec<T, VE>(z + j0 + step);
+    add(v0);
+    add(v1);
+  }
+  if (j0 < V) add(load_vec<T, VE>(z + j0));
+  const float M = block_max(o.m, scratch);  // raw units
+  const float dm = o.m == -INFINITY ? 0.f : (o.m - M) * c;
+  const float f = o.m == -INFINITY ? 0.f : expf(dm);
+  const float s = block_sum(o.s * f, scratch);
+  const float u = ENT ? block_sum(f * fmaf(dm, o.s, o.u), scratch) : 0.f;
+  if (threadIdx.x == 0) {
+    const float log_s = logf(s);
+    a.logp[r] = (to_float<T>(z[y]) - M) * c - log_s;
+    if (ENT) a.entropy[r] = log_s - u / s;
+    if (a.stats) {
+      a.stats[2 * r] = M * c;  // the scaled row's max (c > 0: max(c x) = c max(x))
+      a.stats[2 * r + 1] = log_s;
+    }
+  }
+}
+
 template <typename T, int VE>
 __global__ void __launch_bounds__(kMaxThreads) logprob_fwd_kernel(LogprobRowsArgs a) {
   __shared__ float scratch[32];
-  const int64_t V = a.cols;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
-                j_first = static_cast<int64_t>(threadIdx.x) * VE;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T* z = static_cast<const T*>(a.z) + r * a.row_stride;
     const int64_t y = a.target[r];
@@ -766,36 +821,10 @@ __global__ void __launch_bounds__(kMaxThreads) logprob_fwd_kernel(LogprobRowsArg
       }
       continue;
     }
-    OnlineH o;
-    // Two copies of the loop, chosen once per row: the multiply by z_scale cost 2.8 % at
-    // temperature 1 (1.465 against 1.425 ms, 8 x 1024 x 151936 bf16, H100).
-    auto accumulate = [&](auto scaled) {
-      for (int64_t j0 = j_first; j0 < V; j0 += step) {
-        const Vec<T, VE> v = load_vec<T, VE>(z + j0);
-#pragma unroll
-        for (int e = 0; e < VE; ++e) {
-          const float x = to_float<T>(v.v[e]);
-          o.add(decltype(scaled)::value ? x * a.z_scale : x);
-        }
-      }
-    };
-    if (a.z_scale == 1.f)
-      accumulate(std::false_type{});
+    if (a.entropy)
+      logprob_fwd_row<T, VE, true>(a, z, r, y, scratch);
     else
-      accumulate(std::true_type{});
-    const float M = block_max(o.m, scratch);
-    const float f = o.m == -INFINITY ? 0.f : expf(o.m - M);
-    const float s = block_sum(o.s * f, scratch);
-    const float u = block_sum(o.m == -INFINITY ? 0.f : f * (o.u + (o.m - M) * o.s), scratch);
-    if (threadIdx.x == 0) {
-      const float log_s = logf(s);
-      a.logp[r] = (to_float<T>(z[y]) * a.z_scale - M) - log_s;
-      if (a.entropy) a.entropy[r] = log_s - u / s;
-      if (a.stats) {
-        a.stats[2 * r] = M;
-        a.stats[2 * r + 1] = log_s;
-      }
-    }
+      logprob_fwd_row<T, VE, false>(a, z, r, y, scratch);
   }
 }
 

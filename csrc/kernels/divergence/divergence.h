@@ -69,7 +69,7 @@ struct LogprobRowsArgs {
   const float* g_lp;   // backward: [rows] or null (0)
   const float* g_ent;  // [rows] or null (0)
   float scale;
-  float z_scale;  // forward: z is the stored row times z_scale (1 / temperature), scaled as it is read
+  float z_scale;  // forward: z is the stored row times z_scale (1 / temperature, > 0), scaled as it is read
   int64_t rows, cols, ignore_index;
   DType dtype;
 };
