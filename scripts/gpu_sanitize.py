@@ -233,6 +233,21 @@ def logprobs(rows, hidden, vocab, dtype=BF16):
     return run
 
 
+def selective(rows, vocab, dtype=BF16):
+    """Log-probs of given tokens from given logits, a quarter of the columns masked (-inf), some
+    rows ignored: the logprob forward kernel without the entropy."""
+    from liger_cpp.ops import selective_log_softmax
+
+    def run():
+        z = torch.randn(rows, vocab, device=DEV, dtype=dtype)
+        z[:, : vocab // 4] = -float("inf")
+        t = torch.randint(vocab // 4, vocab, (rows,), device=DEV)
+        t[::5] = -100
+        selective_log_softmax(z, t, 0.9)
+
+    return run
+
+
 def divergences(rows, vocab, dtype=BF16):
     from liger_cpp.ops import jsd, kl_div, tvd
 
@@ -348,6 +363,8 @@ CASES = {
     "distill_cosine_odd": (distill(37, 32, 48, 1001, 1001, loss="cosine"), {}),
     "logprobs_entropy": (logprobs(300, 64, 4096), {}),
     "logprobs_entropy_odd": (logprobs(37, 32, 1001), {}),
+    "selective_masked": (selective(64, 40000), {}),
+    "selective_masked_odd": (selective(37, 1001, torch.float32), {}),
     "divergences": (divergences(64, 4096), {}),
     "divergences_odd": (divergences(37, 1001), {}),
     "fused_linear_kl_div": (kl_div_head(300, 64, 4099), {}),
