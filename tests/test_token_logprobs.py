@@ -57,7 +57,13 @@ def _make(device, dtype, M=94, H=31, V=123, bias=True, n_ignored=7, lead=None, s
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("grads", ["both", "logprobs", "entropy", "no_entropy"])
 def test_logprobs_and_entropy(device, dtype, temperature, grads):
-    x, w, b, t, g_lp, g_ent = _make(device, dtype)
+    _check_logprobs_and_entropy(device, dtype, temperature, grads)
+
+
+def _check_logprobs_and_entropy(device, dtype, temperature, grads, **make_kw):
+    """fused_linear_token_logprobs against the float64 and same-dtype references: outputs and
+    dX / dW / dB under upstream gradients on the outputs `grads` names."""
+    x, w, b, t, g_lp, g_ent = _make(device, dtype, **make_kw)
     entropy = grads != "no_entropy"
     out = fused_linear_token_logprobs(
         x, w, t, b, temperature=temperature, return_entropy=entropy, chunk_rows=40
@@ -269,18 +275,7 @@ def test_selective_log_softmax_masked_vocab(device, dtype, temperature):
 )
 def test_logprobs_and_entropy_long_rows(device, dtype):
     # V 40000: the forward kernel's vector path with the entropy (V 123 above reads element-wise)
-    x, w, b, t, g_lp, g_ent = _make(device, dtype, M=24, H=16, V=40000, n_ignored=3)
-    lp, ent = fused_linear_token_logprobs(x, w, t, b, temperature=0.7, return_entropy=True)
-    ((lp * g_lp).sum() + (ent * g_ent).sum()).backward()
-    res = {}
-    for rdt in (torch.float64, dtype):
-        xr, wr, br = leaf(x, rdt), leaf(w, rdt), leaf(b, rdt)
-        rlp, rent = reference(xr, wr, br, t, 0.7)
-        ((rlp * g_lp.to(rdt)).sum() + (rent * g_ent.to(rdt)).sum()).backward()
-        res[rdt] = (rlp, rent, xr)
-    tol_close("logprobs", lp, res[torch.float64][0], res[dtype][0], dtype)
-    tol_close("entropy", ent, res[torch.float64][1], res[dtype][1], dtype)
-    tol_close("dX", x.grad, res[torch.float64][2].grad, res[dtype][2].grad, dtype)
+    _check_logprobs_and_entropy(device, dtype, 0.7, "both", M=24, H=16, V=40000, n_ignored=3)
 
 
 @pytest.mark.parametrize("device", DEVICES)
