@@ -243,8 +243,8 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
   const at::Tensor b = heads::opt(bias);
   heads::Grads gr = heads::alloc_grads(x, weight, b, compute_dx, compute_dw, compute_db);
   const bool want_grad = gr.any();
-  at::Tensor nll = at::empty({B, T}, f32);    // lse - z_y
-  at::Tensor logps = at::empty({B, T}, f32);  // -nll, written by the token math
+  // lse - z_y, until the token math turns each position into the log-prob -nll (in place)
+  at::Tensor nll = at::empty({B, T}, f32);
   at::Tensor loss = at::empty({}, f32), kl = at::empty({}, f32), clip = at::empty({}, f32);
   at::Tensor partial;  // [groups' sequences, 3]: each sequence's (or piece's) loss, KL, clip sums
   int64_t rows_done = 0;
@@ -309,7 +309,7 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
     // gradient scales into `scale`, their sums into the next S rows of `partial`.
     auto token_math = [&](int64_t b0, int64_t S, int64_t t0, int64_t L, const at::Tensor& ref_nll) {
       kernels::GrpoTokenArgs a{};
-      a.nll = group_ptr(nll, b0, t0);
+      a.nll = nll.data_ptr<float>() + b0 * T + t0;
       a.nll_stride = T;
       a.old = group_ptr(old_lp, b0, t0);
       a.old_stride = T;
@@ -332,7 +332,6 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
       a.nseq = nseq + b0;
       a.n_all = nseq + B;
       a.normalizer = nseq + B + 1;
-      a.logps = logps.data_ptr<float>() + b0 * T + t0;
       a.ce_scale = scale.data_ptr<float>();
       a.partial = partial.data_ptr<float>() + rows_done * 3;
       a.S = S;
@@ -379,7 +378,7 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
   if (!partial.defined()) partial = at::empty({0, 3}, f32);
   grpo_finish(partial.narrow(0, 0, rows_done), n_all, loss, kl, clip);
   auto [dX, dW, dB] = heads::finish_grads(gr, input, b);
-  return {loss, kl, clip, logps, dX, dW, dB};
+  return {loss, kl, clip, nll, dX, dW, dB};  // nll now holds the log-probs
 }
 
 }  // namespace fused_linear_grpo_impl

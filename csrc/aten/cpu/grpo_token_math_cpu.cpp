@@ -29,7 +29,7 @@ void grpo_token_math_cpu(const kernels::GrpoTokenArgs& a) {
         wdl += t.wdl;
         wkl0 += t.wkl0;
         out[l] = a.o.seq ? t.k : t.k * neg_inv_t;
-        a.logps[s * a.nll_stride + l] = g::log_prob(a, s, l);
+        a.nll[s * a.nll_stride + l] = g::log_prob(a, s, l);  // in place: -nll
       }
       if (a.o.seq)
         for (int64_t l = 0; l < L; ++l)

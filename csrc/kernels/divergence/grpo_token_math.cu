@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kThreads) grpo_token_kernel(const GrpoTokenArg
     wdl += t.wdl;
     wkl0 += t.wkl0;
     out[l] = a.o.seq ? t.k : t.k * neg_inv_t;  // sequence level: finished below
-    a.logps[s * a.nll_stride + l] = grpo::log_prob(a, s, l);
+    a.nll[s * a.nll_stride + l] = grpo::log_prob(a, s, l);  // in place: -nll
   }
   loss = group_sum(loss, scratch);
   kl = group_sum(kl, scratch);

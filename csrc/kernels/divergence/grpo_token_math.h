@@ -41,7 +41,9 @@ struct GrpoOptions {
 // One group: S sequences x L positions. Element (s, l) of a per-token input p with row stride st
 // is p[s * st + l]; a null pointer is an absent input.
 struct GrpoTokenArgs {
-  const float* nll;  // policy -log p
+  // Policy -log p in; the token math overwrites each position with the log-prob -nll once it has
+  // read it (a thread reads and writes only its own positions, after the sequence pass's reads).
+  float* nll;
   int64_t nll_stride;
   const float* old;  // old_per_token_logps
   int64_t old_stride;
@@ -56,7 +58,6 @@ struct GrpoTokenArgs {
   const float* nseq;        // [S] whole-sequence mask sums
   const float* n_all;       // device scalar: sum of the whole mask
   const float* normalizer;  // device scalar: dapo / cispo / vespo divisor
-  float* logps;             // out: the policy log-probs -nll, at nll's positions (row stride nll_stride)
   float* ce_scale;          // out [S * L]: -dLoss/dlp / temperature (the row step's gradient scale)
   float* partial;           // out [S, 3]: the sequence's sums of w l, m kl, m clipped
   int64_t S, L;
