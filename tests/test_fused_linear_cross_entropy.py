@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CUDA_OK, DEVICES
-from utils import ULP, assert_close_to_ref
+from utils import ULP, assert_close_to_ref, forced
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.ce_output import CrossEntropyOutput
@@ -788,25 +788,31 @@ def test_cuda_shapes(dtype, shape, reduction):
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize(
-    "H, V, chunk_rows", [(256, 1000, 512), (512, 4096, 1000), (264, 2051, 1024)], ids=str
+    "H, V, chunk_rows",
+    [(256, 1000, 512), (512, 4096, 1000), (264, 2051, 1024), (2304, 4104, 448), (8, 136, 64)],
+    ids=str,
 )
-def test_cuda_weight_grad_in_weight_dtype_over_chunks(dtype, H, V, chunk_rows):
+@pytest.mark.parametrize("dw_gemm", [None, "cublaslt", "aten"])
+def test_cuda_weight_grad_in_weight_dtype_over_chunks(dtype, H, V, chunk_rows, dw_gemm):
     # dW in the weight's dtype accumulated over several chunks of at most 1024 rows with 16-byte
-    # aligned rows: on sm_90 the chunk loops run this GEMM through cuBLASLt with a fixed algorithm
-    # (csrc/aten/cuda/dw_gemm_cuda.cpp), elsewhere ATen's; the first chunk writes dW, the rest add.
-    # On an H100 (profiled, 2026-12-06): (512, 4096) runs cuBLASLt's 128 x 160 kernel; V 2051's
-    # unaligned logits rows and (256, 1000), for which the heuristic offers no such tile, run ATen's.
-    _run_case(
-        "cuda",
-        dtype,
-        batch=(2600,),
-        H=H,
-        V=V,
-        reduction="mean",
-        chunk_rows=chunk_rows,
-        n_ignored=40,
-        bias=True,
-    )
+    # aligned rows: on sm_90 the chunk loops run this GEMM as our sm_90a kernel, or cuBLASLt with a
+    # fixed algorithm (csrc/aten/cuda/dw_gemm_cuda.cpp), elsewhere ATen's; the first chunk writes dW,
+    # the rest add. Each is forced in turn (a forced path that cannot take the call falls back). Our
+    # kernel's partial tiles: V 1000 / 4104 / 136 (rows of 128), H 264 / 2304 / 8 (columns of 256),
+    # chunks of 448 / 1000 / 64 rows and the last chunk's remainder (K steps of 64). V 2051's
+    # unaligned logits rows fall back (cuBLASLt's rule needs them aligned too: ATen's).
+    with forced(dw_gemm=dw_gemm):
+        _run_case(
+            "cuda",
+            dtype,
+            batch=(2600,),
+            H=H,
+            V=V,
+            reduction="mean",
+            chunk_rows=chunk_rows,
+            n_ignored=40,
+            bias=True,
+        )
 
 
 @pytest.mark.skipif(not CUDA_OK, reason="needs a GPU and a CUDA build")

@@ -38,6 +38,8 @@ enum class Key : int {
   // The distillation / KL row step (csrc/kernels/divergence/divergence.cu).
   kDistill,
   kDistillSmemBlocks,
+  // The chunk loops' weight-gradient GEMM (csrc/aten/cuda/dw_gemm_cuda.cpp).
+  kDwGemm,
   kCount
 };
 
@@ -71,6 +73,10 @@ inline constexpr KeyInfo kKeys[] = {
     {"distill_smem_blocks",
      {"1", "2", "4", "8", "16"},
      "distillation smem kernel: blocks (a cluster) per row"},
+    {"dw_gemm",
+     {"sm90", "cublaslt", "aten"},
+     "chunk loops' dW GEMM: our sm_90a kernel, cuBLASLt's chosen algorithm, or ATen's addmm, where each can "
+     "run"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");
 

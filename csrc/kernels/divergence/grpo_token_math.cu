@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) grpo_token_kernel(const GrpoTokenArg
     clipped += t.clipped;
     wdl += t.wdl;
     wkl0 += t.wkl0;
-    out[l] = a.o.seq ? t.k : t.k * neg_inv_t;  // sequence level: finished below
+    out[l] = a.o.seq ? t.k : t.k * neg_inv_t;               // sequence level: finished below
     a.nll[s * a.nll_stride + l] = grpo::log_prob(a, s, l);  // in place: -nll
   }
   loss = group_sum(loss, scratch);

@@ -1,0 +1,362 @@
+// The chunk loops' weight-gradient GEMM on sm_90a: dW[V, H] (+)= G[R, V]^T X[R, H] (FLCE, the
+// preference, RL and distillation losses), 16-bit operands and dW, float32 accumulation.
+//
+// Why a kernel of ours: a chunk holds 512-1024 rows (the logits' memory budget), so every chunk after
+// the first re-reads and re-writes all of dW (V x H) for 2 R V H FLOP. At Gemma's heads (H 2304, V
+// 256000, 512 rows) that traffic, 2.4 GB a chunk, takes about as long as the math, and cuBLAS's
+// kernels run the two one after the other: 1.23 ms a chunk on an H100 against 0.86 for the math alone
+// (docs/kernels/rl_losses.md). Here the old dW tile reaches shared memory by TMA while the same block
+// runs the tile's K loop, and the new tile leaves by a TMA store that drains under the next tile's
+// K loop, so the traffic overlaps the math.
+//
+// Layout: a persistent block per SM of three warpgroups. Warpgroup 0 (one thread) issues the TMA
+// loads: per 64-deep K step a 128 x 64 slice of G (A, M-major) and a 64 x 256 slice of X (B, N-major)
+// into one of kStages stages, and once per tile the 128 x 256 tile of dW (when accumulating).
+// Warpgroups 1 and 2 each own 64 rows of the 128 x 256 tile: wgmma m64n256k16 from shared memory,
+// 128 float32 accumulators a thread, then the epilogue adds the old tile (read from shared memory in
+// the accumulators' own positions), rounds once, writes the result over the old tile and stores it by
+// TMA. Every operand tile uses the 128-byte swizzle (TMA writes it, wgmma and the epilogue read it):
+// the epilogue's shared-memory accesses are free of bank conflicts. Out-of-range rows and columns of
+// the last tiles are zeros on load (TMA's fill) and dropped on store.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/gemm/dw_gemm_sm90.h"
+
+namespace liger_cpp::kernels {
+namespace {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4;
+constexpr int kThreads = 288;           // two consumer warpgroups + the producer warp
+constexpr uint32_t kBox = 64 * 64 * 2;  // one TMA box, 64 x 64 16-bit elements (8 KiB)
+constexpr uint32_t kABytes = 2 * kBox;  // a stage's slice of G, 128 x 64
+constexpr uint32_t kBBytes = 4 * kBox;  // a stage's slice of X, 64 x 256
+constexpr uint32_t kBarBytes = 8 * 2 * kStages;
+constexpr uint32_t kSmemBytes = kStages * (kABytes + kBBytes) + kBarBytes + 1024;  // + alignment
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LIGER_DW_SM90A 1
+#endif
+
+#if defined(LIGER_DW_SM90A)  // the device helpers: sm_90a instructions
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
+      "[%2];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// A shared-memory matrix descriptor for an MN-major operand in the 128-byte swizzle: rows of 64
+// elements (128 bytes) along M or N, one row per K index; 8 K rows (1024 bytes) apart is SBO, the next
+// 64 elements along M or N (the next TMA box, 8 KiB on) is LBO.
+__device__ __forceinline__ uint64_t desc_mn_sw128(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(kBox >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_bf16(float (&d)[128], uint64_t da, uint64_t db, uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+        "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
+        "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
+        "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+        "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+        "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+        "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_f16(float (&d)[128], uint64_t da, uint64_t db, uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+        "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
+        "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
+        "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+        "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+        "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+        "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs.
+__device__ __forceinline__ void fence_operands(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <bool kF16>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (kF16) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+template <bool kF16>
+__device__ __forceinline__ float2 unpack2(uint32_t u) {
+  if constexpr (kF16) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&u));
+  } else {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+  }
+}
+#endif  // LIGER_DW_SM90A
+
+template <bool kF16>
+__global__ void __maxnreg__(224)
+    dw_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_g, const __grid_constant__ CUtensorMap map_x,
+                        uint16_t* __restrict__ dw, int64_t V, int64_t H, int tiles_n, int tiles, int kblocks,
+                        int accumulate) {
+#if defined(LIGER_DW_SM90A)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sA = (raw + 1023) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+  const uint32_t sB = sA + kStages * kABytes, bars = sB + kStages * kBBytes;
+  auto full = [&](int s) { return bars + 8 * s; };
+  auto empty = [&](int s) { return bars + 8 * (kStages + s); };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), 2);  // one arrival per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= 256) {  // the producer warp (warps 0-7 are the two consumer warpgroups)
+    if (threadIdx.x != 256) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
+      for (int kb = 0; kb < kblocks; ++kb) {
+        mbar_wait(empty(stage), phase ^ 1);
+        mbar_expect_tx(full(stage), kABytes + kBBytes);
+        const int k0 = kb * kBK;
+        const uint32_t a = sA + stage * kABytes, b = sB + stage * kBBytes;
+        tma_load(a, &map_g, full(stage), m0, k0);
+        tma_load(a + kBox, &map_g, full(stage), m0 + 64, k0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) tma_load(b + j * kBox, &map_x, full(stage), n0 + 64 * j, k0);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  const int c = threadIdx.x / 128, t = threadIdx.x % 128;  // warpgroup c owns rows 64 c .. 64 c + 63
+  const int warp = t / 32, lane = t % 32;
+  const int r = 16 * warp + lane / 4;  // the accumulators' rows r and r + 8 (of the warpgroup's 64)
+  int stage = 0;
+  uint32_t phase = 0;
+  float d[128];
+  uint32_t old[64];  // the old dW values at the accumulators' positions, two 16-bit values each
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
+    const int64_t row0 = m0 + 64 * c + r, row1 = row0 + 8, col0 = n0 + 2 * (lane % 4);
+    // The old tile's loads are issued before the K loop (volatile: the compiler keeps them here)
+    // and complete under it; each thread reads, and later writes, only its own positions.
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      old[2 * j] = old[2 * j + 1] = 0u;
+      const int64_t col = col0 + 8 * j;
+      if (accumulate && col < H) {
+        if (row0 < V) asm volatile("ld.global.b32 %0, [%1];" : "=r"(old[2 * j]) : "l"(dw + row0 * H + col));
+        if (row1 < V)
+          asm volatile("ld.global.b32 %0, [%1];" : "=r"(old[2 * j + 1]) : "l"(dw + row1 * H + col));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    int prev = 0;
+    for (int kb = 0; kb < kblocks; ++kb) {
+      mbar_wait(full(stage), phase);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      fence_operands(d);
+      const uint32_t a = sA + stage * kABytes + c * kBox, b = sB + stage * kBBytes;
+#pragma unroll
+      for (int s = 0; s < kBK / 16; ++s) {  // 16 K rows of 128 bytes per MMA
+        if constexpr (kF16)
+          wgmma_f16(d, desc_mn_sw128(a + s * 2048), desc_mn_sw128(b + s * 2048), 1);
+        else
+          wgmma_bf16(d, desc_mn_sw128(a + s * 2048), desc_mn_sw128(b + s * 2048), 1);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      fence_operands(d);
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the previous step's MMAs
+      if (kb > 0 && t == 0) mbar_arrive(empty(prev));
+      prev = stage;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    fence_operands(d);
+    if (t == 0) mbar_arrive(empty(prev));
+
+      // Epilogue: add the old values, round once, store (columns 8 j + 2 (lane % 4) + {0, 1}).
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int64_t col = col0 + 8 * j;
+      if (col >= H) continue;
+      const float2 o0 = unpack2<kF16>(old[2 * j]), o1 = unpack2<kF16>(old[2 * j + 1]);
+      if (row0 < V)
+        *reinterpret_cast<uint32_t*>(dw + row0 * H + col) = pack2<kF16>(d[4 * j] + o0.x, d[4 * j + 1] + o0.y);
+      if (row1 < V)
+        *reinterpret_cast<uint32_t*>(dw + row1 * H + col) =
+            pack2<kF16>(d[4 * j + 2] + o1.x, d[4 * j + 3] + o1.y);
+    }
+  }
+#endif
+}
+
+// Whether this build holds the kernel's body for the device: the body needs sm_90a (wgmma,
+// setmaxnreg), so a module compiled for sm_90 without the suffix, or for another architecture, has
+// an empty kernel. The body's 128 float32 accumulators a thread take well over 100 registers, the
+// empty one a handful: a host-side query, no launch or synchronisation (safe under graph capture).
+template <bool kF16>
+bool body_built() {
+  static const bool built = [] {
+    cudaFuncAttributes attr{};
+    return cudaFuncGetAttributes(&attr, dw_gemm_sm90_kernel<kF16>) == cudaSuccess && attr.numRegs >= 128;
+  }();
+  return built;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A 2-D map of a row-major [outer, inner] matrix (row stride ld elements) in 64 x 64 boxes, 128-byte
+// swizzle, zeros outside.
+bool make_map(CUtensorMap* map, bool fp16, const void* ptr, int64_t inner, int64_t outer, int64_t ld) {
+  const PFN_cuTensorMapEncodeTiled_v12000 fn = encoder();
+  if (fn == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {64, 64}, elem[2] = {1, 1};
+  return fn(map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+            const_cast<void*>(ptr), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <bool kF16>
+cudaError_t launch(const DwGemmArgs& a, int sms, cudaStream_t stream) {
+  if (!body_built<kF16>()) return cudaErrorInvalidDeviceFunction;
+  // Per call: the attribute belongs to the current device's context (a microsecond next to the GEMM).
+  const cudaError_t attr = cudaFuncSetAttribute(
+      dw_gemm_sm90_kernel<kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  if (attr != cudaSuccess) return attr;
+  CUtensorMap mg, mx;
+  if (!make_map(&mg, kF16, a.g, a.V, a.R, a.ldg) || !make_map(&mx, kF16, a.x, a.H, a.R, a.ldx))
+    return cudaErrorInvalidValue;
+  const int64_t tiles_n = (a.H + kBN - 1) / kBN, tiles = (a.V + kBM - 1) / kBM * tiles_n;
+  const int kblocks = static_cast<int>((a.R + kBK - 1) / kBK);
+  const int grid = static_cast<int>(tiles < sms ? tiles : sms);
+  dw_gemm_sm90_kernel<kF16><<<grid, kThreads, kSmemBytes, stream>>>(
+      mg, mx, static_cast<uint16_t*>(a.dw), a.V, a.H, static_cast<int>(tiles_n), static_cast<int>(tiles),
+      kblocks, a.accumulate ? 1 : 0);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool dw_gemm_sm90_supported(const DwGemmArgs& a) {
+  constexpr int64_t kMax = INT32_MAX - 256;  // a tile's coordinates (+ 64, + 256) stay within int32
+  if (!(a.fp16 ? body_built<true>() : body_built<false>())) return false;
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (a.R <= 0 || a.V <= 0 || a.H <= 0 || a.R > kMax || a.V > kMax || a.H > kMax) return false;
+  if (a.ldg < a.V || a.ldx < a.H || a.H % 8 || a.ldg % 8 || a.ldx % 8) return false;
+  // The tile count fits an int: (V / 128 + 1) * (H / 256 + 1) with V, H < 2^31 can pass it.
+  if (((a.V + kBM - 1) / kBM) * ((a.H + kBN - 1) / kBN) > kMax) return false;
+  return aligned(a.g) && aligned(a.x) && aligned(a.dw);
+}
+
+cudaError_t dw_gemm_sm90(const DwGemmArgs& a, int sms, cudaStream_t stream) {
+  if (!dw_gemm_sm90_supported(a) || sms <= 0) return cudaErrorInvalidValue;
+  return a.fp16 ? launch<true>(a, sms, stream) : launch<false>(a, sms, stream);
+}
+
+}  // namespace liger_cpp::kernels

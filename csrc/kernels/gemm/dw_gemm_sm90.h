@@ -1,0 +1,30 @@
+// The chunk loops' weight-gradient GEMM as a kernel of ours on sm_90a (Hopper): dW[V, H] (+)= G[R, V]^T
+// X[R, H], 16-bit operands and dW, float32 accumulation, one rounding to dW's dtype. See
+// dw_gemm_sm90.cu for why it exists (cuBLAS's kernels do not hide dW's re-read at 512-1024 rows).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace liger_cpp::kernels {
+
+struct DwGemmArgs {
+  const void* g;  // [R, V], row stride ldg elements (>= V), unit column stride
+  const void* x;  // [R, H], row stride ldx elements (>= H)
+  void* dw;       // [V, H] contiguous; read first when accumulate
+  int64_t R, V, H, ldg, ldx;
+  bool accumulate;
+  bool fp16;  // float16 operands and dW (else bfloat16)
+};
+
+// Whether the kernel takes these arguments: its body was built for the current device (sm_90a),
+// H, ldg and ldx multiples of 8, every pointer 16-byte aligned, sizes within TMA's 32-bit coordinates.
+// The caller checks the device is of compute capability 9.0.
+bool dw_gemm_sm90_supported(const DwGemmArgs& a);
+
+// Queues the GEMM on `stream`; `sms` is the device's multiprocessor count (one persistent block
+// each). Errors: the driver's tensor-map encoder missing or refusing the shapes, or a launch error.
+cudaError_t dw_gemm_sm90(const DwGemmArgs& a, int sms, cudaStream_t stream);
+
+}  // namespace liger_cpp::kernels

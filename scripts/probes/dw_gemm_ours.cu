@@ -1,0 +1,175 @@
+// Probe (not part of the extension): the sm_90a dW kernel of csrc/kernels/gemm/dw_gemm_sm90.cu
+// against the extension's cuBLASLt rule (tile 128 x 160, 64-deep stages) at the chunk loops' shapes:
+// correctness against a float32 reference (accumulating and not, bf16 and fp16 at an odd shape) and
+// the median time of each.
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Icsrc -o /tmp/dw_gemm_ours \
+//     scripts/probes/dw_gemm_ours.cu csrc/kernels/gemm/dw_gemm_sm90.cu -lcublasLt
+#include <cuda_fp16.h>
+
+#include "dw_gemm_probe.cuh"
+#include "kernels/gemm/dw_gemm_sm90.h"
+
+using liger_cpp::kernels::DwGemmArgs;
+
+// ref[v, h] = w0[v, h] (when accumulating) + sum_k g[k, v] x[k, h], float32 (type T: bf16 or half).
+template <class T>
+__global__ void ref_kernel(const T* g, const T* x, const T* w0, float* ref, int R, int V, int H, int acc) {
+  const int h = blockIdx.x * blockDim.x + threadIdx.x, v = blockIdx.y;
+  if (h >= H) return;
+  float s = 0.f;
+  for (int k = 0; k < R; ++k) s += float(g[size_t(k) * V + v]) * float(x[size_t(k) * H + h]);
+  ref[size_t(v) * H + h] = (acc ? float(w0[size_t(v) * H + h]) : 0.f) + s;
+}
+
+// Elements whose error exceeds 1/2 ulp of the 16-bit result (2^-8 / 2^-11 relative) plus the float32
+// sum's own rounding (1e-5 relative of the sum of |terms|, bounded here by 1e-3 of |ref| + 1e-6).
+template <class T>
+__global__ void count_bad(const T* out, const float* ref, size_t n, float rel, unsigned* bad, float* maxerr) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float o = float(out[i]), r = ref[i], e = fabsf(o - r);
+    if (!(e <= rel * fabsf(r) + 1e-5f)) atomicAdd(bad, 1u);
+    atomicMax(reinterpret_cast<int*>(maxerr), __float_as_int(e));
+  }
+}
+
+template <class T>
+__global__ void fill_t(T* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    unsigned x = unsigned(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = T((float(x & 0xffff) / 65536.f - 0.5f) * 0.5f);
+  }
+}
+
+__global__ void max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* out) {
+  float m = 0.f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));
+}
+
+int sms() {
+  int d = 0, n = 0;
+  cudaGetDevice(&d);
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d);
+  return n;
+}
+
+// Correctness of ours at one shape: not accumulating and accumulating, against ref_kernel.
+template <class T>
+bool check(int R, int V, int H, bool fp16) {
+  T *g, *x, *w, *w0;
+  float *ref, *maxerr;
+  unsigned* bad;
+  const size_t nw = size_t(V) * H;
+  CK(cudaMalloc(&g, size_t(R) * V * sizeof(T)));
+  CK(cudaMalloc(&x, size_t(R) * H * sizeof(T)));
+  CK(cudaMalloc(&w, nw * sizeof(T)));
+  CK(cudaMalloc(&w0, nw * sizeof(T)));
+  CK(cudaMalloc(&ref, nw * 4));
+  CK(cudaMalloc(&maxerr, 4));
+  CK(cudaMalloc(&bad, 4));
+  fill_t<<<1024, 256>>>(g, size_t(R) * V, 11u);
+  fill_t<<<1024, 256>>>(x, size_t(R) * H, 12u);
+  fill_t<<<1024, 256>>>(w0, nw, 13u);
+  bool ok = true;
+  for (int acc = 0; acc < 2; ++acc) {
+    CK(cudaMemcpy(w, w0, nw * sizeof(T), cudaMemcpyDeviceToDevice));
+    DwGemmArgs a{g, x, w, R, V, H, V, H, acc == 1, fp16};
+    const cudaError_t e = liger_cpp::kernels::dw_gemm_sm90(a, sms(), 0);
+    CK(cudaDeviceSynchronize());
+    ref_kernel<T><<<dim3((H + 127) / 128, V), 128>>>(g, x, w0, ref, R, V, H, acc);
+    CK(cudaMemset(bad, 0, 4));
+    CK(cudaMemset(maxerr, 0, 4));
+    count_bad<T><<<1024, 256>>>(w, ref, nw, fp16 ? 1.5e-3f : 6e-3f, bad, maxerr);
+    unsigned nb = 0;
+    float me = 0.f;
+    CK(cudaMemcpy(&nb, bad, 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&me, maxerr, 4, cudaMemcpyDeviceToHost));
+    std::printf(
+        "  check %s R %d V %d H %d accumulate %d: launch %s, %u of %zu outside 1/2 ulp, max |err| %.3g\n",
+        fp16 ? "fp16" : "bf16", R, V, H, acc, cudaGetErrorString(e), nb, nw, me);
+    ok = ok && e == cudaSuccess && nb == 0;
+  }
+  cudaFree(g);
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(w0);
+  cudaFree(ref);
+  cudaFree(maxerr);
+  cudaFree(bad);
+  return ok;
+}
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1;
+  bool ok = true;
+  ok &= check<__nv_bfloat16>(77, 1000, 264, false);
+  ok &= check<__half>(77, 1000, 264, true);
+  ok &= check<__nv_bfloat16>(512, 4104, 2304, false);
+  ok &= check<__nv_bfloat16>(1024, 3000, 4096, false);
+  ok &= check<__nv_bfloat16>(64, 256, 256, false);
+  ok &= check<__nv_bfloat16>(5, 136, 8, false);
+  std::printf("checks %s\n", ok ? "passed" : "FAILED");
+  std::fflush(stdout);
+  if (quick) return ok ? 0 : 1;
+
+  const Shape shapes[] = {
+      {"gemma2 FLCE R512", 512, 256000, 2304},   {"gemma3 FLCE R512", 512, 262144, 2304},
+      {"llama3 FLCE R1024", 1024, 128256, 4096}, {"jsd student R1024", 1024, 151936, 2048},
+      {"qwen FLCE R864", 864, 151936, 4096},     {"llama4 FLCE R632", 632, 202048, 5120},
+      {"h8192 R512", 512, 128256, 8192}};
+  cublasLtHandle_t h;
+  CK(cublasLtCreate(&h));
+  const size_t ws_bytes = 32ull << 20;
+  void* ws;
+  CK(cudaMalloc(&ws, ws_bytes));
+  float* dmax;
+  CK(cudaMalloc(&dmax, 4));
+  const int n_sm = sms();
+  for (const Shape& sh : shapes) {
+    DwProblem p(sh);
+    const size_t nW = size_t(sh.V) * sh.H;
+    __nv_bfloat16 *w0, *ref;
+    CK(cudaMalloc(&w0, nW * 2));
+    CK(cudaMalloc(&ref, nW * 2));
+    CK(cudaMemcpy(w0, p.W, nW * 2, cudaMemcpyDeviceToDevice));
+    cublasLtMatmulHeuristicResult_t res[16];
+    const int n = p.heuristic(h, ws_bytes, res, 16);
+    int pick = 0;
+    for (int i = 0; i < n; ++i)
+      if (config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == CUBLASLT_MATMUL_TILE_128x160 &&
+          config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID) == CUBLASLT_MATMUL_STAGES_64xAUTO) {
+        pick = i;
+        break;
+      }
+    CK(p.run(h, res[pick].algo, 1.f, ws, ws_bytes));
+    CK(cudaMemcpy(ref, p.W, nW * 2, cudaMemcpyDeviceToDevice));
+    CK(cudaMemcpy(p.W, w0, nW * 2, cudaMemcpyDeviceToDevice));
+    DwGemmArgs a{p.G, p.X, p.W, sh.R, sh.V, sh.H, sh.V, sh.H, true, false};
+    CK(liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0));
+    CK(cudaMemset(dmax, 0, 4));
+    max_diff<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(p.W), ref, nW, dmax);
+    float dd = 0.f;
+    CK(cudaMemcpy(&dd, dmax, 4, cudaMemcpyDeviceToHost));
+    const float t_lt = p.median_ms(h, res[pick].algo, 1.f, ws, ws_bytes, 3, 15);
+    const float t_lt0 = p.median_ms(h, res[pick].algo, 0.f, ws, ws_bytes, 3, 15);
+    a.accumulate = true;
+    const float t_us =
+        median_ms_of([&] { return liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0) == cudaSuccess; }, 3, 15);
+    a.accumulate = false;
+    const float t_us0 =
+        median_ms_of([&] { return liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0) == cudaSuccess; }, 3, 15);
+    std::printf(
+        "%-20s R %4d V %6d H %4d: beta 1 ours %.3f ms (%.0f TFLOP/s) cuBLASLt %.3f (%.0f) = %.3f x | beta 0 "
+        "ours %.3f cuBLASLt %.3f | max |ours - cuBLASLt| %.3g\n",
+        sh.name, sh.R, sh.V, sh.H, t_us, p.gflop() / t_us, t_lt, p.gflop() / t_lt, t_us / t_lt, t_us0, t_lt0,
+        dd);
+    std::fflush(stdout);
+    cudaFree(w0);
+    cudaFree(ref);
+  }
+  return ok ? 0 : 1;
+}
