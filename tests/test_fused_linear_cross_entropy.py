@@ -795,12 +795,10 @@ def test_cuda_shapes(dtype, shape, reduction):
 @pytest.mark.parametrize("dw_gemm", [None, "cublaslt", "aten"])
 def test_cuda_weight_grad_in_weight_dtype_over_chunks(dtype, H, V, chunk_rows, dw_gemm):
     # dW in the weight's dtype accumulated over several chunks of at most 1024 rows with 16-byte
-    # aligned rows: on sm_90 the chunk loops run this GEMM as our sm_90a kernel, or cuBLASLt with a
-    # fixed algorithm (csrc/aten/cuda/dw_gemm_cuda.cpp), elsewhere ATen's; the first chunk writes dW,
-    # the rest add. Each is forced in turn (a forced path that cannot take the call falls back). Our
-    # kernel's partial tiles: V 1000 / 4104 / 136 (rows of 128), H 264 / 2304 / 8 (columns of 256),
-    # chunks of 448 / 1000 / 64 rows and the last chunk's remainder (K steps of 64). V 2051's
-    # unaligned logits rows fall back (cuBLASLt's rule needs them aligned too: ATen's).
+    # aligned rows: on sm_90 the chunk loops run this GEMM through cuBLASLt with a fixed algorithm
+    # (csrc/aten/cuda/dw_gemm_cuda.cpp), elsewhere ATen's; the first chunk writes dW, the rest add.
+    # Both are run here (dw_gemm=aten forces ATen's on sm_90 too). V 2051's unaligned logits rows
+    # take ATen's either way; the heuristic offers no 128 x 160 tile for some shapes (ATen's too).
     with forced(dw_gemm=dw_gemm):
         _run_case(
             "cuda",

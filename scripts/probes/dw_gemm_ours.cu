@@ -1,13 +1,13 @@
-// Probe (not part of the extension): the sm_90a dW kernel of csrc/kernels/gemm/dw_gemm_sm90.cu
+// Probe (not part of the extension): the sm_90a dW kernel of dw_gemm_sm90.cu (beside it)
 // against the extension's cuBLASLt rule (tile 128 x 160, 64-deep stages) at the chunk loops' shapes:
 // correctness against a float32 reference (accumulating and not, bf16 and fp16 at an odd shape) and
 // the median time of each.
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Icsrc -o /tmp/dw_gemm_ours \
-//     scripts/probes/dw_gemm_ours.cu csrc/kernels/gemm/dw_gemm_sm90.cu -lcublasLt
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/dw_gemm_ours \
+//     scripts/probes/dw_gemm_ours.cu scripts/probes/dw_gemm_sm90.cu -lcublasLt
 #include <cuda_fp16.h>
 
 #include "dw_gemm_probe.cuh"
-#include "kernels/gemm/dw_gemm_sm90.h"
+#include "dw_gemm_sm90.h"
 
 using liger_cpp::kernels::DwGemmArgs;
 

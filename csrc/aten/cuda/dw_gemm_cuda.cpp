@@ -12,11 +12,11 @@
 // first of the heuristic's results with that tile and stage count; otherwise ATen. Timing the
 // candidates at the first call would make the weight gradient's rounding depend on a measurement;
 // this way one shape always runs one algorithm (no split-K: deterministic), like ATen's own choice.
-// The plan (descriptors and algorithm) is computed once per shape and kept.
+// The plan (descriptors and algorithm) is computed once per shape and kept. A kernel of our own for
+// this GEMM (scripts/probes/dw_gemm_sm90.cu) lost to this rule so far (docs/kernels/rl_losses.md).
 #include "aten/cuda/dw_gemm_cuda.h"
 
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cublasLt.h>
 
@@ -26,7 +26,6 @@
 #include <tuple>
 
 #include "kernels/common/plan_override.h"
-#include "kernels/gemm/dw_gemm_sm90.h"
 
 namespace liger_cpp::cuda {
 namespace {
@@ -127,20 +126,8 @@ bool dw_gemm_lt(const at::Tensor& dw, const at::Tensor& g, const at::Tensor& x, 
   if (!aligned16(dw.data_ptr()) || !aligned16(g.data_ptr()) || !aligned16(x.data_ptr())) return false;
   const c10::cuda::CUDAGuard guard(dw.device());
   namespace po = kernels::plan_override;
-  const int forced = po::forced(po::Key::kDwGemm);  // 0 sm90, 1 cublaslt, 2 aten, -1 the default
-  if (forced == 2) return false;
-  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  if (prop->major != 9) return false;  // both were measured on sm_90 only
-  // Our kernel where asked for (not yet the default: docs/kernels/rl_losses.md); it exists as sm_90a
-  // machine code only (compute capability 9.0).
-  if (forced == 0 && prop->minor == 0) {
-    const kernels::DwGemmArgs a{g.data_ptr(), x.data_ptr(), dw.data_ptr(),  R, V, H, ldg,
-                                ldx,          accumulate,   st == at::kHalf};
-    if (kernels::dw_gemm_sm90_supported(a)) {
-      C10_CUDA_CHECK(kernels::dw_gemm_sm90(a, prop->multiProcessorCount, at::cuda::getCurrentCUDAStream()));
-      return true;
-    }
-  }
+  if (po::forced(po::Key::kDwGemm) == 1) return false;                   // dw_gemm=aten
+  if (at::cuda::getCurrentDeviceProperties()->major != 9) return false;  // the rule was measured on sm_90
 
   cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
   void* ws = at::cuda::getCUDABlasLtWorkspace();

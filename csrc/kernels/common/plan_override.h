@@ -74,8 +74,8 @@ inline constexpr KeyInfo kKeys[] = {
      {"1", "2", "4", "8", "16"},
      "distillation smem kernel: blocks (a cluster) per row"},
     {"dw_gemm",
-     {"sm90", "cublaslt", "aten"},
-     "chunk loops' dW GEMM: our sm_90a kernel, cuBLASLt's chosen algorithm, or ATen's addmm, where each can "
+     {"cublaslt", "aten"},
+     "chunk loops' dW GEMM: cuBLASLt's chosen algorithm (sm_90's default) or ATen's addmm, where each can "
      "run"},
 };
 static_assert(sizeof(kKeys) / sizeof(kKeys[0]) == static_cast<int>(Key::kCount), "one row per Key");

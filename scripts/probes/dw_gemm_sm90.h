@@ -1,6 +1,6 @@
-// The chunk loops' weight-gradient GEMM as a kernel of ours on sm_90a (Hopper): dW[V, H] (+)= G[R, V]^T
-// X[R, H], 16-bit operands and dW, float32 accumulation, one rounding to dW's dtype. See
-// dw_gemm_sm90.cu for why it exists (cuBLAS's kernels do not hide dW's re-read at 512-1024 rows).
+// Probe (not part of the extension): the chunk loops' weight-gradient GEMM as a kernel of ours on
+// sm_90a, dW[V, H] (+)= G[R, V]^T X[R, H], 16-bit operands and dW, float32 accumulation, one rounding
+// to dW's dtype. See dw_gemm_sm90.cu for why and its status.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,29 +1,32 @@
-// The chunk loops' weight-gradient GEMM on sm_90a: dW[V, H] (+)= G[R, V]^T X[R, H] (FLCE, the
-// preference, RL and distillation losses), 16-bit operands and dW, float32 accumulation.
+// Probe (not part of the extension; beside dw_gemm_ours.cu, which checks and times it): the chunk
+// loops' weight-gradient GEMM as a kernel of ours on sm_90a, dW[V, H] (+)= G[R, V]^T X[R, H], 16-bit
+// operands and dW, float32 accumulation, one rounding to dW's dtype.
 //
-// Why a kernel of ours: a chunk holds 512-1024 rows (the logits' memory budget), so every chunk after
-// the first re-reads and re-writes all of dW (V x H) for 2 R V H FLOP. At Gemma's heads (H 2304, V
-// 256000, 512 rows) that traffic, 2.4 GB a chunk, takes about as long as the math, and cuBLAS's
-// kernels run the two one after the other: 1.23 ms a chunk on an H100 against 0.86 for the math alone
-// (docs/kernels/rl_losses.md). Here the old dW tile reaches shared memory by TMA while the same block
-// runs the tile's K loop, and the new tile leaves by a TMA store that drains under the next tile's
-// K loop, so the traffic overlaps the math.
+// Why try: a chunk holds 512-1024 rows (the logits' memory budget), so every chunk after the first
+// re-reads and re-writes all of dW (V x H) for 2 R V H FLOP. At Gemma's heads (H 2304, V 256000, 512
+// rows) that traffic, 2.4 GB a chunk, takes about as long as the math, and cuBLAS's kernels pay for
+// it on top of the math: 1.23 ms a chunk on an H100 against 0.86 for the math alone
+// (docs/kernels/rl_losses.md). Here each thread loads its old dW values into registers before the
+// tile's K loop (they arrive under it) and stores the result directly, so the traffic can overlap
+// the math.
 //
-// Layout: a persistent block per SM of three warpgroups. Warpgroup 0 (one thread) issues the TMA
-// loads: per 64-deep K step a 128 x 64 slice of G (A, M-major) and a 64 x 256 slice of X (B, N-major)
-// into one of kStages stages, and once per tile the 128 x 256 tile of dW (when accumulating).
-// Warpgroups 1 and 2 each own 64 rows of the 128 x 256 tile: wgmma m64n256k16 from shared memory,
-// 128 float32 accumulators a thread, then the epilogue adds the old tile (read from shared memory in
-// the accumulators' own positions), rounds once, writes the result over the old tile and stores it by
-// TMA. Every operand tile uses the 128-byte swizzle (TMA writes it, wgmma and the epilogue read it):
-// the epilogue's shared-memory accesses are free of bank conflicts. Out-of-range rows and columns of
-// the last tiles are zeros on load (TMA's fill) and dropped on store.
+// Layout: a persistent block per SM of two consumer warpgroups and a producer warp (288 threads,
+// __maxnreg__ 224: 128 accumulators and 64 registers of old values a thread). The producer's one
+// thread issues the TMA loads: per 64-deep K step a 128 x 64 slice of G (A, M-major) and a 64 x 256
+// slice of X (B, N-major) into one of kStages stages, in the 128-byte swizzle. Each consumer
+// warpgroup owns 64 rows of the 128 x 256 tile: wgmma m64n256k16 from shared memory. Out-of-range
+// rows and columns of the last tiles are zeros on load (TMA's fill) and skipped on store.
+//
+// Status (docs/perf-log.md, 2026-12-06 late): a first version (the old tile by TMA into shared
+// memory, the epilogue through shared memory and a TMA store, 3 stages, a producer warpgroup) was
+// exact but 1.22-1.59 x slower than cuBLASLt's rule (benchmarks/results/2026-12-06-h100-dw_gemm_ours-
+// v1.txt); this second version compiles (216 registers, no spill) but has not run on a GPU yet.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "kernels/gemm/dw_gemm_sm90.h"
+#include "dw_gemm_sm90.h"
 
 namespace liger_cpp::kernels {
 namespace {
