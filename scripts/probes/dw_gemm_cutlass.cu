@@ -64,13 +64,6 @@ struct DwCutlass {
   bool run() { return gemm.run() == cutlass::Status::kSuccess; }
 };
 
-__global__ void max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* out) {
-  float m = 0.f;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // m >= 0: int order is float order
-}
-
 using PingPong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpiPP = cutlass::epilogue::TmaWarpSpecialized;
@@ -117,14 +110,7 @@ int main() {
     CK(cudaMemcpy(w0, p.W, nW * 2, cudaMemcpyDeviceToDevice));
     // The extension's rule: the heuristic's first result with tile 128 x 160, 64-deep stages.
     cublasLtMatmulHeuristicResult_t res[16];
-    const int n = p.heuristic(h, ws_bytes, res, 16);
-    int pick = 0;
-    for (int i = 0; i < n; ++i)
-      if (config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == CUBLASLT_MATMUL_TILE_128x160 &&
-          config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID) == CUBLASLT_MATMUL_STAGES_64xAUTO) {
-        pick = i;
-        break;
-      }
+    const int pick = rule_pick(res, p.heuristic(h, ws_bytes, res, 16));
     CK(p.run(h, res[pick].algo, 1.f, ws, ws_bytes));
     CK(cudaMemcpy(ref, p.W, nW * 2, cudaMemcpyDeviceToDevice));
     std::printf("%s (R %d, V %d, H %d):\n", sh.name, sh.R, sh.V, sh.H);

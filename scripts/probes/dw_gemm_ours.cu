@@ -32,24 +32,6 @@ __global__ void count_bad(const T* out, const float* ref, size_t n, float rel, u
   }
 }
 
-template <class T>
-__global__ void fill_t(T* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    unsigned x = unsigned(i) * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    p[i] = T((float(x & 0xffff) / 65536.f - 0.5f) * 0.5f);
-  }
-}
-
-__global__ void max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* out) {
-  float m = 0.f;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));
-}
-
 int sms() {
   int d = 0, n = 0;
   cudaGetDevice(&d);
@@ -71,9 +53,9 @@ bool check(int R, int V, int H, bool fp16) {
   CK(cudaMalloc(&ref, nw * 4));
   CK(cudaMalloc(&maxerr, 4));
   CK(cudaMalloc(&bad, 4));
-  fill_t<<<1024, 256>>>(g, size_t(R) * V, 11u);
-  fill_t<<<1024, 256>>>(x, size_t(R) * H, 12u);
-  fill_t<<<1024, 256>>>(w0, nw, 13u);
+  fill<T><<<1024, 256>>>(g, size_t(R) * V, 11u, 0.5f);
+  fill<T><<<1024, 256>>>(x, size_t(R) * H, 12u, 0.5f);
+  fill<T><<<1024, 256>>>(w0, nw, 13u, 0.5f);
   bool ok = true;
   for (int acc = 0; acc < 2; ++acc) {
     CK(cudaMemcpy(w, w0, nw * sizeof(T), cudaMemcpyDeviceToDevice));
@@ -137,14 +119,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&ref, nW * 2));
     CK(cudaMemcpy(w0, p.W, nW * 2, cudaMemcpyDeviceToDevice));
     cublasLtMatmulHeuristicResult_t res[16];
-    const int n = p.heuristic(h, ws_bytes, res, 16);
-    int pick = 0;
-    for (int i = 0; i < n; ++i)
-      if (config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == CUBLASLT_MATMUL_TILE_128x160 &&
-          config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID) == CUBLASLT_MATMUL_STAGES_64xAUTO) {
-        pick = i;
-        break;
-      }
+    const int pick = rule_pick(res, p.heuristic(h, ws_bytes, res, 16));
     CK(p.run(h, res[pick].algo, 1.f, ws, ws_bytes));
     CK(cudaMemcpy(ref, p.W, nW * 2, cudaMemcpyDeviceToDevice));
     CK(cudaMemcpy(p.W, w0, nW * 2, cudaMemcpyDeviceToDevice));

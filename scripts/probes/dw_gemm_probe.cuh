@@ -21,15 +21,25 @@
     }                                                                               \
   } while (0)
 
-// Small pseudo-random values (zeros would draw less power and run at a higher clock than real data).
-__global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
+// Small pseudo-random values (zeros would draw less power and run at a higher clock than real data),
+// uniform in [-scale / 2, scale / 2); T is __nv_bfloat16 or __half.
+template <class T>
+__global__ void fill(T* p, size_t n, unsigned seed, float scale = 0.02f) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     unsigned x = unsigned(i) * 2654435761u ^ seed;
     x ^= x >> 13;
     x *= 0x5bd1e995u;
     x ^= x >> 15;
-    p[i] = __float2bfloat16((float(x & 0xffff) / 65536.f - 0.5f) * 0.02f);
+    p[i] = T((float(x & 0xffff) / 65536.f - 0.5f) * scale);
   }
+}
+
+// *out = max |a - b| over n bf16 values (*out zeroed by the caller).
+__global__ void max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* out) {
+  float m = 0.f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // m >= 0: int order is float order
 }
 
 struct Shape {
@@ -156,3 +166,13 @@ struct DwProblem : LtGemm {
   explicit DwProblem(const Shape& s)
       : LtGemm(s.H, s.V, s.R, CUBLAS_OP_N, CUBLAS_OP_T, 2u, 1u, 3u), sh(s), G(B), X(A), W(C) {}
 };
+
+// The extension's rule (csrc/aten/cuda/dw_gemm_cuda.cpp): the index of the heuristic's first result
+// with tile 128 x 160 and 64-deep stages among res[0, n), else 0.
+inline int rule_pick(const cublasLtMatmulHeuristicResult_t* res, int n) {
+  for (int i = 0; i < n; ++i)
+    if (config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == CUBLASLT_MATMUL_TILE_128x160 &&
+        config_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID) == CUBLASLT_MATMUL_STAGES_64xAUTO)
+      return i;
+  return 0;
+}
