@@ -70,21 +70,17 @@ using EpiPP = cutlass::epilogue::TmaWarpSpecialized;
 using EpiCoop = cutlass::epilogue::TmaWarpSpecializedCooperative;
 
 template <class G>
-void probe(const char* name, const DwProblem& p, const __nv_bfloat16* w0, const __nv_bfloat16* ref,
-           float* dmax) {
+void probe(const char* name, const RuleCase& rc, LtEnv& env) {
   G g;
-  const size_t nW = size_t(p.sh.V) * p.sh.H;
-  CK(cudaMemcpy(p.W, w0, nW * 2, cudaMemcpyDeviceToDevice));
-  if (!g.init(p) || !g.run()) {
+  rc.reset();
+  if (!g.init(rc.p) || !g.run()) {
     std::printf("  %-34s cannot run this shape\n", name);
     return;
   }
-  CK(cudaMemset(dmax, 0, 4));
-  max_diff<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(p.W), ref, nW, dmax);
-  float d = 0.f;
-  CK(cudaMemcpy(&d, dmax, 4, cudaMemcpyDeviceToHost));
+  const float d = env.diff(rc.p.W, rc.ref, rc.nW);
   const float ms = median_ms_of([&] { return g.run(); }, 3, 15);
-  std::printf("  %-34s %.3f ms (%.0f TFLOP/s), max |diff| from cuBLASLt %.3g\n", name, ms, p.gflop() / ms, d);
+  std::printf("  %-34s %.3f ms (%.0f TFLOP/s), max |diff| from cuBLASLt %.3g\n", name, ms, rc.p.gflop() / ms,
+              d);
   std::fflush(stdout);
   if (g.ws) cudaFree(g.ws);
 }
@@ -94,41 +90,21 @@ int main() {
                           {"gemma3 FLCE R512", 512, 262144, 2304},
                           {"llama3 FLCE R1024", 1024, 128256, 4096},
                           {"jsd student R1024", 1024, 151936, 2048}};
-  cublasLtHandle_t h;
-  CK(cublasLtCreate(&h));
-  const size_t ws_bytes = 32ull << 20;
-  void* ws;
-  CK(cudaMalloc(&ws, ws_bytes));
-  float* dmax;
-  CK(cudaMalloc(&dmax, 4));
+  LtEnv env;
   for (const Shape& sh : shapes) {
-    DwProblem p(sh);
-    const size_t nW = size_t(sh.V) * sh.H;
-    __nv_bfloat16 *w0, *ref;
-    CK(cudaMalloc(&w0, nW * 2));
-    CK(cudaMalloc(&ref, nW * 2));
-    CK(cudaMemcpy(w0, p.W, nW * 2, cudaMemcpyDeviceToDevice));
-    // The extension's rule: the heuristic's first result with tile 128 x 160, 64-deep stages.
-    cublasLtMatmulHeuristicResult_t res[16];
-    const int pick = rule_pick(res, p.heuristic(h, ws_bytes, res, 16));
-    CK(p.run(h, res[pick].algo, 1.f, ws, ws_bytes));
-    CK(cudaMemcpy(ref, p.W, nW * 2, cudaMemcpyDeviceToDevice));
+    const RuleCase rc(sh, env);
     std::printf("%s (R %d, V %d, H %d):\n", sh.name, sh.R, sh.V, sh.H);
-    std::printf("  %-34s %.3f ms\n", "cuBLASLt rule (128x160, 64xAUTO)",
-                p.median_ms(h, res[pick].algo, 1.f, ws, ws_bytes, 3, 15));
-    std::printf("  %-34s %.3f ms\n", "cuBLASLt heuristic first",
-                p.median_ms(h, res[0].algo, 1.f, ws, ws_bytes, 3, 15));
+    std::printf("  %-34s %.3f ms\n", "cuBLASLt rule (128x160, 64xAUTO)", rc.rule_ms(env, 1.f));
+    std::printf("  %-34s %.3f ms\n", "cuBLASLt heuristic first", rc.rule_ms(env, 1.f, true));
     std::fflush(stdout);
     probe<DwCutlass<cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_1, cute::_1, cute::_1>,
-                    PingPong, EpiPP>>("pingpong 128x128x64 c1x1", p, w0, ref, dmax);
+                    PingPong, EpiPP>>("pingpong 128x128x64 c1x1", rc, env);
     probe<DwCutlass<cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
-                    PingPong, EpiPP>>("pingpong 128x128x64 c2x1", p, w0, ref, dmax);
+                    PingPong, EpiPP>>("pingpong 128x128x64 c2x1", rc, env);
     probe<DwCutlass<cute::Shape<cute::_128, cute::_256, cute::_64>, cute::Shape<cute::_1, cute::_1, cute::_1>,
-                    Coop, EpiCoop>>("cooperative 128x256x64 c1x1", p, w0, ref, dmax);
+                    Coop, EpiCoop>>("cooperative 128x256x64 c1x1", rc, env);
     probe<DwCutlass<cute::Shape<cute::_256, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
-                    Coop, EpiCoop>>("cooperative 256x128x64 c2x1", p, w0, ref, dmax);
-    cudaFree(w0);
-    cudaFree(ref);
+                    Coop, EpiCoop>>("cooperative 256x128x64 c2x1", rc, env);
   }
   std::printf("done\n");
   return 0;

@@ -103,35 +103,15 @@ int main(int argc, char** argv) {
       {"llama3 FLCE R1024", 1024, 128256, 4096}, {"jsd student R1024", 1024, 151936, 2048},
       {"qwen FLCE R864", 864, 151936, 4096},     {"llama4 FLCE R632", 632, 202048, 5120},
       {"h8192 R512", 512, 128256, 8192}};
-  cublasLtHandle_t h;
-  CK(cublasLtCreate(&h));
-  const size_t ws_bytes = 32ull << 20;
-  void* ws;
-  CK(cudaMalloc(&ws, ws_bytes));
-  float* dmax;
-  CK(cudaMalloc(&dmax, 4));
+  LtEnv env;
   const int n_sm = sms();
   for (const Shape& sh : shapes) {
-    DwProblem p(sh);
-    const size_t nW = size_t(sh.V) * sh.H;
-    __nv_bfloat16 *w0, *ref;
-    CK(cudaMalloc(&w0, nW * 2));
-    CK(cudaMalloc(&ref, nW * 2));
-    CK(cudaMemcpy(w0, p.W, nW * 2, cudaMemcpyDeviceToDevice));
-    cublasLtMatmulHeuristicResult_t res[16];
-    const int pick = rule_pick(res, p.heuristic(h, ws_bytes, res, 16));
-    CK(p.run(h, res[pick].algo, 1.f, ws, ws_bytes));
-    CK(cudaMemcpy(ref, p.W, nW * 2, cudaMemcpyDeviceToDevice));
-    CK(cudaMemcpy(p.W, w0, nW * 2, cudaMemcpyDeviceToDevice));
+    RuleCase rc(sh, env);
+    const DwProblem& p = rc.p;
     DwGemmArgs a{p.G, p.X, p.W, sh.R, sh.V, sh.H, sh.V, sh.H, true, false};
     CK(liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0));
-    CK(cudaMemset(dmax, 0, 4));
-    max_diff<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(p.W), ref, nW, dmax);
-    float dd = 0.f;
-    CK(cudaMemcpy(&dd, dmax, 4, cudaMemcpyDeviceToHost));
-    const float t_lt = p.median_ms(h, res[pick].algo, 1.f, ws, ws_bytes, 3, 15);
-    const float t_lt0 = p.median_ms(h, res[pick].algo, 0.f, ws, ws_bytes, 3, 15);
-    a.accumulate = true;
+    const float dd = env.diff(p.W, rc.ref, rc.nW);
+    const float t_lt = rc.rule_ms(env, 1.f), t_lt0 = rc.rule_ms(env, 0.f);
     const float t_us =
         median_ms_of([&] { return liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0) == cudaSuccess; }, 3, 15);
     a.accumulate = false;
@@ -143,8 +123,6 @@ int main(int argc, char** argv) {
         sh.name, sh.R, sh.V, sh.H, t_us, p.gflop() / t_us, t_lt, p.gflop() / t_lt, t_us / t_lt, t_us0, t_lt0,
         dd);
     std::fflush(stdout);
-    cudaFree(w0);
-    cudaFree(ref);
   }
   return ok ? 0 : 1;
 }

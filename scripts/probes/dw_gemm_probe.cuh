@@ -176,3 +176,55 @@ inline int rule_pick(const cublasLtMatmulHeuristicResult_t* res, int n) {
       return i;
   return 0;
 }
+
+// What each dW probe sets up once: cuBLASLt's handle, a 32 MiB workspace, a float for max_diff.
+struct LtEnv {
+  cublasLtHandle_t h;
+  const size_t ws_bytes = 32ull << 20;
+  void* ws = nullptr;
+  float* dmax = nullptr;
+  LtEnv() {
+    CK(cublasLtCreate(&h));
+    CK(cudaMalloc(&ws, ws_bytes));
+    CK(cudaMalloc(&dmax, 4));
+  }
+  // max |a - b| over n bf16 values.
+  float diff(const void* a, const void* b, size_t n) {
+    CK(cudaMemset(dmax, 0, 4));
+    max_diff<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), n,
+                            dmax);
+    float d = 0.f;
+    CK(cudaMemcpy(&d, dmax, 4, cudaMemcpyDeviceToHost));
+    return d;
+  }
+};
+
+// One shape's problem, its starting dW (w0) and the extension's rule's result from it (ref, beta 1);
+// dW is back at w0 when constructed. reset() puts it back again.
+struct RuleCase {
+  DwProblem p;
+  size_t nW;
+  __nv_bfloat16 *w0 = nullptr, *ref = nullptr;
+  cublasLtMatmulHeuristicResult_t res[16];
+  int pick = 0;
+  RuleCase(const Shape& sh, const LtEnv& e) : p(sh), nW(size_t(sh.V) * sh.H) {
+    CK(cudaMalloc(&w0, nW * 2));
+    CK(cudaMalloc(&ref, nW * 2));
+    CK(cudaMemcpy(w0, p.W, nW * 2, cudaMemcpyDeviceToDevice));
+    pick = rule_pick(res, p.heuristic(e.h, e.ws_bytes, res, 16));
+    CK(p.run(e.h, res[pick].algo, 1.f, e.ws, e.ws_bytes));
+    CK(cudaMemcpy(ref, p.W, nW * 2, cudaMemcpyDeviceToDevice));
+    reset();
+  }
+  RuleCase(const RuleCase&) = delete;
+  RuleCase& operator=(const RuleCase&) = delete;
+  ~RuleCase() {
+    cudaFree(w0);
+    cudaFree(ref);
+  }
+  void reset() const { CK(cudaMemcpy(p.W, w0, nW * 2, cudaMemcpyDeviceToDevice)); }
+  // Median ms of the rule's algorithm (rank 0: the heuristic's first) at beta.
+  float rule_ms(const LtEnv& e, float beta, bool first = false) const {
+    return p.median_ms(e.h, res[first ? 0 : pick].algo, beta, e.ws, e.ws_bytes, 3, 15);
+  }
+};
