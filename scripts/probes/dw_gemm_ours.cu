@@ -41,7 +41,7 @@ int sms() {
 
 // Correctness of ours at one shape: not accumulating and accumulating, against ref_kernel.
 template <class T>
-bool check(int R, int V, int H, bool fp16) {
+bool check(int R, int V, int H, bool fp16, int cluster) {
   T *g, *x, *w, *w0;
   float *ref, *maxerr;
   unsigned* bad;
@@ -59,7 +59,7 @@ bool check(int R, int V, int H, bool fp16) {
   bool ok = true;
   for (int acc = 0; acc < 2; ++acc) {
     CK(cudaMemcpy(w, w0, nw * sizeof(T), cudaMemcpyDeviceToDevice));
-    DwGemmArgs a{g, x, w, R, V, H, V, H, acc == 1, fp16};
+    DwGemmArgs a{g, x, w, R, V, H, V, H, acc == 1, fp16, cluster};
     const cudaError_t e = liger_cpp::kernels::dw_gemm_sm90(a, sms(), 0);
     CK(cudaDeviceSynchronize());
     ref_kernel<T><<<dim3((H + 127) / 128, V), 128>>>(g, x, w0, ref, R, V, H, acc);
@@ -88,12 +88,14 @@ bool check(int R, int V, int H, bool fp16) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1;
   bool ok = true;
-  ok &= check<__nv_bfloat16>(77, 1000, 264, false);
-  ok &= check<__half>(77, 1000, 264, true);
-  ok &= check<__nv_bfloat16>(512, 4104, 2304, false);
-  ok &= check<__nv_bfloat16>(1024, 3000, 4096, false);
-  ok &= check<__nv_bfloat16>(64, 256, 256, false);
-  ok &= check<__nv_bfloat16>(5, 136, 8, false);
+  for (int cl = 1; cl <= 2; ++cl) {
+    ok &= check<__nv_bfloat16>(77, 1000, 264, false, cl);
+    ok &= check<__half>(77, 1000, 264, true, cl);
+    ok &= check<__nv_bfloat16>(512, 4104, 2304, false, cl);  // 33 row tiles: a cluster's second tile empty
+    ok &= check<__nv_bfloat16>(1024, 3000, 4096, false, cl);
+    ok &= check<__nv_bfloat16>(64, 256, 256, false, cl);
+    ok &= check<__nv_bfloat16>(5, 136, 8, false, cl);
+  }
   std::printf("checks %s\n", ok ? "passed" : "FAILED");
   std::fflush(stdout);
   if (quick) return ok ? 0 : 1;
@@ -108,20 +110,24 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) {
     RuleCase rc(sh, env);
     const DwProblem& p = rc.p;
-    DwGemmArgs a{p.G, p.X, p.W, sh.R, sh.V, sh.H, sh.V, sh.H, true, false};
-    CK(liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0));
-    const float dd = env.diff(p.W, rc.ref, rc.nW);
     const float t_lt = rc.rule_ms(env, 1.f), t_lt0 = rc.rule_ms(env, 0.f);
-    const float t_us =
-        median_ms_of([&] { return liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0) == cudaSuccess; }, 3, 15);
-    a.accumulate = false;
-    const float t_us0 =
-        median_ms_of([&] { return liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0) == cudaSuccess; }, 3, 15);
-    std::printf(
-        "%-20s R %4d V %6d H %4d: beta 1 ours %.3f ms (%.0f TFLOP/s) cuBLASLt %.3f (%.0f) = %.3f x | beta 0 "
-        "ours %.3f cuBLASLt %.3f | max |ours - cuBLASLt| %.3g\n",
-        sh.name, sh.R, sh.V, sh.H, t_us, p.gflop() / t_us, t_lt, p.gflop() / t_lt, t_us / t_lt, t_us0, t_lt0,
-        dd);
+    for (int cl = 1; cl <= 2; ++cl) {
+      rc.reset();
+      DwGemmArgs a{p.G, p.X, p.W, sh.R, sh.V, sh.H, sh.V, sh.H, true, false, cl};
+      CK(liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0));
+      const float dd = env.diff(p.W, rc.ref, rc.nW);
+      const float t_us =
+          median_ms_of([&] { return liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0) == cudaSuccess; }, 3, 15);
+      a.accumulate = false;
+      const float t_us0 =
+          median_ms_of([&] { return liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0) == cudaSuccess; }, 3, 15);
+      std::printf(
+          "%-20s R %4d V %6d H %4d cluster %d: beta 1 ours %.3f ms (%.0f TFLOP/s) cuBLASLt %.3f (%.0f) = "
+          "%.3f x | "
+          "beta 0 ours %.3f cuBLASLt %.3f | max |ours - cuBLASLt| %.3g\n",
+          sh.name, sh.R, sh.V, sh.H, cl, t_us, p.gflop() / t_us, t_lt, p.gflop() / t_lt, t_us / t_lt, t_us0,
+          t_lt0, dd);
+    }
     std::fflush(stdout);
   }
   return ok ? 0 : 1;

@@ -17,10 +17,15 @@
 // warpgroup owns 64 rows of the 128 x 256 tile: wgmma m64n256k16 from shared memory. Out-of-range
 // rows and columns of the last tiles are zeros on load (TMA's fill) and skipped on store.
 //
+// DwGemmArgs::cluster 2 runs clusters of two blocks that share X's slice by TMA multicast: the K loop
+// reads about 6.9 GB from L2 at Gemma 2's chunk (0.6 TFLOP), near the H100's L2 bandwidth at
+// cuBLAS's speed, and cuBLAS's kernel for this GEMM runs 2 x 1 clusters.
+//
 // Status (docs/perf-log.md, 2026-12-06 late): a first version (the old tile by TMA into shared
 // memory, the epilogue through shared memory and a TMA store, 3 stages, a producer warpgroup) was
-// exact but 1.22-1.59 x slower than cuBLASLt's rule (benchmarks/results/2026-12-06-h100-dw_gemm_ours-
-// v1.txt); this second version compiles (216 registers, no spill) but has not run on a GPU yet.
+// exact but 1.22-1.59 x slower than cuBLASLt's rule, its K loop alone too (beta 0: 1.036 against
+// 0.810 ms at Gemma 2; benchmarks/results/2026-12-06-h100-dw_gemm_ours-v1.txt). This version and its
+// cluster variant compile (215-217 registers, no spill) but have not run on a GPU yet.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -69,6 +74,32 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, u
       "[%2];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
+}
+
+// The same box into the same offset of every CTA of the cluster in `mask`, completing on each one's
+// barrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                                   int c1, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+      "[%1, "
+      "{%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+// Arrive on the barrier at `bar`'s offset in CTA `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
 }
 
 // A shared-memory matrix descriptor for an MN-major operand in the 128-byte swizzle: rows of 64
@@ -151,10 +182,14 @@ __device__ __forceinline__ float2 unpack2(uint32_t u) {
 }
 #endif  // LIGER_DW_SM90A
 
-template <bool kF16>
+// kCluster 1: one block per tile. kCluster 2: a cluster of two blocks takes two tiles of the same
+// columns (rows m and m + 128) at once and each block loads half of X's slice (two of the four boxes)
+// for both (TMA multicast), so X's slice leaves L2 once for two tiles; every stage's release then
+// waits for the consumers of both blocks.
+template <bool kF16, int kCluster>
 __global__ void __maxnreg__(224)
     dw_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_g, const __grid_constant__ CUtensorMap map_x,
-                        uint16_t* __restrict__ dw, int64_t V, int64_t H, int tiles_n, int tiles, int kblocks,
+                        uint16_t* __restrict__ dw, int64_t V, int64_t H, int tiles_n, int groups, int kblocks,
                         int accumulate) {
 #if defined(LIGER_DW_SM90A)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -163,36 +198,54 @@ __global__ void __maxnreg__(224)
   const uint32_t sB = sA + kStages * kABytes, bars = sB + kStages * kBBytes;
   auto full = [&](int s) { return bars + 8 * s; };
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
+  const int cluster_id = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full(s), 1);
-      mbar_init(empty(s), 2);  // one arrival per consumer warpgroup
+      mbar_init(empty(s), 2 * kCluster);  // one arrival per consumer warpgroup of the cluster
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  if constexpr (kCluster > 1) cluster_sync();  // the peers' barriers exist before any multicast
 
+  // A group: kCluster tiles of the same columns, rows (m_group kCluster + rank) x 128.
   if (threadIdx.x >= 256) {  // the producer warp (warps 0-7 are the two consumer warpgroups)
-    if (threadIdx.x != 256) return;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
-      for (int kb = 0; kb < kblocks; ++kb) {
-        mbar_wait(empty(stage), phase ^ 1);
-        mbar_expect_tx(full(stage), kABytes + kBBytes);
-        const int k0 = kb * kBK;
-        const uint32_t a = sA + stage * kABytes, b = sB + stage * kBBytes;
-        tma_load(a, &map_g, full(stage), m0, k0);
-        tma_load(a + kBox, &map_g, full(stage), m0 + 64, k0);
+    if (threadIdx.x == 256) {
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int grp = cluster_id; grp < groups; grp += clusters) {
+        const int m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * kBM,
+                  n0 = (grp % tiles_n) * kBN;
+        for (int kb = 0; kb < kblocks; ++kb) {
+          mbar_wait(empty(stage), phase ^ 1);
+          mbar_expect_tx(full(stage), kABytes + kBBytes);
+          const int k0 = kb * kBK;
+          const uint32_t a = sA + stage * kABytes, b = sB + stage * kBBytes;
+          tma_load(a, &map_g, full(stage), m0, k0);
+          tma_load(a + kBox, &map_g, full(stage), m0 + 64, k0);
+          if constexpr (kCluster == 1) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) tma_load(b + j * kBox, &map_x, full(stage), n0 + 64 * j, k0);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
+            for (int j = 0; j < 4; ++j) tma_load(b + j * kBox, &map_x, full(stage), n0 + 64 * j, k0);
+          } else {
+#pragma unroll
+            for (int j = 0; j < 4 / kCluster; ++j) {
+              const int box = static_cast<int>(rank) * (4 / kCluster) + j;
+              tma_load_multicast(b + box * kBox, &map_x, full(stage), n0 + 64 * box, k0,
+                                 static_cast<uint16_t>((1u << kCluster) - 1));
+            }
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
         }
       }
     }
+    // No early exit: with a cluster, every thread takes part in the closing cluster barrier.
+    __syncwarp();
+    if constexpr (kCluster > 1) cluster_sync();
     return;
   }
 
@@ -203,8 +256,18 @@ __global__ void __maxnreg__(224)
   uint32_t phase = 0;
   float d[128];
   uint32_t old[64];  // the old dW values at the accumulators' positions, two 16-bit values each
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t m0 = (tile / tiles_n) * kBM, n0 = (tile % tiles_n) * kBN;
+  // Releases a stage in every block of the cluster (their producers may multicast into it).
+  auto release = [&](int s) {
+    if constexpr (kCluster == 1) {
+      mbar_arrive(empty(s));
+    } else {
+#pragma unroll
+      for (int q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty(s), q);
+    }
+  };
+  for (int grp = cluster_id; grp < groups; grp += clusters) {
+    const int64_t m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * int64_t{kBM};
+    const int64_t n0 = (grp % tiles_n) * int64_t{kBN};
     const int64_t row0 = m0 + 64 * c + r, row1 = row0 + 8, col0 = n0 + 2 * (lane % 4);
     // The old tile's loads are issued before the K loop (volatile: the compiler keeps them here)
     // and complete under it; each thread reads, and later writes, only its own positions.
@@ -233,7 +296,7 @@ __global__ void __maxnreg__(224)
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       fence_operands(d);
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the previous step's MMAs
-      if (kb > 0 && t == 0) mbar_arrive(empty(prev));
+      if (kb > 0 && t == 0) release(prev);
       prev = stage;
       if (++stage == kStages) {
         stage = 0;
@@ -242,7 +305,7 @@ __global__ void __maxnreg__(224)
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(d);
-    if (t == 0) mbar_arrive(empty(prev));
+    if (t == 0) release(prev);
 
       // Epilogue: add the old values, round once, store (columns 8 j + 2 (lane % 4) + {0, 1}).
 #pragma unroll
@@ -257,6 +320,8 @@ __global__ void __maxnreg__(224)
             pack2<kF16>(d[4 * j + 2] + o1.x, d[4 * j + 3] + o1.y);
     }
   }
+  // A peer may still arrive on this block's barriers: leave together.
+  if constexpr (kCluster > 1) cluster_sync();
 #endif
 }
 
@@ -268,7 +333,7 @@ template <bool kF16>
 bool body_built() {
   static const bool built = [] {
     cudaFuncAttributes attr{};
-    return cudaFuncGetAttributes(&attr, dw_gemm_sm90_kernel<kF16>) == cudaSuccess && attr.numRegs >= 128;
+    return cudaFuncGetAttributes(&attr, dw_gemm_sm90_kernel<kF16, 1>) == cudaSuccess && attr.numRegs >= 128;
   }();
   return built;
 }
@@ -300,23 +365,36 @@ bool make_map(CUtensorMap* map, bool fp16, const void* ptr, int64_t inner, int64
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <bool kF16>
+template <bool kF16, int kCluster>
 cudaError_t launch(const DwGemmArgs& a, int sms, cudaStream_t stream) {
   if (!body_built<kF16>()) return cudaErrorInvalidDeviceFunction;
+  auto kernel = dw_gemm_sm90_kernel<kF16, kCluster>;
   // Per call: the attribute belongs to the current device's context (a microsecond next to the GEMM).
-  const cudaError_t attr = cudaFuncSetAttribute(
-      dw_gemm_sm90_kernel<kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
   if (attr != cudaSuccess) return attr;
   CUtensorMap mg, mx;
   if (!make_map(&mg, kF16, a.g, a.V, a.R, a.ldg) || !make_map(&mx, kF16, a.x, a.H, a.R, a.ldx))
     return cudaErrorInvalidValue;
-  const int64_t tiles_n = (a.H + kBN - 1) / kBN, tiles = (a.V + kBM - 1) / kBM * tiles_n;
+  const int64_t tiles_n = (a.H + kBN - 1) / kBN, tiles_m = (a.V + kBM - 1) / kBM;
+  const int64_t groups = (tiles_m + kCluster - 1) / kCluster * tiles_n;  // a group: kCluster tiles
   const int kblocks = static_cast<int>((a.R + kBK - 1) / kBK);
-  const int grid = static_cast<int>(tiles < sms ? tiles : sms);
-  dw_gemm_sm90_kernel<kF16><<<grid, kThreads, kSmemBytes, stream>>>(
-      mg, mx, static_cast<uint16_t*>(a.dw), a.V, a.H, static_cast<int>(tiles_n), static_cast<int>(tiles),
-      kblocks, a.accumulate ? 1 : 0);
-  return cudaGetLastError();
+  const int64_t clusters = groups < sms / kCluster ? groups : sms / kCluster;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = kCluster;
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, mg, mx, static_cast<uint16_t*>(a.dw), a.V, a.H,
+                            static_cast<int>(tiles_n), static_cast<int>(groups), kblocks,
+                            a.accumulate ? 1 : 0);
 }
 
 }  // namespace
@@ -334,7 +412,8 @@ bool dw_gemm_sm90_supported(const DwGemmArgs& a) {
 
 cudaError_t dw_gemm_sm90(const DwGemmArgs& a, int sms, cudaStream_t stream) {
   if (!dw_gemm_sm90_supported(a) || sms <= 0) return cudaErrorInvalidValue;
-  return a.fp16 ? launch<true>(a, sms, stream) : launch<false>(a, sms, stream);
+  if (a.cluster == 2) return a.fp16 ? launch<true, 2>(a, sms, stream) : launch<false, 2>(a, sms, stream);
+  return a.fp16 ? launch<true, 1>(a, sms, stream) : launch<false, 1>(a, sms, stream);
 }
 
 }  // namespace liger_cpp::kernels

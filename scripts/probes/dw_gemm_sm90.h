@@ -15,7 +15,8 @@ struct DwGemmArgs {
   void* dw;       // [V, H] contiguous; read first when accumulate
   int64_t R, V, H, ldg, ldx;
   bool accumulate;
-  bool fp16;  // float16 operands and dW (else bfloat16)
+  bool fp16;        // float16 operands and dW (else bfloat16)
+  int cluster = 1;  // 2: clusters of two blocks sharing X's slice by TMA multicast (dw_gemm_sm90.cu)
 };
 
 // Whether the kernel takes these arguments: its body was built for the current device (sm_90a),
