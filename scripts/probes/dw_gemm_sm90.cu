@@ -10,8 +10,11 @@
 // tile's K loop (they arrive under it) and stores the result directly, so the traffic can overlap
 // the math.
 //
-// Layout: a persistent block per SM of two consumer warpgroups and a producer warp (288 threads,
-// __maxnreg__ 224: 128 accumulators and 64 registers of old values a thread). The producer's one
+// Layout: a persistent block per SM of two consumer warpgroups and a producer warpgroup (384
+// threads). Registers are split by setmaxnreg: 232 a consumer thread (128 accumulators and 64 of old
+// values), 40 a producer thread. Why not a lone producer warp (288 threads at 224): warps are spread
+// over the SM's four register partitions of 16K each, and three warps at 224 overflow one (the
+// launch fails with "too many resources requested"). The producer's one
 // thread issues the TMA loads: per 64-deep K step a 128 x 64 slice of G (A, M-major) and a 64 x 256
 // slice of X (B, N-major) into one of kStages stages, in the 128-byte swizzle. Each consumer
 // warpgroup owns 64 rows of the 128 x 256 tile: wgmma m64n256k16 from shared memory. Out-of-range
@@ -37,7 +40,7 @@ namespace liger_cpp::kernels {
 namespace {
 
 constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4;
-constexpr int kThreads = 288;           // two consumer warpgroups + the producer warp
+constexpr int kThreads = 384;           // two consumer warpgroups + the producer warpgroup
 constexpr uint32_t kBox = 64 * 64 * 2;  // one TMA box, 64 x 64 16-bit elements (8 KiB)
 constexpr uint32_t kABytes = 2 * kBox;  // a stage's slice of G, 128 x 64
 constexpr uint32_t kBBytes = 4 * kBox;  // a stage's slice of X, 64 x 256
@@ -187,7 +190,7 @@ __device__ __forceinline__ float2 unpack2(uint32_t u) {
 // for both (TMA multicast), so X's slice leaves L2 once for two tiles; every stage's release then
 // waits for the consumers of both blocks.
 template <bool kF16, int kCluster>
-__global__ void __maxnreg__(224)
+__global__ void __launch_bounds__(384, 1)
     dw_gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_g, const __grid_constant__ CUtensorMap map_x,
                         uint16_t* __restrict__ dw, int64_t V, int64_t H, int tiles_n, int groups, int kblocks,
                         int accumulate) {
@@ -211,7 +214,8 @@ __global__ void __maxnreg__(224)
   if constexpr (kCluster > 1) cluster_sync();  // the peers' barriers exist before any multicast
 
   // A group: kCluster tiles of the same columns, rows (m_group kCluster + rank) x 128.
-  if (threadIdx.x >= 256) {  // the producer warp (warps 0-7 are the two consumer warpgroups)
+  if (threadIdx.x >= 256) {  // the producer warpgroup (warps 0-7 are the two consumer warpgroups)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (threadIdx.x == 256) {
       int stage = 0;
       uint32_t phase = 0;
@@ -249,6 +253,7 @@ __global__ void __maxnreg__(224)
     return;
   }
 
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int c = threadIdx.x / 128, t = threadIdx.x % 128;  // warpgroup c owns rows 64 c .. 64 c + 63
   const int warp = t / 32, lane = t % 32;
   const int r = 16 * warp + lane / 4;  // the accumulators' rows r and r + 8 (of the warpgroup's 64)
