@@ -24,6 +24,12 @@
 #   sanitize_only  compute-sanitizer $SANITIZE_TOOLS (memcheck initcheck) over gpu_sanitize.py's $SANITIZE_ONLY
 #   ce_bench   benchmarks/bench_cross_entropy.py --ours-only (the CE kernels' bench of record shapes)
 #   flce       benchmarks/bench_fused_linear_cross_entropy.py $FLCE_ARGS (e.g. --shapes M,H,V ... --only ...)
+#   dw_probe   scripts/probes/dw_gemm_ours.cu (our sm_90a dW GEMM against cuBLASLt's rule: checks, then
+#              each head at beta 1 and 0; seconds), built here with nvcc unless .probe/dw_gemm_ours is
+#              carried
+#   first_call scripts/probes/first_call.py: a fresh process's first GRPO call, twice each with nothing and
+#              with a tiny liger_cpp RMSNorm first
+#   selective  scripts/probes/selective_logprobs.py 0.9 (against Liger's Triton kernel and eager)
 #   captured / failure / beyond / long / sanitize: scripts/reliability_gpu.sh's stages of those names
 #              (sanitize: all four compute-sanitizer tools at once, each over 3 processes, ~2 min)
 # Export LIGER_CPP_COMMIT=<sha> for the record (git's HEAD on the device machine may be stale).
@@ -94,6 +100,21 @@ for s in ${STAGES:-}; do
       --out "$W/flce.json" ;;
     ce_bench) run ce_bench "${CE_TIMEOUT:-150}" python3 benchmarks/bench_cross_entropy.py --ours-only --out "$W/ce.json" ;;
     moe_bench) run moe_bench "${MOE_BENCH_TIMEOUT:-150}" python3 benchmarks/bench_moe.py --out "$W/moe.json" ;;
+    dw_probe)
+      DW=.probe/dw_gemm_ours
+      if [ ! -x "$DW" ]; then
+        DW=$W/dw_gemm_ours
+        nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o "$DW" scripts/probes/dw_gemm_ours.cu \
+          scripts/probes/dw_gemm_sm90.cu -lcublasLt >"$W/dw_build.log" 2>&1
+      fi
+      LT=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+      run dw_probe "${DW_TIMEOUT:-90}" env LD_LIBRARY_PATH="$LT:${LD_LIBRARY_PATH:-}" "$DW" ;;
+    first_call)
+      for w in none rms none rms; do
+        run "first_call_$w" 60 python3 scripts/probes/first_call.py --warm "$w"
+        tail -2 "$W/first_call_$w.log" >>"$W/first_call.log"
+      done ;;
+    selective) run selective 90 python3 scripts/probes/selective_logprobs.py 0.9 ;;
     captured | failure | beyond | long | sanitize)
       stamp "$s"
       OUT="$W/rel" WORK="$W/rel_work" STAGES="$s" bash scripts/reliability_gpu.sh >"$W/$s.log" 2>&1
@@ -110,6 +131,7 @@ for s in ${STAGES:-}; do
   case $s in
     tests | moe_tests) grep -E "^(FAILED|ERROR)" "$W/$s.log" | head -15; tail -2 "$W/$s.log" ;;
     captured | failure | beyond | long | sanitize) tail -12 "$W/$s.log" ;;
+    dw_probe | first_call | selective) grep -v "^  check" "$W/$s.log" | tail -20 ;;
     e2e_families) for fam in ${E2E_FAMILIES:-olmo3 hunyuan_v1_moe qwen3_vl}; do
         sed -n '/^[A-Z].* on /,$p' "$W/e2e_$fam.log" | head -8; done ;;
     e2e_b1_ab) for r in base1 new1 base2 new2; do

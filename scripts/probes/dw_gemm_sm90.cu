@@ -27,8 +27,9 @@
 // Status (docs/perf-log.md, 2026-12-06 late): a first version (the old tile by TMA into shared
 // memory, the epilogue through shared memory and a TMA store, 3 stages, a producer warpgroup) was
 // exact but 1.22-1.59 x slower than cuBLASLt's rule, its K loop alone too (beta 0: 1.036 against
-// 0.810 ms at Gemma 2; benchmarks/results/2026-12-06-h100-dw_gemm_ours-v1.txt). This version and its
-// cluster variant compile (215-217 registers, no spill) but have not run on a GPU yet.
+// 0.810 ms at Gemma 2; benchmarks/results/2026-12-06-h100-dw_gemm_ours-v1.txt). This version's first
+// run failed to launch at 288 threads (2026-12-06-h100-dw_gemm_ours-v2-launchfail.txt); at 384
+// threads it compiles (168 registers at launch, no spill) but has not run on a GPU yet.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
