@@ -27,8 +27,9 @@
 #   dw_probe   scripts/probes/dw_gemm_ours.cu (our sm_90a dW GEMM against cuBLASLt's rule: checks, then
 #              each head at beta 1 and 0; seconds), built here with nvcc unless .probe/dw_gemm_ours is
 #              carried
-#   first_call scripts/probes/first_call.py: a fresh process's first GRPO call, twice each with nothing and
-#              with a tiny liger_cpp RMSNorm first
+#   first_call scripts/probes/first_call.py: a fresh process's first GRPO call, twice each with nothing, a
+#              tiny PyTorch-only fwd+bwd and a tiny liger_cpp RMSNorm first; then after the PyTorch one with
+#              CUDA_MODULE_LOADING=EAGER, and profiled
 #   selective  scripts/probes/selective_logprobs.py 0.9 (against Liger's Triton kernel and eager)
 #   captured / failure / beyond / long / sanitize: scripts/reliability_gpu.sh's stages of those names
 #              (sanitize: all four compute-sanitizer tools at once, each over 3 processes, ~2 min)
@@ -110,10 +111,13 @@ for s in ${STAGES:-}; do
       LT=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
       run dw_probe "${DW_TIMEOUT:-90}" env LD_LIBRARY_PATH="$LT:${LD_LIBRARY_PATH:-}" "$DW" ;;
     first_call)
-      for w in none rms none rms; do
+      for w in none torch rms none torch rms; do
         run "first_call_$w" 60 python3 scripts/probes/first_call.py --warm "$w"
         tail -2 "$W/first_call_$w.log" >>"$W/first_call.log"
-      done ;;
+      done
+      run first_call_eager 60 env CUDA_MODULE_LOADING=EAGER python3 scripts/probes/first_call.py --warm torch
+      run first_call_profile 60 python3 scripts/probes/first_call.py --warm torch --profile
+      tail -2 "$W/first_call_eager.log" >>"$W/first_call.log" ;;
     selective) run selective 90 python3 scripts/probes/selective_logprobs.py 0.9 ;;
     captured | failure | beyond | long | sanitize)
       stamp "$s"

@@ -4,8 +4,10 @@ inputs (8 x 1024, H 4096, V 151936, ref log-probs given) and its floor GEMMs (cu
 optionally a warm-up of something else, then four timed fwd+bwd calls (wall ms, synchronised).
 --warm none: nothing; rms: a tiny liger_cpp RMSNorm fwd+bwd (as a model's forward runs before its
 loss); tiny: a tiny GRPO call (1 x 16, H 64, V 128: the op's process-level first-call costs without
-this shape's). Run with CUDA_MODULE_LOADING=EAGER to see what lazy loading of kernels costs.
-Usage: PYTHONPATH=.:benchmarks python scripts/probes/first_call.py --warm none|rms|tiny"""
+this shape's); torch: a tiny PyTorch-only fwd+bwd (linear, log_softmax, mean: PyTorch's own first
+backward, e.g. the autograd engine's device thread, without any liger_cpp kernel).
+Run with CUDA_MODULE_LOADING=EAGER to see what lazy loading of kernels costs.
+Usage: PYTHONPATH=.:benchmarks python scripts/probes/first_call.py --warm none|rms|tiny|torch"""
 
 import argparse
 import os
@@ -31,7 +33,7 @@ def timed_calls(mod, d, k):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--warm", default="none", choices=["none", "rms", "tiny"])
+    ap.add_argument("--warm", default="none", choices=["none", "rms", "tiny", "torch"])
     ap.add_argument("--profile", action="store_true", help="profile the first call: top host ops")
     args = ap.parse_args()
     n, T, h, v = GRPO_SHAPE
@@ -45,6 +47,10 @@ def main():
 
         norm = LigerRMSNorm(64).cuda().to(torch.bfloat16)
         norm(torch.randn(8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)).sum().backward()
+    elif args.warm == "torch":
+        lin = torch.nn.Linear(64, 128).cuda().to(torch.bfloat16)
+        x = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        torch.log_softmax(lin(x).float(), -1).mean().backward()
     elif args.warm == "tiny":
         timed_calls(mod, grpo_inputs((1, 16, 64, 128), "cuda", torch.bfloat16), 1)
     torch.cuda.synchronize()
