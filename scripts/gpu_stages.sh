@@ -24,9 +24,9 @@
 #   sanitize_only  compute-sanitizer $SANITIZE_TOOLS (memcheck initcheck) over gpu_sanitize.py's $SANITIZE_ONLY
 #   ce_bench   benchmarks/bench_cross_entropy.py --ours-only (the CE kernels' bench of record shapes)
 #   flce       benchmarks/bench_fused_linear_cross_entropy.py $FLCE_ARGS (e.g. --shapes M,H,V ... --only ...)
-#   dw_probe   scripts/probes/dw_gemm_ours.cu (our sm_90a dW GEMM against cuBLASLt's rule: checks, then
-#              each head at beta 1 and 0; seconds), built here with nvcc unless .probe/dw_gemm_ours is
-#              carried
+#   dw_probe   scripts/probes/dw_gemm_ours.cu (our sm_90a dW GEMMs, the cooperative and the ping-pong
+#              kernel each in its own process, against cuBLASLt's rule: checks, then each head at beta 1
+#              and 0; seconds), built here with nvcc unless .probe/dw_gemm_ours is carried
 #   first_call scripts/probes/first_call.py: a fresh process's first GRPO call, twice each with nothing, a
 #              tiny PyTorch-only fwd+bwd and a tiny liger_cpp RMSNorm first; then after the PyTorch one with
 #              CUDA_MODULE_LOADING=EAGER, and profiled
@@ -109,7 +109,8 @@ for s in ${STAGES:-}; do
           scripts/probes/dw_gemm_sm90.cu -lcublasLt >"$W/dw_build.log" 2>&1
       fi
       LT=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-      run dw_probe "${DW_TIMEOUT:-90}" env LD_LIBRARY_PATH="$LT:${LD_LIBRARY_PATH:-}" "$DW" ;;
+      run dw_probe_coop "${DW_TIMEOUT:-60}" env LD_LIBRARY_PATH="$LT:${LD_LIBRARY_PATH:-}" "$DW" coop
+      run dw_probe_pingpong "${DW_TIMEOUT:-60}" env LD_LIBRARY_PATH="$LT:${LD_LIBRARY_PATH:-}" "$DW" pingpong ;;
     first_call)
       for w in none torch rms none torch rms; do
         run "first_call_$w" 60 python3 scripts/probes/first_call.py --warm "$w"

@@ -6,6 +6,8 @@
 //     scripts/probes/dw_gemm_ours.cu scripts/probes/dw_gemm_sm90.cu -lcublasLt
 #include <cuda_fp16.h>
 
+#include <string>
+
 #include "dw_gemm_probe.cuh"
 #include "dw_gemm_sm90.h"
 
@@ -41,7 +43,7 @@ int sms() {
 
 // Correctness of ours at one shape: not accumulating and accumulating, against ref_kernel.
 template <class T>
-bool check(int R, int V, int H, bool fp16, int cluster) {
+bool check(int R, int V, int H, bool fp16, int cluster, bool ping) {
   T *g, *x, *w, *w0;
   float *ref, *maxerr;
   unsigned* bad;
@@ -59,7 +61,7 @@ bool check(int R, int V, int H, bool fp16, int cluster) {
   bool ok = true;
   for (int acc = 0; acc < 2; ++acc) {
     CK(cudaMemcpy(w, w0, nw * sizeof(T), cudaMemcpyDeviceToDevice));
-    DwGemmArgs a{g, x, w, R, V, H, V, H, acc == 1, fp16, cluster};
+    DwGemmArgs a{g, x, w, R, V, H, V, H, acc == 1, fp16, cluster, ping};
     const cudaError_t e = liger_cpp::kernels::dw_gemm_sm90(a, sms(), 0);
     CK(cudaDeviceSynchronize());
     ref_kernel<T><<<dim3((H + 127) / 128, V), 128>>>(g, x, w0, ref, R, V, H, acc);
@@ -71,8 +73,10 @@ bool check(int R, int V, int H, bool fp16, int cluster) {
     CK(cudaMemcpy(&nb, bad, 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(&me, maxerr, 4, cudaMemcpyDeviceToHost));
     std::printf(
-        "  check %s R %d V %d H %d accumulate %d: launch %s, %u of %zu outside 1/2 ulp, max |err| %.3g\n",
-        fp16 ? "fp16" : "bf16", R, V, H, acc, cudaGetErrorString(e), nb, nw, me);
+        "  check %s %s %d R %d V %d H %d accumulate %d: launch %s, %u of %zu outside 1/2 ulp, max |err| "
+        "%.3g\n",
+        ping ? "pingpong" : "cluster", cluster, fp16 ? "fp16" : "bf16", R, V, H, acc, cudaGetErrorString(e),
+        nb, nw, me);
     ok = ok && e == cudaSuccess && nb == 0;
   }
   cudaFree(g);
@@ -86,16 +90,34 @@ bool check(int R, int V, int H, bool fp16, int cluster) {
 }
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1;
-  bool ok = true;
-  for (int cl = 1; cl <= 2; ++cl) {
-    ok &= check<__nv_bfloat16>(77, 1000, 264, false, cl);
-    ok &= check<__half>(77, 1000, 264, true, cl);
-    ok &= check<__nv_bfloat16>(512, 4104, 2304, false, cl);  // 33 row tiles: a cluster's second tile empty
-    ok &= check<__nv_bfloat16>(1024, 3000, 4096, false, cl);
-    ok &= check<__nv_bfloat16>(64, 256, 256, false, cl);
-    ok &= check<__nv_bfloat16>(5, 136, 8, false, cl);
+  // Arguments: "quick" (checks only), "coop" or "pingpong" (that kernel only: a hang of one, say a
+  // barrier never completing, then leaves the other's figures).
+  bool quick = false, want[2] = {true, true};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "quick") quick = true;
+    if (arg == "coop") want[1] = false;
+    if (arg == "pingpong") want[0] = false;
   }
+  bool ok = true;
+  // Both kernels (the cooperative 128 x 256 one, "cluster", and the ping-pong 128 x 128 one), each in
+  // blocks alone and in clusters of two. Each variant's verdict is its own: a failing one is not timed.
+  bool good[2][3] = {};
+  for (int pp = 0; pp < 2; ++pp)
+    for (int cl = 1; cl <= 2 && want[pp]; ++cl) {
+      bool v = true;
+      v &= check<__nv_bfloat16>(77, 1000, 264, false, cl, pp);
+      v &= check<__half>(77, 1000, 264, true, cl, pp);
+      v &= check<__nv_bfloat16>(512, 4104, 2304, false, cl,
+                                pp);  // 33 row tiles: a cluster's second tile empty
+      v &= check<__nv_bfloat16>(1024, 3000, 4096, false, cl, pp);
+      v &= check<__nv_bfloat16>(64, 256, 256, false, cl, pp);
+      v &= check<__nv_bfloat16>(5, 136, 8, false, cl, pp);
+      v &= check<__nv_bfloat16>(2048, 1000, 264, false, cl, pp);  // 32 K steps: the ring wraps within a tile
+      std::printf("checks %s %d %s\n", pp ? "pingpong" : "cluster", cl, v ? "passed" : "FAILED");
+      good[pp][cl] = v;
+      ok &= v;
+    }
   std::printf("checks %s\n", ok ? "passed" : "FAILED");
   std::fflush(stdout);
   if (quick) return ok ? 0 : 1;
@@ -111,9 +133,11 @@ int main(int argc, char** argv) {
     RuleCase rc(sh, env);
     const DwProblem& p = rc.p;
     const float t_lt = rc.rule_ms(env, 1.f), t_lt0 = rc.rule_ms(env, 0.f);
-    for (int cl = 1; cl <= 2; ++cl) {
+    for (int v = 0; v < 4; ++v) {
+      const int pp = v / 2, cl = v % 2 + 1;
+      if (!good[pp][cl]) continue;
       rc.reset();
-      DwGemmArgs a{p.G, p.X, p.W, sh.R, sh.V, sh.H, sh.V, sh.H, true, false, cl};
+      DwGemmArgs a{p.G, p.X, p.W, sh.R, sh.V, sh.H, sh.V, sh.H, true, false, cl, pp == 1};
       CK(liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0));
       const float dd = env.diff(p.W, rc.ref, rc.nW);
       const float t_us =
@@ -122,11 +146,11 @@ int main(int argc, char** argv) {
       const float t_us0 =
           median_ms_of([&] { return liger_cpp::kernels::dw_gemm_sm90(a, n_sm, 0) == cudaSuccess; }, 3, 15);
       std::printf(
-          "%-20s R %4d V %6d H %4d cluster %d: beta 1 ours %.3f ms (%.0f TFLOP/s) cuBLASLt %.3f (%.0f) = "
+          "%-20s R %4d V %6d H %4d %s %d: beta 1 ours %.3f ms (%.0f TFLOP/s) cuBLASLt %.3f (%.0f) = "
           "%.3f x | "
           "beta 0 ours %.3f cuBLASLt %.3f | max |ours - cuBLASLt| %.3g\n",
-          sh.name, sh.R, sh.V, sh.H, cl, t_us, p.gflop() / t_us, t_lt, p.gflop() / t_lt, t_us / t_lt, t_us0,
-          t_lt0, dd);
+          sh.name, sh.R, sh.V, sh.H, pp ? "pingpong" : "cluster", cl, t_us, p.gflop() / t_us, t_lt,
+          p.gflop() / t_lt, t_us / t_lt, t_us0, t_lt0, dd);
     }
     std::fflush(stdout);
   }

@@ -29,7 +29,9 @@
 // exact but 1.22-1.59 x slower than cuBLASLt's rule, its K loop alone too (beta 0: 1.036 against
 // 0.810 ms at Gemma 2; benchmarks/results/2026-12-06-h100-dw_gemm_ours-v1.txt). This version's first
 // run failed to launch at 288 threads (2026-12-06-h100-dw_gemm_ours-v2-launchfail.txt); at 384
-// threads it compiles (168 registers at launch, no spill) but has not run on a GPU yet.
+// threads it compiles (168 registers at launch, no spill) but has not run on a GPU yet. Beside it, a
+// ping-pong kernel (dw_gemm_sm90_pingpong_kernel, 2026-12-06 evening) hides each tile's
+// epilogue under the other warpgroup's MMAs; also not yet run.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -159,6 +161,40 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, u
     LIGER_WGMMA_M64N256K16("f16");
   else
     LIGER_WGMMA_M64N256K16("bf16");
+}
+// D (+)= A B for one m64n128k16 step (the ping-pong kernel's: two per K step, rows 0-63 and 64-127 of
+// its 128 x 128 tile), 64 float32 accumulators at d[kOff ...].
+#define LIGER_WGMMA_M64N128K16(TY)                                                                           \
+  asm volatile(                                                                                              \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                           \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY                                               \
+      " "                                                                                                    \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "     \
+      "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, " \
+      "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
+      "%61, %62, %63}, %64, %65, p, 1, 1, 1, 1;\n}\n"                                                        \
+      : "+f"(d[kOff + 0]), "+f"(d[kOff + 1]), "+f"(d[kOff + 2]), "+f"(d[kOff + 3]), "+f"(d[kOff + 4]),       \
+        "+f"(d[kOff + 5]), "+f"(d[kOff + 6]), "+f"(d[kOff + 7]), "+f"(d[kOff + 8]), "+f"(d[kOff + 9]),       \
+        "+f"(d[kOff + 10]), "+f"(d[kOff + 11]), "+f"(d[kOff + 12]), "+f"(d[kOff + 13]), "+f"(d[kOff + 14]),  \
+        "+f"(d[kOff + 15]), "+f"(d[kOff + 16]), "+f"(d[kOff + 17]), "+f"(d[kOff + 18]), "+f"(d[kOff + 19]),  \
+        "+f"(d[kOff + 20]), "+f"(d[kOff + 21]), "+f"(d[kOff + 22]), "+f"(d[kOff + 23]), "+f"(d[kOff + 24]),  \
+        "+f"(d[kOff + 25]), "+f"(d[kOff + 26]), "+f"(d[kOff + 27]), "+f"(d[kOff + 28]), "+f"(d[kOff + 29]),  \
+        "+f"(d[kOff + 30]), "+f"(d[kOff + 31]), "+f"(d[kOff + 32]), "+f"(d[kOff + 33]), "+f"(d[kOff + 34]),  \
+        "+f"(d[kOff + 35]), "+f"(d[kOff + 36]), "+f"(d[kOff + 37]), "+f"(d[kOff + 38]), "+f"(d[kOff + 39]),  \
+        "+f"(d[kOff + 40]), "+f"(d[kOff + 41]), "+f"(d[kOff + 42]), "+f"(d[kOff + 43]), "+f"(d[kOff + 44]),  \
+        "+f"(d[kOff + 45]), "+f"(d[kOff + 46]), "+f"(d[kOff + 47]), "+f"(d[kOff + 48]), "+f"(d[kOff + 49]),  \
+        "+f"(d[kOff + 50]), "+f"(d[kOff + 51]), "+f"(d[kOff + 52]), "+f"(d[kOff + 53]), "+f"(d[kOff + 54]),  \
+        "+f"(d[kOff + 55]), "+f"(d[kOff + 56]), "+f"(d[kOff + 57]), "+f"(d[kOff + 58]), "+f"(d[kOff + 59]),  \
+        "+f"(d[kOff + 60]), "+f"(d[kOff + 61]), "+f"(d[kOff + 62]), "+f"(d[kOff + 63])                       \
+      : "l"(da), "l"(db), "r"(scale_d))
+
+template <bool kF16, int kOff>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[128], uint64_t da, uint64_t db,
+                                                 uint32_t scale_d) {
+  if constexpr (kF16)
+    LIGER_WGMMA_M64N128K16("f16");
+  else
+    LIGER_WGMMA_M64N128K16("bf16");
 }
 // Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs.
 __device__ __forceinline__ void fence_operands(float (&d)[128]) {
@@ -331,6 +367,166 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+// Ping-pong (DwGemmArgs::pingpong): each consumer warpgroup owns a whole 128 x 128 tile (two
+// m64n128k16 per K step, 128 accumulators, 64 registers of old values) and the two take the block's
+// tiles in turn, so one warpgroup's epilogue (old values added, rounding, stores) runs under the
+// other's MMAs instead of between a tile's K loops. The producer fills one ring of stages with the
+// tiles' K slices in order. A warpgroup waits for its tile's stages only once the other has waited
+// for all of the previous tile's (the turn barriers): then every stage it waits on was last filled
+// for a tile already consumed, so a parity wait cannot see a stale phase, and the MMAs of the two
+// warpgroups alternate. kCluster 2: two blocks take the tiles of rows m and m + 128 and the same
+// columns, each loads one of X's two boxes for both (TMA multicast).
+constexpr int kPBM = 128, kPBN = 128, kPStages = 6;
+constexpr uint32_t kPABytes = 2 * kBox;  // a stage's slice of G, 128 x 64
+constexpr uint32_t kPBBytes = 2 * kBox;  // a stage's slice of X, 64 x 128
+constexpr uint32_t kPSmemBytes = kPStages * (kPABytes + kPBBytes) + 8 * (2 * kPStages + 2) + 1024;
+
+template <bool kF16, int kCluster>
+__global__ void __launch_bounds__(384, 1)
+    dw_gemm_sm90_pingpong_kernel(const __grid_constant__ CUtensorMap map_g,
+                                 const __grid_constant__ CUtensorMap map_x, uint16_t* __restrict__ dw,
+                                 int64_t V, int64_t H, int tiles_n, int groups, int kblocks, int accumulate) {
+#if defined(LIGER_DW_SM90A)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sA = (raw + 1023) & ~1023u;
+  const uint32_t sB = sA + kPStages * kPABytes, bars = sB + kPStages * kPBBytes;
+  auto full = [&](int s) { return bars + 8 * s; };
+  auto empty = [&](int s) { return bars + 8 * (kPStages + s); };
+  auto turn = [&](int c) { return bars + 8 * (2 * kPStages + c); };  // warpgroup c may start its next tile
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
+  const int cluster_id = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kPStages; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), kCluster);  // the consuming warpgroup of each block of the cluster
+    }
+    mbar_init(turn(0), 1);
+    mbar_init(turn(1), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if constexpr (kCluster > 1) cluster_sync();
+
+  if (threadIdx.x >= 256) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x == 256) {
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int grp = cluster_id; grp < groups; grp += clusters) {
+        const int m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * kPBM,
+                  n0 = (grp % tiles_n) * kPBN;
+        for (int kb = 0; kb < kblocks; ++kb) {
+          mbar_wait(empty(stage), phase ^ 1);
+          mbar_expect_tx(full(stage), kPABytes + kPBBytes);
+          const int k0 = kb * kBK;
+          const uint32_t a = sA + stage * kPABytes, b = sB + stage * kPBBytes;
+          tma_load(a, &map_g, full(stage), m0, k0);
+          tma_load(a + kBox, &map_g, full(stage), m0 + 64, k0);
+          if constexpr (kCluster == 1) {
+            tma_load(b, &map_x, full(stage), n0, k0);
+            tma_load(b + kBox, &map_x, full(stage), n0 + 64, k0);
+          } else {
+            tma_load_multicast(b + rank * kBox, &map_x, full(stage), n0 + 64 * static_cast<int>(rank), k0,
+                               static_cast<uint16_t>((1u << kCluster) - 1));
+          }
+          if (++stage == kPStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+    __syncwarp();
+    if constexpr (kCluster > 1) cluster_sync();
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int c = threadIdx.x / 128,
+            t = threadIdx.x % 128;  // warpgroup c takes the block's tiles c, c + 2, ...
+  const int warp = t / 32, lane = t % 32;
+  const int r = 16 * warp + lane / 4;  // the accumulators' rows r and r + 8 of each 64-row half
+  float d[128];
+  uint32_t old[64];
+  auto release = [&](int s) {
+    if constexpr (kCluster == 1) {
+      mbar_arrive(empty(s));
+    } else {
+#pragma unroll
+      for (int q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty(s), q);
+    }
+  };
+  int n_own = 0;  // this warpgroup's tiles so far
+  for (int li = c, grp = cluster_id + c * clusters; grp < groups; li += 2, grp += 2 * clusters, ++n_own) {
+    const int64_t m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * int64_t{kPBM};
+    const int64_t n0 = (grp % tiles_n) * int64_t{kPBN};
+    const int64_t col0 = n0 + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row0 = m0 + 64 * h + r, row1 = row0 + 8;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        old[32 * h + 2 * j] = old[32 * h + 2 * j + 1] = 0u;
+        const int64_t col = col0 + 8 * j;
+        if (accumulate && col < H) {
+          if (row0 < V)
+            asm volatile("ld.global.b32 %0, [%1];" : "=r"(old[32 * h + 2 * j]) : "l"(dw + row0 * H + col));
+          if (row1 < V)
+            asm volatile("ld.global.b32 %0, [%1];"
+                         : "=r"(old[32 * h + 2 * j + 1])
+                         : "l"(dw + row1 * H + col));
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    // The block's tile li - 1 (the other warpgroup's) has had all its stages waited for.
+    if (li > 0) mbar_wait(turn(c), static_cast<uint32_t>((c == 0 ? n_own - 1 : n_own) & 1));
+    const int64_t g0 = static_cast<int64_t>(li) * kblocks;
+    int prev = 0;
+    for (int kb = 0; kb < kblocks; ++kb) {
+      const int64_t gk = g0 + kb;
+      const int stage = static_cast<int>(gk % kPStages);
+      mbar_wait(full(stage), static_cast<uint32_t>((gk / kPStages) & 1));
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      fence_operands(d);
+      const uint32_t a = sA + stage * kPABytes, b = sB + stage * kPBBytes;
+#pragma unroll
+      for (int s = 0; s < kBK / 16; ++s) {
+        wgmma_m64n128k16<kF16, 0>(d, desc_mn_sw128(a + s * 2048), desc_mn_sw128(b + s * 2048), 1);
+        wgmma_m64n128k16<kF16, 64>(d, desc_mn_sw128(a + kBox + s * 2048), desc_mn_sw128(b + s * 2048), 1);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      fence_operands(d);
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      if (kb > 0 && t == 0) release(prev);
+      prev = stage;
+    }
+    if (t == 0) mbar_arrive(turn(1 - c));  // every stage of tile li waited for: the other may go on
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    fence_operands(d);
+    if (t == 0) release(prev);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row0 = m0 + 64 * h + r, row1 = row0 + 8;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int64_t col = col0 + 8 * j;
+        if (col >= H) continue;
+        const float2 o0 = unpack2<kF16>(old[32 * h + 2 * j]), o1 = unpack2<kF16>(old[32 * h + 2 * j + 1]);
+        const int i = 64 * h + 4 * j;
+        if (row0 < V)
+          *reinterpret_cast<uint32_t*>(dw + row0 * H + col) = pack2<kF16>(d[i] + o0.x, d[i + 1] + o0.y);
+        if (row1 < V)
+          *reinterpret_cast<uint32_t*>(dw + row1 * H + col) = pack2<kF16>(d[i + 2] + o1.x, d[i + 3] + o1.y);
+      }
+    }
+  }
+  if constexpr (kCluster > 1) cluster_sync();
+#endif
+}
+
 // Whether this build holds the kernel's body for the device: the body needs sm_90a (wgmma,
 // setmaxnreg), so a module compiled for sm_90 without the suffix, or for another architecture, has
 // an empty kernel. The body's 128 float32 accumulators a thread take well over 100 registers, the
@@ -371,25 +567,27 @@ bool make_map(CUtensorMap* map, bool fp16, const void* ptr, int64_t inner, int64
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <bool kF16, int kCluster>
+template <bool kF16, int kCluster, bool kPing>
 cudaError_t launch(const DwGemmArgs& a, int sms, cudaStream_t stream) {
   if (!body_built<kF16>()) return cudaErrorInvalidDeviceFunction;
-  auto kernel = dw_gemm_sm90_kernel<kF16, kCluster>;
+  auto kernel = kPing ? dw_gemm_sm90_pingpong_kernel<kF16, kCluster> : dw_gemm_sm90_kernel<kF16, kCluster>;
+  const int bm = kPing ? kPBM : kBM, bn = kPing ? kPBN : kBN;
+  const uint32_t smem = kPing ? kPSmemBytes : kSmemBytes;
   // Per call: the attribute belongs to the current device's context (a microsecond next to the GEMM).
   const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
   CUtensorMap mg, mx;
   if (!make_map(&mg, kF16, a.g, a.V, a.R, a.ldg) || !make_map(&mx, kF16, a.x, a.H, a.R, a.ldx))
     return cudaErrorInvalidValue;
-  const int64_t tiles_n = (a.H + kBN - 1) / kBN, tiles_m = (a.V + kBM - 1) / kBM;
+  const int64_t tiles_n = (a.H + bn - 1) / bn, tiles_m = (a.V + bm - 1) / bm;
   const int64_t groups = (tiles_m + kCluster - 1) / kCluster * tiles_n;  // a group: kCluster tiles
   const int kblocks = static_cast<int>((a.R + kBK - 1) / kBK);
   const int64_t clusters = groups < sms / kCluster ? groups : sms / kCluster;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
@@ -411,15 +609,22 @@ bool dw_gemm_sm90_supported(const DwGemmArgs& a) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (a.R <= 0 || a.V <= 0 || a.H <= 0 || a.R > kMax || a.V > kMax || a.H > kMax) return false;
   if (a.ldg < a.V || a.ldx < a.H || a.H % 8 || a.ldg % 8 || a.ldx % 8) return false;
-  // The tile count fits an int: (V / 128 + 1) * (H / 256 + 1) with V, H < 2^31 can pass it.
-  if (((a.V + kBM - 1) / kBM) * ((a.H + kBN - 1) / kBN) > kMax) return false;
+  // The tile count fits an int: (V / 128 + 1) * (H / 128 + 1) with V, H < 2^31 can pass it (128 x 128:
+  // the ping-pong kernel's tiles, the smaller).
+  if (((a.V + kPBM - 1) / kPBM) * ((a.H + kPBN - 1) / kPBN) > kMax) return false;
   return aligned(a.g) && aligned(a.x) && aligned(a.dw);
 }
 
 cudaError_t dw_gemm_sm90(const DwGemmArgs& a, int sms, cudaStream_t stream) {
   if (!dw_gemm_sm90_supported(a) || sms <= 0) return cudaErrorInvalidValue;
-  if (a.cluster == 2) return a.fp16 ? launch<true, 2>(a, sms, stream) : launch<false, 2>(a, sms, stream);
-  return a.fp16 ? launch<true, 1>(a, sms, stream) : launch<false, 1>(a, sms, stream);
+  if (a.pingpong) {
+    if (a.cluster == 2)
+      return a.fp16 ? launch<true, 2, true>(a, sms, stream) : launch<false, 2, true>(a, sms, stream);
+    return a.fp16 ? launch<true, 1, true>(a, sms, stream) : launch<false, 1, true>(a, sms, stream);
+  }
+  if (a.cluster == 2)
+    return a.fp16 ? launch<true, 2, false>(a, sms, stream) : launch<false, 2, false>(a, sms, stream);
+  return a.fp16 ? launch<true, 1, false>(a, sms, stream) : launch<false, 1, false>(a, sms, stream);
 }
 
 }  // namespace liger_cpp::kernels

@@ -15,8 +15,9 @@ struct DwGemmArgs {
   void* dw;       // [V, H] contiguous; read first when accumulate
   int64_t R, V, H, ldg, ldx;
   bool accumulate;
-  bool fp16;        // float16 operands and dW (else bfloat16)
-  int cluster = 1;  // 2: clusters of two blocks sharing X's slice by TMA multicast (dw_gemm_sm90.cu)
+  bool fp16;              // float16 operands and dW (else bfloat16)
+  int cluster = 1;        // 2: clusters of two blocks sharing X's slice by TMA multicast (dw_gemm_sm90.cu)
+  bool pingpong = false;  // 128 x 128 tiles, one a consumer warpgroup in turn (dw_gemm_sm90.cu)
 };
 
 // Whether the kernel takes these arguments: its body was built for the current device (sm_90a),
