@@ -43,10 +43,6 @@ def simulate(tiles, kblocks, stages, turn, rng):
         st = cons[c]
         li = st["li"]
         if li >= tiles:
-            if st["inflight"] is not None:  # last wait_group 0 + release
-                releases[st["inflight"]] += 1
-                st["inflight"] = None
-                return True
             return False
         if st["state"] == "turn":
             if turn and li > 0:
