@@ -30,7 +30,7 @@
 // 0.810 ms at Gemma 2; benchmarks/results/2026-12-06-h100-dw_gemm_ours-v1.txt). This version's first
 // run failed to launch at 288 threads (2026-12-06-h100-dw_gemm_ours-v2-launchfail.txt); at 384
 // threads it compiles (168 registers at launch, no spill) but has not run on a GPU yet. Beside it, a
-// ping-pong kernel (dw_gemm_sm90_pingpong_kernel, 2026-12-06 evening) hides each tile's
+// ping-pong kernel (dw_gemm_sm90_pingpong_kernel, 2026-12-06 late night) hides each tile's
 // epilogue under the other warpgroup's MMAs; also not yet run.
 #include <cuda.h>
 #include <cudaTypedefs.h>
