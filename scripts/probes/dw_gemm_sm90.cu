@@ -220,6 +220,86 @@ __device__ __forceinline__ float2 unpack2(uint32_t u) {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
   }
 }
+
+// The producer of both kernels (one thread): per tile of the block's sequence (groups of kCluster
+// tiles of the same columns, rows (group's m kCluster + rank) x 128) and per 64-deep K step, G's 128 x
+// 64 slice (two boxes) and X's 64 x kN slice (kN / 64 boxes; in a cluster each block loads its share
+// for all of them, by multicast) into the next stage of a ring of kS, whose full barriers sit at
+// `bars` and empty ones after them.
+template <int kN, int kS, int kCluster>
+__device__ __forceinline__ void produce(const CUtensorMap* map_g, const CUtensorMap* map_x, uint32_t sA,
+                                        uint32_t sB, uint32_t bars, uint32_t rank, int cluster_id,
+                                        int clusters, int tiles_n, int groups, int kblocks) {
+  constexpr int kBoxesB = kN / 64, kOwnB = kBoxesB / kCluster;
+  constexpr uint32_t kA = 2 * kBox, kB = kBoxesB * kBox;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int grp = cluster_id; grp < groups; grp += clusters) {
+    const int m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * kBM, n0 = (grp % tiles_n) * kN;
+    for (int kb = 0; kb < kblocks; ++kb) {
+      const uint32_t full = bars + 8 * stage, empty = bars + 8 * (kS + stage);
+      mbar_wait(empty, phase ^ 1);
+      mbar_expect_tx(full, kA + kB);
+      const int k0 = kb * kBK;
+      const uint32_t a = sA + stage * kA, b = sB + stage * kB;
+      tma_load(a, map_g, full, m0, k0);
+      tma_load(a + kBox, map_g, full, m0 + 64, k0);
+#pragma unroll
+      for (int j = 0; j < kOwnB; ++j) {
+        const int box = static_cast<int>(rank) * kOwnB + j;
+        if constexpr (kCluster == 1)
+          tma_load(b + box * kBox, map_x, full, n0 + 64 * box, k0);
+        else
+          tma_load_multicast(b + box * kBox, map_x, full, n0 + 64 * box, k0,
+                             static_cast<uint16_t>((1u << kCluster) - 1));
+      }
+      if (++stage == kS) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
+// The old dW values at one m64 block's accumulator positions (rows row0 and row0 + 8, columns col0 +
+// 8 j for j < kJ), two 16-bit values a register, into old[kO ...]; zeros where not accumulating or
+// outside dW. Issued before the tile's K loop (volatile: the compiler keeps them there) so they
+// arrive under it; each thread reads, and later writes, only its own positions.
+template <int kJ, int kO>
+__device__ __forceinline__ void load_old(uint32_t (&old)[64], const uint16_t* dw, int64_t row0, int64_t col0,
+                                         int64_t V, int64_t H, int accumulate) {
+  const int64_t row1 = row0 + 8;
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    old[kO + 2 * j] = old[kO + 2 * j + 1] = 0u;
+    const int64_t col = col0 + 8 * j;
+    if (accumulate && col < H) {
+      if (row0 < V)
+        asm volatile("ld.global.b32 %0, [%1];" : "=r"(old[kO + 2 * j]) : "l"(dw + row0 * H + col));
+      if (row1 < V)
+        asm volatile("ld.global.b32 %0, [%1];" : "=r"(old[kO + 2 * j + 1]) : "l"(dw + row1 * H + col));
+    }
+  }
+}
+
+// The epilogue of one m64 block: accumulators d[kD ...] plus the old values old[kO ...], rounded
+// once, stored at the positions load_old read.
+template <bool kF16, int kJ, int kD, int kO>
+__device__ __forceinline__ void store_block(uint16_t* dw, const float (&d)[128], const uint32_t (&old)[64],
+                                            int64_t row0, int64_t col0, int64_t V, int64_t H) {
+  const int64_t row1 = row0 + 8;
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    const int64_t col = col0 + 8 * j;
+    if (col >= H) continue;
+    const float2 o0 = unpack2<kF16>(old[kO + 2 * j]), o1 = unpack2<kF16>(old[kO + 2 * j + 1]);
+    const int i = kD + 4 * j;
+    if (row0 < V)
+      *reinterpret_cast<uint32_t*>(dw + row0 * H + col) = pack2<kF16>(d[i] + o0.x, d[i + 1] + o0.y);
+    if (row1 < V)
+      *reinterpret_cast<uint32_t*>(dw + row1 * H + col) = pack2<kF16>(d[i + 2] + o1.x, d[i + 3] + o1.y);
+  }
+}
 #endif  // LIGER_DW_SM90A
 
 // kCluster 1: one block per tile. kCluster 2: a cluster of two blocks takes two tiles of the same
@@ -250,40 +330,11 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();
   if constexpr (kCluster > 1) cluster_sync();  // the peers' barriers exist before any multicast
 
-  // A group: kCluster tiles of the same columns, rows (m_group kCluster + rank) x 128.
   if (threadIdx.x >= 256) {  // the producer warpgroup (warps 0-7 are the two consumer warpgroups)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (threadIdx.x == 256) {
-      int stage = 0;
-      uint32_t phase = 0;
-      for (int grp = cluster_id; grp < groups; grp += clusters) {
-        const int m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * kBM,
-                  n0 = (grp % tiles_n) * kBN;
-        for (int kb = 0; kb < kblocks; ++kb) {
-          mbar_wait(empty(stage), phase ^ 1);
-          mbar_expect_tx(full(stage), kABytes + kBBytes);
-          const int k0 = kb * kBK;
-          const uint32_t a = sA + stage * kABytes, b = sB + stage * kBBytes;
-          tma_load(a, &map_g, full(stage), m0, k0);
-          tma_load(a + kBox, &map_g, full(stage), m0 + 64, k0);
-          if constexpr (kCluster == 1) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) tma_load(b + j * kBox, &map_x, full(stage), n0 + 64 * j, k0);
-          } else {
-#pragma unroll
-            for (int j = 0; j < 4 / kCluster; ++j) {
-              const int box = static_cast<int>(rank) * (4 / kCluster) + j;
-              tma_load_multicast(b + box * kBox, &map_x, full(stage), n0 + 64 * box, k0,
-                                 static_cast<uint16_t>((1u << kCluster) - 1));
-            }
-          }
-          if (++stage == kStages) {
-            stage = 0;
-            phase ^= 1;
-          }
-        }
-      }
-    }
+    if (threadIdx.x == 256)
+      produce<kBN, kStages, kCluster>(&map_g, &map_x, sA, sB, bars, rank, cluster_id, clusters, tiles_n,
+                                      groups, kblocks);
     // No early exit: with a cluster, every thread takes part in the closing cluster barrier.
     __syncwarp();
     if constexpr (kCluster > 1) cluster_sync();
@@ -310,19 +361,8 @@ __global__ void __launch_bounds__(384, 1)
   for (int grp = cluster_id; grp < groups; grp += clusters) {
     const int64_t m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * int64_t{kBM};
     const int64_t n0 = (grp % tiles_n) * int64_t{kBN};
-    const int64_t row0 = m0 + 64 * c + r, row1 = row0 + 8, col0 = n0 + 2 * (lane % 4);
-    // The old tile's loads are issued before the K loop (volatile: the compiler keeps them here)
-    // and complete under it; each thread reads, and later writes, only its own positions.
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      old[2 * j] = old[2 * j + 1] = 0u;
-      const int64_t col = col0 + 8 * j;
-      if (accumulate && col < H) {
-        if (row0 < V) asm volatile("ld.global.b32 %0, [%1];" : "=r"(old[2 * j]) : "l"(dw + row0 * H + col));
-        if (row1 < V)
-          asm volatile("ld.global.b32 %0, [%1];" : "=r"(old[2 * j + 1]) : "l"(dw + row1 * H + col));
-      }
-    }
+    const int64_t row0 = m0 + 64 * c + r, col0 = n0 + 2 * (lane % 4);
+    load_old<32, 0>(old, dw, row0, col0, V, H, accumulate);
 #pragma unroll
     for (int i = 0; i < 128; ++i) d[i] = 0.f;
     int prev = 0;
@@ -349,18 +389,7 @@ __global__ void __launch_bounds__(384, 1)
     fence_operands(d);
     if (t == 0) release(prev);
 
-      // Epilogue: add the old values, round once, store (columns 8 j + 2 (lane % 4) + {0, 1}).
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int64_t col = col0 + 8 * j;
-      if (col >= H) continue;
-      const float2 o0 = unpack2<kF16>(old[2 * j]), o1 = unpack2<kF16>(old[2 * j + 1]);
-      if (row0 < V)
-        *reinterpret_cast<uint32_t*>(dw + row0 * H + col) = pack2<kF16>(d[4 * j] + o0.x, d[4 * j + 1] + o0.y);
-      if (row1 < V)
-        *reinterpret_cast<uint32_t*>(dw + row1 * H + col) =
-            pack2<kF16>(d[4 * j + 2] + o1.x, d[4 * j + 3] + o1.y);
-    }
+    store_block<kF16, 32, 0, 0>(dw, d, old, row0, col0, V, H);
   }
   // A peer may still arrive on this block's barriers: leave together.
   if constexpr (kCluster > 1) cluster_sync();
@@ -410,33 +439,9 @@ __global__ void __launch_bounds__(384, 1)
 
   if (threadIdx.x >= 256) {  // the producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (threadIdx.x == 256) {
-      int stage = 0;
-      uint32_t phase = 0;
-      for (int grp = cluster_id; grp < groups; grp += clusters) {
-        const int m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * kPBM,
-                  n0 = (grp % tiles_n) * kPBN;
-        for (int kb = 0; kb < kblocks; ++kb) {
-          mbar_wait(empty(stage), phase ^ 1);
-          mbar_expect_tx(full(stage), kPABytes + kPBBytes);
-          const int k0 = kb * kBK;
-          const uint32_t a = sA + stage * kPABytes, b = sB + stage * kPBBytes;
-          tma_load(a, &map_g, full(stage), m0, k0);
-          tma_load(a + kBox, &map_g, full(stage), m0 + 64, k0);
-          if constexpr (kCluster == 1) {
-            tma_load(b, &map_x, full(stage), n0, k0);
-            tma_load(b + kBox, &map_x, full(stage), n0 + 64, k0);
-          } else {
-            tma_load_multicast(b + rank * kBox, &map_x, full(stage), n0 + 64 * static_cast<int>(rank), k0,
-                               static_cast<uint16_t>((1u << kCluster) - 1));
-          }
-          if (++stage == kPStages) {
-            stage = 0;
-            phase ^= 1;
-          }
-        }
-      }
-    }
+    if (threadIdx.x == 256)
+      produce<kPBN, kPStages, kCluster>(&map_g, &map_x, sA, sB, bars, rank, cluster_id, clusters, tiles_n,
+                                        groups, kblocks);
     __syncwarp();
     if constexpr (kCluster > 1) cluster_sync();
     return;
@@ -462,23 +467,8 @@ __global__ void __launch_bounds__(384, 1)
     const int64_t m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * int64_t{kPBM};
     const int64_t n0 = (grp % tiles_n) * int64_t{kPBN};
     const int64_t col0 = n0 + 2 * (lane % 4);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row0 = m0 + 64 * h + r, row1 = row0 + 8;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        old[32 * h + 2 * j] = old[32 * h + 2 * j + 1] = 0u;
-        const int64_t col = col0 + 8 * j;
-        if (accumulate && col < H) {
-          if (row0 < V)
-            asm volatile("ld.global.b32 %0, [%1];" : "=r"(old[32 * h + 2 * j]) : "l"(dw + row0 * H + col));
-          if (row1 < V)
-            asm volatile("ld.global.b32 %0, [%1];"
-                         : "=r"(old[32 * h + 2 * j + 1])
-                         : "l"(dw + row1 * H + col));
-        }
-      }
-    }
+    load_old<16, 0>(old, dw, m0 + r, col0, V, H, accumulate);
+    load_old<16, 32>(old, dw, m0 + 64 + r, col0, V, H, accumulate);
 #pragma unroll
     for (int i = 0; i < 128; ++i) d[i] = 0.f;
     // The block's tile li - 1 (the other warpgroup's) has had all its stages waited for.
@@ -507,21 +497,8 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(d);
     if (t == 0) release(prev);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row0 = m0 + 64 * h + r, row1 = row0 + 8;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int64_t col = col0 + 8 * j;
-        if (col >= H) continue;
-        const float2 o0 = unpack2<kF16>(old[32 * h + 2 * j]), o1 = unpack2<kF16>(old[32 * h + 2 * j + 1]);
-        const int i = 64 * h + 4 * j;
-        if (row0 < V)
-          *reinterpret_cast<uint32_t*>(dw + row0 * H + col) = pack2<kF16>(d[i] + o0.x, d[i + 1] + o0.y);
-        if (row1 < V)
-          *reinterpret_cast<uint32_t*>(dw + row1 * H + col) = pack2<kF16>(d[i + 2] + o1.x, d[i + 3] + o1.y);
-      }
-    }
+    store_block<kF16, 16, 0, 0>(dw, d, old, m0 + r, col0, V, H);
+    store_block<kF16, 16, 64, 32>(dw, d, old, m0 + 64 + r, col0, V, H);
   }
   if constexpr (kCluster > 1) cluster_sync();
 #endif
