@@ -108,12 +108,13 @@ int main(int argc, char** argv) {
       bool v = true;
       v &= check<__nv_bfloat16>(77, 1000, 264, false, cl, pp);
       v &= check<__half>(77, 1000, 264, true, cl, pp);
-      v &= check<__nv_bfloat16>(512, 4104, 2304, false, cl,
-                                pp);  // 33 row tiles: a cluster's second tile empty
+      // 33 row tiles: a cluster's second tile empty
+      v &= check<__nv_bfloat16>(512, 4104, 2304, false, cl, pp);
       v &= check<__nv_bfloat16>(1024, 3000, 4096, false, cl, pp);
       v &= check<__nv_bfloat16>(64, 256, 256, false, cl, pp);
       v &= check<__nv_bfloat16>(5, 136, 8, false, cl, pp);
-      v &= check<__nv_bfloat16>(2048, 1000, 264, false, cl, pp);  // 32 K steps: the ring wraps within a tile
+      // 32 K steps: the ring wraps within a tile
+      v &= check<__nv_bfloat16>(2048, 1000, 264, false, cl, pp);
       std::printf("checks %s %d %s\n", pp ? "pingpong" : "cluster", cl, v ? "passed" : "FAILED");
       good[pp][cl] = v;
       ok &= v;
