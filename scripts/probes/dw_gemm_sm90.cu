@@ -221,6 +221,24 @@ __device__ __forceinline__ float2 unpack2(uint32_t u) {
   }
 }
 
+// The ring's barriers, both kernels: kS full barriers at `bars`, then kS empty ones.
+__device__ __forceinline__ uint32_t full_bar(uint32_t bars, int s) { return bars + 8 * s; }
+template <int kS>
+__device__ __forceinline__ uint32_t empty_bar(uint32_t bars, int s) {
+  return bars + 8 * (kS + s);
+}
+
+// Frees a stage in every block of the cluster (their producers may multicast into it).
+template <int kCluster>
+__device__ __forceinline__ void release_stage(uint32_t empty) {
+  if constexpr (kCluster == 1) {
+    mbar_arrive(empty);
+  } else {
+#pragma unroll
+    for (int q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty, q);
+  }
+}
+
 // The producer of both kernels (one thread): per tile of the block's sequence (groups of kCluster
 // tiles of the same columns, rows (group's m kCluster + rank) x 128) and per 64-deep K step, G's 128 x
 // 64 slice (two boxes) and X's 64 x kN slice (kN / 64 boxes; in a cluster each block loads its share
@@ -237,7 +255,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* map_g, const CUtensor
   for (int grp = cluster_id; grp < groups; grp += clusters) {
     const int m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * kBM, n0 = (grp % tiles_n) * kN;
     for (int kb = 0; kb < kblocks; ++kb) {
-      const uint32_t full = bars + 8 * stage, empty = bars + 8 * (kS + stage);
+      const uint32_t full = full_bar(bars, stage), empty = empty_bar<kS>(bars, stage);
       mbar_wait(empty, phase ^ 1);
       mbar_expect_tx(full, kA + kB);
       const int k0 = kb * kBK;
@@ -316,8 +334,8 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sA = (raw + 1023) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
   const uint32_t sB = sA + kStages * kABytes, bars = sB + kStages * kBBytes;
-  auto full = [&](int s) { return bars + 8 * s; };
-  auto empty = [&](int s) { return bars + 8 * (kStages + s); };
+  auto full = [&](int s) { return full_bar(bars, s); };
+  auto empty = [&](int s) { return empty_bar<kStages>(bars, s); };
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   const int cluster_id = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
   if (threadIdx.x == 0) {
@@ -349,15 +367,7 @@ __global__ void __launch_bounds__(384, 1)
   uint32_t phase = 0;
   float d[128];
   uint32_t old[64];  // the old dW values at the accumulators' positions, two 16-bit values each
-  // Releases a stage in every block of the cluster (their producers may multicast into it).
-  auto release = [&](int s) {
-    if constexpr (kCluster == 1) {
-      mbar_arrive(empty(s));
-    } else {
-#pragma unroll
-      for (int q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty(s), q);
-    }
-  };
+  auto release = [&](int s) { release_stage<kCluster>(empty(s)); };
   for (int grp = cluster_id; grp < groups; grp += clusters) {
     const int64_t m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * int64_t{kBM};
     const int64_t n0 = (grp % tiles_n) * int64_t{kBN};
@@ -405,10 +415,11 @@ __global__ void __launch_bounds__(384, 1)
 // for a tile already consumed, so a parity wait cannot see a stale phase, and the MMAs of the two
 // warpgroups alternate. kCluster 2: two blocks take the tiles of rows m and m + 128 and the same
 // columns, each loads one of X's two boxes for both (TMA multicast).
-constexpr int kPBM = 128, kPBN = 128, kPStages = 6;
-constexpr uint32_t kPABytes = 2 * kBox;  // a stage's slice of G, 128 x 64
-constexpr uint32_t kPBBytes = 2 * kBox;  // a stage's slice of X, 64 x 128
-constexpr uint32_t kPSmemBytes = kPStages * (kPABytes + kPBBytes) + 8 * (2 * kPStages + 2) + 1024;
+// Its tiles: kBM (128) rows as the cooperative kernel's, kPBN columns; a stage holds G's slice as
+// there (kABytes) and X's 64 x 128.
+constexpr int kPBN = 128, kPStages = 6;
+constexpr uint32_t kPBBytes = 2 * kBox;
+constexpr uint32_t kPSmemBytes = kPStages * (kABytes + kPBBytes) + 8 * (2 * kPStages + 2) + 1024;
 
 template <bool kF16, int kCluster>
 __global__ void __launch_bounds__(384, 1)
@@ -419,9 +430,9 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sA = (raw + 1023) & ~1023u;
-  const uint32_t sB = sA + kPStages * kPABytes, bars = sB + kPStages * kPBBytes;
-  auto full = [&](int s) { return bars + 8 * s; };
-  auto empty = [&](int s) { return bars + 8 * (kPStages + s); };
+  const uint32_t sB = sA + kPStages * kABytes, bars = sB + kPStages * kPBBytes;
+  auto full = [&](int s) { return full_bar(bars, s); };
+  auto empty = [&](int s) { return empty_bar<kPStages>(bars, s); };
   auto turn = [&](int c) { return bars + 8 * (2 * kPStages + c); };  // warpgroup c may start its next tile
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   const int cluster_id = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
@@ -454,17 +465,10 @@ __global__ void __launch_bounds__(384, 1)
   const int r = 16 * warp + lane / 4;  // the accumulators' rows r and r + 8 of each 64-row half
   float d[128];
   uint32_t old[64];
-  auto release = [&](int s) {
-    if constexpr (kCluster == 1) {
-      mbar_arrive(empty(s));
-    } else {
-#pragma unroll
-      for (int q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty(s), q);
-    }
-  };
+  auto release = [&](int s) { release_stage<kCluster>(empty(s)); };
   int n_own = 0;  // this warpgroup's tiles so far
   for (int li = c, grp = cluster_id + c * clusters; grp < groups; li += 2, grp += 2 * clusters, ++n_own) {
-    const int64_t m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * int64_t{kPBM};
+    const int64_t m0 = ((grp / tiles_n) * kCluster + static_cast<int>(rank)) * int64_t{kBM};
     const int64_t n0 = (grp % tiles_n) * int64_t{kPBN};
     const int64_t col0 = n0 + 2 * (lane % 4);
     load_old<16, 0>(old, dw, m0 + r, col0, V, H, accumulate);
@@ -481,7 +485,7 @@ __global__ void __launch_bounds__(384, 1)
       mbar_wait(full(stage), static_cast<uint32_t>((gk / kPStages) & 1));
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
       fence_operands(d);
-      const uint32_t a = sA + stage * kPABytes, b = sB + stage * kPBBytes;
+      const uint32_t a = sA + stage * kABytes, b = sB + stage * kPBBytes;
 #pragma unroll
       for (int s = 0; s < kBK / 16; ++s) {
         wgmma_m64n128k16<kF16, 0>(d, desc_mn_sw128(a + s * 2048), desc_mn_sw128(b + s * 2048), 1);
@@ -548,7 +552,7 @@ template <bool kF16, int kCluster, bool kPing>
 cudaError_t launch(const DwGemmArgs& a, int sms, cudaStream_t stream) {
   if (!body_built<kF16>()) return cudaErrorInvalidDeviceFunction;
   auto kernel = kPing ? dw_gemm_sm90_pingpong_kernel<kF16, kCluster> : dw_gemm_sm90_kernel<kF16, kCluster>;
-  const int bm = kPing ? kPBM : kBM, bn = kPing ? kPBN : kBN;
+  const int bn = kPing ? kPBN : kBN;
   const uint32_t smem = kPing ? kPSmemBytes : kSmemBytes;
   // Per call: the attribute belongs to the current device's context (a microsecond next to the GEMM).
   const cudaError_t attr =
@@ -557,7 +561,7 @@ cudaError_t launch(const DwGemmArgs& a, int sms, cudaStream_t stream) {
   CUtensorMap mg, mx;
   if (!make_map(&mg, kF16, a.g, a.V, a.R, a.ldg) || !make_map(&mx, kF16, a.x, a.H, a.R, a.ldx))
     return cudaErrorInvalidValue;
-  const int64_t tiles_n = (a.H + bn - 1) / bn, tiles_m = (a.V + bm - 1) / bm;
+  const int64_t tiles_n = (a.H + bn - 1) / bn, tiles_m = (a.V + kBM - 1) / kBM;
   const int64_t groups = (tiles_m + kCluster - 1) / kCluster * tiles_n;  // a group: kCluster tiles
   const int kblocks = static_cast<int>((a.R + kBK - 1) / kBK);
   const int64_t clusters = groups < sms / kCluster ? groups : sms / kCluster;
@@ -588,7 +592,7 @@ bool dw_gemm_sm90_supported(const DwGemmArgs& a) {
   if (a.ldg < a.V || a.ldx < a.H || a.H % 8 || a.ldg % 8 || a.ldx % 8) return false;
   // The tile count fits an int: (V / 128 + 1) * (H / 128 + 1) with V, H < 2^31 can pass it (128 x 128:
   // the ping-pong kernel's tiles, the smaller).
-  if (((a.V + kPBM - 1) / kPBM) * ((a.H + kPBN - 1) / kPBN) > kMax) return false;
+  if (((a.V + kBM - 1) / kBM) * ((a.H + kPBN - 1) / kPBN) > kMax) return false;
   return aligned(a.g) && aligned(a.x) && aligned(a.dw);
 }
 
