@@ -73,7 +73,7 @@ bool check(int R, int V, int H, bool fp16, int cluster, bool ping) {
     CK(cudaMemcpy(&nb, bad, 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(&me, maxerr, 4, cudaMemcpyDeviceToHost));
     std::printf(
-        "  check %s %s %d R %d V %d H %d accumulate %d: launch %s, %u of %zu outside 1/2 ulp, max |err| "
+        "  check %s %d %s R %d V %d H %d accumulate %d: launch %s, %u of %zu outside 1/2 ulp, max |err| "
         "%.3g\n",
         ping ? "pingpong" : "cluster", cluster, fp16 ? "fp16" : "bf16", R, V, H, acc, cudaGetErrorString(e),
         nb, nw, me);
