@@ -25,9 +25,6 @@
 #   sanitize_only  compute-sanitizer $SANITIZE_TOOLS (memcheck initcheck) over gpu_sanitize.py's $SANITIZE_ONLY
 #   ce_bench   benchmarks/bench_cross_entropy.py --ours-only (the CE kernels' bench of record shapes)
 #   flce       benchmarks/bench_fused_linear_cross_entropy.py $FLCE_ARGS (e.g. --shapes M,H,V ... --only ...)
-#   dw_probe   scripts/probes/dw_gemm_ours.cu (our sm_90a dW GEMMs, the cooperative and the ping-pong
-#              kernel each in its own process, against cuBLASLt's rule: checks, then each head at beta 1
-#              and 0; seconds), built here with nvcc unless .probe/dw_gemm_ours is carried
 #   first_call scripts/probes/first_call.py: a fresh process's first GRPO call, twice each with nothing, a
 #              tiny PyTorch-only fwd+bwd and a tiny liger_cpp RMSNorm first; then after the PyTorch one with
 #              CUDA_MODULE_LOADING=EAGER, and profiled
@@ -110,16 +107,6 @@ for s in ${STAGES:-}; do
       --out "$W/flce.json" ;;
     ce_bench) run ce_bench "${CE_TIMEOUT:-150}" python3 benchmarks/bench_cross_entropy.py --ours-only --out "$W/ce.json" ;;
     moe_bench) run moe_bench "${MOE_BENCH_TIMEOUT:-150}" python3 benchmarks/bench_moe.py --out "$W/moe.json" ;;
-    dw_probe)
-      DW=.probe/dw_gemm_ours
-      if [ ! -x "$DW" ]; then
-        DW=$W/dw_gemm_ours
-        nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o "$DW" scripts/probes/dw_gemm_ours.cu \
-          scripts/probes/dw_gemm_sm90.cu -lcublasLt >"$W/dw_build.log" 2>&1
-      fi
-      LT=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-      run dw_probe_coop "${DW_TIMEOUT:-60}" env LD_LIBRARY_PATH="$LT:${LD_LIBRARY_PATH:-}" "$DW" coop
-      run dw_probe_pingpong "${DW_TIMEOUT:-60}" env LD_LIBRARY_PATH="$LT:${LD_LIBRARY_PATH:-}" "$DW" pingpong ;;
     first_call)
       for w in none torch rms none torch rms; do
         run "first_call_$w" 60 python3 scripts/probes/first_call.py --warm "$w"
@@ -148,7 +135,7 @@ for s in ${STAGES:-}; do
         echo "-- again, one worker"; grep -E "^(FAILED|ERROR)" "$W/${s}_alone.log" | head -15; tail -2 "$W/${s}_alone.log"
       fi ;;
     captured | failure | beyond | long | sanitize) tail -12 "$W/$s.log" ;;
-    dw_probe | first_call | selective) grep -v "^  check" "$W/$s.log" | tail -20 ;;
+    first_call | selective) tail -20 "$W/$s.log" ;;
     e2e_families) for fam in ${E2E_FAMILIES:-olmo3 hunyuan_v1_moe qwen3_vl}; do
         sed -n '/^[A-Z].* on /,$p' "$W/e2e_$fam.log" | head -8; done ;;
     e2e_b1_ab) for r in base1 new1 base2 new2; do

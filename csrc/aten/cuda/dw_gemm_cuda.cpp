@@ -12,8 +12,8 @@
 // first of the heuristic's results with that tile and stage count; otherwise ATen. Timing the
 // candidates at the first call would make the weight gradient's rounding depend on a measurement;
 // this way one shape always runs one algorithm (no split-K: deterministic), like ATen's own choice.
-// The plan (descriptors and algorithm) is computed once per shape and kept. A kernel of our own for
-// this GEMM (scripts/probes/dw_gemm_sm90.cu) lost to this rule so far (docs/kernels/rl_losses.md).
+// The plan (descriptors and algorithm) is computed once per shape and kept. Three sm_90a kernels of
+// our own for this GEMM lost to this rule at every head and were deleted (docs/kernels/rl_losses.md).
 #include "aten/cuda/dw_gemm_cuda.h"
 
 #include <ATen/cuda/CUDAContext.h>
