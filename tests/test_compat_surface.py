@@ -256,6 +256,12 @@ def _check_entry(where, obj, entry, exact=True, stub=False):
     kind = entry["kind"]
     if kind == "function":
         _check_params(where, _params(inspect.signature(obj)), entry["params"], exact, stub)
+    elif kind == "autograd_function" and where in EXTENSION_BASES and not stub:
+        # Liger-Kernel's base is not applied itself (its forward takes the subclass first, then ctx):
+        # the reference's "apply" is that forward's parameters after (cls, ctx), checked there.
+        params = _params(inspect.signature(obj.forward))
+        assert [p.name for p in params[:2]] == ["cls", "ctx"], f"{where}.forward: {params[:2]}"
+        _check_params(where + ".forward", params[2:], entry["apply"], exact, stub)
     elif kind == "autograd_function" and "apply" in entry:
         _check_params(where + ".apply", _params(inspect.signature(obj.apply)), entry["apply"], exact, stub)
     elif kind in ("module", "class"):
@@ -274,6 +280,10 @@ def _check_entry(where, obj, entry, exact=True, stub=False):
                 assert field[0] in fields, f"{where}: field {field[0]}"
                 if len(field) > 1:
                     assert fields[field[0]].default == ast.literal_eval(field[1]), f"{where}.{field[0]}"
+
+
+# Liger-Kernel's base classes for one's own losses that liger_cpp implements (subclassed, never applied).
+EXTENSION_BASES = {"liger_kernel.chunked_loss.fused_linear_distillation.LigerFusedLinearDistillationBase"}
 
 
 # Implemented names whose signature differs from Liger-Kernel's until another change lands: name ->

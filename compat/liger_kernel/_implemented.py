@@ -110,6 +110,10 @@ IMPLEMENTED = {
             ("cosine_similarity_loss", "LigerFusedLinearCosineSimilarityFunction"),
         ]
     },
+    # the extension point for one's own distillation loss (Axolotl's top-k KD subclasses it)
+    f"{_C}.fused_linear_distillation.LigerFusedLinearDistillationBase": (
+        "liger_cpp.chunked_loss.fused_linear_distillation:LigerFusedLinearDistillationBase"
+    ),
     f"{_T}.jsd.LigerJSD": "liger_cpp.transformers.jsd:LigerJSD",
     f"{_T}.kl_div.LigerKLDIVLoss": "liger_cpp.transformers.kl_div:LigerKLDIVLoss",
     f"{_T}.tvd.LigerTVDLoss": "liger_cpp.transformers.tvd:LigerTVDLoss",

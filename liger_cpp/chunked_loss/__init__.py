@@ -5,7 +5,9 @@ fused_linear_kto_fwd); the (tokens x V) logits never exist at once.
 
 RL and distillation: GRPO and its variants (LigerFusedLinearGRPOLoss), JSD and cosine-similarity
 distillation (LigerFusedLinearJSDLoss, LigerFusedLinearCosineSimilarityLoss), in C++ too
-(torch.ops.liger.fused_linear_grpo_fwd, fused_linear_distillation_fwd).
+(torch.ops.liger.fused_linear_grpo_fwd, fused_linear_distillation_fwd). A distillation loss of
+one's own subclasses fused_linear_distillation.LigerFusedLinearDistillationBase (Liger's extension
+point; its chunk loop is Python, as the loss is).
 """
 
 from liger_cpp.chunked_loss.functional import (  # noqa: F401
