@@ -110,6 +110,10 @@ IMPLEMENTED = {
             ("cosine_similarity_loss", "LigerFusedLinearCosineSimilarityFunction"),
         ]
     },
+    **{
+        f"{_C}.grpo_loss.{n}": f"liger_cpp.chunked_loss.grpo_loss:{n}"
+        for n in ("k3_loss_fn", "get_gamma_weights", "sapo_loss_fn", "clip_coef_fn")
+    },
     # the extension point for one's own distillation loss (Axolotl's top-k KD subclasses it)
     f"{_C}.fused_linear_distillation.LigerFusedLinearDistillationBase": (
         "liger_cpp.chunked_loss.fused_linear_distillation:LigerFusedLinearDistillationBase"

@@ -11,6 +11,7 @@ num_items_in_batch / world size when given, else by the token count all-reduced 
 group / world size.
 """
 
+import math
 from typing import Optional
 
 import torch
@@ -186,3 +187,67 @@ class LigerFusedLinearGRPOLoss(torch.nn.Module):
             use_ref_model=self.use_ref_model,
         )
         return loss, _metrics(self.beta, kl, clip_ratio)
+
+
+# ---- Liger's per-token helpers of chunked_loss.grpo_loss, for code that imports them ----
+# The fused loss above computes all of this in C++; these are the same formulas in PyTorch on given
+# per-token tensors (TRL's GRPOTrainer has them too), with Liger's names, arguments and results.
+
+
+def k3_loss_fn(log_p: Tensor, log_q: Tensor) -> Tensor:
+    """Schulman's k3 estimator of KL(q || p) per element: exp(log_p - log_q) - (log_p - log_q) - 1
+    (GRPO's KL term with log_p the reference's log-probs and log_q the policy's)."""
+    d = log_p - log_q
+    return torch.exp(d) - d - 1.0
+
+
+@torch.no_grad()
+def get_gamma_weights(
+    advantages: Tensor,
+    log_ratio_per_token: Tensor,
+    mask: Tensor,
+    importance_sampling_ratio: Optional[Tensor] = None,
+    k_pos: float = 2.0,
+    lambda_pos: float = 3.0,
+    k_neg: float = 3.0,
+    lambda_neg: float = 2.0,
+) -> Tensor:
+    """VESPO's sequence weight phi(w) = exp(lambda) w^k exp(-lambda w) (phi(1) = 1 at k = lambda), as a
+    (B, 1) tensor without gradient. w is the sequence's importance ratio: the masked sum of the
+    per-token log-ratios (each clamped to [-20, 20]), plus the sum of log(importance_sampling_ratio)
+    (vLLM's correction, each clamped to [log 1e-8, 20]) when given, clamped to [log 1e-8, 20] and
+    exponentiated. (k, lambda) = (k_pos, lambda_pos) where the advantage is >= 0, else the negatives;
+    lambda is at least 1e-4. Non-finite weights become 0."""
+    floor = math.log(1e-8)
+    log_w = (log_ratio_per_token.clamp(-20.0, 20.0) * mask).sum(-1, keepdim=True)
+    if importance_sampling_ratio is not None:
+        log_w = log_w + importance_sampling_ratio.log().clamp(floor, 20.0).sum(-1, keepdim=True)
+    log_w = log_w.clamp(floor, 20.0)
+    nonneg = advantages.unsqueeze(-1) >= 0
+    # filled in log_w's dtype and device (no host copy; float64 stays float64)
+    k = torch.where(nonneg, torch.full_like(log_w, k_pos), torch.full_like(log_w, k_neg))
+    lam = torch.where(nonneg, torch.full_like(log_w, lambda_pos), torch.full_like(log_w, lambda_neg)).clamp(
+        min=1e-4
+    )
+    return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def sapo_loss_fn(importance_ratio: Tensor, temperature: float) -> Tensor:
+    """SAPO's soft gate in place of clipping: sigmoid(temperature (ratio - 1)) 4 / temperature (the
+    per-token objective is minus this times the advantage)."""
+    if temperature <= 0:
+        raise ValueError(f"sapo_temperature must be > 0, got {temperature}")
+    return torch.sigmoid(temperature * (importance_ratio - 1)) * (4.0 / temperature)
+
+
+def clip_coef_fn(coef: Tensor, epsilon_low: float, epsilon_high: float, loss_type: str):
+    """(clipped coefficient, lower-clipped flags, upper-clipped flags) of the importance ratio `coef`:
+    cispo clamps it above at epsilon_high and detaches it (never lower-clipped); sapo and vespo do not
+    clip (None and all-False flags); the rest clamp it to [1 - epsilon_low, 1 + epsilon_high]."""
+    if loss_type == "cispo":
+        return coef.clamp(max=epsilon_high).detach(), False, coef > epsilon_high
+    if loss_type in ("sapo", "vespo"):
+        none = torch.zeros_like(coef, dtype=torch.bool)
+        return None, none, none.clone()
+    lo, hi = 1 - epsilon_low, 1 + epsilon_high
+    return coef.clamp(lo, hi), coef < lo, coef > hi
