@@ -283,7 +283,10 @@ def _check_entry(where, obj, entry, exact=True, stub=False):
 
 
 # Liger-Kernel's base classes for one's own losses that liger_cpp implements (subclassed, never applied).
-EXTENSION_BASES = {"liger_kernel.chunked_loss.fused_linear_distillation.LigerFusedLinearDistillationBase"}
+EXTENSION_BASES = {
+    "liger_kernel.chunked_loss.fused_linear_distillation.LigerFusedLinearDistillationBase",
+    "liger_kernel.chunked_loss.fused_linear_preference.LigerFusedLinearPreferenceBase",
+}
 
 
 # Implemented names whose signature differs from Liger-Kernel's until another change lands: name ->
