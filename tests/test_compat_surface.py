@@ -286,6 +286,7 @@ def _check_entry(where, obj, entry, exact=True, stub=False):
 EXTENSION_BASES = {
     "liger_kernel.chunked_loss.fused_linear_distillation.LigerFusedLinearDistillationBase",
     "liger_kernel.chunked_loss.fused_linear_preference.LigerFusedLinearPreferenceBase",
+    "liger_kernel.chunked_loss.fused_linear_ppo.LigerFusedLinearPPOBase",
 }
 
 

@@ -114,8 +114,11 @@ IMPLEMENTED = {
         f"{_C}.grpo_loss.{n}": f"liger_cpp.chunked_loss.grpo_loss:{n}"
         for n in ("k3_loss_fn", "get_gamma_weights", "sapo_loss_fn", "clip_coef_fn")
     },
-    # the extension points for one's own preference / distillation loss (AgileRL subclasses the
-    # first, Axolotl's top-k KD the second)
+    # the extension points for one's own policy-gradient / preference / distillation loss (AgileRL
+    # subclasses the first two, Axolotl's top-k KD the third)
+    f"{_C}.fused_linear_ppo.LigerFusedLinearPPOBase": (
+        "liger_cpp.chunked_loss.fused_linear_ppo:LigerFusedLinearPPOBase"
+    ),
     f"{_C}.fused_linear_preference.LigerFusedLinearPreferenceBase": (
         "liger_cpp.chunked_loss.fused_linear_preference:LigerFusedLinearPreferenceBase"
     ),
