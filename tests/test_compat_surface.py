@@ -287,6 +287,7 @@ EXTENSION_BASES = {
     "liger_kernel.chunked_loss.fused_linear_distillation.LigerFusedLinearDistillationBase",
     "liger_kernel.chunked_loss.fused_linear_preference.LigerFusedLinearPreferenceBase",
     "liger_kernel.chunked_loss.fused_linear_ppo.LigerFusedLinearPPOBase",
+    "liger_kernel.chunked_loss.fused_linear_unpaired_preference.LigerFusedLinearUnpairedPreferenceBase",
 }
 
 

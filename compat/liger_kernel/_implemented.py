@@ -119,6 +119,9 @@ IMPLEMENTED = {
     f"{_C}.fused_linear_ppo.LigerFusedLinearPPOBase": (
         "liger_cpp.chunked_loss.fused_linear_ppo:LigerFusedLinearPPOBase"
     ),
+    f"{_C}.fused_linear_unpaired_preference.LigerFusedLinearUnpairedPreferenceBase": (
+        "liger_cpp.chunked_loss.fused_linear_unpaired_preference:LigerFusedLinearUnpairedPreferenceBase"
+    ),
     f"{_C}.fused_linear_preference.LigerFusedLinearPreferenceBase": (
         "liger_cpp.chunked_loss.fused_linear_preference:LigerFusedLinearPreferenceBase"
     ),

@@ -123,17 +123,8 @@ class LigerFusedLinearPreferenceBase(torch.autograd.Function):
         """The loss of ``cls.preference_loss_fn`` and its outputs; the gradients of ``_input``,
         ``weight`` and ``bias`` (those that require one) are computed here, chunk by chunk."""
         _check(_input, weight, target, bias, chunk_size, use_ref_model, ref_input, ref_weight, nll_target)
-        want_x = _input.requires_grad
-        want_w = weight.requires_grad
-        want_b = bias is not None and bias.requires_grad
-        grad_input = torch.empty_like(_input) if want_x else None
-        grad_weight = torch.zeros_like(weight) if want_w else None
-        grad_bias = torch.zeros_like(bias) if want_b else None
-        acc = torch.promote_types(_input.dtype, torch.float32)
-        loss = torch.zeros((), dtype=acc, device=_input.device)
-        chosen_logps, rejected_logps, aux_acc = [], [], []
-        sums = [torch.zeros((), dtype=acc, device=_input.device) for _ in range(3)]  # logits means, nll
-
+        grads = _HeadGrads(_input, weight, bias)
+        sums = _Sums(_input)
         w = weight.detach()
         b = bias.detach() if bias is not None else None
         half = target.shape[0] // 2
@@ -174,40 +165,12 @@ class LigerFusedLinearPreferenceBase(torch.autograd.Function):
                     average_log_prob,
                     dict(loss_kwargs),
                 )
-                dlogits = None
-                if (want_x or want_w or want_b) and chunk_loss.requires_grad:
-                    (dlogits,) = torch.autograd.grad(chunk_loss, leaf)
-            if dlogits is not None:
-                if want_x:  # the chosen rows to the chosen half, the rejected to the rejected half
-                    g = torch.matmul(dlogits, w)
-                    grad_input[row : row + c] = g[:c]
-                    grad_input[half + row : half + row + c] = g[c:]
-                flat = dlogits.reshape(-1, dlogits.shape[-1])
-                if want_w:
-                    grad_weight.addmm_(flat.t(), x.reshape(-1, x.shape[-1]))
-                if want_b:
-                    grad_bias.add_(flat.sum(0))
-            elif want_x:
-                grad_input[row : row + c] = 0
-                grad_input[half + row : half + row + c] = 0
+                # the chunk's chosen rows go to the chosen half, its rejected rows to the rejected half
+                grads.add(chunk_loss, leaf, x, w, [slice(row, row + c), slice(half + row, half + row + c)])
             row += c
-            loss += chunk_loss.detach()
-            chosen_logps.append(outs[0].detach())
-            rejected_logps.append(outs[1].detach())
-            for i in range(3):
-                sums[i] += torch.as_tensor(outs[2 + i]).detach()
-            for i, a in enumerate(outs[5:]):
-                a = torch.as_tensor(a).detach()
-                if len(aux_acc) <= i:
-                    aux_acc.append(a.clone() if a.dim() == 0 else [a])
-                elif a.dim() == 0:
-                    aux_acc[i] += a
-                else:
-                    aux_acc[i].append(a)
-
-        ctx.save_for_backward(grad_input, grad_weight, grad_bias)
-        aux = [torch.cat(a) if isinstance(a, list) else a for a in aux_acc]
-        return loss, (torch.cat(chosen_logps), torch.cat(rejected_logps), *sums, *aux)
+            sums.add(chunk_loss, outs)
+        ctx.save_for_backward(*grads.result())
+        return sums.result()
 
     @staticmethod
     def backward(ctx, *grad_output):
@@ -219,6 +182,64 @@ class LigerFusedLinearPreferenceBase(torch.autograd.Function):
         grad_weight = grad_weight * g if grad_weight is not None else None
         grad_bias = grad_bias * g if grad_bias is not None else None
         return grad_input, grad_weight, None, grad_bias, None, None, None, None
+
+
+class _HeadGrads:
+    """The lm_head's gradients over chunks from each chunk's dlogits: dX written into the input rows
+    the chunk came from, dW accumulated in place by one GEMM (no weight-sized temporary), dB summed;
+    only those that require a gradient (shared with the unpaired base)."""
+
+    def __init__(self, _input, weight, bias):
+        self.gx = torch.empty_like(_input) if _input.requires_grad else None
+        self.gw = torch.zeros_like(weight) if weight.requires_grad else None
+        self.gb = torch.zeros_like(bias) if bias is not None and bias.requires_grad else None
+
+    def add(self, chunk_loss, leaf, x, w, rows):
+        """One chunk: its loss, its logits (the leaf it was computed from), its input and the weight;
+        `rows`, slices of the whole input that the chunk's rows fill in order."""
+        wanted = self.gx is not None or self.gw is not None or self.gb is not None
+        dlogits = torch.autograd.grad(chunk_loss, leaf)[0] if wanted and chunk_loss.requires_grad else None
+        if self.gx is not None:
+            gx = torch.matmul(dlogits, w) if dlogits is not None else None
+            start = 0
+            for s in rows:
+                n = s.stop - s.start
+                self.gx[s] = gx[start : start + n] if gx is not None else 0
+                start += n
+        if dlogits is not None:
+            flat = dlogits.reshape(-1, dlogits.shape[-1])
+            if self.gw is not None:
+                self.gw.addmm_(flat.t(), x.reshape(-1, x.shape[-1]))
+            if self.gb is not None:
+                self.gb.add_(flat.sum(0))
+
+    def result(self):
+        return self.gx, self.gw, self.gb
+
+
+class _Sums:
+    """The loss and a chunk's outputs over chunks: 0-dim outputs summed, the others concatenated."""
+
+    def __init__(self, _input):
+        self.device = _input.device
+        self.loss = torch.zeros(
+            (), dtype=torch.promote_types(_input.dtype, torch.float32), device=self.device
+        )
+        self.outs = []
+
+    def add(self, chunk_loss, outs):
+        self.loss += chunk_loss.detach()
+        for i, o in enumerate(outs):
+            o = torch.as_tensor(o, device=self.device).detach()
+            if len(self.outs) <= i:
+                self.outs.append(o.clone() if o.dim() == 0 else [o])
+            elif o.dim() == 0:
+                self.outs[i] += o
+            else:
+                self.outs[i].append(o)
+
+    def result(self):
+        return self.loss, tuple(torch.cat(o) if isinstance(o, list) else o for o in self.outs)
 
 
 def _from_logits(logits, target, ignore_index, compute_nll_loss, chosen_nll_target, average_log_prob):
