@@ -176,11 +176,8 @@ class LigerFusedLinearPreferenceBase(torch.autograd.Function):
     def backward(ctx, *grad_output):
         """Called as Liger's subclasses do, ``backward(ctx, grad_output)`` with the subclass's tuple
         of output gradients: (d_input, d_weight, None, d_bias, None, None, None, None)."""
-        grad_input, grad_weight, grad_bias = ctx.saved_tensors
         g = grad_output[0][0]
-        grad_input = grad_input * g if grad_input is not None else None
-        grad_weight = grad_weight * g if grad_weight is not None else None
-        grad_bias = grad_bias * g if grad_bias is not None else None
+        grad_input, grad_weight, grad_bias = (t * g if t is not None else None for t in ctx.saved_tensors)
         return grad_input, grad_weight, None, grad_bias, None, None, None, None
 
 
