@@ -7,6 +7,7 @@ deliberate difference: ``in_place`` defaults to False (liger_cpp's documented sa
 cross entropy never overwrites its logits with the gradient.
 """
 
+from liger_cpp.chunked_loss import preference_loss_fns as _pl
 from liger_cpp.chunked_loss.functional import (
     liger_fused_linear_cosine,
     liger_fused_linear_cpo,
@@ -192,22 +193,32 @@ class LigerLlama4RopeFunction:
 
 class LigerFusedLinearDPOFunction:
     apply = staticmethod(liger_fused_linear_dpo)
+    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
+    preference_loss_fn = staticmethod(_pl.dpo_preference_loss_fn)
 
 
 class LigerFusedLinearORPOFunction:
     apply = staticmethod(liger_fused_linear_orpo)
+    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
+    preference_loss_fn = staticmethod(_pl.orpo_preference_loss_fn)
 
 
 class LigerFusedLinearCPOFunction:
     apply = staticmethod(liger_fused_linear_cpo)
+    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
+    preference_loss_fn = staticmethod(_pl.cpo_preference_loss_fn)
 
 
 class LigerFusedLinearSimPOFunction:
     apply = staticmethod(liger_fused_linear_simpo)
+    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
+    preference_loss_fn = staticmethod(_pl.simpo_preference_loss_fn)
 
 
 class LigerFusedLinearKTOFunction:
     apply = staticmethod(liger_fused_linear_kto)
+    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
+    preference_loss_fn = staticmethod(_pl.kto_preference_loss_fn)
 
 
 class LigerFusedLinearGRPOFunction:

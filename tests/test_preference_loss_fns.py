@@ -1,0 +1,276 @@
+"""Liger's preference loss functions in PyTorch (liger_cpp.chunked_loss.preference_loss_fns, attached
+as ``preference_loss_fn`` to the compatibility package's DPO / ORPO / CPO / SimPO / KTO Functions):
+run on the chunked-loss bases, each must give what liger_cpp's C++ loss of the same name gives (loss,
+every output, gradients), for every DPO loss type; and AgileRL's DPO subclass pattern runs."""
+
+import math
+
+import pytest
+import torch
+from conftest import DEVICES
+from rl_reference import leaf
+
+from liger_cpp.chunked_loss import functional as cf
+from liger_cpp.chunked_loss import preference_loss_fns as pl
+from liger_cpp.chunked_loss.fused_linear_preference import LigerFusedLinearPreferenceBase
+from liger_cpp.chunked_loss.fused_linear_unpaired_preference import LigerFusedLinearUnpairedPreferenceBase
+from liger_cpp.ops.fused_linear_preference import DPO_LOSS_TYPES
+
+
+def _paired(fn):
+    class P(LigerFusedLinearPreferenceBase):
+        preference_loss_fn = staticmethod(fn)
+
+        @staticmethod
+        def forward(ctx, x, w, t, b, rx, rw, rb, opts):
+            return LigerFusedLinearPreferenceBase.forward(
+                P,
+                ctx,
+                x,
+                w,
+                t,
+                b,
+                ref_input=rx,
+                ref_weight=rw,
+                ref_bias=rb,
+                use_ref_model=rx is not None,
+                **opts,
+            )
+
+        @staticmethod
+        def backward(ctx, *grad_output):
+            return (*LigerFusedLinearPreferenceBase.backward(ctx, grad_output)[:4], None, None, None, None)
+
+    return P
+
+
+def _inputs(device, B=3, T=12, H=13, V=29, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+
+    def rn(*s, scale=1.0):
+        return (torch.randn(*s, generator=gen) * scale).to(device)
+
+    x = rn(2 * B, T, H).requires_grad_(True)
+    w = rn(V, H, scale=2.0 / math.sqrt(H)).requires_grad_(True)
+    b = rn(V, scale=0.3).requires_grad_(True)
+    rx, rw, rb = rn(2 * B, T, 7), rn(V, 7, scale=2.0 / math.sqrt(7)), rn(V, scale=0.3)
+    t = torch.randint(0, V, (2 * B, T), generator=gen)
+    t[:, :3] = -100
+    t[1, -4:] = -100
+    return x, w, b, rx, rw, rb, t.to(device)
+
+
+def _compare(ours, theirs, grads_ours, grads_theirs):
+    loss, outs = ours
+    loss2, outs2 = theirs
+    torch.testing.assert_close(loss, loss2, rtol=2e-5, atol=2e-6)
+    assert len(outs) == len(outs2)
+    for i, (a, b) in enumerate(zip(outs, outs2)):
+        torch.testing.assert_close(
+            a, b.to(a.dtype), rtol=2e-5, atol=2e-6, msg=lambda m, i=i: f"output {i}: {m}"
+        )
+    for a, b in zip(grads_ours, grads_theirs):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-6)
+
+
+def _run_paired(device, fn, fused, opts, use_ref):
+    x, w, b, rx, rw, rb, t = _inputs(device)
+    x2, w2, b2 = (leaf(v) for v in (x, w, b))
+    refs = (rx, rw, rb) if use_ref else (None, None, None)
+    ours = _paired(fn).apply(x, w, t, b, *refs, opts)
+    theirs = fused(x2, w2, t, b2)
+    ours[0].backward()
+    theirs[0].backward()
+    _compare(ours, theirs, (x.grad, w.grad, b.grad), (x2.grad, w2.grad, b2.grad))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("loss_type", [t for t in DPO_LOSS_TYPES if t != "ipo"])
+def test_dpo_loss_types_match_the_fused_dpo(device, loss_type):
+    ls = {"exo_pair": 0.1, "robust": 0.2}.get(loss_type, 0.0)
+    x, w, b, rx, rw, rb, t = _inputs(device)
+
+    def fused(x_, w_, t_, b_):
+        return cf.liger_fused_linear_dpo(
+            x_,
+            w_,
+            t_,
+            b_,
+            rx,
+            rw,
+            rb,
+            beta=0.3,
+            compute_nll_loss=True,
+            loss_type=loss_type,
+            label_smoothing=ls,
+            chunk_size=2,
+            alpha=0.6,
+        )
+
+    opts = dict(
+        beta=0.3,
+        alpha=0.6,
+        compute_nll_loss=True,
+        average_log_prob=False,
+        chunk_size=2,
+        loss_type=loss_type,
+        label_smoothing=ls,
+    )
+    _run_paired(device, pl.dpo_preference_loss_fn, fused, opts, use_ref=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["orpo", "cpo", "simpo"])
+def test_orpo_cpo_simpo_match_the_fused_losses(device, name):
+    if name == "orpo":
+        fn, opts = pl.orpo_preference_loss_fn, dict(beta=0.2, compute_nll_loss=True, chunk_size=2)
+
+        def fused(x_, w_, t_, b_):
+            return cf.liger_fused_linear_orpo(x_, w_, t_, b_, beta=0.2, chunk_size=2)
+    elif name == "cpo":
+        fn = pl.cpo_preference_loss_fn
+        opts = dict(
+            beta=0.2,
+            alpha=0.8,
+            label_smoothing=0.1,
+            compute_nll_loss=True,
+            average_log_prob=False,
+            chunk_size=2,
+        )
+
+        def fused(x_, w_, t_, b_):
+            return cf.liger_fused_linear_cpo(
+                x_, w_, t_, b_, beta=0.2, alpha=0.8, label_smoothing=0.1, chunk_size=2
+            )
+    else:
+        fn = pl.simpo_preference_loss_fn
+        opts = dict(beta=0.2, gamma=0.4, label_smoothing=0.1, compute_nll_loss=False, chunk_size=2)
+
+        def fused(x_, w_, t_, b_):
+            return cf.liger_fused_linear_simpo(
+                x_, w_, t_, b_, beta=0.2, gamma=0.4, label_smoothing=0.1, chunk_size=2
+            )
+
+    _run_paired(device, fn, fused, opts, use_ref=False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kl", [None, 0.2])
+def test_kto_matches_the_fused_kto(device, kl):
+    class K(LigerFusedLinearUnpairedPreferenceBase):
+        preference_loss_fn = staticmethod(pl.kto_preference_loss_fn)
+
+        @staticmethod
+        def forward(ctx, x, w, t, labels, b, rx, rw, rb, kl_):
+            return LigerFusedLinearUnpairedPreferenceBase.forward(
+                K,
+                ctx,
+                x,
+                w,
+                t,
+                labels,
+                b,
+                chunk_size=2,
+                use_ref_model=True,
+                ref_input=rx,
+                ref_weight=rw,
+                ref_bias=rb,
+                beta=0.3,
+                kl=kl_,
+            )
+
+        @staticmethod
+        def backward(ctx, *grad_output):
+            g = LigerFusedLinearUnpairedPreferenceBase.backward(ctx, grad_output)
+            return (*g, None, None, None, None)
+
+    x, w, b, rx, rw, rb, t = _inputs(device)
+    labels = torch.tensor([True, False, True, True, False, False], device=device)
+    kl_t = torch.tensor(kl, device=device) if kl is not None else None
+    x2, w2, b2 = (leaf(v) for v in (x, w, b))
+    ours = K.apply(x, w, t, labels, b, rx, rw, rb, kl_t)
+    theirs = cf.liger_fused_linear_kto(x2, w2, t, labels, b2, rx, rw, rb, kl=kl_t, beta=0.3, chunk_size=2)
+    ours[0].backward()
+    theirs[0].backward()
+    _compare(ours, theirs, (x.grad, w.grad, b.grad), (x2.grad, w2.grad, b2.grad))
+
+
+def test_ipo_and_bad_options_say_why():
+    c, r, t = torch.zeros(2), torch.zeros(2), torch.zeros(4, 3)
+    with pytest.raises(NotImplementedError, match="completion-token count"):
+        pl.dpo_preference_loss_fn(c, r, t, loss_type="ipo")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        pl.dpo_preference_loss_fn(c, r, t, loss_type="exo_pair")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        pl.dpo_preference_loss_fn(c, r, t, loss_type="robust", label_smoothing=0.5)
+    with pytest.raises(ValueError, match="Unsupported loss_type"):
+        pl.dpo_preference_loss_fn(c, r, t, loss_type="nope")
+
+
+def test_agilerl_dpo_with_alpha_pattern():
+    """AgileRL defines, at import, a subclass of the preference base whose preference_loss_fn is
+    staticmethod(LigerFusedLinearDPOFunction.preference_loss_fn), and calls the base's forward by
+    keyword: through liger_kernel it must import, run, and equal liger_cpp's DPO with that alpha."""
+    from compat_env import ensure_compat
+
+    ensure_compat()
+    from liger_kernel.chunked_loss.dpo_loss import LigerFusedLinearDPOFunction
+    from liger_kernel.chunked_loss.fused_linear_preference import LigerFusedLinearPreferenceBase as Base
+
+    class DPOWithAlpha(Base):
+        preference_loss_fn = staticmethod(LigerFusedLinearDPOFunction.preference_loss_fn)
+
+        @classmethod
+        def forward(
+            cls,
+            ctx,
+            _input,
+            weight,
+            target,
+            bias=None,
+            ref_input=None,
+            ref_weight=None,
+            ref_bias=None,
+            ignore_index=-100,
+            beta=0.1,
+            alpha=1.0,
+            compute_nll_loss=True,
+            compiled=True,
+            use_ref_model=True,
+            average_log_prob=False,
+            chunk_size=1,
+            loss_type="sigmoid",
+        ):
+            return Base.forward(
+                cls=cls,
+                ctx=ctx,
+                _input=_input,
+                weight=weight,
+                target=target,
+                bias=bias,
+                ignore_index=ignore_index,
+                alpha=alpha,
+                beta=beta,
+                compute_nll_loss=compute_nll_loss,
+                compiled=compiled,
+                use_ref_model=use_ref_model,
+                ref_input=ref_input,
+                ref_weight=ref_weight,
+                ref_bias=ref_bias,
+                average_log_prob=average_log_prob,
+                chunk_size=chunk_size,
+                loss_type=loss_type,
+            )
+
+        @staticmethod
+        def backward(ctx, *grad_output):
+            grads = Base.backward(ctx, grad_output)[:4]
+            return (*grads, *(None,) * 12)
+
+    x, w, b, rx, rw, rb, t = _inputs("cpu")
+    x2, w2, b2 = (leaf(v) for v in (x, w, b))
+    ours = DPOWithAlpha.apply(x, w, t, b, rx, rw, rb, -100, 0.1, 0.25, True)
+    theirs = cf.liger_fused_linear_dpo(x2, w2, t, b2, rx, rw, rb, beta=0.1, compute_nll_loss=True, alpha=0.25)
+    ours[0].backward()
+    theirs[0].backward()
+    _compare(ours, theirs, (x.grad, w.grad, b.grad), (x2.grad, w2.grad, b2.grad))
