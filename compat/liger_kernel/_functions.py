@@ -18,6 +18,7 @@ from liger_cpp.chunked_loss.functional import (
     liger_fused_linear_orpo,
     liger_fused_linear_simpo,
 )
+from liger_cpp.chunked_loss.grpo_loss import grpo_ppo_loss_fn as _grpo_ppo_loss_fn
 from liger_cpp.ops.cross_entropy import cross_entropy as _cross_entropy
 from liger_cpp.ops.divergence import jsd as _jsd
 from liger_cpp.ops.divergence import kl_div as _kl_div
@@ -223,6 +224,8 @@ class LigerFusedLinearKTOFunction:
 
 class LigerFusedLinearGRPOFunction:
     apply = staticmethod(liger_fused_linear_grpo)
+    # Liger's loss function, for subclasses of LigerFusedLinearPPOBase that reuse it
+    ppo_loss_fn = staticmethod(_grpo_ppo_loss_fn)
 
 
 class LigerFusedLinearJSDFunction:

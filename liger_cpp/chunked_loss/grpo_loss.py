@@ -251,3 +251,107 @@ def clip_coef_fn(coef: Tensor, epsilon_low: float, epsilon_high: float, loss_typ
         return None, none, none.clone()
     lo, hi = 1 - epsilon_low, 1 + epsilon_high
     return coef.clamp(lo, hi), coef < lo, coef > hi
+
+
+def grpo_ppo_loss_fn(
+    per_token_logps,
+    attention_mask,
+    advantages,
+    full_attention_mask,
+    ref_per_token_logps=None,
+    old_per_token_logps=None,
+    epsilon_low=0.2,
+    epsilon_high=0.2,
+    beta=0.04,
+    loss_type="dapo",
+    max_completion_length=None,
+    importance_sampling_level="token",
+    sapo_temperature_pos=1.0,
+    sapo_temperature_neg=1.05,
+    vllm_is_ratio=None,
+    delta=None,
+    use_bias_correction_kl=False,
+    vespo_k_pos=2.0,
+    vespo_lambda_pos=3.0,
+    vespo_k_neg=3.0,
+    vespo_lambda_neg=2.0,
+    num_items_in_batch=None,
+    **kwargs,
+):
+    """Liger's GRPO-family ``ppo_loss_fn`` for LigerFusedLinearPPOBase, in PyTorch: a chunk's (loss,
+    metrics) from its per-token log-probs, metrics ``[kl (beta != 0), clip_ratio]`` over the whole
+    batch's tokens. The C++ GRPO op computes the same (csrc/aten/composite/fused_linear_grpo.cpp
+    states the formulas); this exists for subclasses of the base that reuse it."""
+    from liger_cpp.chunked_loss.fused_linear_ppo import (
+        LigerFusedLinearPPOBase,
+    )  # the base imports this module
+
+    if importance_sampling_level == "sequence" and loss_type in ("cispo", "sapo", "vespo"):
+        raise ValueError(f"Sequence-level importance sampling is not supported for loss_type='{loss_type}'")
+    ref = ref_per_token_logps if ref_per_token_logps is not None else per_token_logps.detach()
+    old = old_per_token_logps if old_per_token_logps is not None else per_token_logps.detach()
+    log_ratio = per_token_logps - old
+    if importance_sampling_level == "token":
+        log_w = log_ratio
+    elif importance_sampling_level == "sequence":
+        log_w = ((log_ratio * attention_mask).sum(-1) / attention_mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    else:
+        raise ValueError(f"Unknown importance sampling level: {importance_sampling_level}")
+    A = advantages.unsqueeze(1)
+    coef = torch.exp(log_w)
+    clipped_coef, lower, upper = clip_coef_fn(coef, epsilon_low, epsilon_high, loss_type)
+    if loss_type == "cispo":
+        ptl = -clipped_coef * A * per_token_logps
+    elif loss_type == "sapo":
+        A_full = A.expand_as(coef)
+        gate = torch.where(
+            A_full > 0, sapo_loss_fn(coef, sapo_temperature_pos), sapo_loss_fn(coef, sapo_temperature_neg)
+        )
+        ptl = -gate * A_full
+    elif loss_type == "vespo":
+        phi = get_gamma_weights(
+            advantages,
+            log_ratio,
+            attention_mask,
+            vllm_is_ratio,
+            vespo_k_pos,
+            vespo_lambda_pos,
+            vespo_k_neg,
+            vespo_lambda_neg,
+        )
+        ptl = -phi * A * per_token_logps
+    else:
+        unclipped = coef.clamp(max=delta) if delta is not None else coef
+        ptl = -torch.min(unclipped * A, clipped_coef * A)
+    if vllm_is_ratio is not None and loss_type != "vespo":
+        ptl = ptl * vllm_is_ratio
+    kl = None
+    if beta != 0.0:
+        kl = k3_loss_fn(ref, per_token_logps)
+        if use_bias_correction_kl:
+            kl = kl * torch.exp(log_w)
+        ptl = ptl + beta * kl
+    m = attention_mask
+    n_tokens = full_attention_mask.sum().clamp(min=1.0)
+    B = full_attention_mask.shape[0]
+    if loss_type in ("grpo", "sapo"):
+        loss = ((ptl * m).sum(-1) / m.sum(-1).clamp(min=1.0)).sum() / B
+    elif loss_type == "bnpo":
+        loss = (ptl * m).sum() / n_tokens
+    elif loss_type == "dr_grpo":
+        if max_completion_length is None:
+            raise ValueError("max_completion_length must be provided for loss_type 'dr_grpo'")
+        loss = (ptl * m).sum() / (B * max_completion_length)
+    elif loss_type in ("dapo", "cispo", "vespo"):
+        loss = (ptl * m).sum() / LigerFusedLinearPPOBase._compute_dapo_normalizer(
+            full_attention_mask, num_items_in_batch
+        )
+    elif loss_type == "luspo":
+        weighted = ptl * m.sum(1, keepdim=True)
+        loss = weighted.sum() / (B * weighted.shape[1])
+    else:
+        raise ValueError(f"Unknown loss type: {loss_type}")
+    metrics = [] if kl is None else [(kl * m).sum() / n_tokens]
+    clipped = ((lower & (A < 0)) | (upper & (A > 0))).expand_as(m)
+    metrics.append((clipped * m).sum() / n_tokens)
+    return loss, metrics
