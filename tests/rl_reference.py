@@ -200,7 +200,7 @@ def distillation_reference(
     if loss == "jsd":
         soft = (jsd_soft_rows(s_logits, t_logits, beta, temperature) * valid).sum() / n
     else:
-        soft = cosine_soft_rows(s_logits, t_logits, beta, temperature).sum() / n
+        soft = (cosine_soft_rows(s_logits, t_logits, beta, temperature) * valid).sum() / n
     return weight_hard * hard + weight_soft * soft, soft, hard
 
 

@@ -117,7 +117,7 @@ def _op(loss="jsd", mask_soft=None, chunk_rows=0, **kw):
             bt,
             loss=loss,
             chunk_rows=chunk_rows,
-            mask_soft=(loss == "jsd") if mask_soft is None else mask_soft,
+            mask_soft=True if mask_soft is None else mask_soft,
             **kw,
         )
 
@@ -513,3 +513,24 @@ def test_row_kernels_cuda(plan, case, dtype):
         with torch.no_grad():
             nograd = _op(loss, **opts)(xs, ws, xt, wt, t, bs, bt)[0]
     torch.testing.assert_close(nograd, total.detach(), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cosine_ignored_rows_change_nothing(device):
+    """Liger 0.8.5 masks ignored rows out of the cosine term: rows labelled ignore_index (padding, the
+    prompt) change neither the loss nor any gradient of the labelled rows."""
+    xs, ws, bs, xt, wt, bt, t = _make(device, torch.float32, n_ignored=0, M=20)
+    pad_s = torch.randn(5, xs.shape[1], device=device)
+    pad_t = torch.randn(5, xt.shape[1], device=device)
+    pad_y = torch.full((5,), -100, dtype=t.dtype, device=device)
+    loss_fn = LigerFusedLinearCosineSimilarityLoss(beta=0.8, temperature=1.5)
+    x1 = xs.detach().clone().requires_grad_(True)
+    x2 = torch.cat([xs.detach(), pad_s]).requires_grad_(True)
+    l1 = loss_fn(x1, ws, xt, wt, t, bs, bt)
+    l2 = loss_fn(x2, ws, torch.cat([xt, pad_t]), wt, torch.cat([t, pad_y]), bs, bt)
+    torch.testing.assert_close(l1, l2, rtol=1e-6, atol=1e-7)
+    g1 = torch.autograd.grad(l1, [x1, ws])
+    g2 = torch.autograd.grad(l2, [x2, ws])
+    torch.testing.assert_close(g1[0], g2[0][:20], rtol=1e-5, atol=1e-7)
+    assert g2[0][20:].abs().max() == 0
+    torch.testing.assert_close(g1[1], g2[1], rtol=1e-5, atol=1e-7)

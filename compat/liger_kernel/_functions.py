@@ -7,7 +7,7 @@ deliberate difference: ``in_place`` defaults to False (liger_cpp's documented sa
 cross entropy never overwrites its logits with the gradient.
 """
 
-from liger_cpp.chunked_loss import preference_loss_fns as _pl
+from liger_cpp.chunked_loss import loss_fns as _pl
 from liger_cpp.chunked_loss.functional import (
     liger_fused_linear_cosine,
     liger_fused_linear_cpo,
@@ -230,10 +230,14 @@ class LigerFusedLinearGRPOFunction:
 
 class LigerFusedLinearJSDFunction:
     apply = staticmethod(liger_fused_linear_jsd)
+    # Liger's loss function, for subclasses of LigerFusedLinearDistillationBase that reuse it
+    distillation_loss_fn = staticmethod(_pl.jsd_distillation_loss_fn)
 
 
 class LigerFusedLinearCosineSimilarityFunction:
     apply = staticmethod(liger_fused_linear_cosine)
+    # Liger's loss function, for subclasses of LigerFusedLinearDistillationBase that reuse it
+    distillation_loss_fn = staticmethod(_pl.cosine_distillation_loss_fn)
 
 
 class LigerJSDFunction:

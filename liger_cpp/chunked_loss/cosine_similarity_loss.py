@@ -2,10 +2,10 @@
 distillation op.
 
 loss = weight_hard_loss * CE(student logits, true_labels) + weight_soft_loss * soft, with
-soft = sum over rows of beta * (1 - cos(student logits / T, teacher logits / T)) / n and n the rows
-whose label is not ignore_index. As Liger, the cosine term is summed over every row (its loss
-function does not look at the labels) while n counts the labelled rows. `compiled` and `chunk_size`
-are accepted and ignored.
+soft = sum over the rows whose label is not ignore_index of beta * (1 - cos(student logits / T,
+teacher logits / T)) / n, n the count of those rows (Liger 0.8.5's loss function masks the ignored
+rows; earlier Liger summed over every row while dividing by n, so padding changed the loss).
+`compiled` and `chunk_size` are accepted and ignored.
 """
 
 from liger_cpp.chunked_loss.jsd_loss import _distill, _FusedLinearDistillationLoss

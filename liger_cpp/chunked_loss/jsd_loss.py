@@ -48,7 +48,7 @@ def _distill(
         beta=beta,
         ignore_index=ignore_index,
         temperature=temperature,
-        mask_soft=loss == "jsd",
+        mask_soft=True,  # both soft terms skip ignored rows (Liger 0.8.5's JSD and cosine loss functions)
         compute_hard=bool(return_soft_hard_loss),  # the op computes it anyway with a hard weight
     )
     return (total, soft, hard) if return_soft_hard_loss else total

@@ -1,5 +1,6 @@
-"""Liger's preference loss functions in PyTorch (liger_cpp.chunked_loss.preference_loss_fns, attached
-as ``preference_loss_fn`` to the compatibility package's DPO / ORPO / CPO / SimPO / KTO Functions):
+"""Liger's loss functions in PyTorch (liger_cpp.chunked_loss.loss_fns, attached as
+``preference_loss_fn`` to the compatibility package's DPO / ORPO / CPO / SimPO / KTO Functions and as
+``distillation_loss_fn`` to its JSD and cosine Functions):
 run on the chunked-loss bases, each must give what liger_cpp's C++ loss of the same name gives (loss,
 every output, gradients), for every DPO loss type; and AgileRL's DPO subclass pattern runs."""
 
@@ -11,7 +12,8 @@ from conftest import DEVICES
 from rl_reference import leaf
 
 from liger_cpp.chunked_loss import functional as cf
-from liger_cpp.chunked_loss import preference_loss_fns as pl
+from liger_cpp.chunked_loss import loss_fns as pl
+from liger_cpp.chunked_loss.fused_linear_distillation import LigerFusedLinearDistillationBase
 from liger_cpp.chunked_loss.fused_linear_preference import LigerFusedLinearPreferenceBase
 from liger_cpp.chunked_loss.fused_linear_unpaired_preference import LigerFusedLinearUnpairedPreferenceBase
 from liger_cpp.ops.fused_linear_preference import DPO_LOSS_TYPES
@@ -274,3 +276,83 @@ def test_agilerl_dpo_with_alpha_pattern():
     ours[0].backward()
     theirs[0].backward()
     _compare(ours, theirs, (x.grad, w.grad, b.grad), (x2.grad, w2.grad, b2.grad))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "loss, beta, temperature, Vt",
+    [
+        ("jsd", 0.0, 1.0, 29),
+        ("jsd", 1.0, 1.7, 29),
+        ("jsd", 0.4, 0.8, 33),
+        ("cosine", 0.7, 1.3, 29),
+        ("cosine", 1.0, 1.0, 33),
+    ],
+)
+def test_distillation_fns_match_the_fused_losses(device, loss, beta, temperature, Vt):
+    """On LigerFusedLinearDistillationBase, Liger's JSD and cosine loss functions give what liger_cpp's
+    C++ JSD and cosine losses give: loss, soft and hard terms, gradients (ignored rows included, and a
+    teacher vocabulary padded beyond the student's)."""
+    fn = pl.jsd_distillation_loss_fn if loss == "jsd" else pl.cosine_distillation_loss_fn
+    fused = cf.liger_fused_linear_jsd if loss == "jsd" else cf.liger_fused_linear_cosine
+
+    class D(LigerFusedLinearDistillationBase):
+        distillation_loss_fn = staticmethod(fn)
+
+        @staticmethod
+        def forward(ctx, xs, ws, xt, wt, t, bs, bt):
+            return LigerFusedLinearDistillationBase.forward(
+                D,
+                ctx,
+                xs,
+                ws,
+                xt,
+                wt,
+                t,
+                bs,
+                bt,
+                chunk_size=16,
+                beta=beta,
+                temperature=temperature,
+                weight_hard_loss=0.3,
+                weight_soft_loss=0.9,
+                return_soft_hard_loss=True,
+            )
+
+        @staticmethod
+        def backward(ctx, *grad_output):
+            return (*LigerFusedLinearDistillationBase.backward(ctx, grad_output[0]), None)
+
+    gen = torch.Generator().manual_seed(5)
+    M, Hs, Ht, Vs = 50, 13, 11, 29
+    xs = torch.randn(M, Hs, generator=gen).to(device).requires_grad_(True)
+    ws = (torch.randn(Vs, Hs, generator=gen) * 0.5).to(device).requires_grad_(True)
+    bs = (torch.randn(Vs, generator=gen) * 0.3).to(device).requires_grad_(True)
+    xt, wt = (
+        torch.randn(M, Ht, generator=gen).to(device),
+        (torch.randn(Vt, Ht, generator=gen) * 0.6).to(device),
+    )
+    bt = (torch.randn(Vt, generator=gen) * 0.3).to(device)
+    t = torch.randint(0, Vs, (M,), generator=gen)
+    t[::7] = -100
+    t = t.to(device)
+    x2, w2, b2 = (leaf(v) for v in (xs, ws, bs))
+    ours = D.apply(xs, ws, xt, wt, t, bs, bt)
+    theirs = fused(
+        x2,
+        w2,
+        xt,
+        wt,
+        t,
+        b2,
+        bt,
+        weight_hard_loss=0.3,
+        weight_soft_loss=0.9,
+        beta=beta,
+        temperature=temperature,
+        return_soft_hard_loss=True,
+    )
+    ours[0].backward()
+    theirs[0].backward()
+    for a, b in [*zip(ours, theirs), (xs.grad, x2.grad), (ws.grad, w2.grad), (bs.grad, b2.grad)]:
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-6)

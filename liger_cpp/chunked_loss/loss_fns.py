@@ -1,13 +1,17 @@
-"""Liger's preference loss functions in PyTorch, for subclasses of the chunked-loss bases
-(fused_linear_preference.LigerFusedLinearPreferenceBase, fused_linear_unpaired_preference.
-LigerFusedLinearUnpairedPreferenceBase): the ``preference_loss_fn`` of Liger's DPO, ORPO, CPO, SimPO
-and KTO Functions, which code such as AgileRL's reuses (``staticmethod(LigerFusedLinearDPOFunction.
-preference_loss_fn)``). The compatibility package attaches them to its Function classes.
+"""Liger's loss functions in PyTorch, for subclasses of the chunked-loss bases: the
+``preference_loss_fn`` of Liger's DPO, ORPO, CPO, SimPO and KTO Functions (for
+fused_linear_preference.LigerFusedLinearPreferenceBase and fused_linear_unpaired_preference.
+LigerFusedLinearUnpairedPreferenceBase) and the ``distillation_loss_fn`` of its JSD and cosine
+Functions (for fused_linear_distillation.LigerFusedLinearDistillationBase), which code such as
+AgileRL's reuses (``staticmethod(LigerFusedLinearDPOFunction.preference_loss_fn)``). The
+compatibility package attaches them to its Function classes. (The GRPO family's ``ppo_loss_fn`` is
+grpo_loss.grpo_ppo_loss_fn.)
 
-liger_cpp's own DPO, ORPO, CPO, SimPO and KTO losses compute the same in C++ (csrc/aten/composite/
-fused_linear_preference.cpp); these exist for the bases' Python loop. Each takes a chunk's sequence
-log-probs and returns the chunk's loss already divided by the batch's pair (or sequence) count, and
-the rewards (plus ORPO's log-odds terms), as Liger's do.
+liger_cpp's own losses of these names compute the same in C++; these exist for the bases' Python
+loops. A preference function takes a chunk's sequence log-probs and returns the chunk's loss already
+divided by the batch's pair (or sequence) count, and the rewards (plus ORPO's log-odds terms); a
+distillation function returns the chunk's soft loss summed over its rows whose target is not
+ignored, which the base divides by the batch's count; both as Liger's do.
 """
 
 import math
@@ -134,3 +138,41 @@ def kto_preference_loss_fn(
         (rewards * preference_labels_chunk).sum(),
         (rewards * ~preference_labels_chunk).sum(),
     )
+
+
+def _log_softmax32(logits):
+    return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+
+
+def jsd_distillation_loss_fn(student_logits, teacher_logits, beta=0.5, target=None, ignore_index=-100):
+    """Generalized JSD of the rows' distributions (logits already divided by the temperature), summed
+    over the rows whose target is not ignore_index: beta 0 KL(teacher || student), beta 1
+    KL(student || teacher), else beta KL(teacher || M) + (1 - beta) KL(student || M) with M = beta
+    teacher + (1 - beta) student. float32 (float64 kept) whatever the logits' dtype."""
+    s, t = _log_softmax32(student_logits), _log_softmax32(teacher_logits)
+    if beta == 0:
+        rows = F.kl_div(s, t, reduction="none", log_target=True).sum(-1)
+    elif beta == 1:
+        rows = F.kl_div(t, s, reduction="none", log_target=True).sum(-1)
+    else:
+        m = torch.logsumexp(torch.stack([s + math.log(1 - beta), t + math.log(beta)]), dim=0)
+        rows = (
+            beta * F.kl_div(m, t, reduction="none", log_target=True)
+            + (1 - beta) * F.kl_div(m, s, reduction="none", log_target=True)
+        ).sum(-1)
+    if target is not None:
+        rows = rows * (target != ignore_index)
+    return rows.sum()
+
+
+def cosine_distillation_loss_fn(student_logits, teacher_logits, target=None, ignore_index=None, beta=1.0):
+    """beta (1 - s . t / (max(|s|, 1e-12) max(|t|, 1e-12))) of each row's student and teacher logits
+    (already divided by the temperature: Liger normalises both, then takes their cosine), summed over
+    the rows whose target is not ignore_index."""
+    acc = torch.promote_types(student_logits.dtype, torch.float32)
+    s, t = student_logits.to(acc), teacher_logits.to(acc)
+    cos = (s * t).sum(-1) / (s.norm(dim=-1).clamp_min(1e-12) * t.norm(dim=-1).clamp_min(1e-12))
+    rows = beta * (1 - cos)
+    if target is not None and ignore_index is not None:
+        rows = rows * (target != ignore_index)
+    return rows.sum()
