@@ -15,4 +15,10 @@ echo "liger_cpp build: $(( $(date +%s) - t0 )) s"
 # The liger-kernel compatibility package (import name liger_kernel, backed by liger_cpp): what the
 # tests/test_compat_*.py integration tests run Hugging Face / TRL through, as a user would.
 $PY -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps ./compat
+# Liger-Kernel 0.8.5 itself, beside (not over) the compatibility package: tests/test_liger_conformance.py
+# runs its chunked losses on the CPU in a subprocess and compares liger_cpp's with them.
+if [ ! -f .liger_upstream/liger_kernel/__init__.py ]; then
+  $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target .liger_upstream \
+    "liger-kernel==0.8.5"
+fi
 $PY -m liger_cpp.env

@@ -1,0 +1,197 @@
+"""Cases of tests/test_liger_conformance.py: Liger-Kernel 0.8.5's chunked-loss modules (the contract
+of liger_cpp.chunked_loss) called with the same deterministic CPU inputs as liger_cpp's modules of the
+same names. Imports torch only, so both the upstream runner (tests/liger_upstream_runner.py, where
+`liger_kernel` is Liger-Kernel itself) and the test (liger_cpp) build identical inputs from it.
+
+A case: (id, module class name, constructor kwargs, input recipe name, forward kwargs to add)."""
+
+import math
+
+import torch
+
+GRPO_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
+DPO_TYPES = [
+    "sigmoid",
+    "hinge",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+]
+
+
+def _cases():
+    cases = []
+    for lt in GRPO_TYPES:
+        levels = ["token"] + ([] if lt in ("cispo", "sapo", "vespo") else ["sequence"])
+        for level in levels:
+            kw = dict(
+                loss_type=lt,
+                importance_sampling_level=level,
+                beta=0.05,
+                max_completion_length=7,
+                compiled=False,
+            )
+            if lt == "cispo":
+                kw["epsilon_high"] = 3.0
+            cases.append((f"grpo-{lt}-{level}", "LigerFusedLinearGRPOLoss", kw, "grpo", {}))
+    for name, kw, extra in [
+        ("beta0", dict(beta=0.0, loss_type="dapo"), {}),
+        ("temperature", dict(temperature=0.8, loss_type="grpo"), {}),
+        ("vllm", dict(loss_type="dapo"), {"vllm": True}),
+        ("vllm-vespo", dict(loss_type="vespo"), {"vllm": True}),
+        ("delta", dict(loss_type="grpo", delta=1.05), {}),
+        ("bias-kl", dict(loss_type="bnpo", use_bias_correction_kl=True), {}),
+        ("num-items", dict(loss_type="dapo"), {"num_items_in_batch": 11}),
+        ("ref-model", dict(loss_type="grpo", beta=0.1), {"ref_head": True}),
+        ("no-ref", dict(loss_type="dapo", beta=0.0, use_ref_model=False), {"no_ref": True}),
+        ("sapo-temps", dict(loss_type="sapo", sapo_temperature_pos=0.6, sapo_temperature_neg=1.4), {}),
+    ]:
+        cases.append((f"grpo-{name}", "LigerFusedLinearGRPOLoss", dict(kw, compiled=False), "grpo", extra))
+    for lt in DPO_TYPES:
+        ls = {"exo_pair": 0.1, "robust": 0.2}.get(lt, 0.0)
+        kw = dict(beta=0.3, loss_type=lt, label_smoothing=ls, compute_nll_loss=True, compiled=False)
+        cases.append((f"dpo-{lt}", "LigerFusedLinearDPOLoss", kw, "pairs", {"ref": True}))
+    cases += [
+        (
+            "dpo-no-ref-avg",
+            "LigerFusedLinearDPOLoss",
+            dict(use_ref_model=False, average_log_prob=True, compiled=False),
+            "pairs",
+            {},
+        ),
+        ("orpo", "LigerFusedLinearORPOLoss", dict(beta=0.2, compiled=False), "pairs", {}),
+        (
+            "cpo",
+            "LigerFusedLinearCPOLoss",
+            dict(beta=0.2, alpha=0.7, label_smoothing=0.1, compiled=False),
+            "pairs",
+            {},
+        ),
+        ("simpo", "LigerFusedLinearSimPOLoss", dict(beta=0.2, gamma=0.3, compiled=False), "pairs", {}),
+        (
+            "kto",
+            "LigerFusedLinearKTOLoss",
+            dict(beta=0.3, use_ref_model=True, compiled=False),
+            "unpaired",
+            {},
+        ),
+        (
+            "kto-kl",
+            "LigerFusedLinearKTOLoss",
+            dict(beta=0.3, use_ref_model=True, compiled=False),
+            "unpaired",
+            {"kl": 0.15},
+        ),
+    ]
+    for name, kw, extra in [
+        ("jsd-beta0", dict(beta=0.0), {}),
+        ("jsd-beta1-T", dict(beta=1.0, temperature=1.7), {}),
+        ("jsd-mid", dict(beta=0.4, weight_hard_loss=0.3, weight_soft_loss=0.9), {}),
+        ("jsd-gkd", dict(beta=0.5, weight_hard_loss=0.0, weight_soft_loss=1.0), {}),
+        ("jsd-padded-vocab", dict(beta=0.5), {"Vt": 27}),
+        ("jsd-soft-hard", dict(beta=0.5, return_soft_hard_loss=True), {}),
+    ]:
+        cases.append((name, "LigerFusedLinearJSDLoss", dict(kw, compiled=False), "distill", extra))
+    for name, kw in [
+        ("cosine", dict(beta=0.7, temperature=1.3)),
+        ("cosine-soft-hard", dict(return_soft_hard_loss=True)),
+    ]:
+        cases.append((name, "LigerFusedLinearCosineSimilarityLoss", dict(kw, compiled=False), "distill", {}))
+    return cases
+
+
+CASES = _cases()
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def build(recipe, extra, seed=0):
+    """(positional forward args, keyword forward args, the tensors whose gradients are compared)."""
+    g = _gen(seed)
+
+    def rn(*s, scale=1.0):
+        return torch.randn(*s, generator=g) * scale
+
+    V, H = 23, 8
+    w = (rn(V, H) * (2.0 / math.sqrt(H))).requires_grad_(True)
+    b = (rn(V) * 0.3).requires_grad_(True)
+    if recipe == "grpo":
+        B, T = 3, 7
+        x = rn(B, T, H).requires_grad_(True)
+        ids = torch.randint(0, V, (B, T), generator=g)
+        mask = (torch.rand(B, T, generator=g) > 0.25).long()
+        adv = rn(B)
+        old = rn(B, T, scale=0.15) - 3.0
+        ref = rn(B, T, scale=0.15) - 3.0
+        kw = dict(bias=b, old_per_token_logps=old)
+        if extra.get("ref_head"):
+            kw.update(ref_input=rn(B, T, 5), ref_weight=rn(V, 5) * 0.6, ref_bias=rn(V) * 0.3)
+        elif not extra.get("no_ref"):
+            kw["ref_per_token_logps"] = ref
+        if extra.get("vllm"):
+            kw["vllm_is_ratio"] = torch.rand(B, T, generator=g) + 0.5
+        if "num_items_in_batch" in extra:
+            kw["num_items_in_batch"] = extra["num_items_in_batch"]
+        return (x, w, ids, mask, adv), kw, (x, w, b)
+    if recipe in ("pairs", "unpaired"):
+        N, T = 6, 9
+        x = rn(N, T, H).requires_grad_(True)
+        t = torch.randint(0, V, (N, T), generator=g)
+        t[:, :2] = -100
+        t[1, -3:] = -100
+        if recipe == "pairs":
+            kw = dict(bias=b)
+            if extra.get("ref"):
+                kw.update(ref_input=rn(N, T, 5), ref_weight=rn(V, 5) * 0.6, ref_bias=rn(V) * 0.3)
+            return (w, x, t), kw, (x, w, b)
+        labels = torch.tensor([True, False, True, True, False, False])
+        kw = dict(
+            bias=b,
+            preference_labels=labels,
+            ref_input=rn(N, T, 5),
+            ref_weight=rn(V, 5) * 0.6,
+            ref_bias=rn(V) * 0.3,
+        )
+        if "kl" in extra:
+            kw["kl"] = torch.tensor(extra["kl"])
+        return (x, w, t), kw, (x, w, b)
+    M, Hs, Ht = 20, 8, 6
+    Vt = extra.get("Vt", V)
+    xs = rn(M, Hs).requires_grad_(True)
+    xt, wt, bt = rn(M, Ht), rn(Vt, Ht) * 0.7, rn(Vt) * 0.3
+    y = torch.randint(0, V, (M,), generator=g)
+    y[::6] = -100
+    return (xs, w, xt, wt, y, b, bt), {}, (xs, w, b)
+
+
+def run(module_cls, kwargs, recipe, extra, seed=0):
+    """Calls the module on the recipe's inputs, differentiates the loss, and returns a dict of the
+    loss, every other output (flattened to tensors) and the gradients."""
+    args, kw, wrt = build(recipe, extra, seed)
+    out = module_cls(**kwargs)(*args, **kw)
+    loss, rest = (out[0], out[1:]) if isinstance(out, tuple) else (out, ())
+    flat = []
+
+    def walk(o):
+        if isinstance(o, (tuple, list)):
+            for e in o:
+                walk(e)
+        elif isinstance(o, torch.Tensor):
+            flat.append(o.detach().float())
+        elif o is not None:
+            flat.append(torch.tensor(float(o)))
+
+    walk(rest)
+    grads = torch.autograd.grad(loss, list(wrt), allow_unused=True)
+    return {
+        "loss": loss.detach().float(),
+        "outputs": flat,
+        "grads": [gr if gr is None else gr.detach().float() for gr in grads],
+    }

@@ -1,0 +1,30 @@
+"""Runs tests/conformance_cases.py's cases on Liger-Kernel itself (the real `liger_kernel` first on
+PYTHONPATH, CPU, `compiled=False`) and saves the results: `python liger_upstream_runner.py OUT.pt`.
+A separate process, because the compatibility package takes the import name `liger_kernel` in the
+test's own process."""
+
+import importlib.util
+import sys
+
+import conformance_cases as cc
+import liger_kernel.chunked_loss as lc
+import torch
+
+
+def main(out):
+    if importlib.util.find_spec("liger_kernel._surface") is not None:
+        sys.exit(
+            "liger_upstream_runner: `liger_kernel` is liger_cpp's compatibility package, not Liger-Kernel"
+        )
+    results = {}
+    for cid, cls, kwargs, recipe, extra in cc.CASES:
+        try:
+            results[cid] = cc.run(getattr(lc, cls), kwargs, recipe, extra)
+        except Exception as e:  # recorded: the test reports it against the case
+            results[cid] = {"error": f"{type(e).__name__}: {e}"}
+    torch.save(results, out)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    main(sys.argv[1])

@@ -1,0 +1,56 @@
+"""Conformance with Liger-Kernel 0.8.5 itself: its chunked RL, distillation and preference losses
+(pure PyTorch, run on the CPU with compiled=False in a subprocess where `liger_kernel` is Liger-Kernel)
+against liger_cpp's modules of the same names on identical inputs (tests/conformance_cases.py): the
+loss, every returned metric or auxiliary output, and the gradients of the input, weight and bias.
+Every GRPO loss type and sampling level and the options, every DPO loss type but ipo, ORPO, CPO,
+SimPO, KTO, JSD and cosine distillation.
+
+Liger-Kernel is found in $LIGER_UPSTREAM_DIR or ./.liger_upstream (scripts/setup.sh installs the
+0.8.5 wheel there with --target); without it the tests skip, saying so."""
+
+import os
+import subprocess
+import sys
+
+import conformance_cases as cc
+import pytest
+import torch
+
+import liger_cpp.chunked_loss as ours
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+UPSTREAM = os.environ.get("LIGER_UPSTREAM_DIR", os.path.join(os.path.dirname(HERE), ".liger_upstream"))
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory):
+    if not os.path.isdir(os.path.join(UPSTREAM, "liger_kernel")):
+        pytest.skip(f"Liger-Kernel 0.8.5 is not installed in {UPSTREAM} (scripts/setup.sh puts it there)")
+    out = tmp_path_factory.mktemp("upstream") / "results.pt"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([UPSTREAM, HERE]), CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "liger_upstream_runner.py"), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("case", cc.CASES, ids=[c[0] for c in cc.CASES])
+def test_matches_liger_kernel(upstream, case):
+    cid, cls, kwargs, recipe, extra = case
+    theirs = upstream[cid]
+    assert "error" not in theirs, f"Liger-Kernel failed on this case: {theirs.get('error')}"
+    mine = cc.run(getattr(ours, cls), kwargs, recipe, extra)
+    tol = dict(rtol=2e-5, atol=2e-6)
+    torch.testing.assert_close(mine["loss"], theirs["loss"], **tol, msg=lambda m: f"loss: {m}")
+    assert len(mine["outputs"]) == len(theirs["outputs"]), (len(mine["outputs"]), len(theirs["outputs"]))
+    for i, (a, b) in enumerate(zip(mine["outputs"], theirs["outputs"])):
+        torch.testing.assert_close(a, b, **tol, msg=lambda m, i=i: f"output {i}: {m}")
+    for name, a, b in zip(("input", "weight", "bias"), mine["grads"], theirs["grads"]):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            torch.testing.assert_close(a, b, **tol, msg=lambda m, name=name: f"d{name}: {m}")
