@@ -195,3 +195,225 @@ def run(module_cls, kwargs, recipe, extra, seed=0):
         "outputs": flat,
         "grads": [gr if gr is None else gr.detach().float() for gr in grads],
     }
+
+
+# ---- the chunked-loss base classes: one user's subclass of each, built on either library's base ----
+# (bases: a dict with Liger's names, "distillation", "preference", "unpaired", "ppo" -> the class)
+
+BASE_CASES = ["base-distillation", "base-preference", "base-unpaired", "base-ppo"]
+
+
+def _user_kl(student_logits, teacher_logits, target=None, ignore_index=-100, beta=0.5):
+    """A user's forward KL, masked, summed (the base divides by the valid count)."""
+    s = torch.log_softmax(student_logits.float(), -1)
+    t = torch.log_softmax(teacher_logits.float(), -1)
+    rows = (t.exp() * (t - s)).sum(-1) * (1 + beta)
+    return (rows * (target != ignore_index)).sum()
+
+
+def _user_dpo(
+    chosen_logps, rejected_logps, full_target, ref_chosen_logps=None, ref_rejected_logps=None, beta=0.1
+):
+    c = chosen_logps - (ref_chosen_logps if ref_chosen_logps is not None else 0.0)
+    r = rejected_logps - (ref_rejected_logps if ref_rejected_logps is not None else 0.0)
+    loss = -torch.nn.functional.logsigmoid(beta * (c - r)).sum() / (full_target.shape[0] // 2)
+    return loss, beta * c, (beta * r).sum()
+
+
+def _user_kto(log_probs, labels, full_target, ref_log_prob_chunk=None, beta=0.1):
+    ratio = log_probs - ref_log_prob_chunk
+    sign = torch.where(labels, 1.0, -1.0)
+    return (1 - torch.sigmoid(beta * ratio * sign)).sum() / full_target.shape[0], (beta * ratio).sum()
+
+
+def _user_ppo(
+    per_token_logps,
+    attention_mask,
+    advantages,
+    full_attention_mask,
+    ref_per_token_logps=None,
+    old_per_token_logps=None,
+    epsilon_low=0.2,
+    epsilon_high=0.2,
+    beta=0.04,
+    **kwargs,
+):
+    ratio = torch.exp(per_token_logps - old_per_token_logps)
+    A = advantages.unsqueeze(1)
+    ptl = -torch.min(ratio * A, ratio.clamp(1 - epsilon_low, 1 + epsilon_high) * A)
+    d = ref_per_token_logps - per_token_logps
+    ptl = ptl + beta * (torch.exp(d) - d - 1)
+    n = full_attention_mask.sum().clamp(min=1)
+    return (ptl * attention_mask).sum() / n, [
+        (ratio * attention_mask).sum() / n,
+        per_token_logps.detach().sum(-1),
+    ]
+
+
+def run_base(case, bases, seed=0):
+    """The case's subclass of bases[...] applied to the recipe's inputs, as `run` returns."""
+    g = _gen(seed)
+
+    def rn(*s, scale=1.0):
+        return torch.randn(*s, generator=g) * scale
+
+    V, H = 23, 8
+    w = (rn(V, H) * (2.0 / math.sqrt(H))).requires_grad_(True)
+    b = (rn(V) * 0.3).requires_grad_(True)
+    if case == "base-distillation":
+        Base = bases["distillation"]
+
+        class F_(Base):
+            distillation_loss_fn = staticmethod(_user_kl)
+
+            @classmethod
+            def forward(cls, ctx, xs, ws, xt, wt, y, bs, bt):
+                return Base.forward(
+                    cls,
+                    ctx,
+                    xs,
+                    ws,
+                    xt,
+                    wt,
+                    y,
+                    bs,
+                    bt,
+                    chunk_size=6,
+                    beta=0.3,
+                    temperature=1.4,
+                    weight_hard_loss=0.4,
+                    weight_soft_loss=0.8,
+                    compiled=False,
+                    return_soft_hard_loss=True,
+                )
+
+            @staticmethod
+            def backward(ctx, *grads):
+                return (*Base.backward(ctx, grads[0])[:6], None)
+
+        xs = rn(20, H).requires_grad_(True)
+        xt, wt, bt = rn(20, 6), rn(V, 6) * 0.7, rn(V) * 0.3
+        y = torch.randint(0, V, (20,), generator=g)
+        y[::5] = -100
+        out, wrt = F_.apply(xs, w, xt, wt, y, b, bt), (xs, w, b)
+    elif case == "base-preference":
+        Base = bases["preference"]
+
+        class F_(Base):
+            preference_loss_fn = staticmethod(_user_dpo)
+
+            @classmethod
+            def forward(cls, ctx, x, w_, t, b_, rx, rw, rb):
+                return Base.forward(
+                    cls=cls,
+                    ctx=ctx,
+                    _input=x,
+                    weight=w_,
+                    target=t,
+                    bias=b_,
+                    chunk_size=2,
+                    alpha=0.6,
+                    beta=0.3,
+                    compute_nll_loss=True,
+                    compiled=False,
+                    use_ref_model=True,
+                    ref_input=rx,
+                    ref_weight=rw,
+                    ref_bias=rb,
+                    average_log_prob=False,
+                )
+
+            @staticmethod
+            def backward(ctx, *grad_output):
+                return (*Base.backward(ctx, grad_output)[:4], None, None, None)
+
+        x = rn(6, 9, H).requires_grad_(True)
+        t = torch.randint(0, V, (6, 9), generator=g)
+        t[:, :2] = -100
+        out = F_.apply(x, w, t, b, rn(6, 9, 5), rn(V, 5) * 0.6, rn(V) * 0.3)
+        wrt = (x, w, b)
+    elif case == "base-unpaired":
+        Base = bases["unpaired"]
+
+        class F_(Base):
+            preference_loss_fn = staticmethod(_user_kto)
+
+            @classmethod
+            def forward(cls, ctx, x, w_, t, labels, b_, rx, rw, rb):
+                return Base.forward(
+                    cls,
+                    ctx,
+                    x,
+                    w_,
+                    t,
+                    labels,
+                    b_,
+                    chunk_size=2,
+                    compiled=False,
+                    use_ref_model=True,
+                    ref_input=rx,
+                    ref_weight=rw,
+                    ref_bias=rb,
+                    average_log_prob=True,
+                    beta=0.4,
+                )
+
+            @staticmethod
+            def backward(ctx, *grad_output):
+                g_ = Base.backward(ctx, grad_output)
+                return (g_[0], g_[1], None, None, g_[4], None, None, None)
+
+        x = rn(6, 9, H).requires_grad_(True)
+        t = torch.randint(0, V, (6, 9), generator=g)
+        t[:, :2] = -100
+        labels = torch.tensor([True, False, True, True, False, False])
+        out = F_.apply(x, w, t, labels, b, rn(6, 9, 5), rn(V, 5) * 0.6, rn(V) * 0.3)
+        wrt = (x, w, b)
+    else:
+        Base = bases["ppo"]
+
+        class F_(Base):
+            ppo_loss_fn = staticmethod(_user_ppo)
+
+            @classmethod
+            def forward(cls, ctx, x, w_, ids, mask, adv, b_, ref, old):
+                return Base.forward(
+                    cls,
+                    ctx,
+                    x,
+                    w_,
+                    ids,
+                    mask,
+                    adv,
+                    b_,
+                    ref,
+                    old,
+                    beta=0.1,
+                    temperature=0.9,
+                    compiled=False,
+                    use_ref_model=True,
+                    chunk_size=2,
+                )
+
+            @staticmethod
+            def backward(ctx, grad_output, *grad_metrics):
+                return (*Base.backward(ctx, grad_output)[:6], None, None)
+
+        x = rn(3, 7, H).requires_grad_(True)
+        ids = torch.randint(0, V, (3, 7), generator=g)
+        mask = (torch.rand(3, 7, generator=g) > 0.25).float()
+        out = F_.apply(x, w, ids, mask, rn(3), b, rn(3, 7, scale=0.15) - 3.0, rn(3, 7, scale=0.15) - 3.0)
+        wrt = (x, w, b)
+    loss, rest = out[0], out[1:]
+    flat = []
+
+    def walk(o):
+        if isinstance(o, (tuple, list)):
+            for e in o:
+                walk(e)
+        elif isinstance(o, torch.Tensor):
+            flat.append(o.detach().float())
+
+    walk(rest)
+    grads = torch.autograd.grad(loss * 0.7, list(wrt))
+    return {"loss": loss.detach().float(), "outputs": flat, "grads": [gr.detach().float() for gr in grads]}

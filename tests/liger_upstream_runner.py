@@ -22,6 +22,24 @@ def main(out):
             results[cid] = cc.run(getattr(lc, cls), kwargs, recipe, extra)
         except Exception as e:  # recorded: the test reports it against the case
             results[cid] = {"error": f"{type(e).__name__}: {e}"}
+    from liger_kernel.chunked_loss.fused_linear_distillation import LigerFusedLinearDistillationBase
+    from liger_kernel.chunked_loss.fused_linear_ppo import LigerFusedLinearPPOBase
+    from liger_kernel.chunked_loss.fused_linear_preference import LigerFusedLinearPreferenceBase
+    from liger_kernel.chunked_loss.fused_linear_unpaired_preference import (
+        LigerFusedLinearUnpairedPreferenceBase,
+    )
+
+    bases = {
+        "distillation": LigerFusedLinearDistillationBase,
+        "preference": LigerFusedLinearPreferenceBase,
+        "unpaired": LigerFusedLinearUnpairedPreferenceBase,
+        "ppo": LigerFusedLinearPPOBase,
+    }
+    for cid in cc.BASE_CASES:
+        try:
+            results[cid] = cc.run_base(cid, bases)
+        except Exception as e:
+            results[cid] = {"error": f"{type(e).__name__}: {e}"}
     torch.save(results, out)
 
 

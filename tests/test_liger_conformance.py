@@ -39,12 +39,7 @@ def upstream(tmp_path_factory):
     return torch.load(out)
 
 
-@pytest.mark.parametrize("case", cc.CASES, ids=[c[0] for c in cc.CASES])
-def test_matches_liger_kernel(upstream, case):
-    cid, cls, kwargs, recipe, extra = case
-    theirs = upstream[cid]
-    assert "error" not in theirs, f"Liger-Kernel failed on this case: {theirs.get('error')}"
-    mine = cc.run(getattr(ours, cls), kwargs, recipe, extra)
+def _compare(mine, theirs):
     tol = dict(rtol=2e-5, atol=2e-6)
     torch.testing.assert_close(mine["loss"], theirs["loss"], **tol, msg=lambda m: f"loss: {m}")
     assert len(mine["outputs"]) == len(theirs["outputs"]), (len(mine["outputs"]), len(theirs["outputs"]))
@@ -54,3 +49,30 @@ def test_matches_liger_kernel(upstream, case):
         assert (a is None) == (b is None), name
         if a is not None:
             torch.testing.assert_close(a, b, **tol, msg=lambda m, name=name: f"d{name}: {m}")
+
+
+@pytest.mark.parametrize("case", cc.CASES, ids=[c[0] for c in cc.CASES])
+def test_matches_liger_kernel(upstream, case):
+    cid, cls, kwargs, recipe, extra = case
+    theirs = upstream[cid]
+    assert "error" not in theirs, f"Liger-Kernel failed on this case: {theirs.get('error')}"
+    _compare(cc.run(getattr(ours, cls), kwargs, recipe, extra), theirs)
+
+
+@pytest.mark.parametrize("case", cc.BASE_CASES)
+def test_base_subclass_matches_liger_kernel(upstream, case):
+    """One user's subclass of each chunked-loss base class, on Liger-Kernel's base and on liger_cpp's."""
+    from liger_cpp.chunked_loss.fused_linear_distillation import LigerFusedLinearDistillationBase
+    from liger_cpp.chunked_loss.fused_linear_ppo import LigerFusedLinearPPOBase
+    from liger_cpp.chunked_loss.fused_linear_preference import LigerFusedLinearPreferenceBase
+    from liger_cpp.chunked_loss.fused_linear_unpaired_preference import LigerFusedLinearUnpairedPreferenceBase
+
+    bases = {
+        "distillation": LigerFusedLinearDistillationBase,
+        "preference": LigerFusedLinearPreferenceBase,
+        "unpaired": LigerFusedLinearUnpairedPreferenceBase,
+        "ppo": LigerFusedLinearPPOBase,
+    }
+    theirs = upstream[case]
+    assert "error" not in theirs, f"Liger-Kernel failed on this case: {theirs.get('error')}"
+    _compare(cc.run_base(case, bases), theirs)
