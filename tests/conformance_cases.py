@@ -201,6 +201,9 @@ def run(module_cls, kwargs, recipe, extra, seed=0):
 # (bases: a dict with Liger's names, "distillation", "preference", "unpaired", "ppo" -> the class)
 
 BASE_CASES = ["base-distillation", "base-preference", "base-unpaired", "base-ppo"]
+# subclasses of Liger's own Functions that override only the loss function, applied with the
+# Function's own argument order (bases: "dpo_fn", "kto_fn", "grpo_fn", "jsd_fn" -> the Function)
+FUNCTION_CASES = ["fn-dpo", "fn-kto", "fn-grpo", "fn-jsd"]
 
 
 def _user_kl(student_logits, teacher_logits, target=None, ignore_index=-100, beta=0.5):
@@ -212,15 +215,21 @@ def _user_kl(student_logits, teacher_logits, target=None, ignore_index=-100, bet
 
 
 def _user_dpo(
-    chosen_logps, rejected_logps, full_target, ref_chosen_logps=None, ref_rejected_logps=None, beta=0.1
-):
+    chosen_logps,
+    rejected_logps,
+    full_target,
+    ref_chosen_logps=None,
+    ref_rejected_logps=None,
+    beta=0.1,
+    **kwargs,
+):  # Liger's DPO Function passes loss_type, label_smoothing and discopop_tau too
     c = chosen_logps - (ref_chosen_logps if ref_chosen_logps is not None else 0.0)
     r = rejected_logps - (ref_rejected_logps if ref_rejected_logps is not None else 0.0)
     loss = -torch.nn.functional.logsigmoid(beta * (c - r)).sum() / (full_target.shape[0] // 2)
     return loss, beta * c, (beta * r).sum()
 
 
-def _user_kto(log_probs, labels, full_target, ref_log_prob_chunk=None, beta=0.1):
+def _user_kto(log_probs, labels, full_target, ref_log_prob_chunk=None, beta=0.1, **kwargs):
     ratio = log_probs - ref_log_prob_chunk
     sign = torch.where(labels, 1.0, -1.0)
     return (1 - torch.sigmoid(beta * ratio * sign)).sum() / full_target.shape[0], (beta * ratio).sum()
@@ -404,6 +413,10 @@ def run_base(case, bases, seed=0):
         mask = (torch.rand(3, 7, generator=g) > 0.25).float()
         out = F_.apply(x, w, ids, mask, rn(3), b, rn(3, 7, scale=0.15) - 3.0, rn(3, 7, scale=0.15) - 3.0)
         wrt = (x, w, b)
+    return _collect(out, wrt)
+
+
+def _collect(out, wrt):
     loss, rest = out[0], out[1:]
     flat = []
 
@@ -417,3 +430,46 @@ def run_base(case, bases, seed=0):
     walk(rest)
     grads = torch.autograd.grad(loss * 0.7, list(wrt))
     return {"loss": loss.detach().float(), "outputs": flat, "grads": [gr.detach().float() for gr in grads]}
+
+
+def run_function_subclass(case, fns, seed=0):
+    """A subclass of Liger's Function (fns[...]) that overrides only its loss function, applied."""
+    g = _gen(seed)
+
+    def rn(*s, scale=1.0):
+        return torch.randn(*s, generator=g) * scale
+
+    V, H = 23, 8
+    w = (rn(V, H) * (2.0 / math.sqrt(H))).requires_grad_(True)
+    b = (rn(V) * 0.3).requires_grad_(True)
+    if case in ("fn-dpo", "fn-kto"):
+        x = rn(6, 9, H).requires_grad_(True)
+        t = torch.randint(0, V, (6, 9), generator=g)
+        t[:, :2] = -100
+        rx, rw, rb = rn(6, 9, 5), rn(V, 5) * 0.6, rn(V) * 0.3
+        if case == "fn-dpo":
+            F_ = type("MyDPO", (fns["dpo_fn"],), {"preference_loss_fn": staticmethod(_user_dpo)})
+            # Liger's DPO order: _input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index,
+            # beta, compute_nll_loss, compiled, use_ref_model, average_log_prob, chunk_size
+            out = F_.apply(x, w, t, b, rx, rw, rb, -100, 0.3, True, False, True, False, 2)
+        else:
+            F_ = type("MyKTO", (fns["kto_fn"],), {"preference_loss_fn": staticmethod(_user_kto)})
+            labels = torch.tensor([True, False, True, True, False, False])
+            out = F_.apply(x, w, t, labels, b, rx, rw, rb, None, -100, 0.4, False, True, True, 2)
+        return _collect(out, (x, w, b))
+    if case == "fn-grpo":
+        F_ = type("MyGRPO", (fns["grpo_fn"],), {"ppo_loss_fn": staticmethod(_user_ppo)})
+        x = rn(3, 7, H).requires_grad_(True)
+        ids = torch.randint(0, V, (3, 7), generator=g)
+        mask = (torch.rand(3, 7, generator=g) > 0.25).float()
+        adv = rn(3)
+        ref, old = rn(3, 7, scale=0.15) - 3.0, rn(3, 7, scale=0.15) - 3.0
+        out = F_.apply(x, w, ids, mask, adv, b, ref, old, None, None, None, 0.1)
+        return _collect(out, (x, w, b))
+    F_ = type("MyJSD", (fns["jsd_fn"],), {"distillation_loss_fn": staticmethod(_user_kl)})
+    xs = rn(20, H).requires_grad_(True)
+    xt, wt, bt = rn(20, 6), rn(V, 6) * 0.7, rn(V) * 0.3
+    y = torch.randint(0, V, (20,), generator=g)
+    y[::5] = -100
+    out = F_.apply(xs, w, xt, wt, y, b, bt, 0.4, 0.8, 0.3, -100, 1.4, False, 6, True)
+    return _collect(out, (xs, w, b))

@@ -40,6 +40,22 @@ def main(out):
             results[cid] = cc.run_base(cid, bases)
         except Exception as e:
             results[cid] = {"error": f"{type(e).__name__}: {e}"}
+    from liger_kernel.chunked_loss.dpo_loss import LigerFusedLinearDPOFunction
+    from liger_kernel.chunked_loss.grpo_loss import LigerFusedLinearGRPOFunction
+    from liger_kernel.chunked_loss.jsd_loss import LigerFusedLinearJSDFunction
+    from liger_kernel.chunked_loss.kto_loss import LigerFusedLinearKTOFunction
+
+    fns = {
+        "dpo_fn": LigerFusedLinearDPOFunction,
+        "kto_fn": LigerFusedLinearKTOFunction,
+        "grpo_fn": LigerFusedLinearGRPOFunction,
+        "jsd_fn": LigerFusedLinearJSDFunction,
+    }
+    for cid in cc.FUNCTION_CASES:
+        try:
+            results[cid] = cc.run_function_subclass(cid, fns)
+        except Exception as e:
+            results[cid] = {"error": f"{type(e).__name__}: {e}"}
     torch.save(results, out)
 
 

@@ -76,3 +76,26 @@ def test_base_subclass_matches_liger_kernel(upstream, case):
     theirs = upstream[case]
     assert "error" not in theirs, f"Liger-Kernel failed on this case: {theirs.get('error')}"
     _compare(cc.run_base(case, bases), theirs)
+
+
+@pytest.mark.parametrize("case", cc.FUNCTION_CASES)
+def test_function_subclass_matches_liger_kernel(upstream, case):
+    """A subclass of Liger's DPO / KTO / GRPO / JSD Function that overrides only its loss function:
+    through the compatibility package it must run the override (the bases' loop), as Liger-Kernel."""
+    from compat_env import ensure_compat
+
+    ensure_compat()
+    from liger_kernel.chunked_loss.dpo_loss import LigerFusedLinearDPOFunction
+    from liger_kernel.chunked_loss.grpo_loss import LigerFusedLinearGRPOFunction
+    from liger_kernel.chunked_loss.jsd_loss import LigerFusedLinearJSDFunction
+    from liger_kernel.chunked_loss.kto_loss import LigerFusedLinearKTOFunction
+
+    fns = {
+        "dpo_fn": LigerFusedLinearDPOFunction,
+        "kto_fn": LigerFusedLinearKTOFunction,
+        "grpo_fn": LigerFusedLinearGRPOFunction,
+        "jsd_fn": LigerFusedLinearJSDFunction,
+    }
+    theirs = upstream[case]
+    assert "error" not in theirs, f"Liger-Kernel failed on this case: {theirs.get('error')}"
+    _compare(cc.run_function_subclass(case, fns), theirs)

@@ -356,3 +356,42 @@ def test_distillation_fns_match_the_fused_losses(device, loss, beta, temperature
     theirs[0].backward()
     for a, b in [*zip(ours, theirs), (xs.grad, x2.grad), (ws.grad, w2.grad), (bs.grad, b2.grad)]:
         torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-6)
+
+
+def test_compat_stock_functions_take_the_fused_path(monkeypatch):
+    """The compatibility package's Functions run liger_cpp's fused C++ losses when nothing is
+    overridden (also through a subclass that overrides nothing), never the bases' Python loop."""
+    from compat_env import ensure_compat
+
+    ensure_compat()
+    from liger_kernel.chunked_loss.dpo_loss import LigerFusedLinearDPOFunction
+    from liger_kernel.chunked_loss.grpo_loss import LigerFusedLinearGRPOFunction
+    from liger_kernel.chunked_loss.jsd_loss import LigerFusedLinearJSDFunction
+    from liger_kernel.chunked_loss.kto_loss import LigerFusedLinearKTOFunction
+
+    from liger_cpp.chunked_loss.fused_linear_ppo import LigerFusedLinearPPOBase
+
+    def refuse(*a, **k):
+        raise AssertionError("the bases' Python loop ran")
+
+    for base in (
+        LigerFusedLinearPreferenceBase,
+        LigerFusedLinearUnpairedPreferenceBase,
+        LigerFusedLinearPPOBase,
+        LigerFusedLinearDistillationBase,
+    ):
+        monkeypatch.setattr(base, "forward", staticmethod(refuse))
+    x, w, b, rx, rw, rb, t = _inputs("cpu")
+
+    class Plain(LigerFusedLinearDPOFunction):
+        pass
+
+    for F_ in (LigerFusedLinearDPOFunction, Plain):
+        loss, _ = F_.apply(x, w, t, b, rx, rw, rb)
+        torch.testing.assert_close(loss, cf.liger_fused_linear_dpo(x, w, t, b, rx, rw, rb)[0], rtol=0, atol=0)
+    labels = torch.tensor([True, False, True, True, False, False])
+    LigerFusedLinearKTOFunction.apply(x, w, t, labels, b, rx, rw, rb)
+    ids = t.clamp(min=0)
+    LigerFusedLinearGRPOFunction.apply(x, w, ids, (t >= 0).long(), torch.randn(6), b, torch.randn(6, 12) - 3)
+    xs = torch.randn(10, 13)
+    LigerFusedLinearJSDFunction.apply(xs, w, torch.randn(10, 7), rw, torch.randint(0, 29, (10,)), b, rb)

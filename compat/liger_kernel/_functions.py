@@ -1,24 +1,14 @@
 """Liger-Kernel's autograd Function names with their ``.apply`` argument order and defaults, on
 liger_cpp's ops (whose autograd is registered with torch.library, not Python autograd Functions).
 
-Each class only has ``apply``; its result is Liger-Kernel's (for the cross-entropy family the
+The chunked-loss Functions (DPO ... GRPO, JSD, cosine) are in _chunked_functions.py: subclasses of
+liger_cpp's chunked-loss bases, as in Liger-Kernel. Each other class only has ``apply``; its result
+is Liger-Kernel's (for the cross-entropy family the
 4-tuple (loss, z_loss, token_accuracy, predicted_tokens), unrequested entries None). The one
 deliberate difference: ``in_place`` defaults to False (liger_cpp's documented safety choice), and
 cross entropy never overwrites its logits with the gradient.
 """
 
-from liger_cpp.chunked_loss import loss_fns as _pl
-from liger_cpp.chunked_loss.functional import (
-    liger_fused_linear_cosine,
-    liger_fused_linear_cpo,
-    liger_fused_linear_dpo,
-    liger_fused_linear_grpo,
-    liger_fused_linear_jsd,
-    liger_fused_linear_kto,
-    liger_fused_linear_orpo,
-    liger_fused_linear_simpo,
-)
-from liger_cpp.chunked_loss.grpo_loss import grpo_ppo_loss_fn as _grpo_ppo_loss_fn
 from liger_cpp.ops.cross_entropy import cross_entropy as _cross_entropy
 from liger_cpp.ops.divergence import jsd as _jsd
 from liger_cpp.ops.divergence import kl_div as _kl_div
@@ -34,6 +24,16 @@ from liger_cpp.transformers import functional as _functional
 from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb
 from liger_cpp.transformers.rope import liger_rotary_pos_emb
 from liger_cpp.transformers.swiglu import liger_mlp
+from liger_kernel._chunked_functions import (  # noqa: F401 (re-exported: _implemented.py names them here)
+    LigerFusedLinearCosineSimilarityFunction,
+    LigerFusedLinearCPOFunction,
+    LigerFusedLinearDPOFunction,
+    LigerFusedLinearGRPOFunction,
+    LigerFusedLinearJSDFunction,
+    LigerFusedLinearKTOFunction,
+    LigerFusedLinearORPOFunction,
+    LigerFusedLinearSimPOFunction,
+)
 
 
 def _four(out, loss_only: bool):
@@ -190,54 +190,6 @@ class LigerLlama4RopeFunction:
         if freqs_cis.dim() == 3 and freqs_cis.shape[1] == 1 and q.shape[1] == freqs_cis.shape[0]:
             freqs_cis = freqs_cis[:, 0]  # the vision table (N, 1, D/2)
         return _llama4_rope(q, k, freqs_cis)
-
-
-class LigerFusedLinearDPOFunction:
-    apply = staticmethod(liger_fused_linear_dpo)
-    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
-    preference_loss_fn = staticmethod(_pl.dpo_preference_loss_fn)
-
-
-class LigerFusedLinearORPOFunction:
-    apply = staticmethod(liger_fused_linear_orpo)
-    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
-    preference_loss_fn = staticmethod(_pl.orpo_preference_loss_fn)
-
-
-class LigerFusedLinearCPOFunction:
-    apply = staticmethod(liger_fused_linear_cpo)
-    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
-    preference_loss_fn = staticmethod(_pl.cpo_preference_loss_fn)
-
-
-class LigerFusedLinearSimPOFunction:
-    apply = staticmethod(liger_fused_linear_simpo)
-    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
-    preference_loss_fn = staticmethod(_pl.simpo_preference_loss_fn)
-
-
-class LigerFusedLinearKTOFunction:
-    apply = staticmethod(liger_fused_linear_kto)
-    # Liger's loss function, for subclasses of the chunked-loss bases that reuse it (AgileRL's DPO)
-    preference_loss_fn = staticmethod(_pl.kto_preference_loss_fn)
-
-
-class LigerFusedLinearGRPOFunction:
-    apply = staticmethod(liger_fused_linear_grpo)
-    # Liger's loss function, for subclasses of LigerFusedLinearPPOBase that reuse it
-    ppo_loss_fn = staticmethod(_grpo_ppo_loss_fn)
-
-
-class LigerFusedLinearJSDFunction:
-    apply = staticmethod(liger_fused_linear_jsd)
-    # Liger's loss function, for subclasses of LigerFusedLinearDistillationBase that reuse it
-    distillation_loss_fn = staticmethod(_pl.jsd_distillation_loss_fn)
-
-
-class LigerFusedLinearCosineSimilarityFunction:
-    apply = staticmethod(liger_fused_linear_cosine)
-    # Liger's loss function, for subclasses of LigerFusedLinearDistillationBase that reuse it
-    distillation_loss_fn = staticmethod(_pl.cosine_distillation_loss_fn)
 
 
 class LigerJSDFunction:
