@@ -473,3 +473,34 @@ def run_function_subclass(case, fns, seed=0):
     y[::5] = -100
     out = F_.apply(xs, w, xt, wt, y, b, bt, 0.4, 0.8, 0.3, -100, 1.4, False, 6, True)
     return _collect(out, (xs, w, b))
+
+
+def run_helpers(grpo_loss_module, seed=0):
+    """Liger's per-token GRPO helpers (k3_loss_fn, get_gamma_weights, sapo_loss_fn, clip_coef_fn) of
+    the given chunked_loss.grpo_loss module on fixed inputs: a dict of name -> tensor."""
+    g = _gen(seed)
+    lp, lq = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    adv = torch.randn(4, generator=g)
+    adv[0] = 0.0
+    lr = torch.randn(4, 6, generator=g) * 0.3
+    lr[1, 2] = 25.0
+    mask = (torch.rand(4, 6, generator=g) > 0.3).float()
+    isr = torch.rand(4, 6, generator=g) + 0.5
+    coef = torch.tensor([0.5, 0.85, 1.0, 1.25, 3.0, 6.0])
+    m = grpo_loss_module
+    out = {
+        "k3": m.k3_loss_fn(lp, lq),
+        "gamma": m.get_gamma_weights(adv, lr, mask),
+        "gamma-isr": m.get_gamma_weights(adv, lr, mask, isr, 1.5, 2.5, 0.5, 1.0),
+        "sapo": m.sapo_loss_fn(coef, 1.05),
+    }
+    for lt, hi in (("dapo", 0.28), ("cispo", 4.0), ("sapo", 0.2)):
+        c, lo_, up = m.clip_coef_fn(coef, 0.2, hi, lt)
+        out[f"clip-{lt}"] = torch.stack(
+            [
+                c if c is not None else torch.full_like(coef, -1.0),
+                torch.as_tensor(lo_).expand_as(coef).float(),
+                up.float(),
+            ]
+        )
+    return out

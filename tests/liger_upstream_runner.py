@@ -56,6 +56,9 @@ def main(out):
             results[cid] = cc.run_function_subclass(cid, fns)
         except Exception as e:
             results[cid] = {"error": f"{type(e).__name__}: {e}"}
+    import liger_kernel.chunked_loss.grpo_loss as grpo_loss
+
+    results["helpers"] = cc.run_helpers(grpo_loss)
     torch.save(results, out)
 
 

@@ -99,3 +99,12 @@ def test_function_subclass_matches_liger_kernel(upstream, case):
     theirs = upstream[case]
     assert "error" not in theirs, f"Liger-Kernel failed on this case: {theirs.get('error')}"
     _compare(cc.run_function_subclass(case, fns), theirs)
+
+
+def test_grpo_helpers_match_liger_kernel(upstream):
+    import liger_cpp.chunked_loss.grpo_loss as grpo_loss
+
+    mine, theirs = cc.run_helpers(grpo_loss), upstream["helpers"]
+    assert mine.keys() == theirs.keys()
+    for k in mine:
+        torch.testing.assert_close(mine[k], theirs[k], rtol=1e-6, atol=1e-7, msg=lambda m, k=k: f"{k}: {m}")
