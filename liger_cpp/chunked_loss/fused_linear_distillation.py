@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from liger_cpp.chunked_loss._chunk_grads import HeadGrads, OutputSums
+
 
 class LigerFusedLinearDistillationBase(torch.autograd.Function):
     @staticmethod
@@ -132,17 +134,10 @@ class LigerFusedLinearDistillationBase(torch.autograd.Function):
         _check(student_input, student_weight, teacher_input, teacher_weight, target, student_bias, chunk_size)
         # The CE term (and its float32 log-softmax) only matters when weighted in or returned.
         compute_ce_loss = compute_ce_loss and (weight_hard_loss != 0 or return_soft_hard_loss)
-        acc_dtype = torch.promote_types(student_input.dtype, torch.float32)
-        device = student_input.device
-        loss = torch.zeros((), dtype=acc_dtype, device=device)
-        soft_sum = torch.zeros((), dtype=acc_dtype, device=device)
-        hard_sum = torch.zeros((), dtype=acc_dtype, device=device)
-        grad_weight = torch.zeros_like(student_weight)
-        grad_bias = torch.zeros_like(student_bias) if student_bias is not None else None
-        grad_input = torch.empty_like(student_input)
+        grads = HeadGrads(student_input, student_weight, student_bias)
+        sums = OutputSums(student_input)
         n_valid = _valid_count(target, ignore_index)
         kwargs = dict(loss_kwargs, beta=beta)
-
         weight = student_weight.detach()
         bias = student_bias.detach() if student_bias is not None else None
         num_chunks = max(1, student_input.shape[0] // chunk_size)  # Liger's chunking
@@ -178,33 +173,20 @@ class LigerFusedLinearDistillationBase(torch.autograd.Function):
                     temperature,
                     kwargs,
                 )
-                if chunk_loss.requires_grad:
-                    (dlogits,) = torch.autograd.grad(chunk_loss, leaf)
-                else:  # a loss that does not depend on the student's logits
-                    dlogits = torch.zeros_like(leaf)
-            rows = x.shape[0]
-            torch.mm(dlogits, weight, out=grad_input[row : row + rows])
-            grad_weight.addmm_(dlogits.t(), x)
-            if grad_bias is not None:
-                grad_bias.add_(dlogits.sum(0))
-            row += rows
-            loss += chunk_loss.detach()
-            if return_soft_hard_loss:
-                soft_sum += torch.as_tensor(soft).detach()
-                hard_sum += torch.as_tensor(hard).detach()
-
+                grads.add(chunk_loss, leaf, x, weight, [slice(row, row + x.shape[0])])
+            row += x.shape[0]
+            sums.add(chunk_loss, (soft, hard))
+        grad_input, grad_weight, grad_bias = grads.result()
         ctx.save_for_backward(grad_input, grad_weight, grad_bias)
-        if return_soft_hard_loss:
-            return loss, soft_sum, hard_sum
-        return loss
+        loss, (soft_sum, hard_sum) = sums.result()
+        return (loss, soft_sum, hard_sum) if return_soft_hard_loss else loss
 
     @staticmethod
     def backward(ctx, grad_output, *args):
         """(d student_input, d student_weight, None, None, None, d student_bias): Liger's order."""
-        grad_input, grad_weight, grad_bias = ctx.saved_tensors
-        grad_input = grad_input * grad_output
-        grad_weight = grad_weight * grad_output
-        grad_bias = grad_bias * grad_output if grad_bias is not None else None
+        grad_input, grad_weight, grad_bias = (
+            t * grad_output if t is not None else None for t in ctx.saved_tensors
+        )
         return grad_input, grad_weight, None, None, None, grad_bias
 
 

@@ -18,7 +18,7 @@ gradients that are needed. ``compiled`` is accepted and ignored.
 import torch
 import torch.nn.functional as F
 
-from liger_cpp.chunked_loss.fused_linear_preference import _HeadGrads, _Sums
+from liger_cpp.chunked_loss._chunk_grads import HeadGrads, OutputSums
 
 
 class LigerFusedLinearUnpairedPreferenceBase(torch.autograd.Function):
@@ -106,8 +106,8 @@ class LigerFusedLinearUnpairedPreferenceBase(torch.autograd.Function):
         _check(
             _input, weight, target, preference_labels, bias, chunk_size, use_ref_model, ref_input, ref_weight
         )
-        grads = _HeadGrads(_input, weight, bias)
-        sums = _Sums(_input)
+        grads = HeadGrads(_input, weight, bias)
+        sums = OutputSums(_input)
         w = weight.detach()
         b = bias.detach() if bias is not None else None
         n = max(1, _input.shape[0] // chunk_size)  # Liger's chunking: sequences a chunk
