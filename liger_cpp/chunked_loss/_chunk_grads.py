@@ -1,6 +1,6 @@
 """What the chunked-loss base classes' Python loops share (fused_linear_distillation.py,
-fused_linear_preference.py, fused_linear_unpaired_preference.py): the lm_head's gradients assembled
-from each chunk's dlogits, and the loss and outputs summed over chunks."""
+fused_linear_preference.py, fused_linear_unpaired_preference.py; fused_linear_ppo.py the sums): the
+lm_head's gradients assembled from each chunk's dlogits, and the loss and outputs summed over chunks."""
 
 import torch
 
@@ -51,7 +51,9 @@ class OutputSums:
     def add(self, chunk_loss, outs):
         self.loss += chunk_loss.detach()
         for i, o in enumerate(outs):
-            o = torch.as_tensor(o, device=self.device).detach()
+            # a Python number (Liger's 0.0 for an NLL not computed) becomes a device scalar by a fill,
+            # not a host-to-device copy
+            o = o.detach() if isinstance(o, torch.Tensor) else torch.full((), float(o), device=self.device)
             if len(self.outs) <= i:
                 self.outs.append(o.clone() if o.dim() == 0 else [o])
             elif o.dim() == 0:

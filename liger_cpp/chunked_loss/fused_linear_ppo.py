@@ -29,6 +29,7 @@ import warnings
 import torch
 from torch import Tensor
 
+from liger_cpp.chunked_loss._chunk_grads import OutputSums
 from liger_cpp.ops.fused_linear_grpo import dapo_normalizer
 from liger_cpp.ops.fused_linear_logprobs import fused_linear_token_logprobs
 
@@ -200,8 +201,8 @@ class LigerFusedLinearPPOBase(torch.autograd.Function):
 
             n = max(1, _input.shape[0] // chunk_size)  # Liger's chunking: sequences a chunk
             rows = [c.shape[0] for c in torch.chunk(lp, n)]
-            loss = torch.zeros((), dtype=torch.float32, device=_input.device)
-            metrics, total, start = [], None, 0
+            sums = OutputSums(lp)  # float32 loss and metrics, as Liger's
+            total, start = None, 0
             for r in rows:
                 s = slice(start, start + r)
                 start += r
@@ -219,15 +220,7 @@ class LigerFusedLinearPPOBase(torch.autograd.Function):
                     **kw,
                 )
                 total = chunk_loss if total is None else total + chunk_loss
-                loss += chunk_loss.detach()
-                for i, m in enumerate(chunk_metrics):
-                    m = torch.as_tensor(m).detach()
-                    if len(metrics) <= i:
-                        metrics.append(m.clone() if m.dim() == 0 else [m])
-                    elif m.dim() == 0:
-                        metrics[i] += m
-                    else:
-                        metrics[i].append(m)
+                sums.add(chunk_loss, chunk_metrics)
             dlp = torch.autograd.grad(total, lp) if total.requires_grad else (torch.zeros_like(lp),)
             targets = [x] + ([w] if want_w else []) + ([b] if want_b else [])
             grads = list(torch.autograd.grad(logps, targets, grad_outputs=dlp))
@@ -235,7 +228,7 @@ class LigerFusedLinearPPOBase(torch.autograd.Function):
         grad_weight = grads.pop(0) if want_w else None
         grad_bias = grads.pop(0) if want_b else None
         ctx.save_for_backward(grad_input, grad_weight, grad_bias)
-        return loss, tuple(torch.cat(m) if isinstance(m, list) else m for m in metrics)
+        return sums.result()
 
     @staticmethod
     def backward(ctx, grad_output, *grad_metrics):
