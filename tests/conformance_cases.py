@@ -102,6 +102,37 @@ def _cases():
         ("cosine-soft-hard", dict(return_soft_hard_loss=True)),
     ]:
         cases.append((name, "LigerFusedLinearCosineSimilarityLoss", dict(kw, compiled=False), "distill", {}))
+    # bfloat16 lm_heads (inputs, weights, biases): the same losses' dtype handling
+    cases += [
+        (
+            "bf16-grpo-dapo",
+            "LigerFusedLinearGRPOLoss",
+            dict(loss_type="dapo", compiled=False),
+            "grpo",
+            {"bf16": True},
+        ),
+        (
+            "bf16-dpo",
+            "LigerFusedLinearDPOLoss",
+            dict(beta=0.3, compute_nll_loss=True, compiled=False),
+            "pairs",
+            {"ref": True, "bf16": True},
+        ),
+        (
+            "bf16-kto",
+            "LigerFusedLinearKTOLoss",
+            dict(beta=0.3, use_ref_model=True, compiled=False),
+            "unpaired",
+            {"bf16": True},
+        ),
+        (
+            "bf16-jsd",
+            "LigerFusedLinearJSDLoss",
+            dict(beta=0.4, temperature=1.2, compiled=False),
+            "distill",
+            {"bf16": True},
+        ),
+    ]
     return cases
 
 
@@ -175,6 +206,16 @@ def run(module_cls, kwargs, recipe, extra, seed=0):
     """Calls the module on the recipe's inputs, differentiates the loss, and returns a dict of the
     loss, every other output (flattened to tensors) and the gradients."""
     args, kw, wrt = build(recipe, extra, seed)
+    if extra.get("bf16"):  # the lm_heads' inputs, weights and biases in bfloat16; log-probs stay float32
+        conv = {id(t): t.detach().to(torch.bfloat16).requires_grad_(t.requires_grad) for t in wrt}
+        if recipe == "distill":
+            conv.update({id(args[i]): args[i].to(torch.bfloat16) for i in (2, 3, 6)})
+        for k in ("ref_input", "ref_weight", "ref_bias"):
+            if k in kw:
+                conv[id(kw[k])] = kw[k].to(torch.bfloat16)
+        args = tuple(conv.get(id(a), a) if isinstance(a, torch.Tensor) else a for a in args)
+        kw = {k: conv.get(id(v), v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+        wrt = tuple(conv[id(t)] for t in wrt)
     out = module_cls(**kwargs)(*args, **kw)
     loss, rest = (out[0], out[1:]) if isinstance(out, tuple) else (out, ())
     flat = []

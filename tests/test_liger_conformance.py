@@ -39,8 +39,27 @@ def upstream(tmp_path_factory):
     return torch.load(out)
 
 
-def _compare(mine, theirs):
+def _close(a, b, bf16, what, factor=0.005):
+    if not bf16:
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-6, msg=lambda m: f"{what}: {m}")
+        return
+    # bfloat16 heads: both libraries round the logits and the gradients to bfloat16 (Liger twice a
+    # chunk for dW); measured differences are below 0.5 % of the largest value for losses and
+    # outputs and 1.4 % for gradients, a semantic difference is of the order of the values themselves
+    scale = float(b.abs().max()) if b.numel() else 0.0
+    torch.testing.assert_close(a, b, rtol=0, atol=factor * scale + 1e-6, msg=lambda m: f"{what} (bf16): {m}")
+
+
+def _compare(mine, theirs, bf16=False):
     tol = dict(rtol=2e-5, atol=2e-6)
+    if bf16:
+        _close(mine["loss"], theirs["loss"], True, "loss")
+        assert len(mine["outputs"]) == len(theirs["outputs"])
+        for i, (a, b) in enumerate(zip(mine["outputs"], theirs["outputs"])):
+            _close(a, b, True, f"output {i}")
+        for name, a, b in zip(("input", "weight", "bias"), mine["grads"], theirs["grads"]):
+            _close(a, b, True, f"d{name}", factor=0.03)
+        return
     torch.testing.assert_close(mine["loss"], theirs["loss"], **tol, msg=lambda m: f"loss: {m}")
     assert len(mine["outputs"]) == len(theirs["outputs"]), (len(mine["outputs"]), len(theirs["outputs"]))
     for i, (a, b) in enumerate(zip(mine["outputs"], theirs["outputs"])):
@@ -56,7 +75,7 @@ def test_matches_liger_kernel(upstream, case):
     cid, cls, kwargs, recipe, extra = case
     theirs = upstream[cid]
     assert "error" not in theirs, f"Liger-Kernel failed on this case: {theirs.get('error')}"
-    _compare(cc.run(getattr(ours, cls), kwargs, recipe, extra), theirs)
+    _compare(cc.run(getattr(ours, cls), kwargs, recipe, extra), theirs, bf16=extra.get("bf16", False))
 
 
 @pytest.mark.parametrize("case", cc.BASE_CASES)
