@@ -395,3 +395,36 @@ def test_compat_stock_functions_take_the_fused_path(monkeypatch):
     LigerFusedLinearGRPOFunction.apply(x, w, ids, (t >= 0).long(), torch.randn(6), b, torch.randn(6, 12) - 3)
     xs = torch.randn(10, 13)
     LigerFusedLinearJSDFunction.apply(xs, w, torch.randn(10, 7), rw, torch.randint(0, 29, (10,)), b, rb)
+
+
+def test_compat_function_subclass_with_its_own_forward_runs_it():
+    """A subclass of the compat DPO Function that writes its own forward (a staticmethod here, as
+    users write them) runs that forward through autograd, not the fused loss."""
+    from compat_env import ensure_compat
+
+    ensure_compat()
+    from liger_kernel.chunked_loss.dpo_loss import LigerFusedLinearDPOFunction
+
+    calls = []
+
+    class Mine(LigerFusedLinearDPOFunction):
+        @staticmethod
+        def forward(ctx, x, w, t, b):
+            calls.append(1)
+            return LigerFusedLinearPreferenceBase.forward(
+                Mine, ctx, x, w, t, b, beta=0.2, compute_nll_loss=False, average_log_prob=False
+            )
+
+        @staticmethod
+        def backward(ctx, *grad_output):
+            return (*LigerFusedLinearPreferenceBase.backward(ctx, grad_output)[:4],)
+
+    x, w, b, rx, rw, rb, t = _inputs("cpu")
+    x2, w2, b2 = (leaf(v) for v in (x, w, b))
+    loss, _ = Mine.apply(x, w, t, b)
+    loss.backward()
+    assert calls == [1]
+    ref, _ = cf.liger_fused_linear_dpo(x2, w2, t, b2, beta=0.2, use_ref_model=False)
+    ref.backward()
+    torch.testing.assert_close(loss, ref, rtol=2e-5, atol=2e-6)
+    torch.testing.assert_close(x.grad, x2.grad, rtol=2e-5, atol=2e-6)
