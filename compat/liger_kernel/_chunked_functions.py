@@ -399,144 +399,64 @@ class LigerFusedLinearGRPOFunction(_Routed, LigerFusedLinearPPOBase):
 # ---- distillation ----
 
 
-def _distill_forward(
-    cls,
-    ctx,
-    student_input,
-    student_weight,
-    teacher_input,
-    teacher_weight,
-    true_labels,
-    student_bias,
-    teacher_bias,
-    weight_hard_loss,
-    weight_soft_loss,
-    beta,
-    ignore_index,
-    temperature,
-    compiled,
-    chunk_size,
-    return_soft_hard_loss,
-):
-    return LigerFusedLinearDistillationBase.forward(
-        cls=cls,
-        ctx=ctx,
-        student_input=student_input,
-        student_weight=student_weight,
-        teacher_input=teacher_input,
-        teacher_weight=teacher_weight,
-        target=true_labels,
-        student_bias=student_bias,
-        teacher_bias=teacher_bias,
-        chunk_size=chunk_size,
-        weight_hard_loss=weight_hard_loss,
-        weight_soft_loss=weight_soft_loss,
-        beta=beta,
-        ignore_index=ignore_index,
-        temperature=temperature,
-        compiled=compiled,
-        return_soft_hard_loss=return_soft_hard_loss,
-    )
+class _DistillationFunction(_Routed, LigerFusedLinearDistillationBase):
+    """Liger's JSD and cosine Functions share their forward and backward; each sets its loss."""
 
-
-class LigerFusedLinearJSDFunction(_Routed, LigerFusedLinearDistillationBase):
     _loss_attr = "distillation_loss_fn"
+
+    @classmethod
+    def forward(
+        cls,
+        ctx,
+        student_input,
+        student_weight,
+        teacher_input,
+        teacher_weight,
+        true_labels,
+        student_bias,
+        teacher_bias,
+        weight_hard_loss=0.5,
+        weight_soft_loss=0.5,
+        beta=0.5,
+        ignore_index=-100,
+        temperature=1.0,
+        compiled=True,
+        chunk_size=1024,
+        return_soft_hard_loss=False,
+    ):
+        return LigerFusedLinearDistillationBase.forward(
+            cls=cls,
+            ctx=ctx,
+            student_input=student_input,
+            student_weight=student_weight,
+            teacher_input=teacher_input,
+            teacher_weight=teacher_weight,
+            target=true_labels,
+            student_bias=student_bias,
+            teacher_bias=teacher_bias,
+            chunk_size=chunk_size,
+            weight_hard_loss=weight_hard_loss,
+            weight_soft_loss=weight_soft_loss,
+            beta=beta,
+            ignore_index=ignore_index,
+            temperature=temperature,
+            compiled=compiled,
+            return_soft_hard_loss=return_soft_hard_loss,
+        )
+
+    @staticmethod
+    def backward(ctx, grad_output, *args):
+        return (*LigerFusedLinearDistillationBase.backward(ctx, grad_output, *args)[:6], *_none(9))
+
+
+class LigerFusedLinearJSDFunction(_DistillationFunction):
     distillation_loss_fn = staticmethod(_lf.jsd_distillation_loss_fn)
     apply = _routed_apply(liger_fused_linear_jsd)
 
-    @classmethod
-    def forward(
-        cls,
-        ctx,
-        student_input,
-        student_weight,
-        teacher_input,
-        teacher_weight,
-        true_labels,
-        student_bias,
-        teacher_bias,
-        weight_hard_loss=0.5,
-        weight_soft_loss=0.5,
-        beta=0.5,
-        ignore_index=-100,
-        temperature=1.0,
-        compiled=True,
-        chunk_size=1024,
-        return_soft_hard_loss=False,
-    ):
-        return _distill_forward(
-            cls,
-            ctx,
-            student_input,
-            student_weight,
-            teacher_input,
-            teacher_weight,
-            true_labels,
-            student_bias,
-            teacher_bias,
-            weight_hard_loss,
-            weight_soft_loss,
-            beta,
-            ignore_index,
-            temperature,
-            compiled,
-            chunk_size,
-            return_soft_hard_loss,
-        )
 
-    @staticmethod
-    def backward(ctx, grad_output, *args):
-        return (*LigerFusedLinearDistillationBase.backward(ctx, grad_output, *args)[:6], *_none(9))
-
-
-class LigerFusedLinearCosineSimilarityFunction(_Routed, LigerFusedLinearDistillationBase):
-    _loss_attr = "distillation_loss_fn"
+class LigerFusedLinearCosineSimilarityFunction(_DistillationFunction):
     distillation_loss_fn = staticmethod(_lf.cosine_distillation_loss_fn)
     apply = _routed_apply(liger_fused_linear_cosine)
-
-    @classmethod
-    def forward(
-        cls,
-        ctx,
-        student_input,
-        student_weight,
-        teacher_input,
-        teacher_weight,
-        true_labels,
-        student_bias,
-        teacher_bias,
-        weight_hard_loss=0.5,
-        weight_soft_loss=0.5,
-        beta=0.5,
-        ignore_index=-100,
-        temperature=1.0,
-        compiled=True,
-        chunk_size=1024,
-        return_soft_hard_loss=False,
-    ):
-        return _distill_forward(
-            cls,
-            ctx,
-            student_input,
-            student_weight,
-            teacher_input,
-            teacher_weight,
-            true_labels,
-            student_bias,
-            teacher_bias,
-            weight_hard_loss,
-            weight_soft_loss,
-            beta,
-            ignore_index,
-            temperature,
-            compiled,
-            chunk_size,
-            return_soft_hard_loss,
-        )
-
-    @staticmethod
-    def backward(ctx, grad_output, *args):
-        return (*LigerFusedLinearDistillationBase.backward(ctx, grad_output, *args)[:6], *_none(9))
 
 
 for _cls in (

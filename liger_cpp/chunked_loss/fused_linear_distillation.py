@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from liger_cpp.chunked_loss._chunk_grads import HeadGrads, OutputSums
+from liger_cpp.chunked_loss._chunk_loop import HeadGrads, OutputSums, log_softmax32
 
 
 class LigerFusedLinearDistillationBase(torch.autograd.Function):
@@ -56,7 +56,7 @@ class LigerFusedLinearDistillationBase(torch.autograd.Function):
         ce = 0.0
         if compute_ce_loss:
             ce = F.nll_loss(
-                F.log_softmax(_acc(student_logits), dim=-1),
+                log_softmax32(student_logits),
                 target_chunk.reshape(-1),
                 reduction="sum",
                 ignore_index=ignore_index,
@@ -155,7 +155,7 @@ class LigerFusedLinearDistillationBase(torch.autograd.Function):
                 hard = 0.0
                 if compute_ce_loss:
                     hard = F.nll_loss(
-                        F.log_softmax(_acc(leaf), dim=-1),
+                        log_softmax32(leaf),
                         t.reshape(-1),
                         reduction="sum",
                         ignore_index=ignore_index,
@@ -188,11 +188,6 @@ class LigerFusedLinearDistillationBase(torch.autograd.Function):
             t * grad_output if t is not None else None for t in ctx.saved_tensors
         )
         return grad_input, grad_weight, None, None, None, grad_bias
-
-
-def _acc(t: Tensor) -> Tensor:
-    """float32 for 16-bit and float32 logits (Liger's), float64 kept."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 def _valid_count(target: Tensor, ignore_index: int) -> Tensor:

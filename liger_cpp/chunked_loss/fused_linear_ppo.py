@@ -29,7 +29,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from liger_cpp.chunked_loss._chunk_grads import OutputSums
+from liger_cpp.chunked_loss._chunk_loop import OutputSums
 from liger_cpp.ops.fused_linear_grpo import dapo_normalizer
 from liger_cpp.ops.fused_linear_logprobs import fused_linear_token_logprobs
 

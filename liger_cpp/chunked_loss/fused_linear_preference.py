@@ -28,7 +28,7 @@ host.
 import torch
 import torch.nn.functional as F
 
-from liger_cpp.chunked_loss._chunk_grads import HeadGrads, OutputSums
+from liger_cpp.chunked_loss._chunk_loop import HeadGrads, OutputSums, log_softmax32, sequence_logps
 
 
 class LigerFusedLinearPreferenceBase(torch.autograd.Function):
@@ -90,7 +90,7 @@ class LigerFusedLinearPreferenceBase(torch.autograd.Function):
             ref,
             preference_loss_fn,
             full_target,
-            full_nll_target,
+            _nll_count(full_target, full_nll_target, ignore_index),
             chosen_nll_target_chunk,
             ignore_index,
             alpha,
@@ -138,6 +138,7 @@ class LigerFusedLinearPreferenceBase(torch.autograd.Function):
         (xc, xr), (tc, tr) = split(_input.detach()), split(target)
         nc = torch.chunk(nll_target[:half], chunks) if nll_target is not None else [None] * len(xc)
         rc, rr = split(ref_input.detach()) if use_ref_model else ([None] * len(xc), [None] * len(xc))
+        n_nll = _nll_count(target, nll_target, ignore_index)  # the whole batch's, once
         row = 0
         for x_c, x_r, t_c, t_r, n_c, r_c, r_r in zip(xc, xr, tc, tr, nc, rc, rr):
             c = x_c.shape[0]
@@ -158,7 +159,7 @@ class LigerFusedLinearPreferenceBase(torch.autograd.Function):
                     ref,
                     cls.preference_loss_fn,
                     target,
-                    nll_target,
+                    n_nll,
                     n_c,
                     ignore_index,
                     alpha,
@@ -185,7 +186,7 @@ class LigerFusedLinearPreferenceBase(torch.autograd.Function):
 
 def _from_logits(logits, target, ignore_index, compute_nll_loss, chosen_nll_target, average_log_prob):
     c = target.shape[0] // 2
-    logp = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    logp = log_softmax32(logits)
     nll = 0.0
     if compute_nll_loss:
         labels = chosen_nll_target if chosen_nll_target is not None else target[:c]
@@ -195,9 +196,7 @@ def _from_logits(logits, target, ignore_index, compute_nll_loss, chosen_nll_targ
             reduction="sum",
             ignore_index=ignore_index,
         )
-    mask = target != ignore_index
-    tok = logp.gather(-1, torch.where(mask, target, 0).unsqueeze(-1)).squeeze(-1) * mask
-    seq = tok.sum(-1) / mask.sum(-1) if average_log_prob else tok.sum(-1)
+    seq = sequence_logps(logp, target, ignore_index, average_log_prob)
     return seq[:c], seq[c:], logits[:c], logits[c:], nll
 
 
@@ -209,13 +208,19 @@ def _ref_logps(ref_input, ref_weight, ref_bias, target, ignore_index, average_lo
     return out[0], out[1]
 
 
+def _nll_count(full_target, full_nll_target, ignore_index):
+    """The chosen half's non-ignored NLL targets over the whole batch (at least 1)."""
+    t = full_nll_target if full_nll_target is not None else full_target
+    return (t[: t.shape[0] // 2] != ignore_index).sum().clamp_min(1)
+
+
 def _chunk_loss(
     logits,
     target,
     ref,
     preference_loss_fn,
     full_target,
-    full_nll_target,
+    n_nll,
     chosen_nll_target,
     ignore_index,
     alpha,
@@ -227,8 +232,7 @@ def _chunk_loss(
     chosen, rejected, chosen_logits, rejected_logits, nll = _from_logits(
         logits, target, ignore_index, compute_nll_loss, chosen_nll_target, average_log_prob
     )
-    nll_ref = full_nll_target if full_nll_target is not None else full_target
-    nll = nll / (nll_ref[: nll_ref.shape[0] // 2] != ignore_index).sum().clamp_min(1)
+    nll = nll / n_nll
     denom = full_target.shape[0] // 2 * logits.shape[1] * logits.shape[-1]
     chosen_mean, rejected_mean = chosen_logits.sum() / denom, rejected_logits.sum() / denom
     if ref is not None:

@@ -18,7 +18,7 @@ gradients that are needed. ``compiled`` is accepted and ignored.
 import torch
 import torch.nn.functional as F
 
-from liger_cpp.chunked_loss._chunk_grads import HeadGrads, OutputSums
+from liger_cpp.chunked_loss._chunk_loop import HeadGrads, OutputSums, log_softmax32, sequence_logps
 
 
 class LigerFusedLinearUnpairedPreferenceBase(torch.autograd.Function):
@@ -144,10 +144,7 @@ class LigerFusedLinearUnpairedPreferenceBase(torch.autograd.Function):
 
 
 def _from_logits(logits, target, labels, ignore_index, average_log_prob):
-    logp = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-    mask = target != ignore_index
-    tok = logp.gather(-1, torch.where(mask, target, 0).unsqueeze(-1)).squeeze(-1) * mask
-    seq = tok.sum(-1) / mask.sum(-1) if average_log_prob else tok.sum(-1)
+    seq = sequence_logps(log_softmax32(logits), target, ignore_index, average_log_prob)
     chosen = labels.reshape(-1, 1, 1)
     return (
         seq,

@@ -19,6 +19,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from liger_cpp.chunked_loss._chunk_loop import log_softmax32
+
 
 def _pairs(full_target):
     return full_target.shape[0] // 2
@@ -140,16 +142,12 @@ def kto_preference_loss_fn(
     )
 
 
-def _log_softmax32(logits):
-    return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-
-
 def jsd_distillation_loss_fn(student_logits, teacher_logits, beta=0.5, target=None, ignore_index=-100):
     """Generalized JSD of the rows' distributions (logits already divided by the temperature), summed
     over the rows whose target is not ignore_index: beta 0 KL(teacher || student), beta 1
     KL(student || teacher), else beta KL(teacher || M) + (1 - beta) KL(student || M) with M = beta
     teacher + (1 - beta) student. float32 (float64 kept) whatever the logits' dtype."""
-    s, t = _log_softmax32(student_logits), _log_softmax32(teacher_logits)
+    s, t = log_softmax32(student_logits), log_softmax32(teacher_logits)
     if beta == 0:
         rows = F.kl_div(s, t, reduction="none", log_target=True).sum(-1)
     elif beta == 1:

@@ -1,8 +1,23 @@
 """What the chunked-loss base classes' Python loops share (fused_linear_distillation.py,
-fused_linear_preference.py, fused_linear_unpaired_preference.py; fused_linear_ppo.py the sums): the
-lm_head's gradients assembled from each chunk's dlogits, and the loss and outputs summed over chunks."""
+fused_linear_preference.py, fused_linear_unpaired_preference.py; fused_linear_ppo.py the sums; the
+log-softmax also loss_fns.py): the lm_head's gradients assembled from each chunk's dlogits, the loss
+and outputs summed over chunks, and the log-softmax and sequence log-probs of a chunk's logits."""
 
 import torch
+import torch.nn.functional as F
+
+
+def log_softmax32(logits):
+    """log_softmax over the last dimension in float32 for 16-bit and float32 logits (Liger's), float64
+    kept (so float64 gradchecks hold)."""
+    return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+
+
+def sequence_logps(logp, target, ignore_index, average_log_prob):
+    """Each sequence's log-prob: the sum (or mean) of its non-ignored tokens' log-probs."""
+    mask = target != ignore_index
+    tok = logp.gather(-1, torch.where(mask, target, 0).unsqueeze(-1)).squeeze(-1) * mask
+    return tok.sum(-1) / mask.sum(-1) if average_log_prob else tok.sum(-1)
 
 
 class HeadGrads:
