@@ -437,6 +437,52 @@ TORCH_LIBRARY(liger, m) {
   m.def(
       "selective_logprobs(Tensor logits, Tensor target, float temperature=1., int ignore_index=-100) -> "
       "Tensor");
+  // GRPO and its variants on given logits (Liger's GrpoLossFunction, triton_grpo_loss): logits
+  // (B, L + 1, V) float32/float16/bfloat16 (float64 on CPU), position l predicting completion_ids[:, l]
+  // (B, L) int64/int32; advantages (B,); completion_mask (B, L) or None (all ones); old_logp /
+  // ref_logp (B, L) or None (ref_logp needed when beta != 0); vllm_is_ratio (B,), (B, 1) or (B, L);
+  // phi_seq (B,) or (B, 1): VESPO's sequence weights (None: computed from the vespo_* options);
+  // loss_normalizer: the dapo / cispo / vespo divisor (None: max(sum(mask), 1)). Per token
+  // lp = log_softmax(logits[:, l] / temperature)[completion_ids[:, l]]; the loss, its reduction and
+  // the metrics are fused_linear_grpo_fwd's (max_completion_length None: L) except that tokens whose
+  // mask is 0 count for nothing (no loss, KL, clipping or gradient, for every loss type). delta only
+  // for grpo, bnpo, dr_grpo, dapo, luspo. Returns float32 loss, kl, clip: with reduce the loss and
+  // the metrics (kl mean and clip ratio over the mask; kl 0 when beta == 0), else each token's loss,
+  // KL and clipping times the mask (B, L); logp (B, L): the log-probs (0 at masked tokens);
+  // grad_scale (B, L): -dLoss/dlp with reduce, else (0,); stats (B (L + 1), 2): the rows' softmax
+  // statistics. inplace: whether the autograd's backward writes dlogits over logits (Liger's
+  // inplace=True; eager only, the version counter bumped), ignored by the forward itself.
+  m.def(
+      "grpo_logits_fwd(Tensor logits, Tensor completion_ids, Tensor advantages, Tensor? "
+      "completion_mask=None, "
+      "Tensor? old_logp=None, Tensor? ref_logp=None, Tensor? vllm_is_ratio=None, Tensor? phi_seq=None, "
+      "Tensor? loss_normalizer=None, str loss_type=\"dapo\", str importance_sampling_level=\"token\", "
+      "float beta=0.04, float eps_low=0.2, float eps_high=0.4, float? delta=None, float temperature=0.9, "
+      "int? max_completion_length=None, bool use_bias_correction_kl=False, float sapo_temperature_pos=1., "
+      "float sapo_temperature_neg=1.05, float vespo_k_pos=2., float vespo_lambda_pos=3., "
+      "float vespo_k_neg=3., float vespo_lambda_neg=2., bool reduce=False, bool inplace=False) -> "
+      "(Tensor loss, Tensor kl, Tensor clip, Tensor logp, Tensor grad_scale, Tensor stats)");
+  // Its backward: dlogits of sum(grad * loss) (grad: () with reduce, else (B, L), each token's weight,
+  // the token math run again), (B, L + 1, V) in logits' dtype; rows of masked tokens and of the last
+  // position 0. logp, grad_scale and stats: the forward's; the other arguments the forward's.
+  // grpo_logits_bwd_ writes dlogits over logits (contiguous).
+  m.def(
+      "grpo_logits_bwd(Tensor grad, Tensor logits, Tensor completion_ids, Tensor advantages, Tensor logp, "
+      "Tensor grad_scale, Tensor stats, Tensor? completion_mask, Tensor? old_logp, Tensor? ref_logp, "
+      "Tensor? vllm_is_ratio, Tensor? phi_seq, Tensor? loss_normalizer, str loss_type, "
+      "str importance_sampling_level, float beta, float eps_low, float eps_high, float? delta, "
+      "float temperature, int? max_completion_length, bool use_bias_correction_kl, "
+      "float sapo_temperature_pos, float sapo_temperature_neg, float vespo_k_pos, float vespo_lambda_pos, "
+      "float vespo_k_neg, float vespo_lambda_neg, bool reduce) -> Tensor");
+  m.def(
+      "grpo_logits_bwd_(Tensor grad, Tensor(a!) logits, Tensor completion_ids, Tensor advantages, Tensor "
+      "logp, "
+      "Tensor grad_scale, Tensor stats, Tensor? completion_mask, Tensor? old_logp, Tensor? ref_logp, "
+      "Tensor? vllm_is_ratio, Tensor? phi_seq, Tensor? loss_normalizer, str loss_type, "
+      "str importance_sampling_level, float beta, float eps_low, float eps_high, float? delta, "
+      "float temperature, int? max_completion_length, bool use_bias_correction_kl, "
+      "float sapo_temperature_pos, float sapo_temperature_neg, float vespo_k_pos, float vespo_lambda_pos, "
+      "float vespo_k_neg, float vespo_lambda_neg, bool reduce) -> ()");
   // The same on one tensor-parallel rank's vocabulary shard (Liger's
   // LigerFusedLinearScaledCrossEntropyTPFunction): weight (V_shard, H) holds global ids
   // vocab_start .. vocab_start + V_shard - 1, target holds global ids, no bias. The forward gives
@@ -455,6 +501,21 @@ TORCH_LIBRARY(liger, m) {
       "weight, Tensor target, Tensor lse, Tensor? entropy, int vocab_start, float temperature=1., "
       "int ignore_index=-100, int chunk_rows=0, bool compute_dx=True, bool compute_dw=True) -> "
       "(Tensor dX, Tensor dW)");
+
+  // Cross entropy and total variation distance of student logits against teacher logits, per row
+  // (Liger's LigerFusedCETVDFunction): student_logits, teacher_logits (BT, V), one dtype
+  // (float32/float16/bfloat16, float64 on CPU); target (BT,) int64/int32 in [0, V) or ignore_index.
+  // p = softmax(student), q = softmax(teacher): ce = lse(student) - student[target], tvd =
+  // 0.5 sum |p - q|, both (BT,) unreduced, 0 for ignored rows; stats (BT, 3): lse(student),
+  // lse(teacher), sigma = sum p sign(p - q). float32 (float64 for float64 logits).
+  m.def(
+      "ce_tvd_fwd(Tensor student_logits, Tensor teacher_logits, Tensor target, int ignore_index=-100) -> "
+      "(Tensor ce, Tensor tvd, Tensor stats)");
+  // Its backward w.r.t. the student (the teacher gets none): grad_ce (p - onehot) + 0.5 grad_tvd
+  // p (sign(p - q) - sigma), sign(0) = 0; either gradient may be None; student's dtype.
+  m.def(
+      "ce_tvd_bwd(Tensor? grad_ce, Tensor? grad_tvd, Tensor student_logits, Tensor teacher_logits, "
+      "Tensor target, Tensor stats, int ignore_index=-100) -> Tensor");
 
   // ---- Divergences of given distributions (Liger's LigerJSD, LigerKLDIVLoss, LigerTVDLoss) ----
   // input, target: (..., V) float32/float16/bfloat16 (float64 on CPU), the same shape and dtype,

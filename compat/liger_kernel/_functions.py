@@ -9,12 +9,14 @@ deliberate difference: ``in_place`` defaults to False (liger_cpp's documented sa
 cross entropy never overwrites its logits with the gradient.
 """
 
+from liger_cpp.ops.ce_tvd import fused_ce_tvd
 from liger_cpp.ops.cross_entropy import cross_entropy as _cross_entropy
 from liger_cpp.ops.divergence import jsd as _jsd
 from liger_cpp.ops.divergence import kl_div as _kl_div
 from liger_cpp.ops.divergence import tvd as _tvd
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm as _fused_add_rms_norm
 from liger_cpp.ops.geglu import geglu as _geglu
+from liger_cpp.ops.grpo_logits import grpo_loss_on_logits
 from liger_cpp.ops.layer_norm import layer_norm as _layer_norm
 from liger_cpp.ops.llama4_rope import llama4_rope as _llama4_rope
 from liger_cpp.ops.relu_squared import relu_squared as _relu_squared
@@ -208,6 +210,73 @@ class LigerTVDLossFunction:
     @staticmethod
     def apply(p, q, shift_labels=None, reduction="batchmean", ignore_index=-100):
         return _tvd(p, q, shift_labels, reduction, ignore_index)
+
+
+class LigerFusedCETVDFunction:
+    @staticmethod
+    def apply(student_logits, teacher_logits, target, ignore_index=-100):
+        return fused_ce_tvd(student_logits, teacher_logits, target, ignore_index)
+
+
+class GrpoLossFunction:
+    """Liger's GrpoLossFunction.apply: reduce=True gives (loss, kl mean or None, clip ratio), reduce=False
+    (per-token loss, KL or None, clipping) times the mask; loss_type 'vespo' takes phi_seq (Liger's
+    triton_grpo_loss computes it)."""
+
+    @staticmethod
+    def apply(
+        logits,
+        old_logp,
+        ref_logp,
+        completion_ids,
+        advantages,
+        completion_mask,
+        temperature,
+        beta,
+        eps_low,
+        eps_high,
+        inplace,
+        loss_type="grpo",
+        max_completion_length=None,
+        reduce=True,
+        importance_sampling_level="token",
+        sapo_temperature_pos=1.0,
+        sapo_temperature_neg=1.05,
+        vllm_is_ratio=None,
+        delta=None,
+        use_bias_correction_kl=False,
+        num_items_in_batch=None,
+        phi_seq=None,
+    ):
+        if loss_type == "vespo" and phi_seq is None:
+            raise ValueError(
+                "liger_cpp: argument 'phi_seq': loss_type='vespo' requires phi_seq pre-computed (use "
+                "triton_grpo_loss, which computes it)"
+            )
+        return grpo_loss_on_logits(
+            logits,
+            old_logp,
+            ref_logp,
+            completion_ids,
+            advantages,
+            completion_mask,
+            temperature,
+            beta,
+            eps_low,
+            eps_high,
+            inplace,
+            loss_type,
+            max_completion_length,
+            reduce,
+            importance_sampling_level,
+            sapo_temperature_pos,
+            sapo_temperature_neg,
+            vllm_is_ratio,
+            delta,
+            use_bias_correction_kl,
+            num_items_in_batch,
+            phi_seq,
+        )
 
 
 class LigerMLPFunction:

@@ -143,6 +143,9 @@ IMPLEMENTED = {
     f"{_O}.LigerFusedLinearScaledCrossEntropyFunction": (
         "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyFunction"
     ),
+    f"{_T}.fused_ce_tvd.LigerFusedCETVDLoss": "liger_cpp.transformers.fused_ce_tvd:LigerFusedCETVDLoss",
+    f"{_T}.LigerFusedCETVDLoss": "liger_cpp.transformers.fused_ce_tvd:LigerFusedCETVDLoss",
+    f"{_T}.grpo_loss.triton_grpo_loss": "liger_cpp.transformers.grpo_loss:triton_grpo_loss",
     f"{_O}.grpo_loss.fused_selective_log_softmax": (
         "liger_cpp.ops.selective_logprobs:fused_selective_log_softmax"
     ),
@@ -173,6 +176,8 @@ _OPS_FUNCTIONS = {
     "llama4_rope": "LigerLlama4RopeFunction",
     "fused_moe": "LigerFusedMoEFunction",
     "mlp": "LigerMLPFunction",
+    "fused_ce_tvd": "LigerFusedCETVDFunction",
+    "grpo_loss": "GrpoLossFunction",
 }
 for _mod, _cls in _OPS_FUNCTIONS.items():
     IMPLEMENTED[f"{_O}.{_mod}.{_cls}"] = f"liger_kernel._functions:{_cls}"

@@ -1,6 +1,7 @@
 """Fake (meta) registrations of the torch.ops.liger operators and the functional entry points that
 call them. Autograd is in C++ (csrc/aten/autograd/; docs/adding_an_op.md)."""
 
+from liger_cpp.ops.ce_tvd import fused_ce_tvd  # noqa: F401
 from liger_cpp.ops.cross_entropy import cross_entropy  # noqa: F401
 from liger_cpp.ops.divergence import jsd, kl_div, tvd  # noqa: F401,E402
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm  # noqa: F401
@@ -16,6 +17,7 @@ from liger_cpp.ops.fused_linear_logprobs import (  # noqa: F401,E402
 from liger_cpp.ops.fused_linear_preference import fused_linear_preference  # noqa: F401
 from liger_cpp.ops.geglu import geglu  # noqa: F401
 from liger_cpp.ops.glu_mlp import glu_mlp  # noqa: F401
+from liger_cpp.ops.grpo_logits import grpo_loss_on_logits  # noqa: F401,E402
 from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401
 from liger_cpp.ops.llama4_rope import llama4_rope  # noqa: F401
 from liger_cpp.ops.moe_experts import moe_experts  # noqa: F401

@@ -249,8 +249,12 @@ from liger_cpp.transformers.fused_linear_kl_div import LigerFusedLinearKLDivLoss
 from liger_cpp.transformers.jsd import LigerJSD  # noqa: F401,E402
 from liger_cpp.transformers.kl_div import LigerKLDIVLoss  # noqa: F401,E402
 from liger_cpp.transformers.tvd import LigerTVDLoss  # noqa: F401,E402
+from liger_cpp.transformers.fused_ce_tvd import LigerFusedCETVDLoss  # noqa: F401,E402
+from liger_cpp.transformers.grpo_loss import triton_grpo_loss  # noqa: F401,E402
 
 __all__ += [
+    "LigerFusedCETVDLoss",
+    "triton_grpo_loss",
     "LigerFusedLinearJSD",
     "LigerFusedLinearKLDivLoss",
     "LigerJSD",

@@ -32,20 +32,37 @@ void distill_rows(const DistillRows& a);
 void distill_rows_cpu(const DistillRows& a);
 
 struct LogprobRows {
-  at::Tensor z;            // [rows, cols] tempered logits, unit column stride (the backward writes dz here)
+  at::Tensor z;            // [rows, cols] logits (times z_scale: the tempered logits), unit column stride
+  at::Tensor dz;           // backward: [rows, cols] z's dtype, unit column stride, or undefined (over z)
   at::Tensor target;       // [rows] int64
   at::Tensor logp;         // [rows] float32 (forward out)
   at::Tensor entropy;      // [rows] float32 (forward out; backward in)
   at::Tensor stats;        // [rows, 2] float32 (forward out; backward in)
   at::Tensor g_lp, g_ent;  // [rows] float32 or undefined (backward)
   double scale = 1.0;      // backward: the gradient's factor (1 / temperature)
-  double z_scale = 1.0;    // forward: z is the stored row times z_scale (1 / temperature)
+  double z_scale = 1.0;    // z is the stored row times z_scale (1 / temperature), scaled as read
   int64_t ignore_index = -100;
 };
 void logprob_rows_fwd(const LogprobRows& a);
 void logprob_rows_bwd(const LogprobRows& a);
 void logprob_rows_fwd_cpu(const LogprobRows& a);
 void logprob_rows_bwd_cpu(const LogprobRows& a);
+
+// Cross entropy and total variation distance of student rows against teacher rows (math:
+// csrc/kernels/divergence/divergence.h, CeTvdArgs). ce, tvd [rows] and stats [rows, 3]: float32
+// (float64 for float64 logits, CPU only).
+struct CeTvdRows {
+  at::Tensor s, t;               // [rows, cols], one dtype, unit column stride
+  at::Tensor target;             // [rows] int64
+  at::Tensor ce, tvd, stats;     // forward outputs (stats: backward input)
+  at::Tensor grad_ce, grad_tvd;  // backward: [rows], stats' dtype, or undefined
+  at::Tensor grad;               // backward out: [rows, cols] s's dtype, unit column stride
+  int64_t ignore_index = -100;
+};
+void ce_tvd_rows_fwd(const CeTvdRows& a);
+void ce_tvd_rows_bwd(const CeTvdRows& a);
+void ce_tvd_rows_fwd_cpu(const CeTvdRows& a);
+void ce_tvd_rows_bwd_cpu(const CeTvdRows& a);
 
 enum class DivKind : int { kJsd = 0, kKl = 1, kTvd = 2 };
 
@@ -85,6 +102,8 @@ void grpo_finish_cuda(const at::Tensor& partial, const at::Tensor& n_all, const 
 void distill_rows_cuda(const DistillRows& a);
 void logprob_rows_fwd_cuda(const LogprobRows& a);
 void logprob_rows_bwd_cuda(const LogprobRows& a);
+void ce_tvd_rows_fwd_cuda(const CeTvdRows& a);
+void ce_tvd_rows_bwd_cuda(const CeTvdRows& a);
 void pointwise_div_cuda(const PointwiseDiv& a);
 #endif
 

@@ -29,6 +29,12 @@ void logprob_rows_fwd(const LogprobRows& a) {
 void logprob_rows_bwd(const LogprobRows& a) {
   LIGER_DIV_DISPATCH(a.z, logprob_rows_bwd_cpu, logprob_rows_bwd_cuda, a);
 }
+void ce_tvd_rows_fwd(const CeTvdRows& a) {
+  LIGER_DIV_DISPATCH(a.s, ce_tvd_rows_fwd_cpu, ce_tvd_rows_fwd_cuda, a);
+}
+void ce_tvd_rows_bwd(const CeTvdRows& a) {
+  LIGER_DIV_DISPATCH(a.s, ce_tvd_rows_bwd_cpu, ce_tvd_rows_bwd_cuda, a);
+}
 void pointwise_div(const PointwiseDiv& a) {
   LIGER_DIV_DISPATCH(a.x, pointwise_div_cpu, pointwise_div_cuda, a);
 }

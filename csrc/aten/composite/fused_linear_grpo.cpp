@@ -51,44 +51,14 @@
 #include "aten/checks/common.h"
 #include "aten/checks/cross_entropy_core.h"
 #include "aten/checks/divergence_core.h"
+#include "aten/checks/grpo_checks.h"
 #include "aten/checks/linear_chunks.h"
 
 namespace liger_cpp {
 // Named, not anonymous: the build compiles a folder's files as one unity translation unit.
 namespace fused_linear_grpo_impl {
 
-using Grpo = kernels::GrpoType;
-
-Grpo parse_grpo_type(std::string_view s) {
-  static const std::pair<const char*, Grpo> names[] = {
-      {"grpo", Grpo::kGrpo},   {"bnpo", Grpo::kBnpo}, {"dr_grpo", Grpo::kDrGrpo}, {"dapo", Grpo::kDapo},
-      {"cispo", Grpo::kCispo}, {"sapo", Grpo::kSapo}, {"luspo", Grpo::kLuspo},    {"vespo", Grpo::kVespo}};
-  for (const auto& [n, t] : names)
-    if (s == n) return t;
-  LIGER_FAIL(
-      "argument 'loss_type': expected one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo, got '", s,
-      "'");
-}
-
-// A per-token input of the group (s, l) = (b0 + s, t0 + l) of a contiguous [B, cols] float32
-// tensor, or null; cols 1 (vllm_is_ratio per sequence) ignores t0.
-const float* group_ptr(const at::Tensor& t, int64_t b0, int64_t t0) {
-  if (!t.defined()) return nullptr;
-  return t.const_data_ptr<float>() + b0 * t.stride(0) + (t.size(1) == 1 ? 0 : t0);
-}
-
-// A float tensor of the batch as float32 [B, cols] on input's device, or an error naming it.
-at::Tensor per_token_arg(const std::optional<at::Tensor>& t, const char* name, int64_t B, int64_t T,
-                         const at::Tensor& input) {
-  if (!t.has_value() || !t->defined()) return at::Tensor();
-  LIGER_CHECK_ARG(t->dim() == 2 && t->size(0) == B && t->size(1) == T, name, "expected shape (", B, ", ", T,
-                  ") (selected_token_ids'), got ", shape_str(*t));
-  LIGER_CHECK_ARG(t->device() == input.device(), name, "expected device ", input.device(), ", got ",
-                  t->device());
-  LIGER_CHECK_ARG(at::isFloatingType(t->scalar_type()), name, "expected a floating dtype, got ",
-                  dtype_str(t->scalar_type()));
-  return t->to(at::kFloat).contiguous();
-}
+using namespace grpo_checks;  // NOLINT(build/namespaces)
 
 using GrpoResult =
     std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
@@ -109,32 +79,10 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
                     bool compute_dx, bool compute_dw, bool compute_db) {
   const c10::DeviceGuard device_guard(input.device());
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  kernels::GrpoOptions o;
-  o.type = parse_grpo_type(std::string_view(loss_type.data(), loss_type.size()));
-  const std::string_view level(importance_sampling_level.data(), importance_sampling_level.size());
-  LIGER_CHECK_ARG(level == "token" || level == "sequence", "importance_sampling_level",
-                  "expected 'token' or 'sequence', got '", level, "'");
-  o.seq = level == "sequence";
-  LIGER_CHECK_ARG(!(o.seq && (o.type == Grpo::kCispo || o.type == Grpo::kSapo || o.type == Grpo::kVespo)),
-                  "importance_sampling_level", "'sequence' is not supported for loss_type '",
-                  std::string_view(loss_type.data(), loss_type.size()), "' (Liger's rule); use 'token'");
-  const std::pair<double, const char*> finite[] = {{beta, "beta"},
-                                                   {epsilon_low, "epsilon_low"},
-                                                   {epsilon_high, "epsilon_high"},
-                                                   {vespo_k_pos, "vespo_k_pos"},
-                                                   {vespo_lambda_pos, "vespo_lambda_pos"},
-                                                   {vespo_k_neg, "vespo_k_neg"},
-                                                   {vespo_lambda_neg, "vespo_lambda_neg"}};
-  for (const auto& [v, n] : finite) LIGER_CHECK_ARG(std::isfinite(v), n, "expected a finite value, got ", v);
-  LIGER_CHECK_ARG(std::isfinite(temperature) && temperature > 0.0, "temperature",
-                  "expected a positive value, got ", temperature);
-  LIGER_CHECK_ARG(std::isfinite(sapo_temperature_pos) && sapo_temperature_pos > 0.0, "sapo_temperature_pos",
-                  "expected a positive value, got ", sapo_temperature_pos);
-  LIGER_CHECK_ARG(std::isfinite(sapo_temperature_neg) && sapo_temperature_neg > 0.0, "sapo_temperature_neg",
-                  "expected a positive value, got ", sapo_temperature_neg);
-  if (delta)
-    LIGER_CHECK_ARG(std::isfinite(*delta) && *delta > 0.0, "delta", "expected a positive value, got ",
-                    *delta);
+  kernels::GrpoOptions o = grpo_checks::grpo_options(loss_type, importance_sampling_level, beta, epsilon_low,
+                                                     epsilon_high, delta, temperature, use_bias_correction_kl,
+                                                     sapo_temperature_pos, sapo_temperature_neg, vespo_k_pos,
+                                                     vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg);
   if (o.type == Grpo::kDrGrpo)
     LIGER_CHECK_ARG(max_completion_length.has_value() && *max_completion_length > 0, "max_completion_length",
                     "expected a positive length for loss_type 'dr_grpo' (its normaliser is B x "
@@ -142,21 +90,6 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
                     max_completion_length ? std::to_string(*max_completion_length) : std::string("None"));
   LIGER_CHECK_ARG(chunk_rows >= 0, "chunk_rows", "expected a non-negative row count (0: automatic), got ",
                   chunk_rows);
-  // The token math is float32, as the ATen ops it replaced (a double scalar met a float32 tensor).
-  auto f = [](double v) { return static_cast<float>(v); };
-  o.beta = f(beta);
-  o.eps_low = f(epsilon_low);
-  o.eps_high = f(epsilon_high);
-  o.has_delta = delta.has_value();
-  o.delta = delta ? f(*delta) : 0.f;
-  o.inv_temperature = f(1.0 / temperature);
-  o.bias_kl = use_bias_correction_kl;
-  o.sapo_pos = f(sapo_temperature_pos);
-  o.sapo_neg = f(sapo_temperature_neg);
-  o.vk_pos = f(vespo_k_pos);
-  o.vl_pos = f(vespo_lambda_pos);
-  o.vk_neg = f(vespo_k_neg);
-  o.vl_neg = f(vespo_lambda_neg);
 
   heads::check_head(input, weight, bias, "_input", "weight", "bias", 3);
   const int64_t B = input.size(0), T = input.size(1), H = input.size(2), V = weight.size(0), M = B * T;
@@ -179,17 +112,7 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
                   dtype_str(advantages.scalar_type()), " on ", advantages.device());
   const at::Tensor ref_lp_given = per_token_arg(ref_per_token_logps, "ref_per_token_logps", B, T, input);
   const at::Tensor old_lp = per_token_arg(old_per_token_logps, "old_per_token_logps", B, T, input);
-  at::Tensor vllm;
-  if (vllm_is_ratio.has_value() && vllm_is_ratio->defined()) {
-    const at::Tensor& v = *vllm_is_ratio;
-    const bool ok = (v.dim() == 1 && v.size(0) == B) ||
-                    (v.dim() == 2 && v.size(0) == B && (v.size(1) == 1 || v.size(1) == T));
-    LIGER_CHECK_ARG(ok, "vllm_is_ratio", "expected shape (", B, ",), (", B, ", 1) or (", B, ", ", T,
-                    "), got ", shape_str(v));
-    LIGER_CHECK_ARG(v.device() == input.device() && at::isFloatingType(v.scalar_type()), "vllm_is_ratio",
-                    "expected a floating tensor on ", input.device(), ", got ", dtype_str(v.scalar_type()));
-    vllm = (v.dim() == 1 ? v.unsqueeze(1) : v).to(at::kFloat).contiguous();
-  }
+  const at::Tensor vllm = vllm_arg(vllm_is_ratio, B, T, input);
   const bool ref_model = ref_weight.has_value() && ref_weight->defined();
   at::Tensor rx, rw, rb;
   if (ref_model) {
@@ -218,14 +141,7 @@ GrpoResult grpo_fwd(const at::Tensor& input, const at::Tensor& weight, const at:
   o.max_len = max_completion_length ? static_cast<float>(*max_completion_length) : 0.f;
   const auto f32 = input.options().dtype(at::kFloat);
   const at::Tensor mask = attention_mask.to(at::kFloat).contiguous();
-  at::Tensor given_normalizer;
-  if (loss_normalizer.has_value() && loss_normalizer->defined()) {
-    LIGER_CHECK_ARG(loss_normalizer->numel() == 1 && at::isFloatingType(loss_normalizer->scalar_type()) &&
-                        loss_normalizer->device() == input.device(),
-                    "loss_normalizer", "expected one floating element on ", input.device(), ", got shape ",
-                    shape_str(*loss_normalizer));
-    given_normalizer = loss_normalizer->reshape({}).to(at::kFloat).contiguous();
-  }
+  const at::Tensor given_normalizer = normalizer_arg(loss_normalizer, input);
   // [B + 2]: the sequences' mask sums, their total, the dapo / cispo / vespo divisor. One kernel of
   // ours (as the token math and the sums at the end): ATen's sum / clamp_min / neg_ were each a
   // kernel that a process's first call loaded (12 / 12 / 7 ms of its 78 on an H100).

@@ -195,7 +195,9 @@ void logprob_fwd_impl(const LogprobRows& a) {
 template <typename T>
 void logprob_bwd_impl(const LogprobRows& a) {
   const int64_t rows = a.z.size(0), V = a.z.size(1), zs = a.z.stride(0);
-  T* z_all = a.z.data_ptr<T>();
+  const T* z_all = a.z.data_ptr<T>();
+  T* dz_all = a.dz.defined() ? a.dz.data_ptr<T>() : a.z.data_ptr<T>();
+  const int64_t dzs = a.dz.defined() ? a.dz.stride(0) : zs;
   const int64_t* target = a.target.data_ptr<int64_t>();
   const float* stats = a.stats.data_ptr<float>();
   const float* ent = a.entropy.defined() ? a.entropy.data_ptr<float>() : nullptr;
@@ -203,21 +205,22 @@ void logprob_bwd_impl(const LogprobRows& a) {
   const float* gent = a.g_ent.defined() ? a.g_ent.data_ptr<float>() : nullptr;
   at::parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
-      T* z = z_all + r * zs;
+      const T* z = z_all + r * zs;
+      T* dz = dz_all + r * dzs;
       const int64_t y = target[r];
       if (y == a.ignore_index) {
-        for (int64_t j = 0; j < V; ++j) z[j] = static_cast<T>(0);
+        for (int64_t j = 0; j < V; ++j) dz[j] = static_cast<T>(0);
         continue;
       }
       const double m = stats[2 * r], log_s = stats[2 * r + 1];
       const double gl = glp ? glp[r] * a.scale : 0.0, ge = gent ? gent[r] * a.scale : 0.0;
       const double mu = m + (log_s - (ent ? ent[r] : 0.0));
       for (int64_t j = 0; j < V; ++j) {
-        const double x = static_cast<double>(z[j]);
+        const double x = static_cast<double>(z[j]) * a.z_scale;
         const double p = std::exp((x - m) - log_s);
         double d = -gl * (j == y ? p - 1 : p);
         if (ge != 0) d -= ge * p * (x - mu);
-        z[j] = static_cast<T>(d);
+        dz[j] = static_cast<T>(d);
       }
     }
   });
@@ -283,7 +286,96 @@ void pointwise_impl(const PointwiseDiv& a) {
   });
 }
 
+// CE + TVD of a row pair (CeTvdRows): the statistics in float64, outputs of type O (float32, or
+// float64 for float64 logits).
+template <typename T, typename O>
+void ce_tvd_fwd_impl(const CeTvdRows& a) {
+  const int64_t rows = a.s.size(0), V = a.s.size(1), ss = a.s.stride(0), ts = a.t.stride(0);
+  const T* s_all = a.s.const_data_ptr<T>();
+  const T* t_all = a.t.const_data_ptr<T>();
+  const int64_t* target = a.target.const_data_ptr<int64_t>();
+  O* ce = a.ce.data_ptr<O>();
+  O* tvd = a.tvd.data_ptr<O>();
+  O* st = a.stats.data_ptr<O>();
+  at::parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
+    std::vector<double> x(V), u(V);
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t y = target[r];
+      if (y == a.ignore_index) {
+        ce[r] = tvd[r] = st[3 * r] = st[3 * r + 1] = st[3 * r + 2] = O(0);
+        continue;
+      }
+      for (int64_t j = 0; j < V; ++j) {
+        x[j] = static_cast<double>(s_all[r * ss + j]);
+        u[j] = static_cast<double>(t_all[r * ts + j]);
+      }
+      const Lse ls = row_lse(x, V), lt = row_lse(u, V);
+      const double lse_s = ls.m + ls.log_s, lse_t = lt.m + lt.log_s;
+      double abs_sum = 0, sigma = 0;
+      for (int64_t j = 0; j < V; ++j) {
+        const double p = std::exp(x[j] - lse_s), q = std::exp(u[j] - lse_t);
+        abs_sum += std::abs(p - q);
+        sigma += p > q ? p : (p < q ? -p : 0.0);
+      }
+      ce[r] = static_cast<O>(lse_s - x[y]);
+      tvd[r] = static_cast<O>(0.5 * abs_sum);
+      st[3 * r] = static_cast<O>(lse_s);
+      st[3 * r + 1] = static_cast<O>(lse_t);
+      st[3 * r + 2] = static_cast<O>(sigma);
+    }
+  });
+}
+
+template <typename T, typename O>
+void ce_tvd_bwd_impl(const CeTvdRows& a) {
+  const int64_t rows = a.s.size(0), V = a.s.size(1), ss = a.s.stride(0), ts = a.t.stride(0);
+  const int64_t gs = a.grad.stride(0);
+  const T* s_all = a.s.const_data_ptr<T>();
+  const T* t_all = a.t.const_data_ptr<T>();
+  T* g_all = a.grad.data_ptr<T>();
+  const int64_t* target = a.target.const_data_ptr<int64_t>();
+  const O* st = a.stats.const_data_ptr<O>();
+  const O* gce = a.grad_ce.defined() ? a.grad_ce.const_data_ptr<O>() : nullptr;
+  const O* gtvd = a.grad_tvd.defined() ? a.grad_tvd.const_data_ptr<O>() : nullptr;
+  at::parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      T* g = g_all + r * gs;
+      const int64_t y = target[r];
+      if (y == a.ignore_index) {
+        for (int64_t j = 0; j < V; ++j) g[j] = static_cast<T>(0);
+        continue;
+      }
+      const double c = gce ? static_cast<double>(gce[r]) : 0.0, h = gtvd ? 0.5 * gtvd[r] : 0.0;
+      const double lse_s = st[3 * r], lse_t = st[3 * r + 1], sigma = st[3 * r + 2];
+      for (int64_t j = 0; j < V; ++j) {
+        const double p = std::exp(static_cast<double>(s_all[r * ss + j]) - lse_s);
+        const double q = std::exp(static_cast<double>(t_all[r * ts + j]) - lse_t);
+        const double sg = p > q ? 1.0 : (p < q ? -1.0 : 0.0);
+        g[j] = static_cast<T>(c * (j == y ? p - 1 : p) + h * p * (sg - sigma));
+      }
+    }
+  });
+}
+
 }  // namespace divergence_cpu_impl
+
+void ce_tvd_rows_fwd_cpu(const CeTvdRows& a) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.s.scalar_type(), "liger_ce_tvd_fwd_cpu", [&] {
+    if (a.ce.scalar_type() == at::kDouble)
+      divergence_cpu_impl::ce_tvd_fwd_impl<scalar_t, double>(a);
+    else
+      divergence_cpu_impl::ce_tvd_fwd_impl<scalar_t, float>(a);
+  });
+}
+
+void ce_tvd_rows_bwd_cpu(const CeTvdRows& a) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.s.scalar_type(), "liger_ce_tvd_bwd_cpu", [&] {
+    if (a.stats.scalar_type() == at::kDouble)
+      divergence_cpu_impl::ce_tvd_bwd_impl<scalar_t, double>(a);
+    else
+      divergence_cpu_impl::ce_tvd_bwd_impl<scalar_t, float>(a);
+  });
+}
 
 void distill_rows_cpu(const DistillRows& a) {
   // The teacher row: the student's dtype, or (KL's target probabilities) float32 / float64; the row

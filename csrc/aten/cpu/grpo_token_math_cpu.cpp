@@ -23,6 +23,7 @@ void grpo_token_math_cpu(const kernels::GrpoTokenArgs& a) {
       double loss = 0.0, kl = 0.0, clipped = 0.0, wdl = 0.0, wkl0 = 0.0;
       for (int64_t l = 0; l < L; ++l) {
         const g::Token t = g::token(a, q, s, l);
+        g::store_token(a, t, s, l);
         loss += t.loss;
         kl += t.kl;
         clipped += t.clipped;

@@ -56,6 +56,8 @@ kernels::LogprobRowsArgs logprob_args(const LogprobRows& c) {
   a.g_ent = ptr_or_null<float>(c.g_ent);
   a.scale = static_cast<float>(c.scale);
   a.z_scale = static_cast<float>(c.z_scale);
+  a.dz = c.dz.defined() ? c.dz.data_ptr() : nullptr;
+  a.dz_row_stride = c.dz.defined() ? c.dz.stride(0) : 0;
   a.rows = c.z.size(0);
   a.cols = c.z.size(1);
   a.ignore_index = c.ignore_index;
@@ -74,6 +76,41 @@ void logprob_rows_bwd_cuda(const LogprobRows& c) {
   const c10::cuda::CUDAGuard guard(c.z.device());
   LIGER_CUDA_CHECK(
       kernels::logprob_rows_bwd(divergence_cuda_impl::logprob_args(c), at::cuda::getCurrentCUDAStream()));
+}
+
+namespace divergence_cuda_impl {
+kernels::CeTvdArgs ce_tvd_args(const CeTvdRows& c) {
+  kernels::CeTvdArgs a{};
+  a.s = c.s.const_data_ptr();
+  a.s_row_stride = c.s.stride(0);
+  a.t = c.t.const_data_ptr();
+  a.t_row_stride = c.t.stride(0);
+  a.target = c.target.const_data_ptr<int64_t>();
+  a.ce = ptr_or_null<float>(c.ce);
+  a.tvd = ptr_or_null<float>(c.tvd);
+  a.stats = ptr_or_null<float>(c.stats);
+  a.grad_ce = ptr_or_null<float>(c.grad_ce);
+  a.grad_tvd = ptr_or_null<float>(c.grad_tvd);
+  a.grad = c.grad.defined() ? c.grad.data_ptr() : nullptr;
+  a.grad_row_stride = c.grad.defined() ? c.grad.stride(0) : 0;
+  a.rows = c.s.size(0);
+  a.cols = c.s.size(1);
+  a.ignore_index = c.ignore_index;
+  a.dtype = to_kernel_dtype(c.s.scalar_type(), "student_logits");
+  return a;
+}
+}  // namespace divergence_cuda_impl
+
+void ce_tvd_rows_fwd_cuda(const CeTvdRows& c) {
+  const c10::cuda::CUDAGuard guard(c.s.device());
+  LIGER_CUDA_CHECK(
+      kernels::ce_tvd_fwd(divergence_cuda_impl::ce_tvd_args(c), at::cuda::getCurrentCUDAStream()));
+}
+
+void ce_tvd_rows_bwd_cuda(const CeTvdRows& c) {
+  const c10::cuda::CUDAGuard guard(c.s.device());
+  LIGER_CUDA_CHECK(
+      kernels::ce_tvd_bwd(divergence_cuda_impl::ce_tvd_args(c), at::cuda::getCurrentCUDAStream()));
 }
 
 void pointwise_div_cuda(const PointwiseDiv& c) {

@@ -13,6 +13,7 @@
 #include "kernels/common/launch_cache.h"
 #include "kernels/common/plan_override.h"
 #include "kernels/divergence/divergence.h"
+#include "kernels/divergence/row_common.cuh"
 
 // The sm_90 kernel's helpers are unused in the sm_80 pass (its body compiles only for sm_90).
 #pragma nv_diag_suppress 177
@@ -23,34 +24,6 @@
 
 namespace liger_cpp::kernels {
 namespace {
-
-constexpr int kMaxThreads = 1024;  // threads_for()'s largest block (and at most 64 registers a thread)
-
-// Sum / max over the block (blockDim.x a multiple of 32); every thread gets the result and must
-// call. scratch: 32 floats in shared memory.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  v = warp_sum(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  __syncthreads();  // a previous call's readers are done with scratch
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  return warp_sum(lane < nw ? scratch[lane] : 0.f);
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  v = warp_max(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  return warp_max(lane < nw ? scratch[lane] : -INFINITY);
-}
 
 // Online max and sum of exp(x - max) of one thread's elements.
 struct Online {
@@ -117,17 +90,6 @@ constexpr float kLogFloor = -1e30f;
 
 // p * (a - b), 0 where p is 0 (a masked class: its -inf log-probability times 0).
 __device__ __forceinline__ float pdiff(float p, float a, float b) { return p > 0.f ? p * (a - b) : 0.f; }
-
-template <typename T, int VE>
-__device__ __forceinline__ void zero_row(T* d, int64_t cols) {
-  for (int64_t j = static_cast<int64_t>(threadIdx.x) * VE; j < cols;
-       j += static_cast<int64_t>(blockDim.x) * VE) {
-    Vec<T, VE> z;
-#pragma unroll
-    for (int e = 0; e < VE; ++e) z.v[e] = from_float<T>(0.f);
-    store_vec<T, VE>(d + j, z);
-  }
-}
 
 // ---------------------------------------------------------------------------------------- distill
 
@@ -731,48 +693,6 @@ __global__ void __launch_bounds__(kPairThreads) distill_smem_kernel(DistillRowsA
 
 // ---------------------------------------------------------------------------------------- logprob
 
-// One thread's running statistics of a row read as z = c x (c = z_scale > 0), kept in the stored
-// row's units: m = the largest x seen, s = sum exp(c (x - m)), u = sum exp(c (x - m)) c (x - m)
-// (the entropy's numerator, ENT only). A vector of VE elements at a time: its max first, so the
-// running sums are rescaled once a vector at most and each element costs one exponential. 2-byte
-// rows (FAST) take 2^((x - m) k) with k = c log2 e, one MUFU (2^-22, far below the input's own
-// rounding); float32 rows take expf. The scale folds into k, so a temperature costs nothing. x - m
-// is formed first (exact for 2-byte inputs), so the max itself contributes exactly 1: the CE
-// statistics pass's 2^(x k - m k), one FFMA, left the rounding of m k in every p (a row with one
-// finite logit gave a log-prob of +1.2e-7 to +2.4e-7, not 0).
-// (The previous loop updated max, sum and entropy per element with a branch and an accurate expf:
-// 1.425 ms at 8 x 1024 x 151936 bf16 on the H100, 1.7 x Liger's Triton kernel; its scale multiply
-// another 2.8 %.)
-template <bool FAST, bool ENT>
-struct OnlineRow {
-  float m = -INFINITY, s = 0.f, u = 0.f;
-  template <int VE>
-  __device__ __forceinline__ void add(const float (&x)[VE], float c, float k) {
-    float vm = x[0];
-#pragma unroll
-    for (int e = 1; e < VE; ++e) vm = fmaxf(vm, x[e]);
-    if (vm > m) {  // false for a NaN-only or -inf-only vector
-      if (m != -INFINITY) {
-        const float dm = (m - vm) * c;
-        const float f = FAST ? ex2(dm * kLog2e) : expf(dm);
-        if (ENT) u = f * fmaf(dm, s, u);
-        s *= f;
-      }
-      m = vm;
-    }
-    // Where every element so far is -inf, m stands in as 0: those give exp(-inf) = 0, and a NaN
-    // stays a NaN (it reaches s and the result, as it should).
-    const float mb = m == -INFINITY ? 0.f : m;
-#pragma unroll
-    for (int e = 0; e < VE; ++e) {
-      const float d = x[e] - mb;
-      const float p = FAST ? ex2(d * k) : expf(d * c);
-      s += p;
-      if (ENT) u += p > 0.f ? p * (d * c) : 0.f;  // 0, not 0 * -inf, for x = -inf
-    }
-  }
-};
-
 template <typename T, int VE, bool ENT>
 __device__ __forceinline__ void logprob_fwd_row(const LogprobRowsArgs& a, const T* z, int64_t r, int64_t y,
                                                 float* scratch) {
@@ -838,11 +758,13 @@ __global__ void __launch_bounds__(kMaxThreads) logprob_bwd_kernel(LogprobRowsArg
   const int64_t V = a.cols;
   const int64_t step = static_cast<int64_t>(blockDim.x) * VE,
                 j_first = static_cast<int64_t>(threadIdx.x) * VE;
+  const float c = a.z_scale;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    T* z = static_cast<T*>(a.z) + r * a.row_stride;
+    const T* z = static_cast<const T*>(a.z) + r * a.row_stride;
+    T* dz = a.dz ? static_cast<T*>(a.dz) + r * a.dz_row_stride : static_cast<T*>(a.z) + r * a.row_stride;
     const int64_t y = a.target[r];
     if (y == a.ignore_index) {
-      zero_row<T, VE>(z, V);
+      zero_row<T, VE>(dz, V);
       continue;
     }
     const float M = a.stats[2 * r], log_s = a.stats[2 * r + 1];
@@ -854,13 +776,13 @@ __global__ void __launch_bounds__(kMaxThreads) logprob_bwd_kernel(LogprobRowsArg
       Vec<T, VE> out;
 #pragma unroll
       for (int e = 0; e < VE; ++e) {
-        const float x = to_float<T>(v.v[e]);
+        const float x = to_float<T>(v.v[e]) * c;
         const float p = expf((x - M) - log_s);
         float d = -glp * (j0 + e == y ? p - 1.f : p);
         if (gent != 0.f) d -= gent * p * (x - mu);
         out.v[e] = from_float<T>(d);
       }
-      store_vec<T, VE>(z + j0, out);
+      store_vec<T, VE>(dz + j0, out);
     }
   }
 }
@@ -930,27 +852,6 @@ __global__ void __launch_bounds__(kMaxThreads) pointwise_kernel(PointwiseDivArgs
       if (threadIdx.x == 0) a.loss_rows[r] = total;
     }
   }
-}
-
-// --------------------------------------------------------------------------------------- launch
-
-int threads_for(int64_t cols, int ve) {
-  const int64_t vecs = ceil_div(cols, ve);
-  if (vecs >= 4096) return kMaxThreads;
-  if (vecs >= 1024) return 512;
-  if (vecs >= 256) return 256;
-  return 128;
-}
-
-unsigned grid_for(int64_t rows) {
-  return static_cast<unsigned>(rows < (int64_t{1} << 30) ? rows : (int64_t{1} << 30));
-}
-
-template <typename T>
-bool rows_aligned(const void* p, int64_t row_stride, int64_t cols) {
-  constexpr int VE = 16 / sizeof(T);
-  return p == nullptr ||
-         (is_aligned(p, 16) && (row_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0 && cols % VE == 0);
 }
 
 }  // namespace
@@ -1102,7 +1003,7 @@ cudaError_t logprob_rows_bwd(const LogprobRowsArgs& a, cudaStream_t stream) {
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int VE = 16 / sizeof(T);
-    if (rows_aligned<T>(a.z, a.row_stride, a.cols))
+    if (rows_aligned<T>(a.z, a.row_stride, a.cols) && rows_aligned<T>(a.dz, a.dz_row_stride, a.cols))
       logprob_bwd_kernel<T, VE><<<grid_for(a.rows), threads_for(a.cols, VE), 0, stream>>>(a);
     else
       logprob_bwd_kernel<T, 1><<<grid_for(a.rows), threads_for(a.cols, 1), 0, stream>>>(a);

@@ -57,7 +57,8 @@ cudaError_t distill_rows(const DistillRowsArgs& a, cudaStream_t stream);
 //   forward: logp[r] = z_y - lse(z), entropy[r] = lse(z) - sum_j p_j z_j, stats[r] = (max z,
 //   log sum exp(z - max)); all 0 for y == ignore_index.
 //   backward (from the forward's stats and entropy): dz_j = g_lp[r] ([j == y] - p_j)
-//   - g_ent[r] p_j (z_j - (lse - entropy)), times `scale`, written over z (0 for ignored rows).
+//   - g_ent[r] p_j (z_j - (lse - entropy)), times `scale`, written to dz (null: over z; 0 for
+//   ignored rows), z again the stored row times z_scale.
 // p_j = exp((z_j - max) - log sum): exact near the max where p is large.
 struct LogprobRowsArgs {
   void* z;  // [rows, cols], unit column stride
@@ -69,12 +70,41 @@ struct LogprobRowsArgs {
   const float* g_lp;   // backward: [rows] or null (0)
   const float* g_ent;  // [rows] or null (0)
   float scale;
-  float z_scale;  // forward: z is the stored row times z_scale (1 / temperature, > 0), scaled as it is read
+  float z_scale;  // z is the stored row times z_scale (1 / temperature, > 0), scaled as it is read
+  void* dz;       // backward: [rows, cols] of z's dtype, unit column stride, or null (written over z)
+  int64_t dz_row_stride;
   int64_t rows, cols, ignore_index;
   DType dtype;
 };
 cudaError_t logprob_rows_fwd(const LogprobRowsArgs& a, cudaStream_t stream);
 cudaError_t logprob_rows_bwd(const LogprobRowsArgs& a, cudaStream_t stream);
+
+// Cross entropy and total variation distance of student rows s against teacher rows t (Liger's
+// LigerFusedCETVDFunction), unreduced. Per row, y = target[r], p = softmax(s), q = softmax(t):
+//   forward: ce[r] = lse(s) - s_y, tvd[r] = 0.5 sum_j |p_j - q_j|, stats[r] = (lse(s), lse(t),
+//   sigma = sum_j p_j sign(p_j - q_j)); all 0 for y == ignore_index.
+//   backward (from stats): grad_j = grad_ce[r] (p_j - [j == y]) + 0.5 grad_tvd[r] p_j
+//   (sign(p_j - q_j) - sigma), sign(0) = 0 (the softmax's Jacobian applied to 0.5 sign(p - q));
+//   0 for ignored rows. grad_ce / grad_tvd null: that term is absent.
+// float32 math, one rounding of the gradient to the logits' dtype.
+struct CeTvdArgs {
+  const void* s;  // [rows, cols], unit column stride
+  int64_t s_row_stride;
+  const void* t;  // [rows, cols], s's dtype, unit column stride
+  int64_t t_row_stride;
+  const int64_t* target;  // [rows]
+  float* ce;              // forward outputs [rows]
+  float* tvd;             // [rows]
+  float* stats;           // [rows, 3] (forward out, backward in)
+  const float* grad_ce;   // backward: [rows] or null
+  const float* grad_tvd;  // [rows] or null
+  void* grad;             // [rows, cols] of s's dtype, unit column stride
+  int64_t grad_row_stride;
+  int64_t rows, cols, ignore_index;
+  DType dtype;
+};
+cudaError_t ce_tvd_fwd(const CeTvdArgs& a, cudaStream_t stream);
+cudaError_t ce_tvd_bwd(const CeTvdArgs& a, cudaStream_t stream);
 
 // Element-wise divergences of given rows x (input) and y (target), per element:
 //   kind 0, JSD of log-probabilities (Q = e^x, P = e^y): beta 0: P (y - x), d = -P; beta 1:

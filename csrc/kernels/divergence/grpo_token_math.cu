@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(kThreads) grpo_token_kernel(const GrpoTokenArg
   float loss = 0.f, kl = 0.f, clipped = 0.f, wdl = 0.f, wkl0 = 0.f;
   for (int64_t l = threadIdx.x; l < L; l += kThreads) {
     const grpo::Token t = grpo::token(a, q, s, l);
+    grpo::store_token(a, t, s, l);
     loss += t.loss;
     kl += t.kl;
     clipped += t.clipped;

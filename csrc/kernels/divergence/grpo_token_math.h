@@ -36,6 +36,9 @@ struct GrpoOptions {
   float vk_pos = 2.f, vl_pos = 3.f, vk_neg = 3.f, vl_neg = 2.f;
   float batch = 1.f, T = 1.f, max_len = 0.f;  // B and T of the whole batch; dr_grpo's length
   float inv_temperature = 1.f;
+  // Tokens whose mask is 0 count for nothing: loss, KL, clipping, gradient and sequence sums (Liger's
+  // GRPO on given logits skips them; the fused loss gives luspo's masked positions their weight).
+  bool skip_masked = false;
 };
 
 // One group: S sequences x L positions. Element (s, l) of a per-token input p with row stride st
@@ -62,6 +65,16 @@ struct GrpoTokenArgs {
   float* partial;           // out [S, 3]: the sequence's sums of w l, m kl, m clipped
   int64_t S, L;
   GrpoOptions o;
+  // Optional (null: absent). w_given: each position's reduction weight [S, L] (row stride
+  // w_stride), in place of the loss type's (the per-token losses of Liger's reduce=False, and their
+  // backward with the upstream gradient as the weight). phi_given: VESPO's sequence weights [S],
+  // in place of computing them. tok_loss / tok_kl / tok_clip: each position's w l, m kl and
+  // m clipped [S, L] (row stride tok_stride).
+  const float* w_given;
+  int64_t w_stride;
+  const float* phi_given;
+  float *tok_loss, *tok_kl, *tok_clip;
+  int64_t tok_stride;
 };
 
 #if defined(__CUDACC__) || defined(LIGER_CPP_WITH_CUDA)
@@ -105,7 +118,9 @@ LIGER_HD float vllm_at(const GrpoTokenArgs& a, int64_t s, int64_t l) {
 // Position l's contribution to the sequence sums the group needs first: the masked log-ratio
 // (sequence level) or VESPO's sum_t m clamp(r, -20, 20) + sum_t clamp(log vllm, log 1e-8, 20).
 LIGER_HD float seq_term(const GrpoTokenArgs& a, int64_t s, int64_t l) {
-  const float m = at(a.mask, a.mask_stride, s, l), r = log_ratio(a, s, l);
+  const float m = at(a.mask, a.mask_stride, s, l);
+  if (a.o.skip_masked && m == 0.f) return 0.f;
+  const float r = log_ratio(a, s, l);
   if (a.o.type != GrpoType::kVespo) return r * m;
   float v = clamp(r, -20.f, 20.f) * m;
   if (a.vllm && (a.vllm_cols != 1 || l == 0)) v += clamp(logf(vllm_at(a, s, l)), logf(1e-8f), 20.f);
@@ -124,7 +139,9 @@ LIGER_HD Seq sequence(const GrpoTokenArgs& a, int64_t s, float seq_sum) {
   q.nprime = n < 1.f ? 1.f : n;
   q.c1 = o.seq ? expf(seq_sum / q.nprime) : 1.f;
   q.phi = 0.f;
-  if (o.type == GrpoType::kVespo) {  // TRL's get_gamma_weights, NaN / inf -> 0
+  if (o.type == GrpoType::kVespo && a.phi_given) {
+    q.phi = a.phi_given[s];
+  } else if (o.type == GrpoType::kVespo) {  // TRL's get_gamma_weights, NaN / inf -> 0
     const float logw = clamp(seq_sum, logf(1e-8f), 20.f);
     const bool nonneg = q.A >= 0.f;
     const float k = nonneg ? o.vk_pos : o.vk_neg;
@@ -138,7 +155,8 @@ LIGER_HD Seq sequence(const GrpoTokenArgs& a, int64_t s, float seq_sum) {
 }
 
 // The reduction weight of position (s, l).
-LIGER_HD float weight(const GrpoTokenArgs& a, const Seq& q, float m) {
+LIGER_HD float weight(const GrpoTokenArgs& a, const Seq& q, float m, int64_t s, int64_t l) {
+  if (a.w_given) return at(a.w_given, a.w_stride, s, l);
   switch (a.o.type) {
     case GrpoType::kGrpo:
     case GrpoType::kSapo:
@@ -164,8 +182,9 @@ struct Token {
 LIGER_HD Token token(const GrpoTokenArgs& a, const Seq& q, int64_t s, int64_t l) {
   const GrpoOptions& o = a.o;
   const float lp = log_prob(a, s, l), m = at(a.mask, a.mask_stride, s, l), A = q.A;
+  if (o.skip_masked && m == 0.f) return Token{0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   const float c1 = o.seq ? q.c1 : expf(log_ratio(a, s, l));
-  const float w = weight(a, q, m);
+  const float w = weight(a, q, m, s, l);
   float pl, dl;  // the policy term and its derivative (by c1, or by lp for cispo / vespo)
   bool dl_wrt_c1 = true, clipped = false;
   switch (o.type) {
@@ -238,10 +257,21 @@ LIGER_HD Token token(const GrpoTokenArgs& a, const Seq& q, int64_t s, int64_t l)
 // of a sequence moves c1: d c1 / d lp_l = c1 m_l / max(n, 1)).
 LIGER_HD float seq_k(const GrpoTokenArgs& a, const Seq& q, float k_local, float sum_wdl, float sum_wkl0,
                      int64_t s, int64_t l) {
-  const float dc1 = q.c1 * at(a.mask, a.mask_stride, s, l) / q.nprime;
+  const float m = at(a.mask, a.mask_stride, s, l);
+  if (a.o.skip_masked && m == 0.f) return 0.f;
+  const float dc1 = q.c1 * m / q.nprime;
   float k = sum_wdl * dc1 + k_local;
   if (a.o.beta != 0.f && a.o.bias_kl) k = k + a.o.beta * sum_wkl0 * dc1;
   return k;
+}
+
+// The per-token outputs of position (s, l), where asked for.
+LIGER_HD void store_token(const GrpoTokenArgs& a, const Token& t, int64_t s, int64_t l) {
+  if (!a.tok_loss) return;
+  const int64_t i = s * a.tok_stride + l;
+  a.tok_loss[i] = t.loss;
+  a.tok_kl[i] = t.kl;
+  a.tok_clip[i] = t.clipped;
 }
 
 }  // namespace grpo
