@@ -12,6 +12,7 @@
 #              failed runs again with one worker (tests_alone: out of memory beside 15 others on an H100)
 #   host_cost  benchmarks/bench_host_cost.py (CPU and CUDA, each op against PyTorch's, 1 x 64)
 #   rl         benchmarks/bench_rl_losses.py (GRPO, JSD distillation: x floor, first call, memory)
+#   logits     benchmarks/bench_logits_losses.py (CE + TVD and GRPO on given logits: x copy floor, memory)
 #   e2e_b1     benchmarks/bench_e2e.py 1B Llama at batch 1 x 1024 (host-bound): hf, liger_cpp, liger,
 #              with --breakdown (one profiled step: GPU time by category and the host-time profile)
 #   e2e_b1_ab  the same batch-1 step, alternating twice between the package in .ab_base/ (a build before
@@ -77,6 +78,8 @@ for s in ${STAGES:-}; do
       fi ;;
     host_cost) run host_cost "${HOST_TIMEOUT:-120}" python3 benchmarks/bench_host_cost.py --out "$W/host_cost.json" ;;
     rl) run rl "${RL_TIMEOUT:-240}" python3 benchmarks/bench_rl_losses.py ${RL_ARGS:-} --out "$W/rl_losses.json" ;;
+    logits) run logits "${LOGITS_TIMEOUT:-200}" python3 benchmarks/bench_logits_losses.py ${LOGITS_ARGS:-} \
+      --out "$W/logits_losses.json" ;;
     e2e_b1) run e2e_b1 "${E2E_TIMEOUT:-200}" python3 benchmarks/bench_e2e.py --preset 1b-b8t2048 --batch 1 \
       --seq 1024 --variants hf,liger_cpp,liger --quick --breakdown --timeout 90 --out "$W/e2e_b1.json" ;;
     e2e_b1_ab) for i in 1 2; do
