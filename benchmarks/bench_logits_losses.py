@@ -19,7 +19,15 @@ import time
 
 import torch
 import torch.nn.functional as F
-from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, peak_extra_bytes, try_import_liger, write_json
+from harness import (
+    bench_ms,
+    copy_bandwidth_gbs,
+    fmt_table,
+    meta,
+    peak_extra_bytes,
+    try_import_liger,
+    write_json,
+)
 
 from liger_cpp.ops.ce_tvd import fused_ce_tvd
 from liger_cpp.transformers.grpo_loss import triton_grpo_loss
@@ -123,7 +131,8 @@ def grpo_rows(B, L, V, bw, have_liger):
                 loss, _, _ = f()
                 row["loss"] = f"{((loss * mask).sum() / mask.sum()).item():.6f}"
             ms = bench_ms(step, grad_to_none=[logits])  # the in-place backward overwrites the logits
-            row.update(ms=round(ms, 3), x_floor=round(ms / floor, 2), wall_ms=round(wall_ms(step, [logits]), 3))
+            wall = wall_ms(step, [logits])
+            row.update(ms=round(ms, 3), x_floor=round(ms / floor, 2), wall_ms=round(wall, 3))
             logits.grad = None
             with torch.no_grad():
                 logits.copy_(fresh)
@@ -151,8 +160,8 @@ def main():
         if args.out:
             write_json(args.out, payload)
     gshapes = [(8, 1024, 151936)] + ([] if args.quick else [(1, 65536, 151936)])
-    for b, l, v in gshapes:
-        rows += grpo_rows(b, l, v, bw, have_liger)
+    for b, length, v in gshapes:
+        rows += grpo_rows(b, length, v, bw, have_liger)
         if args.out:
             write_json(args.out, payload)
     cols = ["case", "impl", "ms", "wall_ms", "x_floor", "peak_mib", "err_vs_first", "loss", "error"]

@@ -91,6 +91,22 @@ def grpo_loss_on_logits(
             "liger_cpp: argument 'importance_sampling_level': expected 'token' or 'sequence', got "
             f"{importance_sampling_level!r}"
         )
+    if importance_sampling_level == "sequence" and loss_type in ("cispo", "sapo", "vespo"):
+        raise ValueError(
+            f"liger_cpp: sequence-level importance sampling is not supported for loss_type={loss_type!r} "
+            "(Liger's rule); use importance_sampling_level='token'"
+        )
+    if delta is not None and loss_type in ("cispo", "sapo", "vespo"):
+        raise ValueError(
+            f"liger_cpp: argument 'delta': two-sided clipping is not supported for loss_type={loss_type!r} "
+            "(Liger's rule)"
+        )
+    for name, value in (
+        ("sapo_temperature_pos", sapo_temperature_pos),
+        ("sapo_temperature_neg", sapo_temperature_neg),
+    ):
+        if loss_type == "sapo" and not value > 0:
+            raise ValueError(f"liger_cpp: argument '{name}': expected a positive value, got {value}")
     normalizer = None
     if loss_type in _DAPO_NORMALIZED:
         mask = completion_mask

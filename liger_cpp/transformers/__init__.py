@@ -244,13 +244,13 @@ __all__ = [
 
 # ---- Divergences and distillation (the RL / distillation losses) ----
 from liger_cpp.transformers.functional import liger_fused_linear_jsd, liger_jsd, liger_kl_div, liger_tvd  # noqa: F401,E402
+from liger_cpp.transformers.fused_ce_tvd import LigerFusedCETVDLoss  # noqa: F401,E402
 from liger_cpp.transformers.fused_linear_jsd import LigerFusedLinearJSD  # noqa: F401,E402
 from liger_cpp.transformers.fused_linear_kl_div import LigerFusedLinearKLDivLoss  # noqa: F401,E402
+from liger_cpp.transformers.grpo_loss import triton_grpo_loss  # noqa: F401,E402
 from liger_cpp.transformers.jsd import LigerJSD  # noqa: F401,E402
 from liger_cpp.transformers.kl_div import LigerKLDIVLoss  # noqa: F401,E402
 from liger_cpp.transformers.tvd import LigerTVDLoss  # noqa: F401,E402
-from liger_cpp.transformers.fused_ce_tvd import LigerFusedCETVDLoss  # noqa: F401,E402
-from liger_cpp.transformers.grpo_loss import triton_grpo_loss  # noqa: F401,E402
 
 __all__ += [
     "LigerFusedCETVDLoss",

@@ -119,8 +119,10 @@ LIGER_HD float vllm_at(const GrpoTokenArgs& a, int64_t s, int64_t l) {
 // (sequence level) or VESPO's sum_t m clamp(r, -20, 20) + sum_t clamp(log vllm, log 1e-8, 20).
 LIGER_HD float seq_term(const GrpoTokenArgs& a, int64_t s, int64_t l) {
   const float m = at(a.mask, a.mask_stride, s, l);
-  if (a.o.skip_masked && m == 0.f) return 0.f;
-  const float r = log_ratio(a, s, l);
+  // A skipped token's log-ratio counts for nothing; VESPO's vllm term still sums over every
+  // position (TRL's get_gamma_weights does not mask it).
+  const bool skip = a.o.skip_masked && m == 0.f;
+  const float r = skip ? 0.f : log_ratio(a, s, l);
   if (a.o.type != GrpoType::kVespo) return r * m;
   float v = clamp(r, -20.f, 20.f) * m;
   if (a.vllm && (a.vllm_cols != 1 || l == 0)) v += clamp(logf(vllm_at(a, s, l)), logf(1e-8f), 20.f);
