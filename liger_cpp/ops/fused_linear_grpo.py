@@ -28,6 +28,40 @@ def check_loss_type(loss_type: str) -> None:
         raise ValueError(f"liger_cpp: argument 'loss_type': expected one of {LOSS_TYPES}, got {loss_type!r}")
 
 
+def check_level(loss_type: str, importance_sampling_level: str) -> None:
+    """Liger's ValueErrors for the importance sampling level (GRPO fused and on logits)."""
+    if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+        raise ValueError(
+            "liger_cpp: argument 'importance_sampling_level': expected 'token' or 'sequence', got "
+            f"{importance_sampling_level!r}"
+        )
+    if importance_sampling_level == "sequence" and loss_type in ("cispo", "sapo", "vespo"):
+        raise ValueError(
+            f"liger_cpp: sequence-level importance sampling is not supported for loss_type={loss_type!r} "
+            "(Liger's rule); use importance_sampling_level='token'"
+        )
+
+
+def option_args(beta, eps_low, eps_high, delta, temperature, max_completion_length, use_bias_correction_kl,
+                sapo_pos, sapo_neg, vk_pos, vl_pos, vk_neg, vl_neg) -> tuple:  # fmt: skip
+    """The GRPO ops' scalar options from beta to vespo_lambda_neg, as the schema types them."""
+    return (
+        float(beta),
+        float(eps_low),
+        float(eps_high),
+        None if delta is None else float(delta),
+        float(temperature),
+        None if max_completion_length is None else int(max_completion_length),
+        bool(use_bias_correction_kl),
+        float(sapo_pos),
+        float(sapo_neg),
+        float(vk_pos),
+        float(vl_pos),
+        float(vk_neg),
+        float(vl_neg),
+    )
+
+
 @torch.library.register_fake("liger::fused_linear_grpo_fwd")
 def _fwd_fake(
     input,
@@ -144,16 +178,7 @@ def fused_linear_grpo(
     """
     check_device(input, "_input")
     check_loss_type(loss_type)
-    if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
-        raise ValueError(
-            "liger_cpp: argument 'importance_sampling_level': expected 'token' or 'sequence', got "
-            f"{importance_sampling_level!r}"
-        )
-    if importance_sampling_level == "sequence" and loss_type in ("cispo", "sapo", "vespo"):
-        raise ValueError(
-            f"liger_cpp: sequence-level importance sampling is not supported for loss_type={loss_type!r} "
-            "(Liger's rule); use importance_sampling_level='token'"
-        )
+    check_level(loss_type, importance_sampling_level)
     if loss_type == "dr_grpo" and max_completion_length is None:
         raise ValueError("liger_cpp: argument 'max_completion_length': required for loss_type 'dr_grpo'")
     if use_ref_model:
@@ -198,19 +223,21 @@ def fused_linear_grpo(
         normalizer,
         loss_type,
         importance_sampling_level,
-        float(beta),
-        float(epsilon_low),
-        float(epsilon_high),
-        None if delta is None else float(delta),
-        float(temperature),
-        None if max_completion_length is None else int(max_completion_length),
-        bool(use_bias_correction_kl),
-        float(sapo_temperature_pos),
-        float(sapo_temperature_neg),
-        float(vespo_k_pos),
-        float(vespo_lambda_pos),
-        float(vespo_k_neg),
-        float(vespo_lambda_neg),
+        *option_args(
+            beta,
+            epsilon_low,
+            epsilon_high,
+            delta,
+            temperature,
+            max_completion_length,
+            use_bias_correction_kl,
+            sapo_temperature_pos,
+            sapo_temperature_neg,
+            vespo_k_pos,
+            vespo_lambda_pos,
+            vespo_k_neg,
+            vespo_lambda_neg,
+        ),
         int(chunk_rows),
         grad and input.requires_grad,
         grad and weight.requires_grad,

@@ -15,9 +15,14 @@ import torch
 from torch import Tensor
 
 from liger_cpp.ops._common import check_device
-from liger_cpp.ops.fused_linear_grpo import LOSS_TYPES, dapo_normalizer
-
-_DAPO_NORMALIZED = ("dapo", "cispo", "vespo")
+from liger_cpp.ops.fused_linear_grpo import (
+    _DAPO_NORMALIZED,
+    LOSS_TYPES,
+    check_level,
+    check_loss_type,
+    dapo_normalizer,
+    option_args,
+)
 
 
 @torch.library.register_fake("liger::grpo_logits_fwd")
@@ -82,20 +87,8 @@ def grpo_loss_on_logits(
     the loss is differentiable, w.r.t. logits; inplace (eager, contiguous logits): the backward writes
     dlogits over the logits, as Liger's does, and bumps their version."""
     check_device(logits, "logits")
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(
-            f"liger_cpp: argument 'loss_type': expected one of {', '.join(LOSS_TYPES)}, got {loss_type!r}"
-        )
-    if importance_sampling_level not in ("token", "sequence"):
-        raise ValueError(
-            "liger_cpp: argument 'importance_sampling_level': expected 'token' or 'sequence', got "
-            f"{importance_sampling_level!r}"
-        )
-    if importance_sampling_level == "sequence" and loss_type in ("cispo", "sapo", "vespo"):
-        raise ValueError(
-            f"liger_cpp: sequence-level importance sampling is not supported for loss_type={loss_type!r} "
-            "(Liger's rule); use importance_sampling_level='token'"
-        )
+    check_loss_type(loss_type)
+    check_level(loss_type, importance_sampling_level)
     if delta is not None and loss_type in ("cispo", "sapo", "vespo"):
         raise ValueError(
             f"liger_cpp: argument 'delta': two-sided clipping is not supported for loss_type={loss_type!r} "
@@ -125,19 +118,21 @@ def grpo_loss_on_logits(
         normalizer,
         loss_type,
         importance_sampling_level,
-        float(beta),
-        float(eps_low),
-        float(eps_high),
-        None if delta is None else float(delta),
-        float(temperature),
-        None if max_completion_length is None else int(max_completion_length),
-        bool(use_bias_correction_kl),
-        float(sapo_temperature_pos),
-        float(sapo_temperature_neg),
-        float(vespo_k_pos),
-        float(vespo_lambda_pos),
-        float(vespo_k_neg),
-        float(vespo_lambda_neg),
+        *option_args(
+            beta,
+            eps_low,
+            eps_high,
+            delta,
+            temperature,
+            max_completion_length,
+            use_bias_correction_kl,
+            sapo_temperature_pos,
+            sapo_temperature_neg,
+            vespo_k_pos,
+            vespo_lambda_pos,
+            vespo_k_neg,
+            vespo_lambda_neg,
+        ),
         bool(reduce),
         bool(inplace),
     )
