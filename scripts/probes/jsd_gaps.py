@@ -1,101 +1,58 @@
-"""Probe: where the JSD distillation call's wall time goes beyond its kernels. bench_rl_losses.py's
-median (bench_ms) of a steady liger_cpp fwd+bwd reads ~40.5 ms on an H100 where one profiled call's
-kernels sum to ~37.5. This prints, for one profiled call with and without a lead sleep (the host
-enqueues the whole call before the GPU starts it): the span from the first kernel's start to the last
-kernel's end, the time the GPU is busy, the idle gaps (largest five, with the kernels around them),
-synchronisations reported by torch.cuda.set_sync_debug_mode, the host time of one call, and
-bench_ms of the call and of one chunk's teacher GEMM next to that GEMM's profiled time.
-Run on the GPU: PYTHONPATH=.:benchmarks python3 scripts/probes/jsd_gaps.py"""
+"""Where the JSD distillation step's wall time goes beyond its kernels: one steady fwd+bwd of
+liger_cpp's LigerFusedLinearJSDLoss at bench_rl_losses' shape profiled (torch.profiler), the GPU
+timeline's idle gaps (> 20 us) with the kernels on either side, and the CUDA runtime calls that take
+host time (synchronisations, allocations, copies). bench_rl_losses read 1.105-1.126 x its GEMM floor
+while its kernels sum to 1.035 x (H100, 2026-12-07): ~3 ms of the 39.8 are not kernels.
+Usage: python scripts/probes/jsd_gaps.py"""
 
-import time
-import warnings
+import sys
 
 import torch
-from bench_rl_losses import JSD_SHAPE, jsd_inputs, jsd_variants
-from harness import _sleep_cycles_per_ms, bench_ms
-from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, "benchmarks")
+from bench_rl_losses import JSD_KW, jsd_inputs  # noqa: E402
+
+from liger_cpp import chunked_loss as cl  # noqa: E402
+
+d = jsd_inputs((8192, 2048, 4096, 151936), "cuda", torch.bfloat16)
+mod = cl.LigerFusedLinearJSDLoss(**JSD_KW)
 
 
-def kernels_of(prof):
-    out = []
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA or "sleep" in e.name.lower():
-            continue
-        out.append((e.time_range.start, e.time_range.end, e.name))
-    return sorted(out)
+def step():
+    d["xs"].grad = d["ws"].grad = None
+    mod(d["xs"], d["ws"], d["xt"], d["wt"], d["t"]).backward()
 
 
-def report(tag, ks):
-    span = (ks[-1][1] - ks[0][0]) / 1e3
-    busy, gaps, end, prev = 0.0, [], ks[0][0], ks[0][2]
-    for s, e, n in ks:
-        if s > end:
-            gaps.append(((s - end) / 1e3, prev[:50], n[:50]))
-        busy += max(0, e - max(s, end)) / 1e3
-        if e > end:
-            end, prev = e, n
-    gaps.sort(reverse=True)
-    print(f"{tag}: kernels {len(ks)}, span {span:.3f} ms, busy {busy:.3f} ms, idle {span - busy:.3f} ms")
-    for g, a, b in gaps[:5]:
-        print(f"    gap {g:.3f} ms after {a} before {b}")
-
-
-def main():
-    d = jsd_inputs(JSD_SHAPE, "cuda", torch.bfloat16)
-    f = jsd_variants(False)["liger_cpp"]()
-    grads = [d["xs"], d["ws"]]
-
-    def step():
-        f(d).backward()
-
-    def clear():
-        for p in grads:
-            p.grad = None
-
-    for _ in range(3):
-        step()
-        clear()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("warn")
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        step()
-        torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode(0)
-    print(f"synchronisations reported in one call: {sum('synchroniz' in str(x.message) for x in w)}")
-    clear()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
+for _ in range(5):
     step()
-    host_ms = (time.perf_counter() - t0) * 1e3
+torch.cuda.synchronize()
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+s.record()
+for _ in range(10):
+    step()
+e.record()
+torch.cuda.synchronize()
+print(f"back-to-back: {s.elapsed_time(e) / 10:.3f} ms a step")
+acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+with torch.profiler.profile(activities=acts) as prof:
+    step()
     torch.cuda.synchronize()
-    clear()
-    print(f"host time of one call (enqueue, no sync): {host_ms:.3f} ms")
-    cyc = _sleep_cycles_per_ms()
-    for lead in (False, True):
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            if lead:
-                torch.cuda._sleep(int(50 * cyc))
-            step()
-            torch.cuda.synchronize()
-        clear()
-        report(f"profiled call, lead sleep {lead}", kernels_of(prof))
-    print(f"bench_ms of the call: {bench_ms(step, grad_to_none=grads, warmup=1, rep=400):.3f} ms")
-    x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
-    wt = torch.randn(151936, 4096, device="cuda", dtype=torch.bfloat16)
-    out = torch.empty(1024, 151936, device="cuda", dtype=torch.bfloat16)
-    g = lambda: torch.mm(x, wt.t(), out=out)  # noqa: E731
-    ms = bench_ms(g, warmup=5, rep=200)
-    for _ in range(3):
-        g()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        g()
-        torch.cuda.synchronize()
-    ks = kernels_of(prof)
-    print(f"teacher chunk GEMM: bench_ms {ms:.3f} ms, profiled {sum(e - s for s, e, _ in ks) / 1e3:.3f} ms")
-
-
-if __name__ == "__main__":
-    main()
+CUDA = torch.autograd.DeviceType.CUDA
+ev = [x for x in prof.events() if x.device_type == CUDA and x.time_range.elapsed_us() > 0]
+ev.sort(key=lambda x: x.time_range.start)
+busy = sum(x.time_range.elapsed_us() for x in ev)
+span = ev[-1].time_range.end - ev[0].time_range.start
+print(f"GPU span {span / 1e3:.3f} ms, kernels {busy / 1e3:.3f} ms, {len(ev)} kernels")
+for a, b in zip(ev, ev[1:]):
+    gap = b.time_range.start - a.time_range.end
+    if gap > 20:
+        print(f"  gap {gap:8.1f} us after {a.name[:60]!r} before {b.name[:60]!r}")
+rt = {}
+for x in prof.events():
+    if x.name.startswith("cuda") or x.name.startswith("cu"):
+        t = rt.setdefault(x.name, [0, 0.0])
+        t[0] += 1
+        t[1] += x.time_range.elapsed_us()
+print("CUDA runtime calls (count, host us):")
+for k, (n, us) in sorted(rt.items(), key=lambda kv: -kv[1][1])[:12]:
+    print(f"  {us:10.1f} us  x{n:<4d} {k}")
