@@ -519,3 +519,27 @@ def test_reference_matches_chunked_ppo_loss_fn(loss_type, level, extra):
     torch.testing.assert_close(kl_mean, metrics[0], rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(clip, metrics[1].double(), rtol=0, atol=0)
     torch.testing.assert_close(x.grad, y.grad, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce", [True, False])
+def test_opcheck(device, reduce):
+    # The ops' schemas, fake kernels and autograd registration (forward; functional and in-place
+    # backward: the latter declares its write to logits).
+    d = _make(device, torch.float32, temperature=0.7)
+    old, ref, ids, adv, mask = _args(d)
+    opts = ("grpo", "token", 0.04, 0.2, 0.4, None, 0.7, None, False, 1.0, 1.05, 2.0, 3.0, 3.0, 2.0)
+    x = d["logits"].clone().requires_grad_(True)
+    fwd = torch.ops.liger.grpo_logits_fwd
+    torch.library.opcheck(fwd, (x, ids, adv, mask, old, ref, None, None, None, *opts, reduce, False))
+    _, _, _, logp, grad_scale, stats = fwd(
+        x.detach(), ids, adv, mask, old, ref, None, None, None, *opts, reduce
+    )
+    grad = torch.full((), 1.5, device=device) if reduce else torch.randn(logp.shape, device=device)
+    bwd_args = (grad, x.detach().clone(), ids, adv, logp, grad_scale, stats, mask, old, ref, None, None, None)
+    torch.library.opcheck(torch.ops.liger.grpo_logits_bwd, (*bwd_args, *opts, reduce))
+    torch.library.opcheck(torch.ops.liger.grpo_logits_bwd_, (*bwd_args, *opts, reduce))
+    # the in-place backward writes what the functional one returns
+    z = x.detach().clone()
+    torch.ops.liger.grpo_logits_bwd_(grad, z, *bwd_args[2:], *opts, reduce)
+    torch.testing.assert_close(z, torch.ops.liger.grpo_logits_bwd(*bwd_args, *opts, reduce), rtol=0, atol=0)
