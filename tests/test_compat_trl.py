@@ -190,6 +190,70 @@ def test_grpo_trainer(beta, tmp_path):
     _compare(make, tmp_path, metrics + (["kl"] if beta else []), from_path=True)
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_grpo_trainer_with_triton_grpo_loss(loss_type, tmp_path):
+    """Liger's documented use of triton_grpo_loss (transformers/grpo_loss.py's demo): a GRPOTrainer
+    whose compute_loss takes the logits of the completion positions plus one and calls
+    liger_kernel's triton_grpo_loss on them (here with reduce=True, TRL's loss_type), KL to a
+    reference model loaded from the policy's path. Two steps train with TRL's own logged loss and KL."""
+    from liger_kernel.transformers.grpo_loss import triton_grpo_loss
+
+    g = torch.Generator().manual_seed(3)
+    rows = [{"prompt": _text(g, 3 + i % 2)} for i in range(4)]
+    build("llama").save_pretrained(tmp_path / "model")
+    calls = []
+
+    class LigerGRPOTrainer(trl.GRPOTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+            attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+            keep = inputs["completion_ids"].size(1)
+            logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=keep + 1).logits
+            loss, metrics = triton_grpo_loss(
+                logits,
+                inputs.get("old_per_token_logps"),
+                inputs.get("ref_per_token_logps"),
+                inputs["completion_ids"],
+                inputs["advantages"],
+                inputs["completion_mask"],
+                temperature=self.temperature,
+                beta=self.beta,
+                eps_low=self.epsilon_low,
+                eps_high=self.epsilon_high,
+                loss_type=self.loss_type,
+                reduce=True,
+                num_items_in_batch=num_items_in_batch,
+            )
+            calls.append(loss.detach())
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["kl"].append(metrics[0].item())
+            return loss
+
+    def run(cls, out_dir):
+        kw = _common(
+            out_dir, False, beta=0.04, num_generations=4, max_completion_length=6, loss_type=loss_type
+        )
+        kw.update(per_device_train_batch_size=8, model_init_kwargs={"dtype": "float32"})
+        trainer = cls(
+            model=str(tmp_path / "model"),
+            reward_funcs=_reward_even,
+            args=trl.GRPOConfig(**kw),
+            train_dataset=datasets.Dataset.from_list(rows),
+            processing_class=tokenizer(),
+        )
+        trainer.train()
+        return [h for h in trainer.state.log_history if "loss" in h]
+
+    want = run(trl.GRPOTrainer, tmp_path / "plain")
+    got = run(LigerGRPOTrainer, tmp_path / "liger")
+    assert len(calls) == 2 and len(want) == len(got) == 2
+    for key in ("loss", "kl", "reward"):
+        torch.testing.assert_close(
+            torch.tensor([h[key] for h in got]), torch.tensor([h[key] for h in want]), rtol=1e-4, atol=1e-6,
+            msg=lambda m, key=key: f"{key}: {m}",
+        )  # fmt: skip
+
+
 def test_gkd_trainer(tmp_path):
     """TRL's experimental GKDTrainer (an SFTTrainer; its generalized JSD on the logits, which TRL 1.16
     computes itself): off-policy (lmbda 0), a teacher of another seed, temperature 0.9."""
