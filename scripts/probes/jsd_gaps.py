@@ -3,7 +3,7 @@ liger_cpp's LigerFusedLinearJSDLoss at bench_rl_losses' shape profiled (torch.pr
 timeline's idle gaps (> 20 us) with the kernels on either side, and the CUDA runtime calls that take
 host time (synchronisations, allocations, copies). bench_rl_losses read 1.105-1.126 x its GEMM floor
 while its kernels sum to 1.035 x (H100, 2026-12-07): ~3 ms of the 39.8 are not kernels.
-Usage: python scripts/probes/jsd_gaps.py"""
+Usage: python scripts/probes/jsd_gaps.py [steps profiled back to back, default 1]"""
 
 import sys
 
@@ -34,15 +34,17 @@ e.record()
 torch.cuda.synchronize()
 print(f"back-to-back: {s.elapsed_time(e) / 10:.3f} ms a step")
 acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 1  # back-to-back steps profiled
 with torch.profiler.profile(activities=acts) as prof:
-    step()
+    for _ in range(STEPS):
+        step()
     torch.cuda.synchronize()
 CUDA = torch.autograd.DeviceType.CUDA
 ev = [x for x in prof.events() if x.device_type == CUDA and x.time_range.elapsed_us() > 0]
 ev.sort(key=lambda x: x.time_range.start)
 busy = sum(x.time_range.elapsed_us() for x in ev)
 span = ev[-1].time_range.end - ev[0].time_range.start
-print(f"GPU span {span / 1e3:.3f} ms, kernels {busy / 1e3:.3f} ms, {len(ev)} kernels")
+print(f"GPU span {span / 1e3:.3f} ms, kernels {busy / 1e3:.3f} ms, {len(ev)} kernels, {STEPS} step(s)")
 for a, b in zip(ev, ev[1:]):
     gap = b.time_range.start - a.time_range.end
     if gap > 20:
