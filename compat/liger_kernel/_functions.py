@@ -9,6 +9,8 @@ deliberate difference: ``in_place`` defaults to False (liger_cpp's documented sa
 cross entropy never overwrites its logits with the gradient.
 """
 
+import torch
+
 from liger_cpp.ops.ce_tvd import fused_ce_tvd
 from liger_cpp.ops.cross_entropy import cross_entropy as _cross_entropy
 from liger_cpp.ops.divergence import jsd as _jsd
@@ -216,6 +218,24 @@ class LigerFusedCETVDFunction:
     @staticmethod
     def apply(student_logits, teacher_logits, target, ignore_index=-100):
         return fused_ce_tvd(student_logits, teacher_logits, target, ignore_index)
+
+
+def fused_ce_tvd_forward(student_logits, teacher_logits, target, ignore_index):
+    """Liger's kernel entry point: (ce, tvd, student_lse, teacher_lse, sigma), each (BT,), no autograd."""
+    with torch.no_grad():
+        ce, tvd, stats = torch.ops.liger.ce_tvd_fwd(student_logits, teacher_logits, target, ignore_index)
+    return ce, tvd, stats[:, 0], stats[:, 1], stats[:, 2]
+
+
+def fused_ce_tvd_backward(
+    grad_ce, grad_tvd, student_logits, teacher_logits, target, student_lse, teacher_lse, sigma, ignore_index
+):
+    """Liger's backward entry point: the student's gradient from the forward's per-row statistics."""
+    stats = torch.stack([student_lse, teacher_lse, sigma], dim=1)
+    with torch.no_grad():
+        return torch.ops.liger.ce_tvd_bwd(
+            grad_ce, grad_tvd, student_logits, teacher_logits, target, stats, ignore_index
+        )
 
 
 class GrpoLossFunction:

@@ -179,6 +179,8 @@ _OPS_FUNCTIONS = {
     "fused_ce_tvd": "LigerFusedCETVDFunction",
     "grpo_loss": "GrpoLossFunction",
 }
+for _fn in ("fused_ce_tvd_forward", "fused_ce_tvd_backward"):
+    IMPLEMENTED[f"{_O}.fused_ce_tvd.{_fn}"] = f"liger_kernel._functions:{_fn}"
 for _mod, _cls in _OPS_FUNCTIONS.items():
     IMPLEMENTED[f"{_O}.{_mod}.{_cls}"] = f"liger_kernel._functions:{_cls}"
     IMPLEMENTED[f"{_O}.{_cls}"] = f"liger_kernel._functions:{_cls}"
