@@ -435,3 +435,85 @@ def test_dpo_chunk_logits():
             (coef.detach() * part).backward()
     _close_rel("dW", w.grad, wr.grad, 1e-2)
     _close_rel("dX", x.grad.reshape(2 * T, H), xr.grad, 1e-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# losses on given logits: rows x vocabulary > 2^31 (fused CE + TVD; GRPO on logits, in place)
+
+
+def _ce_tvd_rows_check(rows, V, device, idx):
+    """fused_ce_tvd on (rows, V) bf16 logits against float64 (and float32) references on rows idx."""
+    from liger_cpp.ops.ce_tvd import fused_ce_tvd
+
+    g = torch.Generator(device=device).manual_seed(9)
+    s = (torch.randn(rows, V, device=device, generator=g) * 3).to(BF16).requires_grad_(True)
+    t = (torch.randn(rows, V, device=device, generator=g) * 3).to(BF16)
+    y = torch.randint(0, V, (rows,), device=device, generator=g)
+    y[::11] = -100
+    gc_, gt = torch.randn(rows, device=device, generator=g), torch.randn(rows, device=device, generator=g)
+    ce, tvd = fused_ce_tvd(s, t, y)
+    (ce * gc_ + tvd * gt).sum().backward()
+
+    def ref(dtype):
+        x = s.detach()[idx].to(dtype).requires_grad_(True)
+        valid = y[idx] != -100
+        p, q = x.softmax(-1), t[idx].to(dtype).softmax(-1)
+        c = (torch.logsumexp(x, -1) - x.gather(1, y[idx].clamp(min=0)[:, None])[:, 0]) * valid
+        v = 0.5 * (p - q).abs().sum(-1) * valid
+        (c * gc_[idx].to(dtype) + v * gt[idx].to(dtype)).sum().backward()
+        return c.detach(), v.detach(), x.grad
+
+    r64, r32 = ref(torch.float64), ref(torch.float32)
+    for k, name in enumerate(("ce rows", "tvd rows", "dlogits rows")):
+        got = (ce, tvd, s.grad)[k][idx]
+        assert_close_to_ref(got, r64[k], r32[k], name, extra_ulps=4.0)
+
+
+def test_ce_tvd_rows_times_vocab():
+    V = 32000
+    rows = _rows_over(V, extra=100)
+    _ce_tvd_rows_check(rows, V, "cuda", _sample_rows(rows, V))
+
+
+def _grpo_logits_check(L, V, device, pos):
+    """triton_grpo_loss (dapo, token level, reduce=False, in place) on (1, L + 1, V) bf16 logits
+    against float64 / float32 references of the per-token loss and the gradient rows at positions
+    pos (token level: each position's loss and gradient depend on its own row only)."""
+    from liger_cpp.transformers.grpo_loss import triton_grpo_loss
+
+    g = torch.Generator(device=device).manual_seed(10)
+    x = (torch.randn(1, L + 1, V, device=device, generator=g) * 2).to(BF16).requires_grad_(True)
+    ids = torch.randint(0, V, (1, L), device=device, generator=g)
+    mask = (torch.rand(1, L, device=device, generator=g) > 0.1).float()
+    old = -torch.rand(1, L, device=device, generator=g) * 12 - 1
+    ref_lp = old + 0.2 * torch.randn(1, L, device=device, generator=g)
+    adv = torch.randn(1, device=device, generator=g)
+    up = torch.randn(1, L, device=device, generator=g)
+    T, beta, lo, hi = 0.9, 0.04, 0.2, 0.4
+    xs = x.detach()[0, pos].clone()  # the in-place backward overwrites the logits
+    loss, _, _ = triton_grpo_loss(x, old, ref_lp, ids, adv, mask, temperature=T, beta=beta, inplace=True)
+    (loss * up).sum().backward()
+    grad = x.grad[0, pos]
+
+    def ref(dtype):
+        z = xs.to(dtype).requires_grad_(True)
+        lp = torch.log_softmax(z / T, -1).gather(1, ids[0, pos][:, None])[:, 0]
+        c1 = torch.exp(lp - old[0, pos].to(dtype))
+        a = adv.to(dtype)
+        pl = -torch.minimum(c1 * a, c1.clamp(1 - lo, 1 + hi) * a)
+        d = ref_lp[0, pos].to(dtype) - lp
+        out = (pl + beta * (torch.exp(d) - d - 1)) * mask[0, pos].to(dtype)
+        (out * up[0, pos].to(dtype)).sum().backward()
+        return out.detach(), z.grad
+
+    r64, r32 = ref(torch.float64), ref(torch.float32)
+    assert_close_to_ref(loss[0, pos], r64[0], r32[0], "per-token loss", extra_ulps=4.0)
+    assert_close_to_ref(grad, r64[1], r32[1], "dlogits rows (in place)", extra_ulps=4.0)
+    assert (x.grad[0, L] == 0).all()  # the last position predicts nothing
+
+
+def test_grpo_on_logits_elements():
+    V = 32000
+    L = _rows_over(V, extra=100)
+    pos = _sample_rows(L, V)
+    _grpo_logits_check(L, V, "cuda", pos)
