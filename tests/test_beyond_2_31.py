@@ -12,8 +12,8 @@ The tokens x vocabulary > 2^31 cases of CE and FLCE and the > 2^31 tiles of the 
 are in test_cross_entropy.py, test_fused_linear_cross_entropy.py and test_swiglu_geglu.py; these
 are the others: the norms' rows x hidden (default and generic kernels), more than 2^31 rows of one
 block each (the generic norm kernels launch such grids in pieces), the GLU's dense and row kernels'
-shapes, RoPE's q, CE in place with every option, FLCE's tokens x hidden, and one preference-loss
-chunk of more than 2^31 logits."""
+shapes, RoPE's q, CE in place with every option, FLCE's tokens x hidden, one preference-loss
+chunk of more than 2^31 logits, and the losses on given logits (CE + TVD, GRPO in place)."""
 
 import gc
 import math
