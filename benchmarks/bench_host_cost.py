@@ -12,6 +12,8 @@ Pairs (liger_cpp's functional API against PyTorch's):
   layer_norm   liger_layer_norm(x, w, b)       F.layer_norm(x, (64,), w, b)
   swiglu       liger_swiglu(a, b)              F.silu(a) * b
   cross_entropy liger_cross_entropy(x, t)      F.cross_entropy(x, t)
+  ce_tvd       fused_ce_tvd(x, q, t)           F.cross_entropy(x, t, reduction="none") and
+               (LigerFusedCETVDLoss's op)      0.5 (softmax(x) - softmax(q)).abs().sum(-1)
   rope         liger_rope(q, k, cos, sin)      HF's q * cos + rotate_half(q) * sin (and k)
   glu_mlp      glu_mlp(x, wg, wu, wd)          HF LlamaMLP: F.linear(silu(F.linear(x, wg)) *
                (LigerSwiGLUMLP's op)           F.linear(x, wu), wd), x (1, 1, 64), I = 128
@@ -38,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import fmt_table, meta, write_json  # noqa: E402
 
 import liger_cpp  # noqa: E402
+from liger_cpp.ops.ce_tvd import fused_ce_tvd  # noqa: E402
 from liger_cpp.ops.glu_mlp import glu_mlp  # noqa: E402
 from liger_cpp.ops.qkv_rope import qkv_rope  # noqa: E402
 from liger_cpp.transformers.functional import (  # noqa: E402
@@ -75,6 +78,7 @@ def cases(dev):
     a, u = rnd(1, N), rnd(1, N)
     dy = rnd(1, N, grad=False)
     t = torch.randint(0, N, (1,), generator=g).to(dev)
+    g1 = rnd(1, grad=False)
     q, k = rnd(1, 1, 1, N), rnd(1, 1, 1, N)
     cos, sin = rnd(1, N, grad=False), rnd(1, N, grad=False)
     dq, dk = rnd(1, 1, 1, N, grad=False), rnd(1, 1, 1, N, grad=False)
@@ -130,6 +134,17 @@ def cases(dev):
         "cross_entropy": (
             make(lambda: liger_cross_entropy(x, t), [x], None),
             make(lambda: F.cross_entropy(x, t), [x], None),
+        ),
+        "ce_tvd": (
+            make(lambda: fused_ce_tvd(x, a.detach(), t), [x], [g1, g1]),
+            make(
+                lambda: (
+                    F.cross_entropy(x, t, reduction="none"),
+                    0.5 * (x.softmax(-1) - a.detach().softmax(-1)).abs().sum(-1),
+                ),
+                [x],
+                [g1, g1],
+            ),
         ),
         "rope": (
             make(lambda: liger_rope(q, k, cos, sin), [q, k], [dq, dk]),
