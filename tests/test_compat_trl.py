@@ -160,6 +160,46 @@ def test_kto_trainer(tmp_path):
     _compare(make, tmp_path, ["kl", "rewards/chosen", "rewards/rejected"])
 
 
+def test_liger_orpo_trainer(tmp_path):
+    """liger_kernel's LigerORPOTrainer (Liger's subclass of TRL's ORPOTrainer, the loss fused with the
+    lm_head: liger_cpp's ORPO) against TRL's own ORPOTrainer: two steps from the same weights log the
+    same loss, rewards, log-probs, NLL and log odds (logits/* are Liger's response-token means)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+    from liger_kernel.transformers.trainer import LigerORPOTrainer
+
+    g = torch.Generator().manual_seed(6)
+    rows = [{"prompt": _text(g, 4), "chosen": _text(g, 3 + i % 2), "rejected": _text(g, 4)} for i in range(8)]
+    ref = build("llama")
+
+    def run(cls, out_dir):
+        model = build("llama")
+        model.load_state_dict(ref.state_dict())
+        args = ORPOConfig(**_common(out_dir, False, beta=0.2, max_length=16))
+        trainer = cls(
+            model=model,
+            args=args,
+            train_dataset=datasets.Dataset.from_list(rows),
+            processing_class=tokenizer(),
+        )
+        trainer.train()
+        return [h for h in trainer.state.log_history if "loss" in h]
+
+    want = run(ORPOTrainer, tmp_path / "trl")
+    got = run(LigerORPOTrainer, tmp_path / "liger")
+    assert len(want) == len(got) == 2
+    keys = ["loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"]
+    keys += ["nll_loss", "log_odds_ratio", "log_odds_chosen", "rewards/accuracies"]
+    for key in keys:
+        torch.testing.assert_close(
+            torch.tensor([h[key] for h in got]), torch.tensor([h[key] for h in want]), rtol=1e-4, atol=1e-6,
+            msg=lambda m, key=key: f"{key}: {m}",
+        )  # fmt: skip
+
+
 def _reward_even(completions, **kwargs):
     """A deterministic reward: the share of a completion's tokens with an even id."""
     return [sum(int(w[1:]) % 2 == 0 for w in c.split()) / max(1, len(c.split())) for c in completions]

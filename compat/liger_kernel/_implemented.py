@@ -146,6 +146,8 @@ IMPLEMENTED = {
     f"{_T}.fused_ce_tvd.LigerFusedCETVDLoss": "liger_cpp.transformers.fused_ce_tvd:LigerFusedCETVDLoss",
     f"{_T}.LigerFusedCETVDLoss": "liger_cpp.transformers.fused_ce_tvd:LigerFusedCETVDLoss",
     f"{_T}.grpo_loss.triton_grpo_loss": "liger_cpp.transformers.grpo_loss:triton_grpo_loss",
+    f"{_T}.trainer.LigerORPOTrainer": "liger_cpp.transformers.orpo_trainer:LigerORPOTrainer",
+    f"{_T}.trainer.orpo_trainer.LigerORPOTrainer": "liger_cpp.transformers.orpo_trainer:LigerORPOTrainer",
     f"{_O}.grpo_loss.fused_selective_log_softmax": (
         "liger_cpp.ops.selective_logprobs:fused_selective_log_softmax"
     ),
