@@ -113,10 +113,16 @@ def _compare(make_trainer, tmp_path, metrics, from_path=False):
     assert LAYER_OPS <= ops1, sorted(ops1)
     assert "fused_linear_cross_entropy_fwd" not in ops1  # TRL keeps its own fused LM head
     assert len(logs0) == len(logs1) == 2
-    for key in ("loss", *metrics):
-        got = torch.tensor([h[key] for h in logs1])
-        want = torch.tensor([h[key] for h in logs0])
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=lambda m, key=key: f"{key}: {m}")
+    _logs_close(logs1, logs0, ("loss", *metrics), atol=1e-5)
+
+
+def _logs_close(got, want, keys, atol):
+    """Each logged value of `keys`, step by step, within rtol 1e-4 and `atol` of the reference run's."""
+    for key in keys:
+        torch.testing.assert_close(
+            torch.tensor([h[key] for h in got]), torch.tensor([h[key] for h in want]), rtol=1e-4, atol=atol,
+            msg=lambda m, key=key: f"{key}: {m}",
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize("loss_type", ["nll", "dft"])
@@ -193,11 +199,7 @@ def test_liger_orpo_trainer(tmp_path):
     assert len(want) == len(got) == 2
     keys = ["loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"]
     keys += ["nll_loss", "log_odds_ratio", "log_odds_chosen", "rewards/accuracies"]
-    for key in keys:
-        torch.testing.assert_close(
-            torch.tensor([h[key] for h in got]), torch.tensor([h[key] for h in want]), rtol=1e-4, atol=1e-6,
-            msg=lambda m, key=key: f"{key}: {m}",
-        )  # fmt: skip
+    _logs_close(got, want, keys, atol=1e-6)
 
 
 def _reward_even(completions, **kwargs):
@@ -287,11 +289,7 @@ def test_grpo_trainer_with_triton_grpo_loss(loss_type, tmp_path):
     want = run(trl.GRPOTrainer, tmp_path / "plain")
     got = run(LigerGRPOTrainer, tmp_path / "liger")
     assert len(calls) == 2 and len(want) == len(got) == 2
-    for key in ("loss", "kl", "reward"):
-        torch.testing.assert_close(
-            torch.tensor([h[key] for h in got]), torch.tensor([h[key] for h in want]), rtol=1e-4, atol=1e-6,
-            msg=lambda m, key=key: f"{key}: {m}",
-        )  # fmt: skip
+    _logs_close(got, want, ("loss", "kl", "reward"), atol=1e-6)
 
 
 def test_gkd_trainer(tmp_path):
