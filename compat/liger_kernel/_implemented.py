@@ -207,6 +207,10 @@ def implementation(module: str, name: str):
     target = IMPLEMENTED.get(f"{module}.{name}")
     if target is not None:
         return _load(target)
+    from liger_kernel import _lce_forwards
+
+    if _lce_forwards.is_forward(module, name):
+        return _lce_forwards.make(module, name)
     if module == f"{_T}.monkey_patch" and name.startswith("apply_liger_kernel_to_"):
         # Every model type liger_cpp patches, as soon as liger_cpp has it.
         from liger_cpp.transformers import monkey_patch
