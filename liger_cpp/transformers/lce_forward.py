@@ -43,7 +43,7 @@ def remember_hf_forwards() -> None:
             if isinstance(obj, type) and obj.__module__ == name and issubclass(obj, nn.Module):
                 fn = vars(obj).get("forward")
                 if fn is not None and not is_liger_forward(fn):
-                    _HF.setdefault(obj, fn)
+                    _HF[obj] = fn  # the class's latest forward of its own
 
 
 def _record_new_classes() -> None:
@@ -63,7 +63,7 @@ def _record_new_classes() -> None:
             super(PreTrainedModel, cls).__init_subclass__(**kwargs)
         fn = cls.__dict__.get("forward")
         if fn is not None and not is_liger_forward(fn):
-            _HF.setdefault(cls, fn)
+            _HF[cls] = fn
 
     PreTrainedModel.__init_subclass__ = classmethod(__init_subclass__)
     PreTrainedModel._liger_cpp_records_forwards = True
