@@ -144,6 +144,47 @@ def test_class_created_after_import_keeps_its_own_forward():
     assert calls  # the class's own forward ran inside liger_cpp's
 
 
+def test_own_forward_taking_only_args_and_kwargs():
+    """A subclass's forward of (self, *args, **kwargs): labels arrive in its **kwargs, and the fused
+    loss runs around that forward (before, the patched forward saw no labels and kept Hugging
+    Face's loss)."""
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    lce_forward = _liger("llama")
+    calls = []
+
+    class WrappedForCausalLM(LlamaForCausalLM):
+        def forward(self, *args, **kwargs):
+            calls.append(1)
+            return super().forward(*args, **kwargs)
+
+    ref = build("llama")
+    model = WrappedForCausalLM(ref.config)
+    model.load_state_dict(ref.state_dict())
+    hf = _hf_results(ref)
+    WrappedForCausalLM.forward = lce_forward
+    _check(model.train(), hf)
+    assert calls
+
+
+def test_replaced_forward_never_seen_is_not_guessed():
+    """A class whose own forward was replaced before it could be recorded: a clear error, not its
+    base's forward in its place."""
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    from liger_cpp.transformers import lce_forward as impl
+
+    class UnseenForCausalLM(LlamaForCausalLM):
+        def forward(self, *args, **kwargs):
+            return super().forward(*args, **kwargs)
+
+    impl._HF.pop(UnseenForCausalLM, None)  # as if created before lce_forward's import
+    UnseenForCausalLM.forward = _liger("llama")
+    model = UnseenForCausalLM(build("llama").config)
+    with pytest.raises(TypeError, match="cannot find Hugging Face's forward of .*UnseenForCausalLM"):
+        model(input_ids=torch.zeros(1, 3, dtype=torch.long))
+
+
 def test_forward_never_known_is_a_clear_error():
     from transformers.models.llama.modeling_llama import LlamaPreTrainedModel
 

@@ -430,6 +430,8 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
     orig = getattr(orig, "_liger_original", orig)
     sig = inspect.signature(orig)
     names = list(sig.parameters)
+    # A forward of (self, *args, **kwargs) (a subclass's wrapper) receives labels in its **kwargs.
+    var_kw = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
 
     @functools.wraps(orig)
     def forward(
@@ -447,6 +449,8 @@ def make_forward(orig: Callable, mode: str, spec: LossSpec) -> Callable:
         except TypeError:
             return orig(self, *args, **kwargs)  # HF raises its own error
         labels = bound.get("labels")
+        if "labels" not in names and var_kw is not None:
+            labels = bound.get(var_kw, {}).get("labels")
         shift_labels = kwargs.get("shift_labels")
         has_labels = labels is not None or shift_labels is not None
         if skip_logits and not has_labels:

@@ -23,8 +23,9 @@ from torch import nn
 from liger_cpp.transformers.causal_lm import LossSpec, make_forward
 from liger_cpp.transformers.monkey_patch.revert import original
 
-# class -> Hugging Face's forward, recorded while it was still the class's (weak: classes made on the
-# fly, e.g. by tests or remote code, stay collectable)
+# class -> Hugging Face's forward, recorded while it was still the class's, or None for a class
+# defined with liger's forward (weak: classes made on the fly, e.g. by tests or remote code, stay
+# collectable)
 _HF = weakref.WeakKeyDictionary()
 _PATCHED = weakref.WeakKeyDictionary()  # class -> liger_cpp's patched forward of that class
 
@@ -62,8 +63,8 @@ def _record_new_classes() -> None:
         else:
             super(PreTrainedModel, cls).__init_subclass__(**kwargs)
         fn = cls.__dict__.get("forward")
-        if fn is not None and not is_liger_forward(fn):
-            _HF[cls] = fn
+        if fn is not None:  # None: the class was defined with liger's forward (its base's is HF's)
+            _HF[cls] = None if is_liger_forward(fn) else fn
 
     PreTrainedModel.__init_subclass__ = classmethod(__init_subclass__)
     PreTrainedModel._liger_cpp_records_forwards = True
@@ -80,10 +81,12 @@ def hf_forward(cls):
             break
         if not is_liger_forward(fn):
             return fn
+        if base in _HF and _HF[base] is None:
+            continue  # defined with liger's forward from the start: its base's forward is HF's
         for saved in (_HF.get(base), original(base, "forward"), getattr(fn, "_liger_original", None)):
             if saved is not None and not is_liger_forward(saved):
                 return saved
-        # A class of one's own whose forward was this one from the start: its base's forward.
+        break  # replaced, and its own forward was never seen: not guessed from a base
     raise TypeError(
         f"liger_cpp: lce_forward cannot find Hugging Face's forward of {cls.__module__}.{cls.__qualname__}: "
         "the class's forward was replaced before lce_forward was imported. Patch the model with "
