@@ -243,3 +243,32 @@ def test_every_liger_forward_name_runs_liger_cpp():
                 assert fn._liger_mode == "flce" and fn.__module__ == module, (module, name)
                 found += 1
     assert found >= 40, found
+
+
+@pytest.mark.parametrize("peft_head", [False, True])
+def test_lce_maybe_trainable_lm_head(peft_head):
+    """Liger-Kernel's helper of its llama / smollm3 forwards: the causal-LM loss of given hidden
+    states with the model's lm_head (through PEFT's ModulesToSaveWrapper when lm_head is trained as a
+    module to save), against Hugging Face's loss on the logits; dW reaches the trained copy."""
+    ref = build("llama")
+    ids, labels = batch()
+    hidden = ref.model(input_ids=ids).last_hidden_state.detach().requires_grad_()
+    model = ref
+    if peft_head:
+        peft = pytest.importorskip("peft")
+        cfg = peft.LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["lm_head"])
+        model = peft.get_peft_model(ref, cfg).base_model.model
+    head = model.lm_head.modules_to_save["default"] if peft_head else model.lm_head
+    with torch.no_grad():
+        head.weight.add_(0.01)  # the trained copy differs from the original
+    fn = _liger("llama", "lce_maybe_trainable_lm_head")
+    assert fn is _liger("smollm3", "lce_maybe_trainable_lm_head")
+    loss = fn(model, hidden, hidden.shape[-1], labels, None)
+    loss.backward()
+    got = (hidden.grad.clone(), head.weight.grad.clone())
+    hidden.grad = head.weight.grad = None
+    want = model.loss_function(logits=head(hidden), labels=labels, vocab_size=head.out_features)
+    want.backward()
+    torch.testing.assert_close(loss, want, **TOL)
+    torch.testing.assert_close(got[0], hidden.grad, **TOL)
+    torch.testing.assert_close(got[1], head.weight.grad, **TOL)

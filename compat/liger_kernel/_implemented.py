@@ -211,6 +211,8 @@ def implementation(module: str, name: str):
 
     if _lce_forwards.is_forward(module, name):
         return _lce_forwards.make(module, name)
+    if module.startswith(f"{_T}.model.") and name == "lce_maybe_trainable_lm_head":
+        return _lce_forwards.lce_maybe_trainable_lm_head
     if module == f"{_T}.monkey_patch" and name.startswith("apply_liger_kernel_to_"):
         # Every model type liger_cpp patches, as soon as liger_cpp has it.
         from liger_cpp.transformers import monkey_patch

@@ -7,8 +7,7 @@ import functools
 
 from liger_kernel._surface import MODULES, signature
 
-# The forwards of Liger-Kernel's model modules (lce_maybe_trainable_lm_head, a helper of theirs, stays
-# a stub).
+# The forwards of Liger-Kernel's model modules.
 NAMES = frozenset(
     {
         "lce_forward",
@@ -23,6 +22,34 @@ _PREFIX = "liger_kernel.transformers.model."
 
 def is_forward(module: str, name: str) -> bool:
     return module.startswith(_PREFIX) and name in NAMES and name in MODULES.get(module, {})
+
+
+def lce_maybe_trainable_lm_head(self, hidden_states, hidden_size, labels, shift_labels, **loss_kwargs):
+    """Liger-Kernel's helper of its llama / smollm3 forwards: LigerForCausalLMLoss with the model's
+    lm_head (PEFT's ModulesToSaveWrapper unwrapped; an FSDP1-wrapped lm_head called through its own
+    forward, so that FSDP gathers its weight for the fused loss)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from liger_cpp.transformers.causal_lm import _unwrap_peft_head
+    from liger_kernel.transformers.fsdp import _FSDPForwardRedirection
+    from liger_kernel.transformers.model.loss_utils import LigerForCausalLMLoss
+
+    def loss(head, hidden_states, hidden_size, labels, shift_labels, **kw):
+        return LigerForCausalLMLoss(
+            hidden_states=hidden_states,
+            lm_head_weight=head.weight,
+            labels=labels,
+            hidden_size=hidden_size,
+            shift_labels=shift_labels,
+            **kw,
+        )
+
+    head = _unwrap_peft_head(self.lm_head)
+    if isinstance(head, FullyShardedDataParallel):
+        return _FSDPForwardRedirection()(
+            head, loss, head.module, hidden_states, hidden_size, labels, shift_labels, **loss_kwargs
+        )
+    return loss(head, hidden_states, hidden_size, labels, shift_labels, **loss_kwargs)
 
 
 @functools.cache
