@@ -122,6 +122,17 @@ def test_class_forward_over_liger_cpps_own_patch():
     assert modeling_llama.LlamaForCausalLM.forward is not _liger("llama")  # revert restored HF's
 
 
+def _check_subclass(cls, lce_forward):
+    """A model of `cls` (a subclass of LlamaForCausalLM) with build("llama")'s weights, its class's
+    forward then replaced by lce_forward, against plain Hugging Face."""
+    ref = build("llama")
+    model = cls(ref.config)
+    model.load_state_dict(ref.state_dict())
+    hf = _hf_results(ref)
+    cls.forward = lce_forward
+    _check(model.train(), hf)
+
+
 def test_class_created_after_import_keeps_its_own_forward():
     """A model class created after lce_forward's import (transformers imports its modeling modules
     lazily) has its own forward recorded before the assignment replaces it; that forward runs."""
@@ -135,12 +146,7 @@ def test_class_created_after_import_keeps_its_own_forward():
             calls.append(1)
             return super().forward(input_ids=input_ids, labels=labels, **kwargs)
 
-    ref = build("llama")
-    model = CountedForCausalLM(ref.config)
-    model.load_state_dict(ref.state_dict())
-    hf = _hf_results(ref)
-    CountedForCausalLM.forward = lce_forward
-    _check(model.train(), hf)
+    _check_subclass(CountedForCausalLM, lce_forward)
     assert calls  # the class's own forward ran inside liger_cpp's
 
 
@@ -158,12 +164,7 @@ def test_own_forward_taking_only_args_and_kwargs():
             calls.append(1)
             return super().forward(*args, **kwargs)
 
-    ref = build("llama")
-    model = WrappedForCausalLM(ref.config)
-    model.load_state_dict(ref.state_dict())
-    hf = _hf_results(ref)
-    WrappedForCausalLM.forward = lce_forward
-    _check(model.train(), hf)
+    _check_subclass(WrappedForCausalLM, lce_forward)
     assert calls
 
 

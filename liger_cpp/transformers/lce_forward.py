@@ -11,9 +11,9 @@ otherwise) around Hugging Face's own forward of that class, with the class's log
 Hugging Face's forward is the class's own unless a patch replaced it. Then it is the one liger_cpp's
 patchers saved, or the one recorded here before the hand patch: every model class's own forward is
 recorded when the class is created (a wrapper of ``PreTrainedModel.__init_subclass__`` that only
-records, installed on this module's import) and, for the classes created before that, when one of
-these names is looked up (``from liger_kernel.transformers.model.qwen2 import lce_forward``), which
-comes before any assignment of it."""
+records, installed on this module's import) and, for the classes created before that, on this
+module's import and again when one of these names is looked up (``from
+liger_kernel.transformers.model.qwen2 import lce_forward``), which comes before any assignment."""
 
 import sys
 import weakref
@@ -72,7 +72,6 @@ def _record_new_classes() -> None:
 
 def hf_forward(cls):
     """Hugging Face's forward of model class `cls` (the nearest class in its MRO defining one)."""
-    remember_hf_forwards()
     for base in cls.__mro__:
         fn = vars(base).get("forward")
         if fn is None:
@@ -121,4 +120,5 @@ def lce_forward(self, *args, **kwargs):
 
 
 lce_forward._liger_mode = "flce"
+remember_hf_forwards()  # the classes that exist now; those created later, by the wrapper below
 _record_new_classes()
