@@ -7,7 +7,8 @@ per-step losses, same final parameters. The same as test_fsdp.py, with DeepSpeed
 ZeRO-3 partitions lm_head's weight (an empty tensor outside lm_head's forward, gathered by
 DeepSpeed's module hooks): the fused linear cross entropy must still run, on the gathered weight, with
 the weight's gradient reduce-scattered as usual. Checked with the class-level patch and with instance
-patching (apply_liger_kernel_to_llama(model=engine.module)) of an already partitioned model.
+patching (apply_liger_kernel_to_llama(model=engine.module)) of an already partitioned model, and with
+LigerTiledSwiGLUMLP as every layer's MLP (its partitioned weights take DeepSpeed's TiledMLP recipe).
 
 Skipped where deepspeed is not installed. DeepSpeed's CPU accelerator would JIT-compile its
 shared-memory all-reduce op (deepspeed_shm_comm, ~100 s of C++ compilation) when its communication
@@ -113,6 +114,17 @@ def _train_ds(model, stage, rank, patch_after=False):
     return torch.stack(losses), state
 
 
+def _tiled(model):
+    """model with each decoder layer's MLP replaced by LigerTiledSwiGLUMLP (3 shards), same weights."""
+    import liger_cpp.transformers as lt
+
+    for layer in model.model.layers:
+        tiled = lt.LigerTiledSwiGLUMLP(model.config, num_shards=3)
+        tiled.load_state_dict(layer.mlp.state_dict())
+        layer.mlp = tiled
+    return model
+
+
 class _nothing:
     def __enter__(self):
         return self
@@ -154,7 +166,9 @@ def _worker(rank, init_file, out_file):
         lt.apply_liger_kernel_to_llama()  # class level, before the next models are built
         for stage in STAGES:
             results[f"zero{stage}"] = _train_ds(build("llama"), stage, rank)
-        assert calls[0] == STEPS * (len(STAGES) + 1), f"FLCE ran {calls[0]} times"
+        # the tiled MLP under ZeRO-3: its partitioned weights take DeepSpeed's TiledMLP recipe
+        results["zero3-tiled"] = _train_ds(_tiled(build("llama")), 3, rank)
+        assert calls[0] == STEPS * (len(STAGES) + 2), f"FLCE ran {calls[0]} times"
         if rank == 0:
             # the single-process reference with the same patched classes
             from test_fsdp import _full_params, _train
@@ -181,7 +195,7 @@ def plain_hf():
     return _plain_hf()
 
 
-@pytest.mark.parametrize("kind", [f"zero{s}" for s in STAGES] + ["zero3-instance"])
+@pytest.mark.parametrize("kind", [f"zero{s}" for s in STAGES] + ["zero3-instance", "zero3-tiled"])
 def test_deepspeed_matches_single_process(kind, ds_results, plain_hf):
     res = ds_results[kind]
     _check(res, ds_results["ref"], f"{kind} vs single-process liger_cpp", TOL)

@@ -156,7 +156,11 @@ IMPLEMENTED = {
     ),
     f"{_O}.LigerFusedLinearScaledCrossEntropyTPFunction": (
         "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyTPFunction"
-    ),
+    ),  # the tiled MLP: liger_cpp's Function has Liger-Kernel's .apply order itself
+    f"{_O}.tiled_mlp.LigerTiledMLPFunction": "liger_cpp.ops.tiled_mlp:TiledMLPFunction",
+    f"{_O}.tiled_mlp.apply_tiled_mlp": "liger_cpp.ops.tiled_mlp:apply_tiled_mlp",
+    f"{_T}.tiled_mlp.LigerTiledSwiGLUMLP": "liger_cpp.transformers.tiled_mlp:LigerTiledSwiGLUMLP",
+    f"{_T}.tiled_mlp.LigerTiledGEGLUMLP": "liger_cpp.transformers.tiled_mlp:LigerTiledGEGLUMLP",
 }
 
 # liger_kernel.ops autograd Functions (adapters with Liger-Kernel's .apply order), in liger_kernel.ops

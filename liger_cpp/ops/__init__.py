@@ -27,3 +27,4 @@ from liger_cpp.ops.rms_norm import rms_norm  # noqa: F401
 from liger_cpp.ops.rope import mrope, rope  # noqa: F401
 from liger_cpp.ops.selective_logprobs import fused_selective_log_softmax, selective_log_softmax  # noqa: F401
 from liger_cpp.ops.swiglu import swiglu  # noqa: F401
+from liger_cpp.ops.tiled_mlp import apply_tiled_mlp  # noqa: F401

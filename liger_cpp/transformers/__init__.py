@@ -121,6 +121,7 @@ from liger_cpp.transformers.swiglu import (  # noqa: F401  # noqa: F401,E402
     LigerSwiGLUMLP,
     LigerSwiGLUMLPForMuseGlimmer,
 )
+from liger_cpp.transformers.tiled_mlp import LigerTiledGEGLUMLP, LigerTiledSwiGLUMLP  # noqa: F401,E402
 
 
 def __getattr__(name):
@@ -237,6 +238,8 @@ __all__ = [
     "LigerRMSNormForQwen3Next",
     "LigerRMSNormGated",
     "LigerSwiGLUMLP",
+    "LigerTiledGEGLUMLP",
+    "LigerTiledSwiGLUMLP",
     "LigerSwiGLUMLPForMuseGlimmer",
     "MODEL_TYPE_TO_APPLY_LIGER_FN",
     "revert_liger_kernel",
