@@ -116,7 +116,9 @@ PRESETS = {
     # --family qwen3_moe only: FAMILIES["qwen3_moe"]["moe"], 16384 tokens a step
     "moe-b8t2048": dict(model="moe", batch=8, seq=2048, dtype="bf16", grad_checkpointing=False),
 }
-VARIANTS = ("hf", "liger_cpp", "liger", "compile")
+# *_tiled: the stack's patch, then every decoder layer's MLP replaced by its tiled SwiGLU MLP
+# (LigerTiledSwiGLUMLP: row shards, the forward computed again in the backward; llama family only)
+VARIANTS = ("hf", "liger_cpp", "liger", "compile", "liger_cpp_tiled", "liger_tiled")
 
 
 # The newer families' shapes (model size -> config fields); "tiny" for the CPU check and "host16" for
@@ -237,6 +239,7 @@ def llama_config(model: str, seq: int):
 
 def _patch(variant: str, family: str = "llama") -> None:
     """Class-level patching, before the model is built."""
+    variant = variant.removesuffix("_tiled")
     if family != "llama":  # the newer families: their apply function with its defaults
         if variant == "liger_cpp":
             import liger_cpp.transformers as lt
@@ -426,7 +429,7 @@ def worker(args) -> dict:
     try:
         return _train(args, state)
     except ImportError as e:  # Liger-Kernel absent is a note; liger_cpp or transformers absent is a failure
-        return dict(error=f"not importable: {e}", skipped=args.variant == "liger")
+        return dict(error=f"not importable: {e}", skipped=args.variant in ("liger", "liger_tiled"))
     except torch.cuda.OutOfMemoryError:
         sys.stderr.write("\n")
         peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
@@ -438,6 +441,20 @@ def worker(args) -> dict:
             error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
             losses=state["losses"],
         )
+
+
+def _tile_mlps(model, variant: str) -> None:
+    """Each decoder layer's MLP replaced by the stack's LigerTiledSwiGLUMLP (default shards:
+    ceil(seq / hidden)), with the same weights."""
+    if variant == "liger_tiled":
+        from liger_kernel.transformers import LigerTiledSwiGLUMLP
+    else:
+        from liger_cpp.transformers import LigerTiledSwiGLUMLP
+    for layer in model.model.layers:
+        old = layer.mlp
+        tiled = LigerTiledSwiGLUMLP(model.config).to(old.down_proj.weight.device)
+        tiled.load_state_dict(old.state_dict())
+        layer.mlp = tiled
 
 
 def _train(args, state: dict) -> dict:
@@ -468,6 +485,8 @@ def _train(args, state: dict) -> dict:
     # init plus HF's re-init draw 16 G numbers for 8B: minutes per variant.
     with torch.device(device):
         model = transformers.LlamaForCausalLM(cfg) if family == "llama" else auto.from_config(cfg)
+    if args.variant.endswith("_tiled"):
+        _tile_mlps(model, args.variant)
     model = model.to(dtype)
     if cuda:
         torch.cuda.empty_cache()  # return the fp32 copy's blocks before the run
