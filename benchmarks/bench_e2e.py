@@ -671,7 +671,9 @@ def parse(argv=None):
     p.add_argument("--preset", choices=list(PRESETS), default="1b-b8t2048")
     p.add_argument("--family", choices=FAMILY_NAMES, default="llama", help="architecture (default llama)")
     p.add_argument(
-        "--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS)
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help="comma-separated subset of " + ",".join(VARIANTS),
     )
     p.add_argument("--steps", type=int, default=None, help="timed steps after the warm-up (default 10)")
     p.add_argument(
