@@ -38,6 +38,7 @@ from test_fsdp import (  # noqa: E402
     _check,
     _data,
     _plain_hf,
+    tiled,
 )
 
 STAGES = (1, 2, 3)
@@ -114,17 +115,6 @@ def _train_ds(model, stage, rank, patch_after=False):
     return torch.stack(losses), state
 
 
-def _tiled(model):
-    """model with each decoder layer's MLP replaced by LigerTiledSwiGLUMLP (3 shards), same weights."""
-    import liger_cpp.transformers as lt
-
-    for layer in model.model.layers:
-        tiled = lt.LigerTiledSwiGLUMLP(model.config, num_shards=3)
-        tiled.load_state_dict(layer.mlp.state_dict())
-        layer.mlp = tiled
-    return model
-
-
 class _nothing:
     def __enter__(self):
         return self
@@ -167,7 +157,7 @@ def _worker(rank, init_file, out_file):
         for stage in STAGES:
             results[f"zero{stage}"] = _train_ds(build("llama"), stage, rank)
         # the tiled MLP under ZeRO-3: its partitioned weights take DeepSpeed's TiledMLP recipe
-        results["zero3-tiled"] = _train_ds(_tiled(build("llama")), 3, rank)
+        results["zero3-tiled"] = _train_ds(tiled(build("llama")), 3, rank)
         assert calls[0] == STEPS * (len(STAGES) + 2), f"FLCE ran {calls[0]} times"
         if rank == 0:
             # the single-process reference with the same patched classes

@@ -30,29 +30,58 @@ import torch
 from torch import Tensor, nn
 
 
-def _grad_params(module: nn.Module, compute_params) -> list:
-    """Every parameter the recomputation must deliver a gradient to: the module's parameters that
-    require one, and any others named in compute_params (Liger's and DeepSpeed's argument), once each."""
-    seen, out = set(), []
-    for p in list(module.parameters()) + list(compute_params or ()):
+def _grad_params(module: nn.Module, compute_params) -> tuple:
+    """(every tensor the recomputation must deliver a gradient to, their names in the module or
+    None): the module's parameters that require one, and any others named in compute_params
+    (Liger's and DeepSpeed's argument), once each."""
+    seen, out, names = set(), [], []
+    for name, p in [*module.named_parameters(), *((None, p) for p in compute_params or ())]:
         if p.requires_grad and id(p) not in seen:
             seen.add(id(p))
             out.append(p)
-    return out
+            names.append(name)
+    return out, names
 
 
-def _foreign_leaves(out: Tensor, known: set) -> list:
-    """The tensors that need a gradient, reached by out's graph, that are not in `known` (ids):
-    leaves whose gradients a recomputation inside the backward cannot hand back to the caller's
-    graph (e.g. FSDP1's flat parameter, behind views that FSDP makes again for the backward)."""
+def _current(module: nn.Module, name, forward_tensor: Tensor, forward_id: int, was_leaf: bool) -> Tensor:
+    """The tensor the module holds under `name` now (what its forward, run again, will use). FSDP
+    puts other objects there between forward and backward: FSDP1 (use_orig_params) new views of
+    its flat parameter, set as plain attributes; the gradients with respect to those are the
+    gradients of the forward's."""
+    prefix, _, leaf = name.rpartition(".")
+    now = getattr(module.get_submodule(prefix), leaf, None)
+    if not isinstance(now, Tensor) or now.shape != forward_tensor.shape:
+        raise RuntimeError(
+            f"liger_cpp: tiled MLP: the module's parameter {name!r} is no longer a tensor of shape "
+            f"{tuple(forward_tensor.shape)} in the backward, which computes the forward again with it"
+        )
+    if id(now) != forward_id and was_leaf:
+        # a leaf swapped for another object: not FSDP's views of one flat parameter, but
+        # torch.func.functional_call (its tensors are gone by the backward) or a replaced parameter
+        raise RuntimeError(
+            f"liger_cpp: tiled MLP: the module's parameter {name!r} changed between the forward and "
+            "the backward (torch.func.functional_call or another stateless swap): the backward computes "
+            "the forward again with the module's parameters, so the gradients of the forward's cannot be "
+            "computed"
+        )
+    return now
+
+
+def _foreign_leaves(out: Tensor, known: list) -> list:
+    """The leaves that need a gradient, reached by out's graph without passing through a tensor of
+    `known`: tensors whose gradients a recomputation inside the backward cannot hand back to the
+    caller's graph (e.g. FSDP1's flat parameter with use_orig_params=False, behind views that FSDP
+    makes again for the backward)."""
+    leaf_ids = {id(t) for t in known if t.grad_fn is None}
+    stops = {t.grad_fn for t in known if t.grad_fn is not None}
     seen, todo, found = set(), [out.grad_fn], []
     while todo:
         node = todo.pop()
-        if node is None or node in seen:
+        if node is None or node in seen or node in stops:
             continue
         seen.add(node)
         var = getattr(node, "variable", None)
-        if var is not None and id(var) not in known:
+        if var is not None and id(var) not in leaf_ids:
             found.append(var)
         todo.extend(nxt for nxt, _ in node.next_functions)
     return found
@@ -63,14 +92,14 @@ def _zero3(params) -> bool:
 
 
 class _TiledMLP(torch.autograd.Function):
-    """forward(fn, module, x, shards, zero3_params, *params): the parameters are inputs, so the
+    """forward(fn, module, x, shards, zero3_params, names, *params): the parameters are inputs, so the
     output needs a gradient whenever one of them does (x may not: a frozen layer before a
     LoRA-adapted MLP), and their gradients are this node's outputs. ZeRO-3's parameters come as the
     list zero3_params instead (DeepSpeed's recipe accumulates them shard by shard)."""
 
     @staticmethod
-    def forward(ctx, fn, module, x, shards, zero3_params, *params):
-        ctx.fn, ctx.module, ctx.shards = fn, module, shards
+    def forward(ctx, fn, module, x, shards, zero3_params, names, *params):
+        ctx.fn, ctx.module, ctx.shards, ctx.names = fn, module, shards, names
         # the backward computes the forward again under the forward's autocast (as checkpointing
         # does): the same dtypes, so the gradients are those of the output returned
         dev = x.device.type
@@ -81,10 +110,10 @@ class _TiledMLP(torch.autograd.Function):
             ctx.save_for_backward(x)
         else:
             ctx.save_for_backward(x, *params)
-            # ids of the objects themselves (what the graph's leaves are; saved tensors may come back
-            # as other Python objects of the same tensors)
-            ctx.param_ids = [id(p) for p in params]
-            ctx.module_params = [id(p) for p in module.parameters() if p.requires_grad]
+            # the objects themselves (saved tensors may come back as other Python objects)
+            ctx.param_meta = [(id(p), p.grad_fn is None) for p in params]
+            # compute_params outside the module: fn reaches them by reference, so the same objects
+            ctx.extras = {i: p for i, (n, p) in enumerate(zip(names, params)) if n is None}
         rows = x.reshape(-1, x.shape[-1])
         with torch.no_grad():
             outs = [fn(module, s) for s in rows.chunk(shards, dim=0)] if rows.shape[0] else []
@@ -100,17 +129,16 @@ class _TiledMLP(torch.autograd.Function):
         if ctx.zero3:
             params = list(ctx.zero3_params)
         fn, module = ctx.fn, ctx.module
-        if not ctx.zero3 and ctx.module_params != [id(p) for p in module.parameters() if p.requires_grad]:
-            raise RuntimeError(
-                "liger_cpp: tiled MLP: the module's parameters changed between the forward and the "
-                "backward (torch.func.functional_call or another stateless swap): the backward computes "
-                "the forward again with the module's parameters, so their gradients cannot be computed"
-            )
+        if not ctx.zero3:  # what the recomputation uses: gradients with respect to these
+            params = [
+                ctx.extras[i] if n is None else _current(module, n, p, *m)
+                for i, (n, p, m) in enumerate(zip(ctx.names, params, ctx.param_meta))
+            ]
         need_x = ctx.needs_input_grad[2]
         want = (
             list(range(len(params)))
             if ctx.zero3
-            else [i for i in range(len(params)) if ctx.needs_input_grad[5 + i]]
+            else [i for i in range(len(params)) if ctx.needs_input_grad[6 + i]]
         )
         rows = x.detach().reshape(-1, x.shape[-1])
         dy = dy.reshape(rows.shape[0], dy.shape[-1])
@@ -136,7 +164,7 @@ class _TiledMLP(torch.autograd.Function):
             with torch.enable_grad(), torch.autocast(dev, dt, enabled=on):
                 out = fn(module, xs)
             if k == 0:
-                foreign = _foreign_leaves(out, {id(xs), *ctx.param_ids})
+                foreign = _foreign_leaves(out, [xs, *params])
                 if foreign:
                     raise RuntimeError(
                         "liger_cpp: tiled MLP: the function uses tensors that need gradients besides x and "
@@ -160,11 +188,12 @@ class _TiledMLP(torch.autograd.Function):
                     sums[i].add_(gp)
         dx = dx.reshape(x.shape) if need_x else None
         if ctx.zero3:
-            return None, None, dx, None, None
+            return None, None, dx, None, None, None
         return (
             None,
             None,
             dx,
+            None,
             None,
             None,
             *[None if s is None else s.to(p.dtype) for p, s in zip(params, sums)],
@@ -190,12 +219,12 @@ class TiledMLPFunction:
             raise ValueError("liger_cpp: argument 'x': expected a tensor of shape (..., hidden)")
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ValueError(f"liger_cpp: argument 'shards': expected a positive int, got {shards!r}")
-        params = _grad_params(mlp_module, compute_params)
+        params, names = _grad_params(mlp_module, compute_params)
         if _zero3(params):
             # not inputs: the engine would run their accumulation (and DeepSpeed's reduction hook)
             # once more after the node, with no gradient; DeepSpeed's own TiledMLP passes none either
-            return _TiledMLP.apply(fn, mlp_module, x, shards, params)
-        return _TiledMLP.apply(fn, mlp_module, x, shards, None, *params)
+            return _TiledMLP.apply(fn, mlp_module, x, shards, params, names)
+        return _TiledMLP.apply(fn, mlp_module, x, shards, None, names, *params)
 
 
 def apply_tiled_mlp(fn, mlp_module, x, num_shards=None, compute_params=None) -> Tensor:
