@@ -746,3 +746,34 @@ def test_mlp_and_fused_linear_kl_div_functions_apply_in_liger_order():
     import liger_kernel.transformers.functional as kf
 
     _close(kf.liger_fused_linear_kl_div(x, w, q, lab, "sum", -100, 2.0, 1e-8, None), got)
+
+
+def test_env_report_and_device_helpers(capsys):
+    """`python -m liger_kernel.env_report` (Liger's bug-report template) prints Liger's fields and
+    liger_cpp's build; liger_kernel.utils' device helpers give Liger's answers here."""
+    from liger_kernel import utils
+    from liger_kernel.env_report import print_env_report
+
+    print_env_report()
+    out = capsys.readouterr().out
+    for field in ("Operating System:", "PyTorch version: " + torch.__version__, "Transformers version:"):
+        assert field in out, out
+    assert f"liger_cpp {liger_cpp.__version__}" in out, out
+    import liger_kernel
+
+    # the same compatibility package as this process's (ensure_compat may have put it first on sys.path)
+    where = os.path.dirname(os.path.dirname(liger_kernel.__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([where, REPO, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, "-m", "liger_kernel.env_report"], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0 and "liger_cpp" in run.stdout, run.stderr[-2000:]
+    assert utils.infer_comm_backend() in ("nccl", "mpi", "gloo")
+    if torch.cuda.is_available():
+        major, _ = torch.cuda.get_device_capability(0)
+        assert utils.infer_device_arch() == ("hopper" if major == 9 else utils.infer_device_arch())
+        assert utils.get_total_gpu_memory() > 0
+    else:
+        assert utils.infer_device_arch() == "cpu"
+        with pytest.raises(RuntimeError, match="Unsupported device"):
+            utils.get_total_gpu_memory()
