@@ -777,3 +777,26 @@ def test_env_report_and_device_helpers(capsys):
         assert utils.infer_device_arch() == "cpu"
         with pytest.raises(RuntimeError, match="Unsupported device"):
             utils.get_total_gpu_memory()
+
+
+def test_triton_cache_manager(tmp_path, monkeypatch):
+    """apply_liger_triton_cache_manager points Triton at LigerTritonFileCacheManager, whose put
+    writes the whole entry where Triton's get finds it, leaving no staging directory behind."""
+    pytest.importorskip("triton")
+    from liger_kernel.triton import apply_liger_triton_cache_manager
+    from liger_kernel.triton.monkey_patch import LigerTritonFileCacheManager
+    from triton.runtime.cache import get_cache_manager
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    apply_liger_triton_cache_manager()
+    assert (
+        os.environ["TRITON_CACHE_MANAGER"] == "liger_kernel.triton.monkey_patch:LigerTritonFileCacheManager"
+    )
+    m = get_cache_manager("0123abcd")
+    assert isinstance(m, LigerTritonFileCacheManager)
+    p = m.put(b"\x00kernel", "k.cubin")
+    q = m.put("source text", "k.json")
+    assert m.get_file("k.cubin") == p and open(p, "rb").read() == b"\x00kernel"
+    assert open(q).read() == "source text"
+    assert sorted(os.listdir(os.path.dirname(p))) == ["k.cubin", "k.json"]
