@@ -1,7 +1,8 @@
 """Liger-Kernel's ``liger_kernel.triton``: its Triton cache manager switch (for whatever compiles
 Triton kernels in the process: torch.compile, other libraries; liger_cpp's own kernels are CUDA
-C++ and use no Triton cache)."""
+C++ and use no Triton cache). Its names resolve on first use (importing this package does not
+import Triton)."""
 
-from liger_kernel.triton.monkey_patch import apply_liger_triton_cache_manager
+from liger_kernel._surface import complete
 
-__all__ = ["apply_liger_triton_cache_manager"]
+complete(globals())
