@@ -4,7 +4,10 @@ untiled and tiled, at Llama-3-8B's MLP (H 4096, I 14336, 32768 tokens) and Llama
 
 - hf:              HF's LlamaMLP (nn.Linear, SiLU, product), untiled;
 - liger_cpp:       liger_cpp's LigerSwiGLUMLP (one glu_mlp op), untiled;
-- liger_cpp_tiled: liger_cpp's LigerTiledSwiGLUMLP (default shards: ceil(seq / hidden));
+- liger_cpp_tiled: liger_cpp's LigerTiledSwiGLUMLP (default shards: ceil(seq / hidden)): plain
+                   projections, so the C++ op glu_mlp_tiled;
+- liger_cpp_tiled[module]: the same module forced onto its general path (a no-op forward hook on
+                   a projection, as PEFT layers or ZeRO-3's hooks force it): apply_tiled_mlp;
 - liger_tiled:     Liger-Kernel 0.8.5's LigerTiledSwiGLUMLP, same shards (from the carried wheel,
                    .whl/liger_kernel-*.whl, or an installed liger_kernel that is not liger_cpp's
                    compat package); skipped with the reason otherwise.
@@ -63,6 +66,11 @@ def hf_mlp(cfg):
     return LlamaMLP(cfg)
 
 
+def _hooked(m):
+    m.gate_proj.register_forward_hook(lambda mod, i, o: None)
+    return m
+
+
 def run_shape(name, tokens, hidden, inter, liger_cls):
     import transformers
 
@@ -78,6 +86,8 @@ def run_shape(name, tokens, hidden, inter, liger_cls):
         "liger_cpp": lambda: LigerSwiGLUMLP(simple),
         "hf": lambda: hf_mlp(cfg),
         "liger_cpp_tiled": lambda: LigerTiledSwiGLUMLP(simple),
+        # the general path (what PEFT layers or ZeRO-3's hooks get): a no-op hook forces it
+        "liger_cpp_tiled[module]": lambda: _hooked(LigerTiledSwiGLUMLP(simple)),
     }
     if liger_cls is not None:
         builders["liger_tiled"] = lambda: liger_cls(simple)

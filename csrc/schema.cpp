@@ -99,6 +99,21 @@ TORCH_LIBRARY(liger, m) {
       "glu_mlp_bwd_(Tensor dy, Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, Tensor(a!) a, "
       "Tensor(b!) b, Tensor(c!) c, str activation=\"silu\", bool[4] output_mask=[True, True, True, True]) -> "
       "(Tensor dx, Tensor dw_gate, Tensor dw_up, Tensor dw_down)");
+  // The GLU MLP over `shards` shards of x's rows (ceil(M / shards) rows each, as torch.chunk),
+  // keeping nothing of a shard: the tiled MLP (LigerTiledSwiGLUMLP / LigerTiledGEGLUMLP with plain
+  // projections), for long sequences. y is glu_mlp's (the same GEMMs on each shard's rows); the
+  // differentiable op saves x and the weights only. shards >= 1.
+  m.def(
+      "glu_mlp_tiled(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, str activation=\"silu\", "
+      "int shards=1) -> Tensor y");
+  // Its backward: each shard's a, b and c computed again, then glu_mlp's backward of that shard
+  // (in place in its own a, b, c); dx row by row; each weight gradient summed over the shards in
+  // float32 (16-bit weights: cuBLAS accumulating into a float32 C, one rounding at the end), in the
+  // weights' dtype otherwise. output_mask as glu_mlp_bwd's.
+  m.def(
+      "glu_mlp_tiled_bwd(Tensor dy, Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down, "
+      "str activation=\"silu\", int shards=1, bool[4] output_mask=[True, True, True, True]) -> "
+      "(Tensor dx, Tensor dw_gate, Tensor dw_up, Tensor dw_down)");
 
   // FusedAddRMSNorm forward: S = X + R (rounded to X's dtype), then RMSNorm of
   // S exactly as rms_norm_fwd (same W, casting modes, offset, Y dtype).

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from conftest import DEVICES
 from torch import nn
-from utils import assert_close_to_ref
+from utils import assert_close_to_ref, assert_compiled_grads_match
 
+from liger_cpp.ops.glu_mlp import glu_mlp, glu_mlp_tiled
 from liger_cpp.ops.tiled_mlp import TiledMLPFunction, apply_tiled_mlp
 from liger_cpp.transformers import LigerGEGLUMLP, LigerSwiGLUMLP, LigerTiledGEGLUMLP, LigerTiledSwiGLUMLP
 
@@ -77,14 +78,25 @@ def _run(module, x, dy):
     return y, x.grad, [p.grad for p in module.parameters()]
 
 
+def _module_path(module):
+    """A no-op forward hook on gate_proj: the tiled module then takes the general path
+    (apply_tiled_mlp around its own forward), as behind PEFT layers or DeepSpeed ZeRO-3's hooks."""
+    module.gate_proj.register_forward_hook(lambda m, i, o: None)
+    return module
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("shape,shards", CASES)
-def test_matches_reference_and_untiled(device, dtype, kind, shape, shards):
+@pytest.mark.parametrize("path", ["op", "module"])
+def test_matches_reference_and_untiled(device, dtype, kind, shape, shards, path):
+    """path "op": plain projections, the C++ op glu_mlp_tiled; "module": the general path."""
     if device == "cpu" and dtype == torch.float16:
         pytest.skip("float16 matmuls on the CPU are PyTorch's slow path; bfloat16 covers low precision")
     tiled, plain = _modules(kind, shards, device, dtype)
+    if path == "module":
+        _module_path(tiled)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(*shape, generator=g).to(device, dtype)
     dy = torch.randn(*shape, generator=g).to(device, dtype)  # grad_output != 1
@@ -216,14 +228,21 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(f, (x, *ws))
 
 
-def test_parameters_replaced_between_forward_and_backward_is_an_error():
-    """torch.func.functional_call swaps the module's parameters only during the forward; the
-    backward's recomputation would see the module's own: a clear error, not silently missing
-    gradients."""
-    tiled, _ = _modules("swiglu", 3, "cpu", torch.float64)
+def test_functional_call():
+    """torch.func.functional_call: the C++ op saves the weights it was called with, so the swapped
+    tensors get the gradients; the general path, whose backward computes the forward again with the
+    module's own parameters, raises a clear error instead of giving them none."""
+    tiled, plain = _modules("swiglu", 3, "cpu", torch.float64)
     names = [n for n, _ in tiled.named_parameters()]
-    ws = [p.detach().clone().requires_grad_() for p in tiled.parameters()]
-    y = torch.func.functional_call(tiled, dict(zip(names, ws)), (torch.randn(5, 16, dtype=torch.float64),))
+    x = torch.randn(5, 16, dtype=torch.float64)
+    ws = [(p.detach() * 1.5).requires_grad_() for p in tiled.parameters()]
+    ref = [w.detach().clone().requires_grad_() for w in ws]
+    torch.func.functional_call(tiled, dict(zip(names, ws)), (x,)).sum().backward()
+    torch.func.functional_call(plain, dict(zip(names, ref)), (x,)).sum().backward()
+    for a, b in zip(ws, ref):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
+    _module_path(tiled)
+    y = torch.func.functional_call(tiled, dict(zip(names, ws)), (x,))
     with pytest.raises(RuntimeError, match="changed between the forward and the backward"):
         y.sum().backward()
 
@@ -268,6 +287,7 @@ def test_zero3_parameters_take_deepspeeds_recipe():
     DeepSpeed's hooks see it, with ds_grad_is_ready False until the last shard (DeepSpeed's
     TiledMLP protocol); the sums are the untiled module's."""
     tiled, plain = _modules("swiglu", 4, "cpu", torch.float64)
+    _module_path(tiled)  # ZeRO-3's own module hooks do this
     ready = []
     for i, p in enumerate(tiled.parameters()):
         p.ds_id = i
@@ -392,3 +412,51 @@ def test_autocast_recomputes_in_the_forwards_dtype():
     for a, b in zip(tiled.parameters(), plain.parameters()):
         # float32 weights: each shard's bfloat16 GEMM rounds, then the shards' sum is float32
         torch.testing.assert_close(a.grad, b.grad, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_op_opcheck_and_masks(device, dtype):
+    """opcheck of glu_mlp_tiled and its backward (every output mask), and the op against glu_mlp."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 7, 24, generator=g).to(device, dtype).requires_grad_()
+    wg, wu = ((torch.randn(40, 24, generator=g) * 0.2).to(device, dtype).requires_grad_() for _ in range(2))
+    wd = (torch.randn(20, 40, generator=g) * 0.2).to(device, dtype).requires_grad_()
+    torch.library.opcheck(torch.ops.liger.glu_mlp_tiled, (x, wg, wu, wd, "silu", 3))
+    torch.library.opcheck(torch.ops.liger.glu_mlp_tiled, (x, wg, wu, wd, "gelu", 20))
+    xd, gd, ud, dd = (t.detach() for t in (x, wg, wu, wd))
+    dy = torch.randn(2, 7, 20, generator=g).to(device, dtype)
+    full = torch.ops.liger.glu_mlp_tiled_bwd(dy, xd, gd, ud, dd, "gelu_tanh", 4, [True] * 4)
+    for mask in ([True] * 4, [True, False, True, False], [False, True, False, True]):
+        torch.library.opcheck(torch.ops.liger.glu_mlp_tiled_bwd, (dy, xd, gd, ud, dd, "gelu_tanh", 4, mask))
+        got = torch.ops.liger.glu_mlp_tiled_bwd(dy, xd, gd, ud, dd, "gelu_tanh", 4, mask)
+        for want, a, b in zip(mask, got, full):
+            assert a.shape == (b.shape if want else (0,))
+            if want:
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+    y = glu_mlp_tiled(xd, gd, ud, dd, "silu", 5)
+    torch.testing.assert_close(
+        y, glu_mlp(xd, gd, ud, dd, "silu"), rtol=1e-5, atol=1e-5 if dtype == torch.float32 else 2e-2
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(device):
+    """The tiled module with plain projections is one op with a fake kernel: torch.compile traces
+    it whole, with the eager gradients."""
+    tiled, _ = _modules("swiglu", 3, device, torch.float32)
+    x = torch.randn(2, 9, 16, device=device, requires_grad=True)
+    assert_compiled_grads_match(lambda t: tiled(t).pow(2).sum(), x, [tiled], device, 1e-5)
+
+
+def test_op_errors():
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    wd = torch.randn(8, 6)
+    with pytest.raises(ValueError, match="argument 'shards'"):
+        glu_mlp_tiled(x, w, w, wd, "silu", 0)
+    with pytest.raises(RuntimeError, match="argument 'shards'"):
+        torch.ops.liger.glu_mlp_tiled(x, w, w, wd, "silu", 0)
+    with pytest.raises(ValueError, match="argument 'activation'"):
+        glu_mlp_tiled(x, w, w, wd, "relu", 2)
+    with pytest.raises(RuntimeError, match="argument 'w_up'"):
+        torch.ops.liger.glu_mlp_tiled(x, w, torch.randn(5, 8), wd, "silu", 2)

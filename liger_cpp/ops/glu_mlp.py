@@ -79,7 +79,22 @@ def _glu_mlp_bwd_inplace_fake(dy, x, w_gate, w_up, w_down, a, b, c, activation="
     return _bwd_fake(dy, x, w_gate, w_up, w_down, a, b, c, output_mask)
 
 
+@torch.library.register_fake("liger::glu_mlp_tiled")
+def _glu_mlp_tiled_fake(x, w_gate, w_up, w_down, activation="silu", shards=1):
+    _check_fake(x, w_gate, w_up, w_down)
+    torch._check(
+        shards >= 1, lambda: f"liger_cpp: argument 'shards': expected a positive number, got {shards}"
+    )
+    return x.new_empty((*x.shape[:-1], w_down.shape[0]))
+
+
+@torch.library.register_fake("liger::glu_mlp_tiled_bwd")
+def _glu_mlp_tiled_bwd_fake(dy, x, w_gate, w_up, w_down, activation="silu", shards=1, output_mask=None):
+    return _bwd_fake(dy, x, w_gate, w_up, w_down, None, None, None, output_mask)
+
+
 _op = torch.ops.liger.glu_mlp.default
+_tiled_op = torch.ops.liger.glu_mlp_tiled.default
 
 
 def glu_mlp(
@@ -105,3 +120,28 @@ def glu_mlp(
         )
     check_device(x, "x")
     return _op(x, w_gate, w_up, w_down, activation, bool(in_place))
+
+
+def glu_mlp_tiled(
+    x: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+    activation: str = "silu",
+    shards: int = 1,
+) -> Tensor:
+    """glu_mlp over `shards` shards of x's rows (ceil(rows / shards) rows each), keeping nothing
+    of a shard for the backward, which computes each shard's forward again: one shard's (rows x I)
+    intermediates are ever alive instead of the whole sequence's. The weight gradients are summed
+    over the shards in float32 (cuBLAS accumulating into a float32 C for 16-bit weights) and
+    rounded once. What LigerTiledSwiGLUMLP / LigerTiledGEGLUMLP run for plain projections
+    (liger_cpp.ops.tiled_mlp is the general path, for any module). Autograd in C++.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(
+            f"liger_cpp: argument 'activation': expected one of {ACTIVATIONS}, got {activation!r}"
+        )
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ValueError(f"liger_cpp: argument 'shards': expected a positive int, got {shards!r}")
+    check_device(x, "x")
+    return _tiled_op(x, w_gate, w_up, w_down, activation, shards)

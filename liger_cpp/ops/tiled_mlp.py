@@ -233,9 +233,15 @@ def apply_tiled_mlp(fn, mlp_module, x, num_shards=None, compute_params=None) -> 
     second-to-last dimension over its last (Liger-Kernel's rule), at least 1. Liger-Kernel's
     `apply_tiled_mlp` signature."""
     if num_shards is None:
-        seq = x.shape[-2] if x.dim() >= 2 else x.shape[0]
-        num_shards = math.ceil(seq / x.shape[-1]) if x.shape[-1] else 1
+        num_shards = default_shards(x)
     return TiledMLPFunction.apply(fn, mlp_module, x, max(1, int(num_shards)), compute_params)
 
 
-__all__ = ["TiledMLPFunction", "apply_tiled_mlp"]
+def default_shards(x: Tensor) -> int:
+    """Liger-Kernel's shard count: ceil(seq / hidden), x's second-to-last dimension (its only
+    leading one for a 1-D x) over its last; at least 1."""
+    seq = x.shape[-2] if x.dim() >= 2 else x.shape[0]
+    return max(1, math.ceil(seq / x.shape[-1])) if x.shape[-1] else 1
+
+
+__all__ = ["TiledMLPFunction", "apply_tiled_mlp", "default_shards"]

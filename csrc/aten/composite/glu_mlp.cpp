@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "aten/checks/common.h"
+#include "aten/checks/linear_chunks.h"
 #include "aten/checks/projection_checks.h"
 #include "aten/glu_ops.h"
 
@@ -160,6 +161,96 @@ Quad bwd_inplace(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w_
   return bwd_impl(dy, x, w_gate, w_up, w_down, a, b, c, activation, output_mask, true);
 }
 
+// ---- glu_mlp_tiled: the same MLP over shards of the rows, recomputed in the backward ----
+
+// Rows a shard: ceil(M / shards), as torch.chunk (the Python tiled MLP's shards).
+int64_t shard_step(int64_t M, int64_t shards) {
+  LIGER_CHECK_ARG(shards >= 1, "shards", "expected a positive number of shards, got ", shards);
+  return M == 0 ? 1 : (M + shards - 1) / shards;
+}
+
+at::Tensor tiled_fwd(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+                     const at::Tensor& w_down, c10::string_view activation, int64_t shards) {
+  const Act act = parse_activation(activation);
+  const Sizes s = check_inputs(x, w_gate, w_up, w_down);
+  const int64_t step = shard_step(s.M, shards);
+  const c10::DeviceGuard guard(x.device());
+  const at::Tensor x2 = rows(x, s.M, s.H);
+  std::vector<int64_t> y_sizes = x.sizes().vec();
+  y_sizes.back() = s.O;
+  at::Tensor y = at::empty(y_sizes, x.options());
+  at::Tensor y2 = y.view({s.M, s.O});
+  for (int64_t r0 = 0; r0 < s.M; r0 += step) {
+    const int64_t n = std::min(step, s.M - r0);
+    const at::Tensor xs = x2.narrow(0, r0, n);
+    const at::Tensor c = glu_ops::fwd(at::mm(xs, w_gate.t()), at::mm(xs, w_up.t()), approximate(act), false);
+    at::Tensor ys = y2.narrow(0, r0, n);
+    at::mm_out(ys, c, w_down.t());
+  }
+  return y;
+}
+
+// dw (+)= lhs rhs: into the float32 accumulator for 16-bit weights (heads::accumulate_dw_fp32:
+// cuBLAS with a float32 C on CUDA), in the weight's own dtype otherwise.
+void accumulate(at::Tensor& dw, const at::Tensor& lhs, const at::Tensor& rhs, bool first, bool low) {
+  if (low) {
+    heads::accumulate_dw_fp32(dw, lhs, rhs, first);
+  } else if (first) {
+    at::mm_out(dw, lhs, rhs);
+  } else {
+    dw.addmm_(lhs, rhs);
+  }
+}
+
+Quad tiled_bwd(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+               const at::Tensor& w_down, c10::string_view activation, int64_t shards,
+               std::array<bool, 4> mask) {
+  const Act act = parse_activation(activation);
+  const Sizes s = check_inputs(x, w_gate, w_up, w_down);
+  const int64_t step = shard_step(s.M, shards);
+  LIGER_CHECK_ARG(dy.numel() == s.M * s.O && dy.dim() >= 1 && dy.size(-1) == s.O, "dy",
+                  "expected the forward output's shape (", s.M, " rows of ", s.O, "), got ", shape_str(dy));
+  LIGER_CHECK_ARG(dy.scalar_type() == x.scalar_type() && dy.device() == x.device(), "dy",
+                  "expected x's dtype and device, got ", dtype_str(dy.scalar_type()), " on ", dy.device());
+  const c10::DeviceGuard guard(x.device());
+  const at::Tensor x2 = rows(x, s.M, s.H);
+  const at::Tensor dy2 = dy.reshape({s.M, s.O});
+  const bool low = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  const auto none = [&] { return at::empty({0}, x.options()); };
+  // the weight gradients' accumulators (zeros where no shard will write them)
+  const auto acc = [&](bool want, const at::Tensor& w) {
+    if (!want) return none();
+    const auto opts = w.options().dtype(low ? at::kFloat : w.scalar_type());
+    return s.M == 0 ? at::zeros(w.sizes(), opts) : at::empty(w.sizes(), opts);
+  };
+  at::Tensor dwg = acc(mask[1], w_gate), dwu = acc(mask[2], w_up), dwd = acc(mask[3], w_down);
+  at::Tensor dx = mask[0] ? at::empty(x.sizes(), x.options()) : none();
+  at::Tensor dx2 = mask[0] ? dx.view({s.M, s.H}) : dx;
+  const bool inputs_grad = mask[0] || mask[1] || mask[2];
+  for (int64_t r0 = 0; r0 < s.M; r0 += step) {
+    const int64_t n = std::min(step, s.M - r0);
+    const bool first = r0 == 0;
+    const at::Tensor xs = x2.narrow(0, r0, n), dys = dy2.narrow(0, r0, n);
+    at::Tensor a = at::mm(xs, w_gate.t()), b = at::mm(xs, w_up.t());
+    at::Tensor c = glu_ops::fwd(a, b, approximate(act), false);
+    if (mask[3]) accumulate(dwd, dys.t(), c, first, low);
+    if (!inputs_grad) continue;
+    at::mm_out(c, dys, w_down);                       // dc, in c's memory: c has been read
+    glu_ops::bwd_inplace(c, a, b, approximate(act));  // da into a, db into b
+    if (mask[0]) {
+      at::Tensor dxs = dx2.narrow(0, r0, n);
+      at::mm_out(dxs, a, w_gate);
+      dxs.addmm_(b, w_up);
+    }
+    if (mask[1]) accumulate(dwg, a.t(), xs, first, low);
+    if (mask[2]) accumulate(dwu, b.t(), xs, first, low);
+  }
+  if (mask[1]) dwg = dwg.to(w_gate.scalar_type());  // one rounding of the float32 sums
+  if (mask[2]) dwu = dwu.to(w_up.scalar_type());
+  if (mask[3]) dwd = dwd.to(w_down.scalar_type());
+  return {dx, dwg, dwu, dwd};
+}
+
 }  // namespace glu_mlp_impl
 
 TORCH_LIBRARY_IMPL(liger, CPU, m) {
@@ -167,6 +258,8 @@ TORCH_LIBRARY_IMPL(liger, CPU, m) {
   m.impl("glu_mlp_fwd", &glu_mlp_impl::fwd);
   m.impl("glu_mlp_bwd", &glu_mlp_impl::bwd);
   m.impl("glu_mlp_bwd_", &glu_mlp_impl::bwd_inplace);
+  m.impl("glu_mlp_tiled", &glu_mlp_impl::tiled_fwd);
+  m.impl("glu_mlp_tiled_bwd", &glu_mlp_impl::tiled_bwd);
 }
 
 #ifdef LIGER_CPP_WITH_CUDA
@@ -175,6 +268,8 @@ TORCH_LIBRARY_IMPL(liger, CUDA, m) {
   m.impl("glu_mlp_fwd", &glu_mlp_impl::fwd);
   m.impl("glu_mlp_bwd", &glu_mlp_impl::bwd);
   m.impl("glu_mlp_bwd_", &glu_mlp_impl::bwd_inplace);
+  m.impl("glu_mlp_tiled", &glu_mlp_impl::tiled_fwd);
+  m.impl("glu_mlp_tiled_bwd", &glu_mlp_impl::tiled_bwd);
 }
 #endif
 
