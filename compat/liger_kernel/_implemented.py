@@ -156,7 +156,30 @@ IMPLEMENTED = {
     ),
     f"{_O}.LigerFusedLinearScaledCrossEntropyTPFunction": (
         "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyTPFunction"
-    ),  # the tiled MLP: liger_cpp's Function has Liger-Kernel's .apply order itself
+    ),
+    # ops composed of PyTorch's own (liger_cpp.transformers.torch_composed_ops: no kernel of ours)
+    **{
+        f"{_T}.{mod}.{cls}": f"liger_cpp.transformers.torch_composed_ops:{cls}"
+        for mod, cls in (
+            ("dyt", "LigerDyT"),
+            ("poly_norm", "LigerPolyNorm"),
+            ("softmax", "LigerSoftmax"),
+            ("sparsemax", "LigerSparsemax"),
+            ("group_norm", "LigerGroupNorm"),
+        )
+    },
+    **{
+        f"{_O}{where}.{cls}": f"liger_cpp.transformers.torch_composed_ops:{cls}"
+        for mod, cls in (
+            ("dyt", "LigerDyTFunction"),
+            ("poly_norm", "LigerPolyNormFunction"),
+            ("softmax", "LigerSoftmaxFunction"),
+            ("sparsemax", "LigerSparsemaxFunction"),
+            ("group_norm", "LigerGroupNormFunction"),
+        )
+        for where in (f".{mod}", "")
+    },
+    # the tiled MLP: liger_cpp's Function has Liger-Kernel's .apply order itself
     f"{_O}.tiled_mlp.LigerTiledMLPFunction": "liger_cpp.ops.tiled_mlp:TiledMLPFunction",
     f"{_O}.tiled_mlp.apply_tiled_mlp": "liger_cpp.ops.tiled_mlp:apply_tiled_mlp",
     f"{_T}.tiled_mlp.LigerTiledSwiGLUMLP": "liger_cpp.transformers.tiled_mlp:LigerTiledSwiGLUMLP",

@@ -12,6 +12,7 @@ import warnings
 from typing import Optional
 
 from liger_cpp.transformers import functional as _cpp
+from liger_cpp.transformers import torch_composed_ops as _composed
 from liger_kernel._surface import complete
 
 
@@ -111,6 +112,28 @@ def liger_rope(q, k, cos, sin, position_ids=None, unsqueeze_dim: int = 1, rotary
 
 def liger_qwen2vl_mrope(q, k, cos, sin, mrope_section, unsqueeze_dim: int = 1):
     return _cpp.liger_qwen2vl_mrope(q, k, cos, sin, mrope_section, unsqueeze_dim=unsqueeze_dim)
+
+
+def liger_dyt(x, alpha, gamma, beta):
+    return _composed.liger_dyt(x, alpha, gamma, beta)
+
+
+def liger_poly_norm(X, W, B, eps=1e-06, in_place=False):
+    return _composed.liger_poly_norm(X, W, B, eps, in_place)
+
+
+def liger_softmax(x):
+    return _composed.liger_softmax(x)
+
+
+def liger_sparsemax(input, dim=-1):  # noqa: A002 - Liger's argument name
+    return _composed.liger_sparsemax(input, dim)
+
+
+def liger_group_norm(X, affine_scaling_weight, affine_shifting_bias, num_channels, num_groups, eps):
+    return _composed.liger_group_norm(
+        X, affine_scaling_weight, affine_shifting_bias, num_channels, num_groups, eps
+    )
 
 
 def liger_swiglu(a, b):

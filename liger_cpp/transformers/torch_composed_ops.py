@@ -1,0 +1,225 @@
+"""Liger-Kernel's less used ops, composed of PyTorch's own ops (no liger_cpp kernel): DyT,
+PolyNorm, softmax, sparsemax and group norm, with Liger's modules, functionals and autograd
+Function names, so code written for Liger runs unchanged. The maths is exact (float32 statistics,
+one rounding to the input's dtype at the end, PyTorch's autograd); the speed is PyTorch's eager
+ops', not a fused kernel's (softmax and group norm are one PyTorch kernel each already; DyT,
+PolyNorm and sparsemax are several).
+
+- DyT ("Transformers without Normalization"): y = gamma * tanh(alpha * x) + beta.
+- PolyNorm (PolyCom): y = w0 norm(x^3) + w1 norm(x^2) + w2 norm(x) + b, norm(u) = u / sqrt(mean(u^2)
+  + eps) over the last dimension, each power with its own statistic.
+- softmax over the last dimension; sparsemax (Martins & Astudillo, 2016) over `dim`: the Euclidean
+  projection onto the simplex, max(x - tau, 0) with sum 1.
+- group norm over (batch, channels, *): each group of channels normalised with its mean and
+  variance, then a per-channel affine.
+"""
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+
+def _f32(x: Tensor) -> Tensor:
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+def liger_dyt(x, alpha, gamma, beta):
+    """gamma * tanh(alpha * x) + beta (beta None: no shift), over x's last dimension; float32 math."""
+    if gamma.shape != (x.shape[-1],):
+        raise ValueError(
+            f"liger_cpp: argument 'gamma': expected shape ({x.shape[-1]},), got {tuple(gamma.shape)}"
+        )
+    if alpha.numel() != 1:
+        raise ValueError(f"liger_cpp: argument 'alpha': expected one element, got shape {tuple(alpha.shape)}")
+    if beta is not None and beta.shape != gamma.shape:
+        raise ValueError(
+            f"liger_cpp: argument 'beta': expected shape {tuple(gamma.shape)}, got {tuple(beta.shape)}"
+        )
+    y = _f32(gamma) * torch.tanh(_f32(alpha) * _f32(x))
+    if beta is not None:
+        y = y + _f32(beta)
+    return y.to(x.dtype)
+
+
+def liger_poly_norm(X, W, B, eps=1e-6, in_place=False):
+    """W[0] norm(X^3) + W[1] norm(X^2) + W[2] norm(X) + B over X's last dimension, float32 math.
+    `in_place` is Liger's option to overwrite the output gradient in its backward; here nothing is
+    written in place (accepted for its signature)."""
+    if W.shape != (3,):
+        raise ValueError(f"liger_cpp: argument 'W': expected shape (3,), got {tuple(W.shape)}")
+    if B.numel() != 1:
+        raise ValueError(f"liger_cpp: argument 'B': expected one element, got shape {tuple(B.shape)}")
+    x = _f32(X)
+    w = _f32(W)
+
+    def norm(u):
+        return u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps)
+
+    y = w[0] * norm(x * x * x) + w[1] * norm(x * x) + w[2] * norm(x) + _f32(B).reshape(())
+    return y.to(X.dtype)
+
+
+def liger_softmax(x):
+    """Softmax over x's last dimension (float32 accumulation: PyTorch's kernel)."""
+    return torch.softmax(x, dim=-1)
+
+
+def liger_sparsemax(input, dim=-1):  # noqa: A002 - Liger's argument name
+    """Sparsemax over `dim`: max(x - tau, 0), tau chosen so that each slice sums to 1 (sorted
+    cumulative sums, float32); gradients through PyTorch's autograd (the support's Jacobian)."""
+    x = _f32(input).movedim(dim, -1)
+    z, _ = torch.sort(x, dim=-1, descending=True)
+    k = torch.arange(1, x.shape[-1] + 1, device=x.device, dtype=x.dtype)
+    cum = z.cumsum(-1)
+    support = (1 + k * z) > cum  # prefix of the sorted values that stays positive
+    size = support.sum(-1, keepdim=True).clamp(min=1)
+    tau = (cum.gather(-1, size - 1) - 1) / size.to(x.dtype)
+    return torch.clamp(x - tau, min=0).movedim(-1, dim).to(input.dtype)
+
+
+def liger_group_norm(X, affine_scaling_weight, affine_shifting_bias, num_channels, num_groups, eps):
+    """Group norm of X (batch, num_channels, *) in num_groups groups, then the per-channel affine
+    (PyTorch's group_norm kernel: float32 statistics)."""
+    if X.dim() < 3 or X.shape[1] != num_channels:
+        raise ValueError(
+            f"liger_cpp: argument 'X': expected shape (batch, {num_channels}, ...), at least 3 dimensions, "
+            f"got {tuple(X.shape)}"
+        )
+    if num_channels % num_groups:
+        raise ValueError(
+            f"liger_cpp: argument 'num_groups': {num_groups} does not divide num_channels {num_channels}"
+        )
+    return F.group_norm(X, num_groups, affine_scaling_weight, affine_shifting_bias, eps)
+
+
+class LigerDyT(nn.Module):
+    """DyT (Liger's LigerDyT(hidden_size, beta=True, init_alpha=0.5)): alpha (1,), gamma ones,
+    beta zeros (None without beta)."""
+
+    def __init__(self, hidden_size, beta=True, init_alpha=0.5):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.init_alpha = init_alpha
+        self.alpha = nn.Parameter(torch.ones(1) * init_alpha)
+        self.gamma = nn.Parameter(torch.ones(hidden_size))
+        self.beta = nn.Parameter(torch.zeros(hidden_size)) if beta else None
+
+    def forward(self, x):
+        return liger_dyt(x, self.alpha, self.gamma, self.beta)
+
+    def extra_repr(self):
+        return f"{self.hidden_size}, init_alpha={self.init_alpha}, beta={self.beta is not None}"
+
+
+class LigerPolyNorm(nn.Module):
+    """PolyNorm (Liger's LigerPolyNorm(eps=1e-6, in_place=False)): weight (1/3, 1/3, 1/3), bias 1,
+    PolyCom's initialisation."""
+
+    def __init__(self, eps=1e-6, in_place=False):
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((3,), 1.0 / 3.0))
+        self.bias = nn.Parameter(torch.tensor(1.0))
+        self.variance_epsilon = eps
+        self.in_place = in_place
+
+    def forward(self, hidden_states):
+        return liger_poly_norm(hidden_states, self.weight, self.bias, self.variance_epsilon, self.in_place)
+
+    def extra_repr(self):
+        return f"weight_shape={tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+class LigerSoftmax(nn.Module):
+    def forward(self, x: Tensor):
+        return liger_softmax(x)
+
+
+class LigerSparsemax(nn.Module):
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return liger_sparsemax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LigerGroupNorm(nn.Module):
+    """Group norm (Liger's LigerGroupNorm(num_channels, num_groups, eps=1e-6, bias=False,
+    init_fn="ones")): weight ones (or zeros), bias random normal with bias=True, zeros otherwise
+    (trainable either way, as Liger's)."""
+
+    def __init__(self, num_channels, num_groups, eps=1e-6, bias=False, init_fn="ones"):
+        super().__init__()
+        if init_fn not in ("ones", "zeros"):
+            raise ValueError(f"liger_cpp: argument 'init_fn': expected 'ones' or 'zeros', got {init_fn!r}")
+        if num_channels % num_groups:
+            raise ValueError(
+                f"liger_cpp: argument 'num_groups': {num_groups} does not divide num_channels {num_channels}"
+            )
+        self.num_channels = num_channels
+        self.num_groups = num_groups
+        self.eps = self.variance_epsilon = eps
+        self.weight = nn.Parameter(
+            torch.ones(num_channels) if init_fn == "ones" else torch.zeros(num_channels)
+        )
+        self.bias = nn.Parameter(torch.randn(num_channels) if bias else torch.zeros(num_channels))
+
+    def forward(self, hidden_states):
+        return liger_group_norm(
+            hidden_states, self.weight, self.bias, self.num_channels, self.num_groups, self.variance_epsilon
+        )
+
+    def extra_repr(self):
+        return f"num_channels={self.num_channels}, num_groups={self.num_groups}, eps={self.eps}"
+
+
+class LigerDyTFunction:
+    @staticmethod
+    def apply(x, alpha, gamma, beta):
+        return liger_dyt(x, alpha, gamma, beta)
+
+
+class LigerPolyNormFunction:
+    @staticmethod
+    def apply(X, W, B, eps=1e-6, in_place=False):
+        return liger_poly_norm(X, W, B, eps, in_place)
+
+
+class LigerSoftmaxFunction:
+    @staticmethod
+    def apply(input_):
+        return liger_softmax(input_)
+
+
+class LigerSparsemaxFunction:
+    @staticmethod
+    def apply(x, dim):
+        return liger_sparsemax(x, dim)
+
+
+class LigerGroupNormFunction:
+    @staticmethod
+    def apply(X, affine_scaling_weight, affine_shifting_bias, num_channels, num_groups, eps):
+        return liger_group_norm(X, affine_scaling_weight, affine_shifting_bias, num_channels, num_groups, eps)
+
+
+__all__ = [
+    "LigerDyT",
+    "LigerDyTFunction",
+    "LigerGroupNorm",
+    "LigerGroupNormFunction",
+    "LigerPolyNorm",
+    "LigerPolyNormFunction",
+    "LigerSoftmax",
+    "LigerSoftmaxFunction",
+    "LigerSparsemax",
+    "LigerSparsemaxFunction",
+    "liger_dyt",
+    "liger_group_norm",
+    "liger_poly_norm",
+    "liger_softmax",
+    "liger_sparsemax",
+]

@@ -1,0 +1,253 @@
+"""DyT, PolyNorm, softmax, sparsemax and group norm (liger_cpp.transformers.torch_composed_ops,
+composed of PyTorch's ops; Liger's names through the compatibility package): forward and every
+gradient against independent float64 references written here from the papers' formulas (sparsemax
+by its definition, a loop over each row's support), every dtype, odd shapes, grad_output != 1,
+gradcheck, Liger's calling conventions, errors."""
+
+import pytest
+import torch
+from conftest import DEVICES
+from utils import assert_close_to_ref
+
+from liger_cpp.transformers.torch_composed_ops import (
+    LigerDyT,
+    LigerDyTFunction,
+    LigerGroupNorm,
+    LigerGroupNormFunction,
+    LigerPolyNorm,
+    LigerPolyNormFunction,
+    LigerSoftmax,
+    LigerSoftmaxFunction,
+    LigerSparsemax,
+    LigerSparsemaxFunction,
+    liger_sparsemax,
+)
+
+DTYPES = [torch.float32, torch.bfloat16]
+SHAPES = [(1, 1), (3, 5), (2, 7, 33), (4, 1000)]
+
+
+def _dyt_ref(x, alpha, gamma, beta):
+    y = gamma * torch.tanh(alpha * x)
+    return y if beta is None else y + beta
+
+
+def _poly_ref(x, w, b, eps):
+    def n(u):
+        return u / torch.sqrt((u * u).mean(-1, keepdim=True) + eps)
+
+    return w[0] * n(x**3) + w[1] * n(x**2) + w[2] * n(x) + b
+
+
+def _sparsemax_ref(x, dim):
+    """By the definition: for each slice, the largest k with 1 + k z_(k) > sum of the k largest,
+    tau = (that sum - 1) / k, out = max(x - tau, 0); slice by slice in Python."""
+    x = x.movedim(dim, -1)
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.empty_like(flat)
+    for i, row in enumerate(flat):
+        z = sorted(row.tolist(), reverse=True)
+        total, k_best, s_best = 0.0, 1, z[0]
+        for k, v in enumerate(z, start=1):
+            total += v
+            if 1 + k * v > total:
+                k_best, s_best = k, total
+        tau = (s_best - 1) / k_best
+        out[i] = torch.clamp(row - tau, min=0)
+    return out.reshape(x.shape).movedim(-1, dim)
+
+
+def _group_norm_ref(x, w, b, groups, eps):
+    n, c = x.shape[:2]
+    g = x.reshape(n, groups, -1)
+    mean = g.mean(-1, keepdim=True)
+    var = ((g - mean) ** 2).mean(-1, keepdim=True)
+    y = ((g - mean) / torch.sqrt(var + eps)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.dim() - 2)
+    return y * w.reshape(shape) + b.reshape(shape)
+
+
+def _check(fn, ref, inputs, dtype, device, names):
+    """fn's output and the gradients of every input that requires one against ref in float64 and
+    against fn run in float32 where dtype is lower (PyTorch's low-precision error as the bound)."""
+    ins = [t.to(device, dtype).detach().requires_grad_(t.is_floating_point()) for t in inputs]
+    y = fn(*ins)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(9)).to(device, dtype)
+    y.backward(dy)
+    ins64 = [t.double().to(device).detach().requires_grad_() for t in inputs]
+    y64 = ref(*ins64)
+    y64.backward(dy.double())
+    lo = [t.to(device, dtype).detach().requires_grad_() for t in inputs]
+    y_lo = ref(*lo)  # the formula in the low dtype: what plain PyTorch code would get
+    y_lo.backward(dy)
+    assert_close_to_ref(y, y64, y_lo, "y", factor=4.0, extra_ulps=4.0)
+    for name, a, a64, alo in zip(names, ins, ins64, lo):
+        assert_close_to_ref(a.grad, a64.grad, alo.grad, f"d{name}", factor=4.0, extra_ulps=4.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("beta", [True, False])
+def test_dyt(device, dtype, shape, beta):
+    g = torch.Generator().manual_seed(0)
+    h = shape[-1]
+    x = torch.randn(shape, generator=g) * 2
+    alpha = torch.tensor([0.7])
+    gamma = torch.randn(h, generator=g)
+    b = torch.randn(h, generator=g) if beta else None
+    if beta:
+        _check(
+            LigerDyTFunction.apply,
+            _dyt_ref,
+            [x, alpha, gamma, b],
+            dtype,
+            device,
+            "x alpha gamma beta".split(),
+        )
+    else:
+        _check(
+            lambda x, a, w: LigerDyTFunction.apply(x, a, w, None),
+            lambda x, a, w: _dyt_ref(x, a, w, None),
+            [x, alpha, gamma],
+            dtype,
+            device,
+            ["x", "alpha", "gamma"],
+        )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES[1:])
+def test_poly_norm(device, dtype, shape):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(shape, generator=g)
+    w = torch.tensor([0.3, -0.5, 0.9])
+    b = torch.tensor(0.25)
+    _check(
+        lambda x, w, b: LigerPolyNormFunction.apply(x, w, b, 1e-6),
+        lambda x, w, b: _poly_ref(x, w, b, 1e-6),
+        [x, w, b],
+        dtype,
+        device,
+        ["x", "w", "b"],
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax(device, dtype, shape):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(2)) * 3
+    _check(
+        LigerSoftmaxFunction.apply,
+        lambda x: torch.exp(x - torch.logsumexp(x, -1, keepdim=True)),
+        [x],
+        dtype,
+        device,
+        ["x"],
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape,dim", [((3, 5), -1), ((2, 7, 33), 1), ((4, 300), 0), ((1, 1), -1)])
+def test_sparsemax(device, dtype, shape, dim):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 2
+    y = LigerSparsemaxFunction.apply(x.to(device, dtype), dim)
+    y64 = _sparsemax_ref(x.double(), dim).to(device)
+    y_lo = _sparsemax_ref(x.to(dtype).double(), dim).to(device, dtype)
+    assert_close_to_ref(y, y64, y_lo, "y", factor=4.0, extra_ulps=4.0)
+    torch.testing.assert_close(y.double().sum(dim), torch.ones_like(y64.sum(dim)), rtol=0, atol=2e-2)
+    # gradient: the support's Jacobian, diag(s) - s s^T / |s| (from the definition)
+    xd = x.double().to(device).requires_grad_()
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64).to(device)
+    liger_sparsemax(xd, dim).backward(dy)
+    s = (_sparsemax_ref(x.double(), dim).to(device) > 0).double()
+    sd = (s * dy).sum(dim, keepdim=True) / s.sum(dim, keepdim=True)
+    torch.testing.assert_close(xd.grad, s * (dy - sd), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5), 3), ((1, 4, 3, 3), 2), ((3, 8, 17), 8), ((2, 5, 1), 1)])
+def test_group_norm(device, dtype, shape, groups):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(shape, generator=g) + 1
+    w, b = torch.randn(shape[1], generator=g), torch.randn(shape[1], generator=g)
+    _check(
+        lambda x, w, b: LigerGroupNormFunction.apply(x, w, b, shape[1], groups, 1e-6),
+        lambda x, w, b: _group_norm_ref(x, w, b, groups, 1e-6),
+        [x, w, b],
+        dtype,
+        device,
+        ["x", "w", "b"],
+    )
+
+
+def test_gradcheck_float64():
+    g = torch.Generator().manual_seed(6)
+
+    def r(*s):
+        return torch.randn(*s, generator=g, dtype=torch.float64, requires_grad=True)
+
+    assert torch.autograd.gradcheck(
+        lambda x, a, w, b: LigerDyTFunction.apply(x, a, w, b), (r(3, 4), r(1), r(4), r(4))
+    )
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: LigerPolyNormFunction.apply(x, w, b), (r(3, 5), r(3), r(()))
+    )
+    assert torch.autograd.gradcheck(LigerSoftmaxFunction.apply, (r(3, 5),))
+    assert torch.autograd.gradcheck(lambda x: LigerSparsemaxFunction.apply(x, -1), (r(3, 6),))
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: LigerGroupNormFunction.apply(x, w, b, 4, 2, 1e-5), (r(2, 4, 3), r(4), r(4))
+    )
+
+
+def test_modules_and_liger_names():
+    """Liger's modules (constructors, initialisation) and the compatibility package's names are
+    these objects."""
+    from compat_env import ensure_compat
+
+    ensure_compat()
+    import liger_kernel.ops as lko
+    import liger_kernel.transformers as lkt
+    from liger_kernel.transformers import functional as lkf
+
+    d = LigerDyT(8)
+    assert d.alpha.item() == 0.5 and d.beta is not None and torch.equal(d.gamma, torch.ones(8))
+    assert LigerDyT(8, beta=False).beta is None
+    p = LigerPolyNorm()
+    assert torch.allclose(p.weight, torch.full((3,), 1 / 3)) and p.bias.item() == 1.0
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(LigerSoftmax()(x), torch.softmax(x, -1))
+    assert LigerSparsemax(dim=0)(x).sum(0).allclose(torch.ones(8))
+    gn = LigerGroupNorm(4, 2)
+    assert torch.equal(gn.weight, torch.ones(4)) and torch.equal(gn.bias, torch.zeros(4))
+    assert torch.equal(LigerGroupNorm(4, 2, init_fn="zeros").weight, torch.zeros(4))
+    for name in ("LigerDyT", "LigerPolyNorm", "LigerSoftmax", "LigerSparsemax"):
+        assert getattr(lkt, name) is globals()[name]
+    for name in (
+        "LigerDyTFunction",
+        "LigerPolyNormFunction",
+        "LigerSoftmaxFunction",
+        "LigerGroupNormFunction",
+    ):
+        assert getattr(lko, name) is globals()[name]
+    torch.testing.assert_close(lkf.liger_sparsemax(x), liger_sparsemax(x))
+    y = lkf.liger_dyt(x, torch.tensor([0.5]), torch.ones(8), None)
+    torch.testing.assert_close(y, torch.tanh(0.5 * x))
+
+
+def test_errors():
+    x = torch.randn(2, 8)
+    with pytest.raises(ValueError, match="argument 'gamma'"):
+        LigerDyTFunction.apply(x, torch.tensor([0.5]), torch.ones(7), None)
+    with pytest.raises(ValueError, match="argument 'W'"):
+        LigerPolyNormFunction.apply(x, torch.ones(2), torch.tensor(0.0))
+    with pytest.raises(ValueError, match="argument 'X'"):
+        LigerGroupNormFunction.apply(x, torch.ones(8), torch.zeros(8), 8, 2, 1e-6)
+    with pytest.raises(ValueError, match="argument 'num_groups'"):
+        LigerGroupNorm(6, 4)
+    with pytest.raises(ValueError, match="argument 'init_fn'"):
+        LigerGroupNorm(4, 2, init_fn="normal")
