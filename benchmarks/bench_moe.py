@@ -23,19 +23,23 @@ Usage: python benchmarks/bench_moe.py [--shapes qwen3,mixtral] [--eager] [--lige
 """
 
 import argparse
-import glob
 import os
 import sys
-import tempfile
-import zipfile
 
 import torch
-from harness import bench_ms, fmt_table, gemm_tflops, meta, peak_extra_bytes, write_json
+from harness import (
+    bench_ms,
+    fmt_table,
+    gemm_tflops,
+    meta,
+    peak_extra_bytes,
+    put_liger_wheel_first,
+    write_json,
+)
 
 import liger_cpp  # noqa: F401
 from liger_cpp.transformers.moe import LigerExperts
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {
     "qwen3": dict(tokens=16384, hidden=2048, experts=128, top_k=8, inter=768),
     "mixtral": dict(tokens=8192, hidden=4096, experts=8, top_k=2, inter=14336),
@@ -49,12 +53,7 @@ def add_liger(whl, autotune=False):
     shape, minutes per shape, beyond this benchmark's budget; --liger-autotune lets it tune."""
     if not autotune:
         os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
-    whl = whl or next(iter(sorted(glob.glob(os.path.join(ROOT, ".whl", "liger_kernel-*.whl")))), None)
-    if whl:
-        d = tempfile.mkdtemp(prefix="liger_whl_")
-        with zipfile.ZipFile(whl) as z:
-            z.extractall(d)
-        sys.path.insert(0, d)
+    whl = put_liger_wheel_first(whl)
     try:
         import liger_kernel
         from liger_kernel.transformers.swiglu import LigerExperts as _  # noqa: F401

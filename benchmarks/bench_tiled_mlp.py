@@ -22,32 +22,22 @@ Usage: python benchmarks/bench_tiled_mlp.py [--shapes 8b,1b] [--out FILE.json]
 """
 
 import argparse
-import glob
 import os
-import sys
-import tempfile
 import time
 import types
-import zipfile
 
 import torch
-from harness import bench_ms, fmt_table, meta, write_json
+from harness import bench_ms, fmt_table, meta, put_liger_wheel_first, write_json
 
 import liger_cpp  # noqa: F401
 from liger_cpp.transformers import LigerSwiGLUMLP, LigerTiledSwiGLUMLP
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {"8b": (32768, 4096, 14336), "1b": (65536, 2048, 8192)}
 
 
 def add_liger():
     """(LigerTiledSwiGLUMLP class of Liger-Kernel, or None, and a note)."""
-    whl = next(iter(sorted(glob.glob(os.path.join(ROOT, ".whl", "liger_kernel-*.whl")))), None)
-    if whl:
-        d = tempfile.mkdtemp(prefix="liger_whl_")
-        with zipfile.ZipFile(whl) as z:
-            z.extractall(d)
-        sys.path.insert(0, d)
+    whl = put_liger_wheel_first()
     try:
         import liger_kernel
 

@@ -169,6 +169,25 @@ def peak_extra_bytes(fn):
     return torch.cuda.max_memory_allocated() - before
 
 
+def put_liger_wheel_first(whl=None):
+    """Unpacks a Liger-Kernel wheel (default: the repository's carried .whl/liger_kernel-*.whl)
+    into a temporary directory put first on sys.path, so `import liger_kernel` is Liger-Kernel's
+    and not liger_cpp's compat package; returns the wheel's path, or None where there is none."""
+    import glob
+    import sys
+    import tempfile
+    import zipfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    whl = whl or next(iter(sorted(glob.glob(os.path.join(root, ".whl", "liger_kernel-*.whl")))), None)
+    if whl:
+        d = tempfile.mkdtemp(prefix="liger_whl_")
+        with zipfile.ZipFile(whl) as z:
+            z.extractall(d)
+        sys.path.insert(0, d)
+    return whl
+
+
 def try_import_liger():
     try:
         import liger_kernel  # noqa: F401
