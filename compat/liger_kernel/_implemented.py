@@ -179,6 +179,15 @@ IMPLEMENTED = {
         )
         for where in (f".{mod}", "")
     },
+    # vocabulary-parallel cross entropy (torch.distributed collectives around PyTorch's ops)
+    **{
+        f"{_O}{where}.{name}": f"liger_cpp.transformers.vocab_parallel_cross_entropy:{name}"
+        for name in ("LigerVocabParallelCEFunction", "validate_formula_and_mode")
+        for where in (".vocab_parallel_cross_entropy", "")
+    },
+    f"{_T}.vocab_parallel_cross_entropy.LigerVocabParallelCrossEntropy": (
+        "liger_cpp.transformers.vocab_parallel_cross_entropy:LigerVocabParallelCrossEntropy"
+    ),
     # the tiled MLP: liger_cpp's Function has Liger-Kernel's .apply order itself
     f"{_O}.tiled_mlp.LigerTiledMLPFunction": "liger_cpp.ops.tiled_mlp:TiledMLPFunction",
     f"{_O}.tiled_mlp.apply_tiled_mlp": "liger_cpp.ops.tiled_mlp:apply_tiled_mlp",

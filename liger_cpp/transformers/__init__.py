@@ -122,6 +122,14 @@ from liger_cpp.transformers.swiglu import (  # noqa: F401  # noqa: F401,E402
     LigerSwiGLUMLPForMuseGlimmer,
 )
 from liger_cpp.transformers.tiled_mlp import LigerTiledGEGLUMLP, LigerTiledSwiGLUMLP  # noqa: F401,E402
+from liger_cpp.transformers.torch_composed_ops import (  # noqa: F401,E402
+    LigerDyT,
+    LigerGroupNorm,
+    LigerPolyNorm,
+    LigerSoftmax,
+    LigerSparsemax,
+)
+from liger_cpp.transformers.vocab_parallel_cross_entropy import LigerVocabParallelCrossEntropy  # noqa: F401,E402
 
 
 def __getattr__(name):
@@ -240,6 +248,12 @@ __all__ = [
     "LigerSwiGLUMLP",
     "LigerTiledGEGLUMLP",
     "LigerTiledSwiGLUMLP",
+    "LigerDyT",
+    "LigerGroupNorm",
+    "LigerPolyNorm",
+    "LigerSoftmax",
+    "LigerSparsemax",
+    "LigerVocabParallelCrossEntropy",
     "LigerSwiGLUMLPForMuseGlimmer",
     "MODEL_TYPE_TO_APPLY_LIGER_FN",
     "revert_liger_kernel",
