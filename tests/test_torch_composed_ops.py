@@ -1,5 +1,6 @@
-"""DyT, PolyNorm, softmax, sparsemax and group norm (liger_cpp.transformers.torch_composed_ops,
-composed of PyTorch's ops; Liger's names through the compatibility package): forward and every
+"""DyT, PolyNorm, softmax, sparsemax, group norm and modulated RMSNorm
+(liger_cpp.transformers.torch_composed_ops, composed of PyTorch's ops; Liger's names through the
+compatibility package): forward and every
 gradient against independent float64 references written here from the papers' formulas (sparsemax
 by its definition, a loop over each row's support), every dtype, odd shapes, grad_output != 1,
 gradcheck, Liger's calling conventions, errors."""
@@ -14,6 +15,8 @@ from liger_cpp.transformers.torch_composed_ops import (
     LigerDyTFunction,
     LigerGroupNorm,
     LigerGroupNormFunction,
+    LigerModulatedRMSNorm,
+    LigerModulatedRMSNormFunction,
     LigerPolyNorm,
     LigerPolyNormFunction,
     LigerSoftmax,
@@ -251,3 +254,62 @@ def test_errors():
         LigerGroupNorm(6, 4)
     with pytest.raises(ValueError, match="argument 'init_fn'"):
         LigerGroupNorm(4, 2, init_fn="normal")
+
+
+def _modulated_ref(x, w, scale, shift, eps, offset, rows):
+    """(1 + scale) * x / rms(x) * (offset + w) + shift, scale's row r on x's r-th block of rows."""
+    h = x.shape[-1]
+    n = x.numel() // h
+    y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+    if w is not None:
+        y = y * (offset + w)
+    y = y.reshape(rows, n // rows, h) * (1 + scale.reshape(rows, 1, h))
+    if shift is not None:
+        y = y + shift.reshape(rows, 1, h)
+    return y.reshape(x.shape)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("casting", ["llama", "gemma", "none"])
+@pytest.mark.parametrize("rows,with_shift,with_w", [(1, True, True), (2, False, True), (6, True, False)])
+def test_modulated_rms_norm(device, dtype, casting, rows, with_shift, with_w):
+    """Scale / shift of 1 (per batch of one), 2 (per sample: (B, 1, H)) and 6 (per token) rows."""
+    g = torch.Generator().manual_seed(7)
+    h, offset = 48, 1.0 if casting == "gemma" else 0.0
+    x = torch.randn(2, 3, h, generator=g)
+    w = torch.randn(h, generator=g) * 0.3 + 1
+    scale = torch.randn(rows, h, generator=g) * 0.2
+    shift = torch.randn(rows, h, generator=g) if with_shift else None
+    ins = [x, scale] + ([shift] if with_shift else []) + ([w] if with_w else [])
+
+    def split(args):
+        x_, s_ = args[0], args[1]
+        sh = args[2] if with_shift else None
+        w_ = args[-1] if with_w else None
+        return x_, w_, s_, sh
+
+    def ours(*args):
+        x_, w_, s_, sh = split(args)
+        return LigerModulatedRMSNormFunction.apply(x_, w_, s_, sh, 1e-6, offset, casting)
+
+    def ref(*args):
+        x_, w_, s_, sh = split(args)
+        return _modulated_ref(x_, w_, s_, sh, 1e-6, offset, rows)
+
+    names = ["x", "scale"] + (["shift"] if with_shift else []) + (["w"] if with_w else [])
+    _check(ours, ref, ins, dtype, device, names)
+
+
+def test_modulated_rms_norm_module_and_errors():
+    m = LigerModulatedRMSNorm(8, init_fn="zeros", offset=1.0, casting_mode="gemma")
+    assert torch.equal(m.weight, torch.zeros(8)) and m.in_place is False
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(
+        m(x, torch.zeros(1, 8)), x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+    )
+    assert LigerModulatedRMSNorm(8, elementwise_affine=False).weight is None
+    with pytest.raises(ValueError, match="argument 'scale'"):
+        m(x, torch.zeros(3, 8))
+    with pytest.raises(ValueError, match="argument 'shift'"):
+        m(x, torch.zeros(2, 8), torch.zeros(1, 8))

@@ -166,6 +166,7 @@ IMPLEMENTED = {
             ("softmax", "LigerSoftmax"),
             ("sparsemax", "LigerSparsemax"),
             ("group_norm", "LigerGroupNorm"),
+            ("modulated_rms_norm", "LigerModulatedRMSNorm"),
         )
     },
     **{
@@ -176,6 +177,7 @@ IMPLEMENTED = {
             ("softmax", "LigerSoftmaxFunction"),
             ("sparsemax", "LigerSparsemaxFunction"),
             ("group_norm", "LigerGroupNormFunction"),
+            ("modulated_rms_norm", "LigerModulatedRMSNormFunction"),
         )
         for where in (f".{mod}", "")
     },

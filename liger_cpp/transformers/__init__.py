@@ -125,6 +125,7 @@ from liger_cpp.transformers.tiled_mlp import LigerTiledGEGLUMLP, LigerTiledSwiGL
 from liger_cpp.transformers.torch_composed_ops import (  # noqa: F401,E402
     LigerDyT,
     LigerGroupNorm,
+    LigerModulatedRMSNorm,
     LigerPolyNorm,
     LigerSoftmax,
     LigerSparsemax,
@@ -250,6 +251,7 @@ __all__ = [
     "LigerTiledSwiGLUMLP",
     "LigerDyT",
     "LigerGroupNorm",
+    "LigerModulatedRMSNorm",
     "LigerPolyNorm",
     "LigerSoftmax",
     "LigerSparsemax",

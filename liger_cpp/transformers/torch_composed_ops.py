@@ -1,5 +1,6 @@
-"""Liger-Kernel's less used ops, composed of PyTorch's own ops (no liger_cpp kernel): DyT,
-PolyNorm, softmax, sparsemax and group norm, with Liger's modules, functionals and autograd
+"""Liger-Kernel's less used ops, composed of PyTorch's own ops (no liger_cpp kernel of their own):
+DyT, PolyNorm, softmax, sparsemax, group norm, and modulated RMSNorm (liger_cpp's RMSNorm, then
+PyTorch's elementwise modulation), with Liger's modules, functionals and autograd
 Function names, so code written for Liger runs unchanged. The maths is exact (float32 statistics,
 one rounding to the input's dtype at the end, PyTorch's autograd); the speed is PyTorch's eager
 ops', not a fused kernel's (softmax and group norm are one PyTorch kernel each already; DyT,
@@ -12,11 +13,15 @@ PolyNorm and sparsemax are several).
   projection onto the simplex, max(x - tau, 0) with sum 1.
 - group norm over (batch, channels, *): each group of channels normalised with its mean and
   variance, then a per-channel affine.
+- modulated RMSNorm (adaLN): y = (1 + scale) * RMSNorm(x) + shift, scale / shift of R rows of the
+  hidden size broadcast over consecutive blocks of x's rows (R must divide them), as Liger's.
 """
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+from liger_cpp.ops.rms_norm import rms_norm
 
 
 def _f32(x: Tensor) -> Tensor:
@@ -90,6 +95,73 @@ def liger_group_norm(X, affine_scaling_weight, affine_shifting_bias, num_channel
             f"liger_cpp: argument 'num_groups': {num_groups} does not divide num_channels {num_channels}"
         )
     return F.group_norm(X, num_groups, affine_scaling_weight, affine_shifting_bias, eps)
+
+
+def liger_modulated_rms_norm(
+    X, W, scale, shift=None, eps=1e-6, offset=0.0, casting_mode="llama", in_place=False
+):
+    """(1 + scale) * RMSNorm(X) + shift: liger_cpp's RMSNorm (weight W or None, offset, casting
+    mode as LigerRMSNorm's), then the modulation in X's dtype. scale: R x hidden elements, R
+    dividing X's rows, row r of scale applying to X's rows [r N / R, (r + 1) N / R); shift None or
+    scale's shape. `in_place` is accepted (Liger's default True); nothing is written in place."""
+    h = X.shape[-1]
+    n = X.numel() // h if h else 0
+    if scale.numel() == 0 or scale.numel() % h or n % (scale.numel() // h):
+        raise ValueError(
+            f"liger_cpp: argument 'scale': expected R x {h} elements with R dividing the {n} rows of X, "
+            f"got shape {tuple(scale.shape)}"
+        )
+    r = scale.numel() // h
+    if shift is not None and shift.numel() != scale.numel():
+        raise ValueError(
+            f"liger_cpp: argument 'shift': expected scale's {r} x {h} elements, got {tuple(shift.shape)}"
+        )
+    y = rms_norm(X, W, eps, offset=offset, casting_mode=casting_mode).reshape(r, n // r, h)
+    y = y * (1 + scale.reshape(r, 1, h))
+    if shift is not None:
+        y = y + shift.reshape(r, 1, h)
+    return y.reshape(X.shape).to(X.dtype)
+
+
+class LigerModulatedRMSNorm(nn.Module):
+    """Liger's LigerModulatedRMSNorm(hidden_size, eps, offset, casting_mode, init_fn, in_place,
+    elementwise_affine); forward(hidden_states, scale, shift=None). in_place defaults to False
+    (liger_cpp's rule; nothing is written in place here either way)."""
+
+    def __init__(
+        self,
+        hidden_size,
+        eps=1e-6,
+        offset=0.0,
+        casting_mode="llama",
+        init_fn="ones",
+        in_place=False,
+        elementwise_affine=True,
+    ):
+        super().__init__()
+        if init_fn not in ("ones", "zeros"):
+            raise ValueError(f"liger_cpp: argument 'init_fn': expected 'ones' or 'zeros', got {init_fn!r}")
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            init = torch.ones if init_fn == "ones" else torch.zeros
+            self.weight = nn.Parameter(init(hidden_size))
+        else:
+            self.register_parameter("weight", None)
+        self.variance_epsilon = eps
+        self.offset = offset
+        self.casting_mode = casting_mode
+        self.in_place = in_place
+
+    def forward(self, hidden_states, scale, shift=None):
+        return liger_modulated_rms_norm(
+            hidden_states, self.weight, scale, shift, self.variance_epsilon, self.offset, self.casting_mode
+        )
+
+
+class LigerModulatedRMSNormFunction:
+    @staticmethod
+    def apply(X, W, scale, shift, eps, offset=0.0, casting_mode="llama", in_place=False):
+        return liger_modulated_rms_norm(X, W, scale, shift, eps, offset, casting_mode, in_place)
 
 
 class LigerDyT(nn.Module):
@@ -207,6 +279,9 @@ class LigerGroupNormFunction:
 
 
 __all__ = [
+    "LigerModulatedRMSNorm",
+    "LigerModulatedRMSNormFunction",
+    "liger_modulated_rms_norm",
     "LigerDyT",
     "LigerDyTFunction",
     "LigerGroupNorm",

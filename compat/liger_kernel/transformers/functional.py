@@ -136,6 +136,12 @@ def liger_group_norm(X, affine_scaling_weight, affine_shifting_bias, num_channel
     )
 
 
+def liger_modulated_rms_norm(
+    X, W, scale, shift=None, eps=1e-06, offset=0.0, casting_mode="llama", in_place=False
+):
+    return _composed.liger_modulated_rms_norm(X, W, scale, shift, eps, offset, casting_mode, in_place)
+
+
 def liger_swiglu(a, b):
     return _cpp.liger_swiglu(a, b)
 
