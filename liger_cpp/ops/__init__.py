@@ -16,7 +16,7 @@ from liger_cpp.ops.fused_linear_logprobs import (  # noqa: F401,E402
 )
 from liger_cpp.ops.fused_linear_preference import fused_linear_preference  # noqa: F401
 from liger_cpp.ops.geglu import geglu  # noqa: F401
-from liger_cpp.ops.glu_mlp import glu_mlp  # noqa: F401
+from liger_cpp.ops.glu_mlp import glu_mlp, glu_mlp_tiled  # noqa: F401
 from liger_cpp.ops.grpo_logits import grpo_loss_on_logits  # noqa: F401,E402
 from liger_cpp.ops.layer_norm import layer_norm  # noqa: F401
 from liger_cpp.ops.llama4_rope import llama4_rope  # noqa: F401
