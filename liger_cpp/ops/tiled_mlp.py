@@ -9,8 +9,8 @@ backward.
 This is the general path, in Python because it calls the user's function on the user's module
 (PEFT / LoRA layers, quantised linears, DeepSpeed ZeRO-3's parameter gathering), not a fixed set of
 weights. LigerTiledSwiGLUMLP / LigerTiledGEGLUMLP with plain projections take the C++ op
-`liger::glu_mlp_tiled` instead (liger_cpp.ops.glu_mlp.glu_mlp_tiled: 8-10 % faster than Liger's
-tiled MLP on the H100, where this path is 10 % slower; docs/kernels/glu.md).
+`liger::glu_mlp_tiled` instead (liger_cpp.ops.glu_mlp.glu_mlp_tiled: 8-9 % faster than Liger's
+tiled MLP on the H100, where this path is 7-10 % slower; docs/kernels/glu.md).
 
 Gradients, and how they differ from Liger-Kernel's and DeepSpeed's (which call
 `torch.autograd.backward` on each shard, so each shard's parameter gradient is rounded to the
