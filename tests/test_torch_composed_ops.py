@@ -11,6 +11,7 @@ from conftest import DEVICES
 from utils import assert_close_to_ref
 
 from liger_cpp.transformers.torch_composed_ops import (
+    LigerAttnResFunction,
     LigerDyT,
     LigerDyTFunction,
     LigerGroupNorm,
@@ -313,3 +314,39 @@ def test_modulated_rms_norm_module_and_errors():
         m(x, torch.zeros(3, 8))
     with pytest.raises(ValueError, match="argument 'shift'"):
         m(x, torch.zeros(2, 8), torch.zeros(1, 8))
+
+
+def _attn_res_ref(v, wq, wn, eps):
+    k = v / torch.sqrt((v * v).mean(-1, keepdim=True) + eps) * wn
+    alpha = torch.softmax((k * wq).sum(-1), dim=0)
+    return (alpha.unsqueeze(-1) * v).sum(0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(8, 2, 5, 64), (3, 7, 33), (1, 4, 16)])
+def test_attn_res(device, dtype, shape):
+    """N blocks [N, B, T, D] or [N, B*T, D]; one block is the identity."""
+    g = torch.Generator().manual_seed(8)
+    v = torch.randn(shape, generator=g)
+    wq = torch.randn(shape[-1], generator=g) * 0.5
+    wn = torch.randn(shape[-1], generator=g) * 0.2 + 1
+    _check(
+        lambda v, q, n: LigerAttnResFunction.apply(v, q, n, 1e-6),
+        lambda v, q, n: _attn_res_ref(v, q, n, 1e-6),
+        [v, wq, wn],
+        dtype,
+        device,
+        ["V", "w_query", "w_norm"],
+    )
+
+
+def test_attn_res_list_and_errors():
+    from liger_cpp.transformers.torch_composed_ops import liger_attn_res
+
+    v = torch.randn(4, 3, 8)
+    wq, wn = torch.randn(8), torch.ones(8)
+    torch.testing.assert_close(liger_attn_res(list(v), wq, wn), liger_attn_res(v, wq, wn))
+    torch.testing.assert_close(liger_attn_res(v[:1], wq, wn), v[0])
+    with pytest.raises(ValueError, match="'w_query'"):
+        liger_attn_res(v, torch.randn(7), wn)

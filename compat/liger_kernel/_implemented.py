@@ -178,6 +178,7 @@ IMPLEMENTED = {
             ("sparsemax", "LigerSparsemaxFunction"),
             ("group_norm", "LigerGroupNormFunction"),
             ("modulated_rms_norm", "LigerModulatedRMSNormFunction"),
+            ("attn_res", "LigerAttnResFunction"),
         )
         for where in (f".{mod}", "")
     },

@@ -15,6 +15,8 @@ PolyNorm and sparsemax are several).
   variance, then a per-channel affine.
 - modulated RMSNorm (adaLN): y = (1 + scale) * RMSNorm(x) + shift, scale / shift of R rows of the
   hidden size broadcast over consecutive blocks of x's rows (R must divide them), as Liger's.
+- attention residuals (Kimi's AttnRes): of N block outputs V [N, ..., D], the softmax over the N
+  blocks of w_query . RMSNorm(v_i; w_norm), then the weighted sum of the v_i.
 """
 
 import torch
@@ -164,6 +166,29 @@ class LigerModulatedRMSNormFunction:
         return liger_modulated_rms_norm(X, W, scale, shift, eps, offset, casting_mode, in_place)
 
 
+def liger_attn_res(V, w_query, w_norm, eps=1e-6):
+    """Attention residuals: V [N, ..., D] (or a list of N tensors [..., D]) -> [..., D]:
+    h = sum_i softmax_i(w_query . (v_i / rms(v_i) * w_norm)) v_i, float32 math."""
+    if isinstance(V, (list, tuple)):
+        V = torch.stack(list(V))
+    d = V.shape[-1]
+    if V.dim() < 2 or w_query.shape != (d,) or w_norm.shape != (d,):
+        raise ValueError(
+            f"liger_cpp: arguments 'V', 'w_query', 'w_norm': expected [N, ..., D], [D] and [D], got "
+            f"{tuple(V.shape)}, {tuple(w_query.shape)} and {tuple(w_norm.shape)}"
+        )
+    v = _f32(V)
+    k = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * _f32(w_norm)
+    alpha = torch.softmax((k * _f32(w_query)).sum(-1), dim=0)
+    return (alpha.unsqueeze(-1) * v).sum(0).to(V.dtype)
+
+
+class LigerAttnResFunction:
+    @staticmethod
+    def apply(V_stacked, w_query, w_norm, eps):
+        return liger_attn_res(V_stacked, w_query, w_norm, eps)
+
+
 class LigerDyT(nn.Module):
     """DyT (Liger's LigerDyT(hidden_size, beta=True, init_alpha=0.5)): alpha (1,), gamma ones,
     beta zeros (None without beta)."""
@@ -279,6 +304,8 @@ class LigerGroupNormFunction:
 
 
 __all__ = [
+    "LigerAttnResFunction",
+    "liger_attn_res",
     "LigerModulatedRMSNorm",
     "LigerModulatedRMSNormFunction",
     "liger_modulated_rms_norm",

@@ -142,6 +142,10 @@ def liger_modulated_rms_norm(
     return _composed.liger_modulated_rms_norm(X, W, scale, shift, eps, offset, casting_mode, in_place)
 
 
+def liger_attn_res(V, w_query, w_norm, eps=1e-06):
+    return _composed.liger_attn_res(V, w_query, w_norm, eps)
+
+
 def liger_swiglu(a, b):
     return _cpp.liger_swiglu(a, b)
 
