@@ -18,6 +18,7 @@ from liger_cpp.transformers.torch_composed_ops import (
     LigerGroupNormFunction,
     LigerModulatedRMSNorm,
     LigerModulatedRMSNormFunction,
+    LigerMultiTokenAttentionFunction,
     LigerPolyNorm,
     LigerPolyNormFunction,
     LigerSoftmax,
@@ -350,3 +351,58 @@ def test_attn_res_list_and_errors():
     torch.testing.assert_close(liger_attn_res(v[:1], wq, wn), v[0])
     with pytest.raises(ValueError, match="'w_query'"):
         liger_attn_res(v, torch.randn(7), wn)
+
+
+def _mta_ref(scores, weight, bias, padding, sparse):
+    """Written out: causal mask (the future at -1e9), softmax / sparsemax per row, the conv as
+    an explicit sum over channels and kernel taps, the future of the result zeroed."""
+    b, c_in, L, _ = scores.shape
+    future = torch.ones(L, L, dtype=torch.bool).triu(1)
+    s = scores.masked_fill(future, -1e9)
+    p = _sparsemax_ref(s, -1) if sparse else torch.softmax(s, -1)
+    c_out, _, k, _ = weight.shape
+    pp = torch.nn.functional.pad(p, (padding,) * 4)
+    lo = L + 2 * padding - k + 1
+    out = torch.zeros(b, c_out, lo, lo, dtype=scores.dtype)
+    for i in range(k):
+        for j in range(k):
+            out += torch.einsum("bcxy,oc->boxy", pp[:, :, i : i + lo, j : j + lo], weight[:, :, i, j])
+    if bias is not None:
+        out += bias[None, :, None, None]
+    return out.masked_fill(torch.ones(lo, lo, dtype=torch.bool).triu(1), 0.0)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_multi_token_attention(sparse, bias):
+    """Forward against the written-out reference (float64 and float32), and gradcheck."""
+    g = torch.Generator().manual_seed(9)
+    scores = torch.randn(2, 3, 7, 7, generator=g, dtype=torch.float64)
+    weight = torch.randn(4, 3, 3, 3, generator=g, dtype=torch.float64) * 0.3
+    b = torch.randn(4, generator=g, dtype=torch.float64) if bias else None
+    want = _mta_ref(scores, weight, b, 1, sparse)
+    got = LigerMultiTokenAttentionFunction.apply(scores, weight, b, 1, 1, 1, 1, sparse)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    got32 = LigerMultiTokenAttentionFunction.apply(
+        scores.float(), weight.float(), None if b is None else b.float(), 1, 1, 1, 1, sparse
+    )
+    torch.testing.assert_close(got32.double(), want, rtol=1e-5, atol=1e-5)
+    ins = [scores.requires_grad_(), weight.requires_grad_()] + ([b.requires_grad_()] if bias else [])
+    assert torch.autograd.gradcheck(
+        lambda s, w, *bb: LigerMultiTokenAttentionFunction.apply(
+            s, w, bb[0] if bb else None, 1, 1, 1, 1, sparse
+        ),
+        ins,
+    )
+
+
+def test_multi_token_attention_module():
+    from liger_cpp.transformers.torch_composed_ops import LigerMultiTokenAttention
+
+    m = LigerMultiTokenAttention(3, 3, 3, padding=1)
+    assert m.weight.shape == (3, 3, 3, 3) and torch.equal(m.bias, torch.zeros(3))
+    y = m(torch.randn(1, 3, 5, 5))
+    assert y.shape == (1, 3, 5, 5) and torch.equal(y.triu(1), torch.zeros_like(y))
+    assert LigerMultiTokenAttention(2, 2, 1, bias=False).bias is None
+    with pytest.raises(ValueError, match="argument 'scores'"):
+        m(torch.randn(3, 5, 5))

@@ -167,6 +167,7 @@ IMPLEMENTED = {
             ("sparsemax", "LigerSparsemax"),
             ("group_norm", "LigerGroupNorm"),
             ("modulated_rms_norm", "LigerModulatedRMSNorm"),
+            ("multi_token_attention", "LigerMultiTokenAttention"),
         )
     },
     **{
@@ -179,6 +180,7 @@ IMPLEMENTED = {
             ("group_norm", "LigerGroupNormFunction"),
             ("modulated_rms_norm", "LigerModulatedRMSNormFunction"),
             ("attn_res", "LigerAttnResFunction"),
+            ("multi_token_attention", "LigerMultiTokenAttentionFunction"),
         )
         for where in (f".{mod}", "")
     },

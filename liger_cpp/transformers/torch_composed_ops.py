@@ -17,11 +17,16 @@ PolyNorm and sparsemax are several).
   hidden size broadcast over consecutive blocks of x's rows (R must divide them), as Liger's.
 - attention residuals (Kimi's AttnRes): of N block outputs V [N, ..., D], the softmax over the N
   blocks of w_query . RMSNorm(v_i; w_norm), then the weighted sum of the v_i.
+- multi-token attention (arXiv 2504.00927): out = mask_0(conv2d(softmax(mask_-1e9(scores)))), the
+  masks causal (a column after its row), sparsemax in place of softmax with sparse=True.
 """
+
+import math
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+from torch.nn.modules.utils import _pair
 
 from liger_cpp.ops.rms_norm import rms_norm
 
@@ -189,6 +194,68 @@ class LigerAttnResFunction:
         return liger_attn_res(V_stacked, w_query, w_norm, eps)
 
 
+def _future(t: Tensor) -> Tensor:
+    """True where a column comes after its row, over t's last two dimensions."""
+    r, c = t.shape[-2], t.shape[-1]
+    return torch.ones(r, c, dtype=torch.bool, device=t.device).triu(1)
+
+
+def liger_multi_token_attention(
+    scores, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, sparse=False
+):
+    """Multi-token attention on scores (B, C_in, L, L): the future masked to -1e9 (Liger's value),
+    softmax (sparsemax with sparse=True) over the last dimension in float32, conv2d with weight
+    (C_out, C_in / groups, K, K) and bias, the future of the result masked to 0."""
+    if scores.dim() != 4:
+        raise ValueError(f"liger_cpp: argument 'scores': expected (B, C_in, L, L), got {tuple(scores.shape)}")
+    masked = _f32(scores).masked_fill(_future(scores), -1e9)
+    probs = liger_sparsemax(masked, -1) if sparse else torch.softmax(masked, -1)
+    out = F.conv2d(probs.to(scores.dtype), weight, bias, stride, padding, dilation, groups)
+    return out.masked_fill(_future(out), 0.0)
+
+
+class LigerMultiTokenAttention(nn.Module):
+    """Liger's LigerMultiTokenAttention(in_channels, out_channels, kernel_size, stride, padding,
+    dilation, groups, bias, sparse): the conv's weight kaiming-uniform, bias zeros, as Liger's."""
+
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups=1,
+        bias=True,
+        sparse=False,
+    ):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
+        self.padding, self.dilation = _pair(padding), _pair(dilation)
+        self.groups, self.sparse = groups, sparse
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels // groups, *self.kernel_size))
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, scores):
+        return liger_multi_token_attention(
+            scores, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, self.sparse
+        )
+
+
+class LigerMultiTokenAttentionFunction:
+    @staticmethod
+    def apply(scores, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, sparse=False):
+        return liger_multi_token_attention(scores, weight, bias, stride, padding, dilation, groups, sparse)
+
+
 class LigerDyT(nn.Module):
     """DyT (Liger's LigerDyT(hidden_size, beta=True, init_alpha=0.5)): alpha (1,), gamma ones,
     beta zeros (None without beta)."""
@@ -304,6 +371,9 @@ class LigerGroupNormFunction:
 
 
 __all__ = [
+    "LigerMultiTokenAttention",
+    "LigerMultiTokenAttentionFunction",
+    "liger_multi_token_attention",
     "LigerAttnResFunction",
     "liger_attn_res",
     "LigerModulatedRMSNorm",

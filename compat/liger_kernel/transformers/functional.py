@@ -146,6 +146,21 @@ def liger_attn_res(V, w_query, w_norm, eps=1e-06):
     return _composed.liger_attn_res(V, w_query, w_norm, eps)
 
 
+def liger_multi_token_attention(
+    scores,
+    weight,
+    bias=None,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    sparse: bool = False,
+):
+    return _composed.liger_multi_token_attention(
+        scores, weight, bias, stride, padding, dilation, groups, sparse
+    )
+
+
 def liger_swiglu(a, b):
     return _cpp.liger_swiglu(a, b)
 
