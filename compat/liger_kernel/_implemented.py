@@ -193,6 +193,21 @@ IMPLEMENTED = {
     f"{_T}.vocab_parallel_cross_entropy.LigerVocabParallelCrossEntropy": (
         "liger_cpp.transformers.vocab_parallel_cross_entropy:LigerVocabParallelCrossEntropy"
     ),
+    # neighborhood attention (PyTorch's ops composed)
+    **{
+        f"{_T}.fused_neighborhood_attention.{n}": f"liger_cpp.transformers.neighborhood_attention:{n}"
+        for n in (
+            "LigerFusedNeighborhoodAttention",
+            "LigerFusedNeighborhoodAttentionLayer",
+            "LigerFusedNeighborhoodAttentionConfig",
+        )
+    },
+    **{
+        f"{_O}{where}.LigerFusedNeighborhoodAttentionFunction": (
+            "liger_cpp.transformers.neighborhood_attention:LigerFusedNeighborhoodAttentionFunction"
+        )
+        for where in (".fused_neighborhood_attention", "")
+    },
     # the tiled MLP: liger_cpp's Function has Liger-Kernel's .apply order itself
     f"{_O}.tiled_mlp.LigerTiledMLPFunction": "liger_cpp.ops.tiled_mlp:TiledMLPFunction",
     f"{_O}.tiled_mlp.apply_tiled_mlp": "liger_cpp.ops.tiled_mlp:apply_tiled_mlp",

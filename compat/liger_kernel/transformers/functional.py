@@ -161,6 +161,14 @@ def liger_multi_token_attention(
     )
 
 
+def liger_fused_neighborhood_attention(
+    query, key, value, kernel_size: int = 7, dilation: int = 1, scale=None
+):
+    from liger_cpp.transformers.neighborhood_attention import liger_fused_neighborhood_attention as f
+
+    return f(query, key, value, kernel_size, dilation, scale)
+
+
 def liger_swiglu(a, b):
     return _cpp.liger_swiglu(a, b)
 
