@@ -608,3 +608,29 @@ def test_liger_mlp_and_falcon_h1_mlp_and_mlp_function():
     assert LigerFalconH1MLP is LigerFalconH1SwiGLUMLP
     with pytest.raises(ValueError):
         LigerMLP(SimpleNamespace(hidden_size=16, intermediate_size=24, hidden_act="gelu"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_liger_fused_gate_up_silu_mul(device, dtype):
+    """Liger's LigerFusedGateUpSiLUMulFunction (one [..., 2 I] tensor, gate then up) through the
+    compatibility package: liger_cpp's SwiGLU on the two halves, against the float64 reference."""
+    from compat_env import ensure_compat
+
+    ensure_compat()
+    from liger_kernel.ops import LigerFusedGateUpSiLUMulFunction
+
+    y = torch.randn(3, 5, 2 * 37, device=device, dtype=dtype, requires_grad=True)
+    out = LigerFusedGateUpSiLUMulFunction.apply(y)
+    dc = torch.randn_like(out)
+    out.backward(dc)
+    y64 = y.detach().double().requires_grad_()
+    ref = swiglu_ref(*y64.chunk(2, -1))
+    ref.backward(dc.double())
+    y_lo = y.detach().clone().requires_grad_()
+    lo = swiglu_ref(*y_lo.chunk(2, -1))
+    lo.backward(dc)
+    assert_close_to_ref(out, ref, lo, "c")
+    assert_close_to_ref(y.grad, y64.grad, y_lo.grad, "dy")
+    with pytest.raises(ValueError, match="argument 'y'"):
+        LigerFusedGateUpSiLUMulFunction.apply(torch.randn(2, 5, device=device))

@@ -406,3 +406,29 @@ def test_multi_token_attention_module():
     assert LigerMultiTokenAttention(2, 2, 1, bias=False).bias is None
     with pytest.raises(ValueError, match="argument 'scores'"):
         m(torch.randn(3, 5, 5))
+
+
+def test_experimental_embedding_and_ce_output():
+    """Liger's experimental LigerEmbedding (padding row zeroed, padding positions' output zero)
+    and CrossEntropyOutput are liger_cpp's objects through the compatibility package."""
+    from compat_env import ensure_compat
+
+    ensure_compat()
+    from liger_kernel.ops import LigerEmbeddingFunction
+    from liger_kernel.transformers.experimental import LigerEmbedding
+    from liger_kernel.transformers.functional import CrossEntropyOutput
+
+    from liger_cpp.ops.ce_output import CrossEntropyOutput as ours
+
+    assert CrossEntropyOutput is ours
+    torch.manual_seed(0)
+    e = LigerEmbedding(10, 4, padding_idx=2)
+    assert torch.equal(e.weight[2], torch.zeros(4))
+    idx = torch.tensor([[1, 2, 9], [2, 0, 3]])
+    y = e(idx)
+    torch.testing.assert_close(y[0, 0], e.weight[1])
+    assert torch.equal(y[idx == 2], torch.zeros(2, 4))
+    y.sum().backward()
+    assert e.weight.grad[1].eq(1).all() and e.weight.grad[0].eq(1).all()
+    w = torch.randn(5, 3, requires_grad=True)
+    torch.testing.assert_close(LigerEmbeddingFunction.apply(w, torch.tensor([4, 0])), w[[4, 0]])

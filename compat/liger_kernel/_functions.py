@@ -165,6 +165,21 @@ class LigerSiLUMulFunction:
         return out * down_multiplier if down_multiplier != 1.0 else out
 
 
+class LigerFusedGateUpSiLUMulFunction:
+    @staticmethod
+    def apply(y, in_place=False):
+        """silu(gate) * up of one [..., 2 I] tensor holding gate then up (Megatron's linear_fc1
+        layout): liger_cpp's SwiGLU kernel reads the two strided halves in place, no copy.
+        in_place=True lets the backward write the halves' gradients into y (visible to autograd:
+        y's version counter records it)."""
+        if y.shape[-1] % 2:
+            raise ValueError(
+                f"liger_cpp: argument 'y': expected an even last dimension, got {tuple(y.shape)}"
+            )
+        gate, up = y.chunk(2, dim=-1)
+        return _swiglu(gate, up, in_place=in_place)
+
+
 class LigerGELUMulFunction:
     @staticmethod
     def apply(a, b):

@@ -208,6 +208,24 @@ IMPLEMENTED = {
         )
         for where in (".fused_neighborhood_attention", "")
     },
+    f"{_T}.functional.CrossEntropyOutput": "liger_cpp.ops.ce_output:CrossEntropyOutput",
+    **{
+        f"{_T}{where}.LigerEmbedding": "liger_cpp.transformers.torch_composed_ops:LigerEmbedding"
+        for where in (".experimental", ".experimental.embedding")
+    },
+    **{
+        f"{_O}{where}.LigerEmbeddingFunction": (
+            "liger_cpp.transformers.torch_composed_ops:LigerEmbeddingFunction"
+        )
+        for where in (".experimental.embedding", "")
+    },
+    # mHC (PyTorch's ops composed)
+    f"{_T}.mhc.LigerMHC": "liger_cpp.transformers.mhc:LigerMHC",
+    **{
+        f"{_O}{where}.{n}": f"liger_cpp.transformers.mhc:{n}"
+        for n in ("LigerMHCCoeffsFunction", "LigerMHCPreFunction", "LigerMHCPostResFunction")
+        for where in (".mhc", "")
+    },
     # the tiled MLP: liger_cpp's Function has Liger-Kernel's .apply order itself
     f"{_O}.tiled_mlp.LigerTiledMLPFunction": "liger_cpp.ops.tiled_mlp:TiledMLPFunction",
     f"{_O}.tiled_mlp.apply_tiled_mlp": "liger_cpp.ops.tiled_mlp:apply_tiled_mlp",
@@ -242,6 +260,10 @@ for _fn in ("fused_ce_tvd_forward", "fused_ce_tvd_backward"):
 for _mod, _cls in _OPS_FUNCTIONS.items():
     IMPLEMENTED[f"{_O}.{_mod}.{_cls}"] = f"liger_kernel._functions:{_cls}"
     IMPLEMENTED[f"{_O}.{_cls}"] = f"liger_kernel._functions:{_cls}"
+for _where in (f"{_O}.swiglu", _O):  # a second Function of liger_kernel.ops.swiglu
+    IMPLEMENTED[f"{_where}.LigerFusedGateUpSiLUMulFunction"] = (
+        "liger_kernel._functions:LigerFusedGateUpSiLUMulFunction"
+    )
 # liger_kernel.ops' LigerFusedLinearJSDFunction (not chunked_loss's, of the same name)
 IMPLEMENTED[f"{_O}.fused_linear_jsd.LigerFusedLinearJSDFunction"] = (
     "liger_kernel._functions:LigerFusedLinearJSDOps"

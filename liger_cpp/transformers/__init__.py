@@ -31,6 +31,7 @@ from liger_cpp.transformers.llama4_rope import (  # noqa: F401,E402
     liger_llama4_text_rotary_pos_emb,
     liger_llama4_vision_rotary_pos_emb,
 )
+from liger_cpp.transformers.mhc import LigerMHC  # noqa: F401,E402
 from liger_cpp.transformers.moe import LigerExperts, LigerGptOssExpertsMixin  # noqa: F401,E402
 from liger_cpp.transformers.monkey_patch import (  # noqa: F401
     MODEL_TYPE_TO_APPLY_LIGER_FN,
@@ -84,6 +85,7 @@ from liger_cpp.transformers.monkey_patch import (  # noqa: F401
     apply_liger_kernel_to_smolvlm,
     revert_liger_kernel,
 )
+from liger_cpp.transformers.neighborhood_attention import LigerFusedNeighborhoodAttention  # noqa: F401,E402
 from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb  # noqa: F401
 from liger_cpp.transformers.relu_squared import LigerReLUSquared, LigerReLUSquaredMLP  # noqa: F401,E402
 from liger_cpp.transformers.rms_norm import (  # noqa: F401  # noqa: F401,E402
@@ -258,6 +260,8 @@ __all__ = [
     "LigerSoftmax",
     "LigerSparsemax",
     "LigerVocabParallelCrossEntropy",
+    "LigerMHC",
+    "LigerFusedNeighborhoodAttention",
     "LigerSwiGLUMLPForMuseGlimmer",
     "MODEL_TYPE_TO_APPLY_LIGER_FN",
     "revert_liger_kernel",

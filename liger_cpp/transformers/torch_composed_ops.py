@@ -256,6 +256,35 @@ class LigerMultiTokenAttentionFunction:
         return liger_multi_token_attention(scores, weight, bias, stride, padding, dilation, groups, sparse)
 
 
+class LigerEmbeddingFunction:
+    """Liger's experimental embedding Function: apply(embeddings, indices) = embeddings[indices]
+    (PyTorch's embedding; its backward accumulates rows in the weight's dtype as PyTorch's does)."""
+
+    @staticmethod
+    def apply(embeddings, indices):
+        return F.embedding(indices, embeddings)
+
+
+class LigerEmbedding(nn.Module):
+    """Liger's experimental LigerEmbedding(num_embeddings, embedding_dim, padding_idx=None): weight
+    N(0, 1) with the padding row zeroed; the padding positions' output is zero (and, as Liger's,
+    their rows still receive gradient)."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.weight = nn.Parameter(torch.randn(num_embeddings, embedding_dim))
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
+
+    def forward(self, indices):
+        out = F.embedding(indices, self.weight)
+        if self.padding_idx is not None:
+            out = out.masked_fill((indices == self.padding_idx).unsqueeze(-1), 0.0)
+        return out
+
+
 class LigerDyT(nn.Module):
     """DyT (Liger's LigerDyT(hidden_size, beta=True, init_alpha=0.5)): alpha (1,), gamma ones,
     beta zeros (None without beta)."""
@@ -371,6 +400,8 @@ class LigerGroupNormFunction:
 
 
 __all__ = [
+    "LigerEmbedding",
+    "LigerEmbeddingFunction",
     "LigerMultiTokenAttention",
     "LigerMultiTokenAttentionFunction",
     "liger_multi_token_attention",

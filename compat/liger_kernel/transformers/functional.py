@@ -169,6 +169,15 @@ def liger_fused_neighborhood_attention(
     return f(query, key, value, kernel_size, dilation, scale)
 
 
+from liger_cpp.transformers.mhc import (  # noqa: E402, F401  (mHC: Liger's exact signatures)
+    liger_mhc_apply,
+    liger_mhc_coeffs,
+    liger_mhc_forward,
+    liger_mhc_post_res,
+    liger_mhc_pre,
+)
+
+
 def liger_swiglu(a, b):
     return _cpp.liger_swiglu(a, b)
 
