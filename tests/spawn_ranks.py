@@ -19,6 +19,30 @@ def gloo_on_loopback():
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
+def gather_on_gloo(rank, init_file, out_file, compute):
+    """A gloo rank's whole life for spawn_workers: one CPU thread, the process group on the
+    loopback, compute(rank) -> this rank's results, every rank's results gathered and saved by
+    rank 0 (what spawn_workers returns), the group torn down by both ranks together."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)  # 2 processes on 2 cores
+    gloo_on_loopback()
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60)
+    )
+    try:
+        results = compute(rank)
+        every = [None] * WORLD
+        dist.all_gather_object(every, results)
+        if rank == 0:
+            torch.save(every, out_file)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
 def spawn_workers(worker, tmp_path, *extra_args, what="workers", timeout_s=TIMEOUT_S):
     """Runs worker(rank, store_path, out_file, *extra_args) in WORLD spawned processes and returns
     what they saved to out_file; fails the test when they do not finish within timeout_s."""

@@ -5,13 +5,12 @@ float64 reference: two Gloo ranks on the CPU (spawned), and a group of one on ev
 import math
 import os
 import tempfile
-from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
 from conftest import DEVICES
-from spawn_ranks import WORLD, gloo_on_loopback, spawn_workers
+from spawn_ranks import WORLD, gather_on_gloo, spawn_workers
 
 from liger_cpp.ops import LigerFusedLinearScaledCrossEntropyTPFunction, fused_linear_token_logprobs
 
@@ -66,27 +65,19 @@ def _run(x, w, t, g_nll, g_ent, grads, group, rank, world):
     return nll.detach(), ent.detach(), xs.grad, ws.grad
 
 
+def _results(rank):
+    results = []
+    for dtype, grads in CASES:
+        x, w, t, g_nll, g_ent = _inputs(dtype)
+        nll, ent, dx, dw = _run(x, w, t, g_nll, g_ent, grads, None, rank, WORLD)
+        parts = [torch.empty_like(dw) for _ in range(WORLD)]
+        dist.all_gather(parts, dw)
+        results.append((nll, ent, dx, torch.cat(parts)))
+    return results
+
+
 def _worker(rank, init_file, out_file):
-    torch.set_num_threads(1)
-    gloo_on_loopback()
-    dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60)
-    )
-    try:
-        results = []
-        for dtype, grads in CASES:
-            x, w, t, g_nll, g_ent = _inputs(dtype)
-            nll, ent, dx, dw = _run(x, w, t, g_nll, g_ent, grads, None, rank, WORLD)
-            parts = [torch.empty_like(dw) for _ in range(WORLD)]
-            dist.all_gather(parts, dw)
-            results.append((nll, ent, dx, torch.cat(parts)))
-        every = [None] * WORLD
-        dist.all_gather_object(every, results)  # rank 0 saves every rank's
-        if rank == 0:
-            torch.save(every, out_file)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    gather_on_gloo(rank, init_file, out_file, _results)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,10 @@ target distribution q, loss = -sum q log p), on one rank and on two gloo ranks e
 the vocabulary ("global" mode: exactly the one-rank result; "partition": each rank's own K),
 ignore_index, grad_output != 1, bfloat16, no host synchronisation in the backward, errors."""
 
-from datetime import timedelta
-
 import pytest
 import torch
 import torch.distributed as dist
-from spawn_ranks import WORLD, gloo_on_loopback, spawn_workers
+from spawn_ranks import WORLD, gather_on_gloo, spawn_workers
 
 from liger_cpp.transformers.vocab_parallel_cross_entropy import (
     LigerVocabParallelCEFunction,
@@ -113,24 +111,15 @@ def test_gradcheck_float64():
         )
 
 
+def _results(rank):
+    logits, target, dloss = _inputs()
+    half = V // WORLD
+    lo, hi = rank * half, (rank + 1) * half
+    return [_ours(logits, target, *case, dloss, dist.group.WORLD, lo, hi) for case in CASES + PARTITION]
+
+
 def _worker(rank, init_file, out_file):
-    torch.set_num_threads(1)
-    gloo_on_loopback()
-    dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60)
-    )
-    try:
-        logits, target, dloss = _inputs()
-        half = V // WORLD
-        lo, hi = rank * half, (rank + 1) * half
-        out = [_ours(logits, target, *case, dloss, dist.group.WORLD, lo, hi) for case in CASES + PARTITION]
-        every = [None] * WORLD
-        dist.all_gather_object(every, out)
-        if rank == 0:
-            torch.save(every, out_file)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    gather_on_gloo(rank, init_file, out_file, _results)
 
 
 @pytest.fixture(scope="module")

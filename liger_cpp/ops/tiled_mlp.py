@@ -128,10 +128,10 @@ class _TiledMLP(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
         x, *params = ctx.saved_tensors
+        fn, module = ctx.fn, ctx.module
         if ctx.zero3:
             params = list(ctx.zero3_params)
-        fn, module = ctx.fn, ctx.module
-        if not ctx.zero3:  # what the recomputation uses: gradients with respect to these
+        else:  # what the recomputation uses: gradients with respect to these
             params = [
                 ctx.extras[i] if n is None else _current(module, n, p, *m)
                 for i, (n, p, m) in enumerate(zip(ctx.names, params, ctx.param_meta))

@@ -8,6 +8,29 @@ from liger_cpp.ops.rms_norm import CASTING_MODES, rms_norm
 from liger_cpp.ops.swiglu import swiglu
 
 
+def init_rms_norm(module, hidden_size, eps, offset, casting_mode, init_fn, in_place, elementwise_affine):
+    """The attributes and weight of Liger's RMSNorm constructors (LigerRMSNorm,
+    LigerModulatedRMSNorm), checked: weight ones or zeros (None without elementwise_affine),
+    variance_epsilon, offset, casting_mode, in_place."""
+    if init_fn not in ("ones", "zeros"):
+        raise ValueError(f"liger_cpp: argument 'init_fn': expected 'ones' or 'zeros', got {init_fn!r}")
+    if casting_mode not in CASTING_MODES:
+        raise ValueError(
+            f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}"
+        )
+    module.hidden_size = hidden_size
+    module.elementwise_affine = elementwise_affine
+    if elementwise_affine:
+        init = torch.ones if init_fn == "ones" else torch.zeros
+        module.weight = nn.Parameter(init(hidden_size))
+    else:
+        module.register_parameter("weight", None)
+    module.variance_epsilon = eps
+    module.offset = offset
+    module.casting_mode = casting_mode
+    module.in_place = in_place
+
+
 class LigerRMSNorm(nn.Module):
     """RMSNorm with Liger-Kernel's constructor.
 
@@ -32,23 +55,7 @@ class LigerRMSNorm(nn.Module):
         elementwise_affine: bool = True,
     ):
         super().__init__()
-        if init_fn not in ("ones", "zeros"):
-            raise ValueError(f"liger_cpp: argument 'init_fn': expected 'ones' or 'zeros', got {init_fn!r}")
-        if casting_mode not in CASTING_MODES:
-            raise ValueError(
-                f"liger_cpp: argument 'casting_mode': expected one of {CASTING_MODES}, got {casting_mode!r}"
-            )
-        self.hidden_size = hidden_size
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            init = torch.ones if init_fn == "ones" else torch.zeros
-            self.weight = nn.Parameter(init(hidden_size))
-        else:
-            self.register_parameter("weight", None)
-        self.variance_epsilon = eps
-        self.offset = offset
-        self.casting_mode = casting_mode
-        self.in_place = in_place
+        init_rms_norm(self, hidden_size, eps, offset, casting_mode, init_fn, in_place, elementwise_affine)
         self.row_mode = row_mode
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from torch.nn.modules.utils import _pair
 
 from liger_cpp.ops.rms_norm import rms_norm
+from liger_cpp.transformers.rms_norm import init_rms_norm
 
 
 def _f32(x: Tensor) -> Tensor:
@@ -146,18 +147,7 @@ class LigerModulatedRMSNorm(nn.Module):
         elementwise_affine=True,
     ):
         super().__init__()
-        if init_fn not in ("ones", "zeros"):
-            raise ValueError(f"liger_cpp: argument 'init_fn': expected 'ones' or 'zeros', got {init_fn!r}")
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            init = torch.ones if init_fn == "ones" else torch.zeros
-            self.weight = nn.Parameter(init(hidden_size))
-        else:
-            self.register_parameter("weight", None)
-        self.variance_epsilon = eps
-        self.offset = offset
-        self.casting_mode = casting_mode
-        self.in_place = in_place
+        init_rms_norm(self, hidden_size, eps, offset, casting_mode, init_fn, in_place, elementwise_affine)
 
     def forward(self, hidden_states, scale, shift=None):
         return liger_modulated_rms_norm(

@@ -40,6 +40,13 @@ def validate_formula_and_mode(label_smoothing_formula: str, label_smoothing_mode
         )
 
 
+def _check_smoothing(label_smoothing, formula, mode) -> None:
+    """The label-smoothing options, as the module's constructor and the Function check them."""
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"liger_cpp: argument 'label_smoothing': expected [0, 1), got {label_smoothing}")
+    validate_formula_and_mode(formula, mode)
+
+
 def _group(tp_group):
     """(group or None, rank, world): None and rank 0 of 1 without a multi-rank group."""
     if (
@@ -135,9 +142,7 @@ class LigerVocabParallelCEFunction:
                 f"liger_cpp: argument 'target': expected shape {tuple(vocab_parallel_logits.shape[:2])}, "
                 f"got {tuple(target.shape)}"
             )
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"liger_cpp: argument 'label_smoothing': expected [0, 1), got {label_smoothing}")
-        validate_formula_and_mode(label_smoothing_formula, label_smoothing_mode)
+        _check_smoothing(label_smoothing, label_smoothing_formula, label_smoothing_mode)
         return _VocabParallelCE.apply(
             vocab_parallel_logits,
             target,
@@ -167,9 +172,7 @@ class LigerVocabParallelCrossEntropy(nn.Module):
                 f"liger_cpp: argument 'reduction': vocabulary-parallel CE returns per-token losses, "
                 f"expected 'none', got {reduction!r}"
             )
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"liger_cpp: argument 'label_smoothing': expected [0, 1), got {label_smoothing}")
-        validate_formula_and_mode(label_smoothing_formula, label_smoothing_mode)
+        _check_smoothing(label_smoothing, label_smoothing_formula, label_smoothing_mode)
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
         self.reduction = reduction
