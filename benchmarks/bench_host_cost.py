@@ -41,7 +41,9 @@ from harness import fmt_table, meta, write_json  # noqa: E402
 
 import liger_cpp  # noqa: E402
 from liger_cpp.ops.ce_tvd import fused_ce_tvd  # noqa: E402
+from liger_cpp.ops.dyt import dyt  # noqa: E402
 from liger_cpp.ops.glu_mlp import glu_mlp  # noqa: E402
+from liger_cpp.ops.poly_norm import poly_norm  # noqa: E402
 from liger_cpp.ops.qkv_rope import qkv_rope  # noqa: E402
 from liger_cpp.transformers.functional import (  # noqa: E402
     liger_cross_entropy,
@@ -118,6 +120,14 @@ def cases(dev):
         v = F.linear(mx, vw).view(b, s, -1, 16).transpose(1, 2)
         return (*_hf_rope(q, k, qcos, qsin), v)
 
+    al, pw, pb = rnd(1), rnd(3), rnd(())
+
+    def torch_poly_norm():
+        def n(v):
+            return v * torch.rsqrt(v.square().mean(-1, keepdim=True) + EPS)
+
+        return pw[0] * n(x**3) + pw[1] * n(x**2) + pw[2] * n(x) + pb
+
     return {
         "rms_norm": (
             make(lambda: liger_rms_norm(x, w, EPS), [x, w], dy),
@@ -130,6 +140,14 @@ def cases(dev):
         "swiglu": (
             make(lambda: liger_swiglu(a, u), [a, u], dy),
             make(lambda: F.silu(a) * u, [a, u], dy),
+        ),
+        "dyt": (
+            make(lambda: dyt(x, al, w, b), [x, al, w, b], dy),
+            make(lambda: w * torch.tanh(al * x) + b, [x, al, w, b], dy),
+        ),
+        "poly_norm": (
+            make(lambda: poly_norm(x, pw, pb, EPS), [x, pw, pb], dy),
+            make(torch_poly_norm, [x, pw, pb], dy),
         ),
         "cross_entropy": (
             make(lambda: liger_cross_entropy(x, t), [x], None),

@@ -581,6 +581,32 @@ TORCH_LIBRARY(liger, m) {
   // C++ (csrc/aten/autograd/relu_squared_autograd.cpp); dy: x's shape and dtype.
   m.def("relu_squared_fwd(Tensor x) -> Tensor y");
   m.def("relu_squared_bwd(Tensor dy, Tensor x) -> Tensor dx");
+  // DyT ("Transformers without Normalization"; Liger's LigerDyTFunction):
+  //   y = gamma * tanh(alpha * x) + beta (beta None: no shift)
+  //   with t = tanh(alpha x), d = 1 - t^2: dx = dy gamma alpha d, dalpha = sum dy gamma x d,
+  //   dgamma = sum over rows of dy t, dbeta = sum over rows of dy
+  // x: (..., C), float32/float16/bfloat16 (float64 on CPU), any strides (read through a dense copy);
+  // alpha one element, gamma / beta (C,), floating; float32 math (float64 for float64), one rounding;
+  // y, dx dense in x's dtype; each parameter's gradient in its dtype and shape (dbeta in gamma's
+  // without beta). Deterministic sums. Autograd in C++ (csrc/aten/autograd/dyt_autograd.cpp).
+  m.def("dyt_fwd(Tensor x, Tensor alpha, Tensor gamma, Tensor? beta=None) -> Tensor y");
+  m.def(
+      "dyt_bwd(Tensor dy, Tensor x, Tensor alpha, Tensor gamma, Tensor? beta=None) -> "
+      "(Tensor dx, Tensor dalpha, Tensor dgamma, Tensor dbeta)");
+  // PolyNorm (PolyCom; Liger's LigerPolyNormFunction), over x's last dimension (C > 0):
+  //   r_p = 1 / sqrt(mean(x^(2p)) + eps),  y = w[0] r_3 x^3 + w[1] r_2 x^2 + w[2] r_1 x + b
+  //   rstd = (r_3, r_2, r_1) a row: float32 (float64 for float64 x), shape x.shape[:-1] + (3,)
+  //   backward, A_p = sum dy x^p over the row: dx = sum_p a_p (r_p dy - r_p^3 x^p A_p / C) p x^(p-1)
+  //   (a = w[0], w[1], w[2] for p = 3, 2, 1); dw = sum over rows of (r_3 A_3, r_2 A_2, r_1 A_1),
+  //   db = sum dy
+  // x float32/float16/bfloat16 (float64 on CPU), any strides; weight (3,), bias one element,
+  // floating; float32 math with float32 row sums on CUDA (float64 on CPU), one rounding; y, dx dense
+  // in x's dtype, dweight / dbias in their parameter's dtype and shape. Deterministic sums. Autograd
+  // in C++ (csrc/aten/autograd/poly_norm_autograd.cpp).
+  m.def("poly_norm_fwd(Tensor x, Tensor weight, Tensor bias, float eps=1e-6) -> (Tensor y, Tensor rstd)");
+  m.def(
+      "poly_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor bias, Tensor rstd) -> "
+      "(Tensor dx, Tensor dweight, Tensor dbias)");
   // Llama 4's complex-frequency RoPE (HF's apply_rotary_emb / vision_apply_rotary_emb, DeepSeek-V2's
   // apply_rotary_emb; Liger's LigerLlama4RopeFunction), out of place. Interleaved pairs: with P =
   // D/2 and (c_j, s_j) = freqs[.., s, j, :] (torch.view_as_real of the complex freqs_cis),

@@ -24,6 +24,7 @@
 #   moe_tests  pytest tests/test_moe*.py -k cuda
 #   moe_bench  benchmarks/bench_moe.py (experts layer fwd+bwd, two shapes)
 #   sanitize_only  compute-sanitizer $SANITIZE_TOOLS (memcheck initcheck) over gpu_sanitize.py's $SANITIZE_ONLY
+#   dyt_poly   benchmarks/bench_dyt_poly_norm.py (DyT and PolyNorm: liger_cpp, eager, compile, Liger)
 #   ce_bench   benchmarks/bench_cross_entropy.py --ours-only (the CE kernels' bench of record shapes)
 #   flce       benchmarks/bench_fused_linear_cross_entropy.py $FLCE_ARGS (e.g. --shapes M,H,V ... --only ...)
 #   first_call scripts/probes/first_call.py: a fresh process's first GRPO call, twice each with nothing, a
@@ -108,6 +109,7 @@ for s in ${STAGES:-}; do
       python3 scripts/sanitize_summary.py "$W"/sanitize-*.log | tee "$W/sanitize-only-summary.txt" ;;
     flce) run flce "${FLCE_TIMEOUT:-240}" python3 benchmarks/bench_fused_linear_cross_entropy.py ${FLCE_ARGS:-} \
       --out "$W/flce.json" ;;
+    dyt_poly) run dyt_poly "${DYT_TIMEOUT:-150}" python3 benchmarks/bench_dyt_poly_norm.py --out "$W/dyt_poly_norm.json" ;;
     ce_bench) run ce_bench "${CE_TIMEOUT:-150}" python3 benchmarks/bench_cross_entropy.py --ours-only --out "$W/ce.json" ;;
     moe_bench) run moe_bench "${MOE_BENCH_TIMEOUT:-150}" python3 benchmarks/bench_moe.py --out "$W/moe.json" ;;
     first_call)

@@ -14,6 +14,7 @@ from utils import assert_backward_builds_no_zeros
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.cross_entropy import cross_entropy
+from liger_cpp.ops.dyt import dyt
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm
 from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from liger_cpp.ops.fused_linear_preference import fused_linear_kto, fused_linear_preference
@@ -21,6 +22,7 @@ from liger_cpp.ops.geglu import geglu
 from liger_cpp.ops.glu_mlp import glu_mlp
 from liger_cpp.ops.layer_norm import layer_norm
 from liger_cpp.ops.moe_experts import moe_experts
+from liger_cpp.ops.poly_norm import poly_norm
 from liger_cpp.ops.qkv_rope import qkv_rope
 from liger_cpp.ops.rms_norm import rms_norm
 from liger_cpp.ops.rope import mrope, rope
@@ -43,6 +45,8 @@ AUTOGRAD_FILES = {
     "rope_fwd": "rope_autograd.cpp",
     "mrope_fwd": "rope_autograd.cpp",
     "moe_experts_fwd": "moe_experts_autograd.cpp",
+    "dyt_fwd": "dyt_autograd.cpp",
+    "poly_norm_fwd": "poly_norm_autograd.cpp",
 }
 
 
@@ -91,6 +95,7 @@ def _cases(rnd):
     gx, gwg, gwu, gwd = rnd(2, 3, 8), rnd(6, 8), rnd(6, 8), rnd(5, 6)
     px, pq, pk, pv = rnd(2, 3, 8), rnd(8, 8), rnd(4, 8), rnd(4, 8)
     pcos, psin = rnd(3, 4, grad=False), rnd(3, 4, grad=False)
+    da, pw, pb = rnd(1), rnd(3), rnd(())
     return {
         "rms_norm": lambda: ([rms_norm(x, w)], [x, w]),
         "fused_add_rms_norm": lambda: (list(fused_add_rms_norm(x, r, w)), [x, r, w]),
@@ -112,6 +117,8 @@ def _cases(rnd):
         "rope": lambda: (list(rope(q, k, cos, sin)), [q, k]),
         "mrope": lambda: (list(mrope(q, k, c3, s3, [2, 1, 1])), [q, k]),
         "moe_experts": lambda: ([moe_experts(mx, midx, mw, mgu, mdn)], [mx, mw, mgu, mdn]),
+        "dyt": lambda: ([dyt(x, da, w, b)], [x, da, w, b]),
+        "poly_norm": lambda: ([poly_norm(x, pw, pb)], [x, pw, pb]),
     }
 
 

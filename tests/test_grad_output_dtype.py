@@ -10,6 +10,7 @@ from conftest import DEVICES
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.cross_entropy import cross_entropy
+from liger_cpp.ops.dyt import dyt
 from liger_cpp.ops.fused_add_rms_norm import fused_add_rms_norm
 from liger_cpp.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from liger_cpp.ops.fused_linear_preference import fused_linear_kto, fused_linear_preference
@@ -17,6 +18,7 @@ from liger_cpp.ops.geglu import geglu
 from liger_cpp.ops.glu_mlp import glu_mlp
 from liger_cpp.ops.layer_norm import layer_norm
 from liger_cpp.ops.moe_experts import moe_experts
+from liger_cpp.ops.poly_norm import poly_norm
 from liger_cpp.ops.qkv_rope import qkv_rope
 from liger_cpp.ops.rms_norm import rms_norm
 from liger_cpp.ops.rope import mrope, rope
@@ -91,6 +93,14 @@ def _cases(device, dtype):
         idx = torch.tensor([[0, 1], [1, 2], [2, 0], [0, 2], [1, 0]], device=device)
         return lambda: ([moe_experts(x, idx, w, gu, dn)], [x, w, gu, dn])
 
+    def dyt_case():
+        x, a, w, b = rnd(3, 8), rnd(1), rnd(8), rnd(8)
+        return lambda: ([dyt(x, a, w, b)], [x, a, w, b])
+
+    def poly_norm_case():
+        x, w, b = rnd(3, 8), rnd(3), rnd(())
+        return lambda: ([poly_norm(x, w, b)], [x, w, b])
+
     return {
         "rms_norm": norm(lambda x, w, b: ([rms_norm(x, w)], [x, w])),
         "rms_norm_inplace": norm(lambda x, w, b: ([rms_norm(x, w, in_place=True)], [x, w])),
@@ -112,6 +122,8 @@ def _cases(device, dtype):
         "rope": rot(False),
         "mrope": rot(True),
         "moe_experts": moe(),
+        "dyt": dyt_case(),
+        "poly_norm": poly_norm_case(),
     }
 
 

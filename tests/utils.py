@@ -156,3 +156,21 @@ def assert_compiled_grads_match(f, x, modules, device, tol):
     f(x).backward()
     for g, p in zip(got, params):
         torch.testing.assert_close(g, p.grad, rtol=tol, atol=tol)
+
+
+def check_against_ref(fn, ref, inputs, dtype, device, names):
+    """fn's output and the gradients of every input that requires one against ref in float64 and
+    against fn run in float32 where dtype is lower (PyTorch's low-precision error as the bound)."""
+    ins = [t.to(device, dtype).detach().requires_grad_(t.is_floating_point()) for t in inputs]
+    y = fn(*ins)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(9)).to(device, dtype)
+    y.backward(dy)
+    ins64 = [t.double().to(device).detach().requires_grad_() for t in inputs]
+    y64 = ref(*ins64)
+    y64.backward(dy.double())
+    lo = [t.to(device, dtype).detach().requires_grad_() for t in inputs]
+    y_lo = ref(*lo)  # the formula in the low dtype: what plain PyTorch code would get
+    y_lo.backward(dy)
+    assert_close_to_ref(y, y64, y_lo, "y", factor=4.0, extra_ulps=4.0)
+    for name, a, a64, alo in zip(names, ins, ins64, lo):
+        assert_close_to_ref(a.grad, a64.grad, alo.grad, f"d{name}", factor=4.0, extra_ulps=4.0)

@@ -157,12 +157,27 @@ IMPLEMENTED = {
     f"{_O}.LigerFusedLinearScaledCrossEntropyTPFunction": (
         "liger_cpp.ops.fused_linear_logprobs:LigerFusedLinearScaledCrossEntropyTPFunction"
     ),
+    # DyT and PolyNorm (kernels of liger_cpp's: liger::dyt_*, liger::poly_norm_*)
+    f"{_T}.dyt.LigerDyT": "liger_cpp.transformers.dyt:LigerDyT",
+    f"{_T}.poly_norm.LigerPolyNorm": "liger_cpp.transformers.poly_norm:LigerPolyNorm",
+    **{
+        f"{_O}{where}.LigerDyTFunction": "liger_cpp.transformers.dyt:LigerDyTFunction"
+        for where in (".dyt", "")
+    },
+    **{
+        f"{_O}{where}.LigerPolyNormFunction": "liger_cpp.transformers.poly_norm:LigerPolyNormFunction"
+        for where in (".poly_norm", "")
+    },
+    **{f"{_O}.dyt.{n}": f"liger_cpp.transformers.dyt:{n}" for n in ("liger_dyt_fwd", "liger_dyt_bwd")},
+    **{
+        f"{_O}{where}.{n}": f"liger_cpp.transformers.poly_norm:{n}"
+        for n in ("poly_norm_forward", "poly_norm_backward")
+        for where in (".poly_norm", "")
+    },
     # ops composed of PyTorch's own (liger_cpp.transformers.torch_composed_ops: no kernel of ours)
     **{
         f"{_T}.{mod}.{cls}": f"liger_cpp.transformers.torch_composed_ops:{cls}"
         for mod, cls in (
-            ("dyt", "LigerDyT"),
-            ("poly_norm", "LigerPolyNorm"),
             ("softmax", "LigerSoftmax"),
             ("sparsemax", "LigerSparsemax"),
             ("group_norm", "LigerGroupNorm"),
@@ -173,8 +188,6 @@ IMPLEMENTED = {
     **{
         f"{_O}{where}.{cls}": f"liger_cpp.transformers.torch_composed_ops:{cls}"
         for mod, cls in (
-            ("dyt", "LigerDyTFunction"),
-            ("poly_norm", "LigerPolyNormFunction"),
             ("softmax", "LigerSoftmaxFunction"),
             ("sparsemax", "LigerSparsemaxFunction"),
             ("group_norm", "LigerGroupNormFunction"),

@@ -4,6 +4,7 @@ AutoLigerKernelForCausalLM) needs the `transformers` package; it is imported laz
 
 from liger_cpp.transformers.causal_lm import liger_for_causal_lm_loss  # noqa: F401
 from liger_cpp.transformers.cross_entropy import LigerCrossEntropyLoss  # noqa: F401
+from liger_cpp.transformers.dyt import LigerDyT  # noqa: F401,E402
 from liger_cpp.transformers.functional import (  # noqa: F401
     CrossEntropyOutput,
     liger_cross_entropy,
@@ -86,6 +87,7 @@ from liger_cpp.transformers.monkey_patch import (  # noqa: F401
     revert_liger_kernel,
 )
 from liger_cpp.transformers.neighborhood_attention import LigerFusedNeighborhoodAttention  # noqa: F401,E402
+from liger_cpp.transformers.poly_norm import LigerPolyNorm  # noqa: F401,E402
 from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb  # noqa: F401
 from liger_cpp.transformers.relu_squared import LigerReLUSquared, LigerReLUSquaredMLP  # noqa: F401,E402
 from liger_cpp.transformers.rms_norm import (  # noqa: F401  # noqa: F401,E402
@@ -125,11 +127,9 @@ from liger_cpp.transformers.swiglu import (  # noqa: F401  # noqa: F401,E402
 )
 from liger_cpp.transformers.tiled_mlp import LigerTiledGEGLUMLP, LigerTiledSwiGLUMLP  # noqa: F401,E402
 from liger_cpp.transformers.torch_composed_ops import (  # noqa: F401,E402
-    LigerDyT,
     LigerGroupNorm,
     LigerModulatedRMSNorm,
     LigerMultiTokenAttention,
-    LigerPolyNorm,
     LigerSoftmax,
     LigerSparsemax,
 )

@@ -1,14 +1,10 @@
 """Liger-Kernel's less used ops, composed of PyTorch's own ops (no liger_cpp kernel of their own):
-DyT, PolyNorm, softmax, sparsemax, group norm, and modulated RMSNorm (liger_cpp's RMSNorm, then
-PyTorch's elementwise modulation), with Liger's modules, functionals and autograd
-Function names, so code written for Liger runs unchanged. The maths is exact (float32 statistics,
-one rounding to the input's dtype at the end, PyTorch's autograd); the speed is PyTorch's eager
-ops', not a fused kernel's (softmax and group norm are one PyTorch kernel each already; DyT,
-PolyNorm and sparsemax are several).
-
-- DyT ("Transformers without Normalization"): y = gamma * tanh(alpha * x) + beta.
-- PolyNorm (PolyCom): y = w0 norm(x^3) + w1 norm(x^2) + w2 norm(x) + b, norm(u) = u / sqrt(mean(u^2)
-  + eps) over the last dimension, each power with its own statistic.
+softmax, sparsemax, group norm, and modulated RMSNorm (liger_cpp's RMSNorm, then PyTorch's
+elementwise modulation), with Liger's modules, functionals and autograd Function names, so code
+written for Liger runs unchanged. The maths is exact (float32 statistics, one rounding to the
+input's dtype at the end, PyTorch's autograd); the speed is PyTorch's eager ops', not a fused
+kernel's (softmax and group norm are one PyTorch kernel each already; sparsemax is several). DyT
+and PolyNorm have kernels of their own: liger_cpp/transformers/dyt.py, poly_norm.py.
 - softmax over the last dimension; sparsemax (Martins & Astudillo, 2016) over `dim`: the Euclidean
   projection onto the simplex, max(x - tau, 0) with sum 1.
 - group norm over (batch, channels, *): each group of channels normalised with its mean and
@@ -34,42 +30,6 @@ from liger_cpp.transformers.rms_norm import init_rms_norm
 
 def _f32(x: Tensor) -> Tensor:
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
-
-
-def liger_dyt(x, alpha, gamma, beta):
-    """gamma * tanh(alpha * x) + beta (beta None: no shift), over x's last dimension; float32 math."""
-    if gamma.shape != (x.shape[-1],):
-        raise ValueError(
-            f"liger_cpp: argument 'gamma': expected shape ({x.shape[-1]},), got {tuple(gamma.shape)}"
-        )
-    if alpha.numel() != 1:
-        raise ValueError(f"liger_cpp: argument 'alpha': expected one element, got shape {tuple(alpha.shape)}")
-    if beta is not None and beta.shape != gamma.shape:
-        raise ValueError(
-            f"liger_cpp: argument 'beta': expected shape {tuple(gamma.shape)}, got {tuple(beta.shape)}"
-        )
-    y = _f32(gamma) * torch.tanh(_f32(alpha) * _f32(x))
-    if beta is not None:
-        y = y + _f32(beta)
-    return y.to(x.dtype)
-
-
-def liger_poly_norm(X, W, B, eps=1e-6, in_place=False):
-    """W[0] norm(X^3) + W[1] norm(X^2) + W[2] norm(X) + B over X's last dimension, float32 math.
-    `in_place` is Liger's option to overwrite the output gradient in its backward; here nothing is
-    written in place (accepted for its signature)."""
-    if W.shape != (3,):
-        raise ValueError(f"liger_cpp: argument 'W': expected shape (3,), got {tuple(W.shape)}")
-    if B.numel() != 1:
-        raise ValueError(f"liger_cpp: argument 'B': expected one element, got shape {tuple(B.shape)}")
-    x = _f32(X)
-    w = _f32(W)
-
-    def norm(u):
-        return u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps)
-
-    y = w[0] * norm(x * x * x) + w[1] * norm(x * x) + w[2] * norm(x) + _f32(B).reshape(())
-    return y.to(X.dtype)
 
 
 def liger_softmax(x):
@@ -275,43 +235,6 @@ class LigerEmbedding(nn.Module):
         return out
 
 
-class LigerDyT(nn.Module):
-    """DyT (Liger's LigerDyT(hidden_size, beta=True, init_alpha=0.5)): alpha (1,), gamma ones,
-    beta zeros (None without beta)."""
-
-    def __init__(self, hidden_size, beta=True, init_alpha=0.5):
-        super().__init__()
-        self.hidden_size = hidden_size
-        self.init_alpha = init_alpha
-        self.alpha = nn.Parameter(torch.ones(1) * init_alpha)
-        self.gamma = nn.Parameter(torch.ones(hidden_size))
-        self.beta = nn.Parameter(torch.zeros(hidden_size)) if beta else None
-
-    def forward(self, x):
-        return liger_dyt(x, self.alpha, self.gamma, self.beta)
-
-    def extra_repr(self):
-        return f"{self.hidden_size}, init_alpha={self.init_alpha}, beta={self.beta is not None}"
-
-
-class LigerPolyNorm(nn.Module):
-    """PolyNorm (Liger's LigerPolyNorm(eps=1e-6, in_place=False)): weight (1/3, 1/3, 1/3), bias 1,
-    PolyCom's initialisation."""
-
-    def __init__(self, eps=1e-6, in_place=False):
-        super().__init__()
-        self.weight = nn.Parameter(torch.full((3,), 1.0 / 3.0))
-        self.bias = nn.Parameter(torch.tensor(1.0))
-        self.variance_epsilon = eps
-        self.in_place = in_place
-
-    def forward(self, hidden_states):
-        return liger_poly_norm(hidden_states, self.weight, self.bias, self.variance_epsilon, self.in_place)
-
-    def extra_repr(self):
-        return f"weight_shape={tuple(self.weight.shape)}, eps={self.variance_epsilon}"
-
-
 class LigerSoftmax(nn.Module):
     def forward(self, x: Tensor):
         return liger_softmax(x)
@@ -359,18 +282,6 @@ class LigerGroupNorm(nn.Module):
         return f"num_channels={self.num_channels}, num_groups={self.num_groups}, eps={self.eps}"
 
 
-class LigerDyTFunction:
-    @staticmethod
-    def apply(x, alpha, gamma, beta):
-        return liger_dyt(x, alpha, gamma, beta)
-
-
-class LigerPolyNormFunction:
-    @staticmethod
-    def apply(X, W, B, eps=1e-6, in_place=False):
-        return liger_poly_norm(X, W, B, eps, in_place)
-
-
 class LigerSoftmaxFunction:
     @staticmethod
     def apply(input_):
@@ -400,19 +311,13 @@ __all__ = [
     "LigerModulatedRMSNorm",
     "LigerModulatedRMSNormFunction",
     "liger_modulated_rms_norm",
-    "LigerDyT",
-    "LigerDyTFunction",
     "LigerGroupNorm",
     "LigerGroupNormFunction",
-    "LigerPolyNorm",
-    "LigerPolyNormFunction",
     "LigerSoftmax",
     "LigerSoftmaxFunction",
     "LigerSparsemax",
     "LigerSparsemaxFunction",
-    "liger_dyt",
     "liger_group_norm",
-    "liger_poly_norm",
     "liger_softmax",
     "liger_sparsemax",
 ]

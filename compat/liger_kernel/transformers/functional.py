@@ -11,7 +11,9 @@ import types
 import warnings
 from typing import Optional
 
+from liger_cpp.transformers import dyt as _dyt
 from liger_cpp.transformers import functional as _cpp
+from liger_cpp.transformers import poly_norm as _poly_norm
 from liger_cpp.transformers import torch_composed_ops as _composed
 from liger_kernel._surface import complete
 
@@ -115,11 +117,11 @@ def liger_qwen2vl_mrope(q, k, cos, sin, mrope_section, unsqueeze_dim: int = 1):
 
 
 def liger_dyt(x, alpha, gamma, beta):
-    return _composed.liger_dyt(x, alpha, gamma, beta)
+    return _dyt.liger_dyt(x, alpha, gamma, beta)
 
 
 def liger_poly_norm(X, W, B, eps=1e-06, in_place=False):
-    return _composed.liger_poly_norm(X, W, B, eps, in_place)
+    return _poly_norm.liger_poly_norm(X, W, B, eps, in_place)
 
 
 def liger_softmax(x):

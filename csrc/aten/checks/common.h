@@ -97,6 +97,13 @@ inline Casting parse_casting(std::string_view mode) {
   LIGER_FAIL("argument 'casting_mode': expected 'llama', 'gemma' or 'none', got '", mode, "'");
 }
 
+// The dtype the kernels read the parameters in: w's when it is x's or float32, else float32
+// (the parameters are cast to it, the gradients cast back to each parameter's dtype): DyT, PolyNorm.
+inline at::ScalarType param_work_dtype(const at::Tensor& x, const at::Tensor& w) {
+  const at::ScalarType t = w.scalar_type();
+  return t == x.scalar_type() || t == at::kFloat ? t : at::kFloat;
+}
+
 inline bool is_float_type(at::ScalarType t, bool allow_double) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || (allow_double && t == at::kDouble);
 }

@@ -3,6 +3,8 @@
 
 #include <ATen/cuda/CUDAContext.h>
 
+#include <cstdint>
+
 #include "aten/checks/common.h"
 #include "kernels/common/device_info.h"
 #include "kernels/common/dtype.h"
@@ -31,6 +33,9 @@ inline kernels::DType to_kernel_dtype(at::ScalarType t, const char* name) {
 
 // Multiprocessor count of the current device (cached by ATen).
 inline int sm_count() { return at::cuda::getCurrentDeviceProperties()->multiProcessorCount; }
+
+// Whether a pointer allows the kernels' 16-byte vector accesses.
+inline bool aligned_16B(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // What the kernels' launch plans know of the current device.
 inline kernels::DeviceInfo device_info() { return kernels::DeviceInfo{sm_count()}; }
