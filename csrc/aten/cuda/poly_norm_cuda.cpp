@@ -51,7 +51,7 @@ Pair poly_norm_fwd_cuda(const at::Tensor& X, const at::Tensor& weight, const at:
   p.eps = static_cast<float>(eps);
   const bool aligned = aligned_16B(p.x) && aligned_16B(p.out);
   const k::PolyNormPlan plan =
-      k::plan_poly_norm(p.rows, p.cols, static_cast<int>(X.element_size()), aligned, sm_count());
+      k::plan_poly_norm(p.rows, p.cols, static_cast<int>(X.element_size()), aligned, sm_count(), false);
   LIGER_CUDA_CHECK(k::poly_norm_fwd(p, plan, at::cuda::getCurrentCUDAStream()));
   return {y, rstd};
 }
@@ -74,7 +74,7 @@ Triple poly_norm_bwd_cuda(const at::Tensor& dY, const at::Tensor& X, const at::T
   p.db = db.data_ptr();
   const bool aligned = aligned_16B(p.x) && aligned_16B(p.dy) && aligned_16B(p.out);
   const k::PolyNormPlan plan =
-      k::plan_poly_norm(p.rows, p.cols, static_cast<int>(X.element_size()), aligned, sm_count());
+      k::plan_poly_norm(p.rows, p.cols, static_cast<int>(X.element_size()), aligned, sm_count(), true);
   const at::Tensor ws = at::empty({plan.workspace_floats}, X.options().dtype(at::kFloat));
   p.workspace = ws.data_ptr<float>();
   LIGER_CUDA_CHECK(k::poly_norm_bwd(p, plan, at::cuda::getCurrentCUDAStream()));

@@ -12,10 +12,17 @@ namespace liger_cpp::kernels {
 namespace {
 
 constexpr int kRowsInFlight = 4;  // U: rows a thread loads before it computes
-// Blocks per SM: the forward fills the SMs (8 resident 256-thread blocks); the backward takes fewer
-// blocks, each over more rows, since each block's partial rows are read back by the reduction
-// (2 a SM keep 64 KB of loads in flight per SM with U = 4).
-constexpr int64_t kFwdBlocksPerSm = 8, kBwdBlocksPerSm = 2;
+// The forward's blocks each take U rows a ty lane (many short blocks: no partly filled last wave);
+// the backward's take many rows each, two blocks an SM (one wave, resident together: the launch
+// bound keeps the registers within two 256-thread blocks), since each block's partial rows are
+// read back by the reduction.
+constexpr int kBwdBlocksPerSm = 2;
+
+__device__ __forceinline__ double warp_sum_f64(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 template <typename T, int VEC>
 __device__ __forceinline__ void load_floats(const T* p, float (&f)[VEC]) {
@@ -45,13 +52,13 @@ __global__ void __launch_bounds__(kDytThreads)
     dyt_fwd_kernel(const T* __restrict__ x, const WT* __restrict__ alpha, const WT* __restrict__ gamma,
                    const WT* __restrict__ beta, T* __restrict__ y, int64_t rows, int64_t cols,
                    int64_t per_group) {
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * VEC;
   if (c0 >= cols) return;
   const float a = to_float<WT>(alpha[0]);
   float g[VEC], b[VEC];
   load_params<WT, VEC>(gamma, c0, g);
   load_params<WT, VEC>(beta, c0, b);
-  const int64_t rb = static_cast<int64_t>(blockIdx.y) * per_group;
+  const int64_t rb = static_cast<int64_t>(blockIdx.x) * per_group;
   const int64_t re = rb + per_group < rows ? rb + per_group : rows;
   const int64_t ty = blockDim.y;
   for (int64_t r0 = rb + threadIdx.y; r0 < re; r0 += kRowsInFlight * ty) {
@@ -70,24 +77,28 @@ __global__ void __launch_bounds__(kDytThreads)
   }
 }
 
-// pg / pb: [partial_rows][cols] float32 (dgamma's, dbeta's); pa: [row_groups][col_tiles] (dalpha's).
+// Grid (row groups, column tiles). pg / pb: [partial_rows][cols] float32 (dgamma's, dbeta's); pa:
+// [row_groups][col_tiles] (dalpha's).
 template <typename T, typename WT, int VEC>
-__global__ void __launch_bounds__(kDytThreads)
+__global__ void __launch_bounds__(kDytThreads, kBwdBlocksPerSm)
     dyt_bwd_kernel(const T* __restrict__ x, const T* __restrict__ dy, const WT* __restrict__ alpha,
                    const WT* __restrict__ gamma, T* __restrict__ dx, float* __restrict__ pg,
                    float* __restrict__ pb, float* __restrict__ pa, int64_t rows, int64_t cols,
                    int64_t per_group) {
-  __shared__ float warp_part[kDytThreads / 32];
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
+  __shared__ double warp_part[kDytThreads / 32];
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * VEC;
   const bool active = c0 < cols;
   const float a = to_float<WT>(alpha[0]);
   float g[VEC], acc_g[VEC], acc_b[VEC];
-  float acc_a = 0.f;
+  // dalpha's terms of every row and column go into one sum: float64 keeps it exact to float32's
+  // precision (a float32 sum of thousands of terms of both signs lost ~5 ulps; the float64 adds
+  // cost nothing in a memory-bound loop).
+  double acc_a = 0.0;
 #pragma unroll
   for (int j = 0; j < VEC; ++j) acc_g[j] = acc_b[j] = g[j] = 0.f;
   if (active) {
     load_params<WT, VEC>(gamma, c0, g);
-    const int64_t rb = static_cast<int64_t>(blockIdx.y) * per_group;
+    const int64_t rb = static_cast<int64_t>(blockIdx.x) * per_group;
     const int64_t re = rb + per_group < rows ? rb + per_group : rows;
     const int64_t ty = blockDim.y;
     for (int64_t r0 = rb + threadIdx.y; r0 < re; r0 += kRowsInFlight * ty) {
@@ -110,12 +121,12 @@ __global__ void __launch_bounds__(kDytThreads)
           o[j] = gd * a * d;
           acc_g[j] += gv[u][j] * t;
           acc_b[j] += gv[u][j];
-          acc_a += gd * xv[u][j] * d;
+          acc_a += static_cast<double>(gd * xv[u][j] * d);
         }
         store_floats<T, VEC>(dx + (r0 + u * ty) * cols + c0, o);
       }
     }
-    const int64_t prow = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+    const int64_t prow = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       pg[prow * cols + c0 + j] = acc_g[j];
@@ -124,14 +135,14 @@ __global__ void __launch_bounds__(kDytThreads)
   }
   // dalpha's block sum in a fixed order: warps, then the warps' sums by warp 0.
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-  acc_a = warp_sum(acc_a);
+  acc_a = warp_sum_f64(acc_a);
   if ((tid & 31) == 0) warp_part[tid >> 5] = acc_a;
   __syncthreads();
   if (tid < 32) {
     const int nw = (blockDim.x * blockDim.y) >> 5;
-    float s = tid < nw ? warp_part[tid] : 0.f;
-    s = warp_sum(s);
-    if (tid == 0) pa[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+    double s = tid < nw ? warp_part[tid] : 0.0;
+    s = warp_sum_f64(s);
+    if (tid == 0) pa[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = static_cast<float>(s);
   }
 }
 
@@ -158,12 +169,17 @@ DytPlan plan_dyt(int64_t rows, int64_t cols, int elem_size, bool aligned, int sm
   p.ty = kDytThreads / tx;
   p.col_tiles = ceil_div(nv, tx);
   const int64_t sms = sm_count > 0 ? sm_count : 132;
-  const int64_t target = sms * (backward ? kBwdBlocksPerSm : kFwdBlocksPerSm);
-  int64_t groups = ceil_div(target, p.col_tiles);
-  const int64_t max_groups = ceil_div(rows, p.ty);
-  if (groups > max_groups) groups = max_groups;
-  if (groups < 1) groups = 1;
-  p.rows_per_group = rows > 0 ? ceil_div(rows, groups) : 1;
+  if (backward) {
+    int64_t groups = ceil_div(sms * kBwdBlocksPerSm, p.col_tiles);
+    const int64_t max_groups = ceil_div(rows, p.ty);
+    if (groups > max_groups) groups = max_groups;
+    if (groups < 1) groups = 1;
+    p.rows_per_group = rows > 0 ? ceil_div(rows, groups) : 1;
+  } else {
+    p.rows_per_group = static_cast<int64_t>(kRowsInFlight) * p.ty;
+    constexpr int64_t kMaxGridX = 0x7fffffff;
+    if (ceil_div(rows, p.rows_per_group) > kMaxGridX) p.rows_per_group = ceil_div(rows, kMaxGridX);
+  }
   p.row_groups = rows > 0 ? ceil_div(rows, p.rows_per_group) : 1;
   p.partial_rows = p.row_groups * p.ty;
   p.workspace_floats = backward ? 2 * p.partial_rows * cols + p.col_tiles * p.row_groups : 0;
@@ -176,7 +192,7 @@ cudaError_t dyt_fwd(const DytArgs& a, const DytPlan& p, cudaStream_t stream) {
     using T = decltype(tv);
     using WT = decltype(wv);
     constexpr int kVec = 16 / sizeof(T);
-    const dim3 grid(static_cast<unsigned>(p.col_tiles), static_cast<unsigned>(p.row_groups));
+    const dim3 grid(static_cast<unsigned>(p.row_groups), static_cast<unsigned>(p.col_tiles));
     const dim3 block(p.tx, p.ty);
     const T* x = static_cast<const T*>(a.x);
     const WT *al = static_cast<const WT*>(a.alpha), *ga = static_cast<const WT*>(a.gamma),
@@ -203,7 +219,7 @@ cudaError_t dyt_bwd(const DytArgs& a, const DytPlan& p, cudaStream_t stream) {
       return e;
     }
     constexpr int kVec = 16 / sizeof(T);
-    const dim3 grid(static_cast<unsigned>(p.col_tiles), static_cast<unsigned>(p.row_groups));
+    const dim3 grid(static_cast<unsigned>(p.row_groups), static_cast<unsigned>(p.col_tiles));
     const dim3 block(p.tx, p.ty);
     float* pg = a.workspace;
     float* pb = pg + p.partial_rows * a.cols;

@@ -11,8 +11,12 @@
 namespace liger_cpp::kernels {
 namespace {
 
-constexpr int64_t kBlocksPerSm = 8;
+// The backward's blocks stride over the rows, two an SM (one wave, resident together: the launch
+// bound keeps their registers within two 256-thread blocks), so that its partial sums stay few; the
+// forward's take one row a lane each (many short blocks: no partly filled last wave).
+constexpr int kBwdBlocksPerSm = 2;
 constexpr int kMaxLanes = kPolyNormThreads / 32;
+constexpr int64_t kMaxGridX = 0x7fffffff;
 
 // v[i] summed over the tx threads of this ty lane, in a fixed order (warps by shuffles, then the
 // warps' sums in warp order); every thread of the block calls it (it synchronises) and gets the sums.
@@ -134,7 +138,7 @@ __global__ void __launch_bounds__(kPolyNormThreads)
 // part: [blocks * ty][4] float32 partial sums (dw[0..2], db), one per ty lane, written by its
 // threadIdx.x == 0 thread.
 template <typename T, typename WT, int VEC, int NV>
-__global__ void __launch_bounds__(kPolyNormThreads)
+__global__ void __launch_bounds__(kPolyNormThreads, kBwdBlocksPerSm)
     poly_norm_bwd_kernel(const T* __restrict__ x, const T* __restrict__ dy, const WT* __restrict__ w,
                          const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ part,
                          int64_t rows, int64_t cols) {
@@ -275,23 +279,27 @@ cudaError_t dispatch_nv(int nv, F&& f) {
 
 }  // namespace
 
-PolyNormPlan plan_poly_norm(int64_t rows, int64_t cols, int elem_size, bool aligned, int sm_count) {
+PolyNormPlan plan_poly_norm(int64_t rows, int64_t cols, int elem_size, bool aligned, int sm_count,
+                            bool backward) {
   PolyNormPlan p{};
   const int64_t vw = 16 / elem_size;
   p.vec = aligned && cols % vw == 0;
   const int64_t nvec = ceil_div(cols, p.vec ? vw : 1);
+  // Up to 4 vectors a thread (their loads in flight together), the rest of the block's 256 threads
+  // on more rows at once: fewer threads a row, fewer barriers a row.
   int tx = 32;
-  while (tx < kPolyNormThreads && tx < nvec) tx *= 2;
+  while (tx < kPolyNormThreads && tx * 4 < nvec) tx *= 2;
   p.tx = tx;
   p.ty = kPolyNormThreads / tx;
   const int64_t per = ceil_div(nvec, tx);
   p.nv = per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : 0;
   const int64_t sms = sm_count > 0 ? sm_count : 132;
   int64_t blocks = ceil_div(rows, p.ty);
-  if (blocks > sms * kBlocksPerSm) blocks = sms * kBlocksPerSm;
+  if (backward && blocks > sms * kBwdBlocksPerSm) blocks = sms * kBwdBlocksPerSm;
+  if (blocks > kMaxGridX) blocks = kMaxGridX;  // the blocks stride over the rest
   p.blocks = blocks < 1 ? 1 : blocks;
   p.partials = p.blocks * p.ty;
-  p.workspace_floats = p.partials * 4;
+  p.workspace_floats = backward ? p.partials * 4 : 0;
   return p;
 }
 

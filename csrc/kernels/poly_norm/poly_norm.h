@@ -35,8 +35,9 @@ struct PolyNormArgs {
 };
 
 // One call's launch: blocks of tx x ty threads, a row to each ty lane (tx threads across it, VEC
-// elements a thread per step), blocks striding over the rows. nv: vectors a thread holds in
-// registers (1, 2 or 4), or 0: rows too long to hold, read twice.
+// elements a thread per step); the forward's blocks take ty rows each, the backward's (two an SM)
+// stride over the rows. nv: vectors a thread holds in registers (1, 2 or 4), or 0: rows too long
+// to hold, read twice.
 struct PolyNormPlan {
   bool vec;
   int tx, ty, nv;
@@ -48,7 +49,8 @@ struct PolyNormPlan {
 inline constexpr int kPolyNormThreads = 256;
 
 // Pure host plan (testable without a GPU; the launchers take it).
-PolyNormPlan plan_poly_norm(int64_t rows, int64_t cols, int elem_size, bool aligned, int sm_count);
+PolyNormPlan plan_poly_norm(int64_t rows, int64_t cols, int elem_size, bool aligned, int sm_count,
+                            bool backward);
 
 cudaError_t poly_norm_fwd(const PolyNormArgs& a, const PolyNormPlan& p, cudaStream_t stream);
 cudaError_t poly_norm_bwd(const PolyNormArgs& a, const PolyNormPlan& p, cudaStream_t stream);
