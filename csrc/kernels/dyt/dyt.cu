@@ -11,15 +11,11 @@
 namespace liger_cpp::kernels {
 namespace {
 
-// The forward's threads take one 16-byte vector of one row each (the block: tx * VEC columns of ty
-// rows), in many short blocks of few registers: tanh's ~16 instructions an element then overlap
-// the loads of many resident warps (4 rows a thread in blocks of 4 or 32 rows: 85 % of the copy
-// bandwidth on an H100, against 93 % for a vector a thread, Liger's and Inductor's layout).
-// The backward's threads keep 4 rows' loads in flight and walk many rows, two blocks an SM (one
-// wave, resident together: the launch bound keeps the registers within two 256-thread blocks),
-// since each block's partial rows are read back by the reduction.
-constexpr int kFwdRowsInFlight = 1, kFwdMinBlocksPerSm = 6;
-constexpr int kRowsInFlight = 4;
+constexpr int kRowsInFlight = 4;  // U: rows a thread loads before it computes
+// The forward's blocks each take U rows a ty lane (many short blocks: no partly filled last wave);
+// the backward's take many rows each, two blocks an SM (one wave, resident together: the launch
+// bound keeps the registers within two 256-thread blocks), since each block's partial rows are
+// read back by the reduction.
 constexpr int kBwdBlocksPerSm = 2;
 
 __device__ __forceinline__ double warp_sum_f64(double v) {
@@ -52,7 +48,7 @@ __device__ __forceinline__ void load_params(const WT* p, int64_t c0, float (&f)[
 }
 
 template <typename T, typename WT, int VEC>
-__global__ void __launch_bounds__(kDytThreads, kFwdMinBlocksPerSm)
+__global__ void __launch_bounds__(kDytThreads)
     dyt_fwd_kernel(const T* __restrict__ x, const WT* __restrict__ alpha, const WT* __restrict__ gamma,
                    const WT* __restrict__ beta, T* __restrict__ y, int64_t rows, int64_t cols,
                    int64_t per_group) {
@@ -65,13 +61,13 @@ __global__ void __launch_bounds__(kDytThreads, kFwdMinBlocksPerSm)
   const int64_t rb = static_cast<int64_t>(blockIdx.x) * per_group;
   const int64_t re = rb + per_group < rows ? rb + per_group : rows;
   const int64_t ty = blockDim.y;
-  for (int64_t r0 = rb + threadIdx.y; r0 < re; r0 += kFwdRowsInFlight * ty) {
-    float xv[kFwdRowsInFlight][VEC];
+  for (int64_t r0 = rb + threadIdx.y; r0 < re; r0 += kRowsInFlight * ty) {
+    float xv[kRowsInFlight][VEC];
 #pragma unroll
-    for (int u = 0; u < kFwdRowsInFlight; ++u)
+    for (int u = 0; u < kRowsInFlight; ++u)
       if (r0 + u * ty < re) load_floats<T, VEC>(x + (r0 + u * ty) * cols + c0, xv[u]);
 #pragma unroll
-    for (int u = 0; u < kFwdRowsInFlight; ++u) {
+    for (int u = 0; u < kRowsInFlight; ++u) {
       if (r0 + u * ty >= re) continue;
       float o[VEC];
 #pragma unroll
@@ -180,7 +176,7 @@ DytPlan plan_dyt(int64_t rows, int64_t cols, int elem_size, bool aligned, int sm
     if (groups < 1) groups = 1;
     p.rows_per_group = rows > 0 ? ceil_div(rows, groups) : 1;
   } else {
-    p.rows_per_group = static_cast<int64_t>(kFwdRowsInFlight) * p.ty;
+    p.rows_per_group = static_cast<int64_t>(kRowsInFlight) * p.ty;
     constexpr int64_t kMaxGridX = 0x7fffffff;
     if (ceil_div(rows, p.rows_per_group) > kMaxGridX) p.rows_per_group = ceil_div(rows, kMaxGridX);
   }

@@ -35,7 +35,7 @@ struct DytArgs {
 
 // One call's launch: blocks of tx x ty threads, tx threads (VEC elements each) along a row's
 // columns, ty rows at a time; grid (row_groups, col_tiles), each block taking rows_per_group rows
-// (forward: one a lane; backward: two blocks an SM in all). The backward writes one float32 partial
+// (forward: 4 a lane; backward: two blocks an SM in all). The backward writes one float32 partial
 // row of dgamma and of dbeta per (row group, ty lane) and one dalpha partial per block (summed in
 // float64 within the block), then reduces them (workspace_floats in all).
 struct DytPlan {
