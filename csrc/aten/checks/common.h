@@ -97,6 +97,15 @@ inline Casting parse_casting(std::string_view mode) {
   LIGER_FAIL("argument 'casting_mode': expected 'llama', 'gemma' or 'none', got '", mode, "'");
 }
 
+// A backward's incoming gradient `name` (dy): x's shape, dtype and device (any strides).
+inline void check_grad_like(const at::Tensor& dy, const at::Tensor& x, const char* name = "dy") {
+  LIGER_CHECK_ARG(dy.sizes() == x.sizes(), name, "expected x's shape ", x.sizes(), ", got ", dy.sizes());
+  LIGER_CHECK_ARG(dy.scalar_type() == x.scalar_type(), name, "expected x's dtype (",
+                  dtype_str(x.scalar_type()), "), got ", dtype_str(dy.scalar_type()));
+  LIGER_CHECK_ARG(dy.device() == x.device(), name, "expected device ", x.device(), " (x's), got ",
+                  dy.device());
+}
+
 // The dtype the kernels read the parameters in: w's when it is x's or float32, else float32
 // (the parameters are cast to it, the gradients cast back to each parameter's dtype): DyT, PolyNorm.
 inline at::ScalarType param_work_dtype(const at::Tensor& x, const at::Tensor& w) {

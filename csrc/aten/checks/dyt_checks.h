@@ -34,13 +34,4 @@ inline void check_dyt_inputs(const at::Tensor& x, const at::Tensor& alpha, const
   }
 }
 
-// dy: x's shape, dtype and device (any strides).
-inline void check_dyt_grad(const at::Tensor& dy, const at::Tensor& x) {
-  LIGER_CHECK_ARG(dy.sizes() == x.sizes(), "dy", "expected x's shape ", x.sizes(), ", got ", dy.sizes());
-  LIGER_CHECK_ARG(dy.scalar_type() == x.scalar_type(), "dy", "expected x's dtype (",
-                  dtype_str(x.scalar_type()), "), got ", dtype_str(dy.scalar_type()));
-  LIGER_CHECK_ARG(dy.device() == x.device(), "dy", "expected device ", x.device(), " (x's), got ",
-                  dy.device());
-}
-
 }  // namespace liger_cpp

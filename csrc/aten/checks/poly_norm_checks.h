@@ -35,11 +35,7 @@ inline at::ScalarType poly_norm_rstd_dtype(const at::Tensor& x) {
 
 // dy: x's shape, dtype and device; rstd: the forward's dense (..., 3) statistics.
 inline void check_poly_norm_grad(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& rstd) {
-  LIGER_CHECK_ARG(dy.sizes() == x.sizes(), "dy", "expected x's shape ", x.sizes(), ", got ", dy.sizes());
-  LIGER_CHECK_ARG(dy.scalar_type() == x.scalar_type(), "dy", "expected x's dtype (",
-                  dtype_str(x.scalar_type()), "), got ", dtype_str(dy.scalar_type()));
-  LIGER_CHECK_ARG(dy.device() == x.device(), "dy", "expected device ", x.device(), " (x's), got ",
-                  dy.device());
+  check_grad_like(dy, x);
   LIGER_CHECK_ARG(
       rstd.scalar_type() == poly_norm_rstd_dtype(x) && rstd.is_contiguous() &&
           rstd.numel() == x.numel() / x.size(-1) * 3 && rstd.device() == x.device(),

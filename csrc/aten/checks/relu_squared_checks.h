@@ -16,11 +16,7 @@ inline void check_relu_squared_input(const at::Tensor& x, bool cuda) {
 // dy: x's shape, dtype and device (any strides).
 inline void check_relu_squared_bwd(const at::Tensor& dy, const at::Tensor& x, bool cuda) {
   check_relu_squared_input(x, cuda);
-  LIGER_CHECK_ARG(dy.sizes() == x.sizes(), "dy", "expected x's shape ", x.sizes(), ", got ", dy.sizes());
-  LIGER_CHECK_ARG(dy.scalar_type() == x.scalar_type(), "dy", "expected x's dtype (",
-                  dtype_str(x.scalar_type()), "), got ", dtype_str(dy.scalar_type()));
-  LIGER_CHECK_ARG(dy.device() == x.device(), "dy", "expected device ", x.device(), " (x's), got ",
-                  dy.device());
+  check_grad_like(dy, x);
 }
 
 }  // namespace liger_cpp

@@ -49,7 +49,7 @@ at::Tensor dyt_fwd_cpu(const at::Tensor& X, const at::Tensor& alpha, const at::T
 Quad dyt_bwd_cpu(const at::Tensor& dY, const at::Tensor& X, const at::Tensor& alpha, const at::Tensor& gamma,
                  const Opt& beta) {
   check_dyt_inputs(X, alpha, gamma, beta, /*cuda=*/false);
-  check_dyt_grad(dY, X);
+  check_grad_like(dY, X);
   const at::Tensor x = X.contiguous(), dy = dY.contiguous();
   at::Tensor dx = at::empty(X.sizes(), X.options());
   const bool has_beta = beta.has_value() && beta->defined();

@@ -54,7 +54,7 @@ at::Tensor dyt_fwd_cuda(const at::Tensor& X, const at::Tensor& alpha, const at::
 Quad dyt_bwd_cuda(const at::Tensor& dY, const at::Tensor& X, const at::Tensor& alpha, const at::Tensor& gamma,
                   const Opt& beta) {
   check_dyt_inputs(X, alpha, gamma, beta, /*cuda=*/true);
-  check_dyt_grad(dY, X);
+  check_grad_like(dY, X);
   const c10::cuda::CUDAGuard guard(X.device());
   const at::ScalarType wt = param_work_dtype(X, gamma);
   const at::Tensor x = X.contiguous(), dy = dY.contiguous(), a = alpha.to(wt).contiguous(),

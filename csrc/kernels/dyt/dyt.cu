@@ -4,7 +4,7 @@
 // each thread keeps U rows' loads in flight. The backward's per-column sums go to float32 partial
 // rows (one per row group and ty lane), dalpha's to one float per block, and the norms' fixed-order
 // reduction (reduce_partials.cuh) finishes them: deterministic, no atomics.
-#include "kernels/common/common.cuh"
+#include "kernels/common/float_rows.cuh"
 #include "kernels/dyt/dyt.h"
 #include "kernels/norm/reduce_partials.cuh"
 
@@ -22,23 +22,6 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ void load_floats(const T* p, float (&f)[VEC]) {
-  const Vec<T, VEC> v = load_vec<T, VEC>(p);
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) f[j] = to_float<T>(v.v[j]);
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ void store_floats(T* p, const float (&f)[VEC]) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    store_16B_words(p, pack_vec<T, VEC>(f));
-  } else {
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) p[j] = from_float<T>(f[j]);
-  }
 }
 
 template <typename WT, int VEC>
@@ -146,16 +129,6 @@ __global__ void __launch_bounds__(kDytThreads, kBwdBlocksPerSm)
   }
 }
 
-template <typename F>
-cudaError_t dispatch_pair(DType dt, DType wt, F&& f) {
-  return dispatch_dtype(dt, [&](auto tv) -> cudaError_t {
-    using T = decltype(tv);
-    if (wt == DType::kFloat32) return f(tv, float{});
-    if (wt != dt) return cudaErrorInvalidValue;  // the wrapper passes x's dtype or float32 only
-    return f(tv, tv);
-  });
-}
-
 }  // namespace
 
 DytPlan plan_dyt(int64_t rows, int64_t cols, int elem_size, bool aligned, int sm_count, bool backward) {
@@ -188,7 +161,7 @@ DytPlan plan_dyt(int64_t rows, int64_t cols, int elem_size, bool aligned, int sm
 
 cudaError_t dyt_fwd(const DytArgs& a, const DytPlan& p, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return cudaSuccess;
-  return dispatch_pair(a.dtype, a.wdtype, [&](auto tv, auto wv) -> cudaError_t {
+  return dispatch_x_and_param_dtypes(a.dtype, a.wdtype, [&](auto tv, auto wv) -> cudaError_t {
     using T = decltype(tv);
     using WT = decltype(wv);
     constexpr int kVec = 16 / sizeof(T);
@@ -209,7 +182,7 @@ cudaError_t dyt_fwd(const DytArgs& a, const DytPlan& p, cudaStream_t stream) {
 }
 
 cudaError_t dyt_bwd(const DytArgs& a, const DytPlan& p, cudaStream_t stream) {
-  return dispatch_pair(a.dtype, a.wdtype, [&](auto tv, auto wv) -> cudaError_t {
+  return dispatch_x_and_param_dtypes(a.dtype, a.wdtype, [&](auto tv, auto wv) -> cudaError_t {
     using T = decltype(tv);
     using WT = decltype(wv);
     if (a.rows == 0 || a.cols == 0) {  // empty sums: zero gradients (all-zero bits in every dtype)

@@ -5,7 +5,7 @@
 // float32 per-lane partial sums reduced in a fixed order afterwards (poly_norm_reduce).
 #include <type_traits>
 
-#include "kernels/common/common.cuh"
+#include "kernels/common/float_rows.cuh"
 #include "kernels/poly_norm/poly_norm.h"
 
 namespace liger_cpp::kernels {
@@ -39,23 +39,6 @@ __device__ __forceinline__ void lane_sums(float (&v)[N], float* scratch) {
     float s = 0.f;
     for (int w = 0; w < nw; ++w) s += mine[i * 8 + w];
     v[i] = s;
-  }
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ void load_floats(const T* p, float (&f)[VEC]) {
-  const Vec<T, VEC> v = load_vec<T, VEC>(p);
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) f[j] = to_float<T>(v.v[j]);
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ void store_floats(T* p, const float (&f)[VEC]) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    store_16B_words(p, pack_vec<T, VEC>(f));
-  } else {
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) p[j] = from_float<T>(f[j]);
   }
 }
 
@@ -253,15 +236,6 @@ __global__ void poly_norm_reduce(const float* __restrict__ part, int64_t groups,
   }
 }
 
-template <typename F>
-cudaError_t dispatch_pair(DType dt, DType wt, F&& f) {
-  return dispatch_dtype(dt, [&](auto tv) -> cudaError_t {
-    if (wt == DType::kFloat32) return f(tv, float{});
-    if (wt != dt) return cudaErrorInvalidValue;  // the wrapper passes x's dtype or float32 only
-    return f(tv, tv);
-  });
-}
-
 // Calls f(std::integral_constant<int, NV>) for the plan's nv.
 template <typename F>
 cudaError_t dispatch_nv(int nv, F&& f) {
@@ -305,7 +279,7 @@ PolyNormPlan plan_poly_norm(int64_t rows, int64_t cols, int elem_size, bool alig
 
 cudaError_t poly_norm_fwd(const PolyNormArgs& a, const PolyNormPlan& p, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return cudaSuccess;
-  return dispatch_pair(a.dtype, a.wdtype, [&](auto tv, auto wv) -> cudaError_t {
+  return dispatch_x_and_param_dtypes(a.dtype, a.wdtype, [&](auto tv, auto wv) -> cudaError_t {
     using T = decltype(tv);
     using WT = decltype(wv);
     return dispatch_nv(p.nv, [&](auto nvc) -> cudaError_t {
@@ -327,7 +301,7 @@ cudaError_t poly_norm_fwd(const PolyNormArgs& a, const PolyNormPlan& p, cudaStre
 }
 
 cudaError_t poly_norm_bwd(const PolyNormArgs& a, const PolyNormPlan& p, cudaStream_t stream) {
-  return dispatch_pair(a.dtype, a.wdtype, [&](auto tv, auto wv) -> cudaError_t {
+  return dispatch_x_and_param_dtypes(a.dtype, a.wdtype, [&](auto tv, auto wv) -> cudaError_t {
     using T = decltype(tv);
     using WT = decltype(wv);
     if (a.rows == 0 || a.cols == 0) {  // empty sums: zero gradients (all-zero bits in every dtype)
