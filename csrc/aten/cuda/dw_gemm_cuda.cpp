@@ -25,6 +25,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "aten/cuda/cuda_common.h"
 #include "kernels/common/plan_override.h"
 
 namespace liger_cpp::cuda {
@@ -107,8 +108,6 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t handle, cudaDataType_t typ
   return it->second;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 bool dw_gemm_lt(const at::Tensor& dw, const at::Tensor& g, const at::Tensor& x, bool accumulate) {
@@ -123,7 +122,7 @@ bool dw_gemm_lt(const at::Tensor& dw, const at::Tensor& g, const at::Tensor& x, 
   constexpr int64_t kInt32 = INT32_MAX;
   if (V > kInt32 || H > kInt32 || ldg > kInt32 || ldx > kInt32 || ldg < V || ldx < H) return false;
   if (ldg % 8 || ldx % 8 || H % 8) return false;
-  if (!aligned16(dw.data_ptr()) || !aligned16(g.data_ptr()) || !aligned16(x.data_ptr())) return false;
+  if (!aligned_16B(dw.data_ptr()) || !aligned_16B(g.data_ptr()) || !aligned_16B(x.data_ptr())) return false;
   const c10::cuda::CUDAGuard guard(dw.device());
   namespace po = kernels::plan_override;
   if (po::forced(po::Key::kDwGemm) == 1) return false;                   // dw_gemm=aten

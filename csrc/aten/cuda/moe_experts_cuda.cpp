@@ -23,8 +23,6 @@ namespace po = kernels::plan_override;
 
 cudaStream_t stream() { return at::cuda::getCurrentCUDAStream(); }
 
-bool aligned16(const at::Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0; }
-
 // at::_grouped_mm can take a [.., K] x [.., K, N] product: bfloat16 operands with one unit stride
 // in their last two dimensions and the other a multiple of 16 bytes, aligned data, N a multiple
 // of 8 (so that its output is dense), sm_80 or newer, and some rows.
@@ -34,7 +32,7 @@ bool grouped_ok(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0 || b.numel() == 0 || b.size(-1) % 8) return false;
   if (at::cuda::getCurrentDeviceProperties()->major < 8) return false;
   for (const at::Tensor* t : {&a, &b}) {
-    if (!aligned16(*t)) return false;
+    if (!aligned_16B(t->data_ptr())) return false;
     const int64_t d = t->dim();
     const int64_t other = t->stride(d - 1) == 1   ? t->stride(d - 2)
                           : t->stride(d - 2) == 1 ? t->stride(d - 1)
