@@ -62,6 +62,7 @@ kernels::LogprobRowsArgs logprob_args(const LogprobRows& c) {
   a.cols = c.z.size(1);
   a.ignore_index = c.ignore_index;
   a.dtype = to_kernel_dtype(c.z.scalar_type(), "logits");
+  a.sm_count = sm_count();
   return a;
 }
 }  // namespace divergence_cuda_impl
@@ -134,6 +135,7 @@ void pointwise_div_cuda(const PointwiseDiv& c) {
   a.cols = c.x.size(1);
   a.ignore_index = c.ignore_index;
   a.dtype = to_kernel_dtype(c.x.scalar_type(), "input");
+  a.sm_count = sm_count();
   LIGER_CUDA_CHECK(kernels::pointwise_div_rows(a, at::cuda::getCurrentCUDAStream()));
 }
 

@@ -991,9 +991,11 @@ cudaError_t logprob_rows_fwd(const LogprobRowsArgs& a, cudaStream_t stream) {
     using T = decltype(tag);
     constexpr int VE = 16 / sizeof(T);
     if (rows_aligned<T>(a.z, a.row_stride, a.cols))
-      logprob_fwd_kernel<T, VE><<<grid_for(a.rows), threads_for(a.cols, VE), 0, stream>>>(a);
+      logprob_fwd_kernel<T, VE>
+          <<<grid_for(a.rows), threads_for_rows(a.rows, a.cols, VE, a.sm_count), 0, stream>>>(a);
     else
-      logprob_fwd_kernel<T, 1><<<grid_for(a.rows), threads_for(a.cols, 1), 0, stream>>>(a);
+      logprob_fwd_kernel<T, 1>
+          <<<grid_for(a.rows), threads_for_rows(a.rows, a.cols, 1, a.sm_count), 0, stream>>>(a);
     return cudaGetLastError();
   });
 }
@@ -1020,9 +1022,11 @@ cudaError_t pointwise_div_rows(const PointwiseDivArgs& a, cudaStream_t stream) {
                      rows_aligned<T>(a.y, a.y_row_stride, a.cols) &&
                      rows_aligned<T>(a.grad, a.grad_row_stride, a.cols);
     if (vec)
-      pointwise_kernel<T, VE><<<grid_for(a.rows), threads_for(a.cols, VE), 0, stream>>>(a);
+      pointwise_kernel<T, VE>
+          <<<grid_for(a.rows), threads_for_rows(a.rows, a.cols, VE, a.sm_count), 0, stream>>>(a);
     else
-      pointwise_kernel<T, 1><<<grid_for(a.rows), threads_for(a.cols, 1), 0, stream>>>(a);
+      pointwise_kernel<T, 1>
+          <<<grid_for(a.rows), threads_for_rows(a.rows, a.cols, 1, a.sm_count), 0, stream>>>(a);
     return cudaGetLastError();
   });
 }

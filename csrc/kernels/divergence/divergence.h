@@ -75,6 +75,7 @@ struct LogprobRowsArgs {
   int64_t dz_row_stride;
   int64_t rows, cols, ignore_index;
   DType dtype;
+  int sm_count = 0;  // the device's multiprocessors (0: 132): threads a row (row_common.cuh)
 };
 cudaError_t logprob_rows_fwd(const LogprobRowsArgs& a, cudaStream_t stream);
 cudaError_t logprob_rows_bwd(const LogprobRowsArgs& a, cudaStream_t stream);
@@ -131,6 +132,7 @@ struct PointwiseDivArgs {
   bool log_target;
   int64_t rows, cols, ignore_index;
   DType dtype;
+  int sm_count = 0;  // the device's multiprocessors (0: 132): threads a row (row_common.cuh)
 };
 cudaError_t pointwise_div_rows(const PointwiseDivArgs& a, cudaStream_t stream);
 

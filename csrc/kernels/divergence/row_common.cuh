@@ -94,12 +94,28 @@ struct OnlineRow {
   }
 };
 
+// Threads a row by the row's vectors, up to 1024.
 int threads_for(int64_t cols, int ve) {
   const int64_t vecs = ceil_div(cols, ve);
   if (vecs >= 4096) return kMaxThreads;
   if (vecs >= 1024) return 512;
   if (vecs >= 256) return 256;
   return 128;
+}
+
+// The same, but at most 256 where there are rows enough to give every SM four such blocks or more:
+// many short blocks an SM keep the memory busy while others reduce, start or finish, and leave a
+// smaller last wave. Registers stay the kernels' launch bounds' (written for 1024), so the threads
+// an SM do not change. A/B on an H100, bf16 (`benchmarks/results/2026-12-07-h100-row-threads-ab.txt`):
+// a win for the read-only rows of the token log-prob forward (selective log-probs at 8200 x 151936
+// 0.868 -> 0.828 ms, 1032 rows 0.129 -> 0.122, 16400 rows 1.709 -> 1.635) and for the divergences of
+// given distributions (fwd+bwd at 4096 x 151936: KL 1.404 -> 1.324, JSD 3.16 -> 3.10, TVD 1.362 ->
+// 1.339 ms); a loss for CE + TVD (2.834 -> 2.890 ms), which keeps threads_for, as do the kernels not
+// measured (the token log-prob backward, the distillation block kernel).
+int threads_for_rows(int64_t rows, int64_t cols, int ve, int sm_count) {
+  const int by_cols = threads_for(cols, ve);
+  const int64_t sms = sm_count > 0 ? sm_count : 132;
+  return rows >= 4 * sms && by_cols > 256 ? 256 : by_cols;
 }
 
 unsigned grid_for(int64_t rows) {
