@@ -65,9 +65,12 @@ __global__ void __launch_bounds__(kMaxThreads) ce_tvd_fwd_kernel(CeTvdArgs a) {
         lse[k] = M + logf(block_sum(o[k]->s * f, scratch));
       }
     }
-    // Pass 2: sum |p - q| and sigma = sum p sign(p - q).
+    // Pass 2: sum |p - q| and sigma = sum p sign(p - q), walking the row backwards: what pass 1
+    // read last is the likeliest to be in L2 still (the block's share of L2 is about half its pair
+    // of rows at V 151936), so more of the second read comes from L2 than from memory.
     float abs_sum = 0.f, sigma = 0.f;
-    for (int64_t j0 = j_first; j0 < V; j0 += step) {
+    const int64_t j_last = j_first < V ? j_first + (V - 1 - j_first) / step * step : -1;
+    for (int64_t j0 = j_last; j0 >= 0; j0 -= step) {
       float xs[VE], xt[VE];
       to_floats<T, VE>(load_vec<T, VE>(s + j0), xs);
       to_floats<T, VE>(load_vec<T, VE>(t + j0), xt);
