@@ -10,7 +10,7 @@ Usage: python benchmarks/bench_dyt_poly_norm.py [--out FILE.json] [--quick] [--s
 import argparse
 
 import torch
-from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
+from harness import bandwidth_rows, copy_bandwidth_gbs, report, try_import_liger
 
 import liger_cpp
 from liger_cpp.ops.dyt import dyt
@@ -55,7 +55,6 @@ def variants(have_liger):
 
 
 def run(op, m, n, fns, C):
-    rows = []
     g = torch.Generator(device="cuda").manual_seed(0)
     bf = dict(device="cuda", dtype=torch.bfloat16)
     x = torch.randn(m, n, generator=g, **bf).requires_grad_()
@@ -69,24 +68,11 @@ def run(op, m, n, fns, C):
     else:
         params = [torch.tensor([0.3, 0.3, 0.4], **bf), torch.tensor(0.1, **bf)]
     params = [p.requires_grad_() for p in params]
-    for name, f in fns.items():
-        for mode in ("fwd+bwd", "fwd"):
-            row = {"op": op, "shape": f"{m}x{n}", "mode": mode, "impl": name}
-            try:
-                if mode == "fwd":
-                    with torch.no_grad():
-                        ms = bench_ms(lambda f=f: f(x, *params))
-                    nbytes = 2 * m * n * 2
-                else:
-                    ms = bench_ms(lambda f=f: f(x, *params).backward(dy), grad_to_none=[x, *params])
-                    nbytes = 5 * m * n * 2
-                gbs = nbytes / (ms * 1e-3) / 1e9
-                row.update({"ms": round(ms, 4), "GB/s": round(gbs), "%C": round(100 * gbs / C, 1)})
-            except Exception as e:  # noqa: BLE001 - a failing baseline is reported, not fatal
-                row["error"] = str(e).splitlines()[0][:120]
-            rows.append(row)
-    torch.cuda.empty_cache()
-    return rows
+    base = {"op": op, "shape": f"{m}x{n}"}
+    nbytes = {"fwd": 2 * m * n * 2, "fwd+bwd": 5 * m * n * 2}
+    return bandwidth_rows(
+        base, fns, lambda f: f(x, *params), lambda f: f(x, *params).backward(dy), nbytes, [x, *params], C
+    )
 
 
 def main():
@@ -101,14 +87,8 @@ def main():
         shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
     fns = variants(try_import_liger())
     rows = [r for op in fns for m, n in shapes for r in run(op, m, n, fns[op], C)]
-    payload = {"op": "dyt_poly_norm", "dtype": "bfloat16", "copy_GBps": round(C), **meta(), "rows": rows}
-    payload["liger_cpp_version"] = liger_cpp.__version__
-    if args.out:
-        write_json(args.out, payload)
-    print(
-        f"DyT/PolyNorm bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}"
-    )
-    print(fmt_table(rows, ["op", "shape", "mode", "impl", "ms", "GB/s", "%C", "error"]))
+    cols = ["op", "shape", "mode", "impl", "ms", "GB/s", "%C", "error"]
+    report("dyt_poly_norm", "DyT/PolyNorm bf16", rows, C, args.out, cols, liger_cpp.__version__)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ Usage: python benchmarks/bench_llama4_rope.py [--out FILE.json] [--quick]
 import argparse
 
 import torch
-from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
+from harness import bandwidth_rows, copy_bandwidth_gbs, report, try_import_liger
 from transformers.models.llama4.modeling_llama4 import apply_rotary_emb
 
 import liger_cpp
@@ -31,7 +31,6 @@ def variants(have_liger):
 
 
 def run(B, S, Hq, Hk, D, fns, C):
-    rows = []
     q = torch.randn(B, S, Hq, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     k = torch.randn(B, S, Hk, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     angle = torch.rand(B, S, D // 2, device="cuda") * 6.28
@@ -39,29 +38,14 @@ def run(B, S, Hq, Hk, D, fns, C):
     gq, gk = torch.randn_like(q), torch.randn_like(k)
     qk_bytes = (q.numel() + k.numel()) * 2
     f_bytes = freqs.numel() * 8
-    for name, f in fns.items():
-        for mode in ("fwd+bwd", "fwd"):
-            row = {"shape": f"B{B} S{S} {Hq}/{Hk}x{D}", "mode": mode, "impl": name}
-            try:
-                if mode == "fwd":
-                    with torch.no_grad():
-                        ms = bench_ms(lambda f=f: f(q, k, freqs))
-                    nbytes = 2 * qk_bytes + f_bytes
-                else:
 
-                    def step(f=f):
-                        qo, ko = f(q, k, freqs)
-                        torch.autograd.backward((qo, ko), (gq, gk))
+    def step(f):
+        qo, ko = f(q, k, freqs)
+        torch.autograd.backward((qo, ko), (gq, gk))
 
-                    ms = bench_ms(step, grad_to_none=[q, k])
-                    nbytes = 4 * qk_bytes + 2 * f_bytes
-                gbs = nbytes / (ms * 1e-3) / 1e9
-                row.update({"ms": round(ms, 4), "GB/s": round(gbs), "%C": round(100 * gbs / C, 1)})
-            except Exception as e:  # noqa: BLE001 - a failing baseline is reported, not fatal
-                row["error"] = str(e).splitlines()[0][:120]
-            rows.append(row)
-    torch.cuda.empty_cache()
-    return rows
+    base = {"shape": f"B{B} S{S} {Hq}/{Hk}x{D}"}
+    nbytes = {"fwd": 2 * qk_bytes + f_bytes, "fwd+bwd": 4 * qk_bytes + 2 * f_bytes}
+    return bandwidth_rows(base, fns, lambda f: f(q, k, freqs), step, nbytes, [q, k], C)
 
 
 def main():
@@ -73,14 +57,8 @@ def main():
     shapes = [(1, 4096, 40, 8, 128)] if args.quick else [(4, 4096, 40, 8, 128), (1, 8192, 40, 8, 128)]
     fns = variants(try_import_liger())
     rows = [r for s in shapes for r in run(*s, fns, C)]
-    payload = {"op": "llama4_rope", "dtype": "bfloat16", "copy_GBps": round(C), **meta(), "rows": rows}
-    payload["liger_cpp_version"] = liger_cpp.__version__
-    if args.out:
-        write_json(args.out, payload)
-    print(
-        f"Llama 4 RoPE bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}"
-    )
-    print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C", "error"]))
+    cols = ["shape", "mode", "impl", "ms", "GB/s", "%C", "error"]
+    report("llama4_rope", "Llama 4 RoPE bf16", rows, C, args.out, cols, liger_cpp.__version__)
 
 
 if __name__ == "__main__":

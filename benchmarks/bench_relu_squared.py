@@ -9,7 +9,7 @@ Usage: python benchmarks/bench_relu_squared.py [--out FILE.json] [--quick] [--sh
 import argparse
 
 import torch
-from harness import bench_ms, copy_bandwidth_gbs, fmt_table, meta, try_import_liger, write_json
+from harness import bandwidth_rows, copy_bandwidth_gbs, report, try_import_liger
 
 import liger_cpp
 from liger_cpp.ops.relu_squared import relu_squared
@@ -29,27 +29,12 @@ def variants(have_liger):
 
 
 def run(m, n, fns, C):
-    rows = []
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-    for name, f in fns.items():
-        for mode in ("fwd+bwd", "fwd"):
-            row = {"shape": f"{m}x{n}", "mode": mode, "impl": name}
-            try:
-                if mode == "fwd":
-                    with torch.no_grad():
-                        ms = bench_ms(lambda f=f: f(x))
-                    nbytes = 2 * m * n * 2
-                else:
-                    ms = bench_ms(lambda f=f: f(x).backward(dy), grad_to_none=[x])
-                    nbytes = 5 * m * n * 2
-                gbs = nbytes / (ms * 1e-3) / 1e9
-                row.update({"ms": round(ms, 4), "GB/s": round(gbs), "%C": round(100 * gbs / C, 1)})
-            except Exception as e:  # noqa: BLE001 - a failing baseline is reported, not fatal
-                row["error"] = str(e).splitlines()[0][:120]
-            rows.append(row)
-    torch.cuda.empty_cache()
-    return rows
+    nbytes = {"fwd": 2 * m * n * 2, "fwd+bwd": 5 * m * n * 2}
+    return bandwidth_rows(
+        {"shape": f"{m}x{n}"}, fns, lambda f: f(x), lambda f: f(x).backward(dy), nbytes, [x], C
+    )
 
 
 def main():
@@ -64,12 +49,8 @@ def main():
         shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
     fns = variants(try_import_liger())
     rows = [r for m, n in shapes for r in run(m, n, fns, C)]
-    payload = {"op": "relu_squared", "dtype": "bfloat16", "copy_GBps": round(C), **meta(), "rows": rows}
-    payload["liger_cpp_version"] = liger_cpp.__version__
-    if args.out:
-        write_json(args.out, payload)
-    print(f"ReLU^2 bf16 on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}")
-    print(fmt_table(rows, ["shape", "mode", "impl", "ms", "GB/s", "%C", "error"]))
+    cols = ["shape", "mode", "impl", "ms", "GB/s", "%C", "error"]
+    report("relu_squared", "ReLU^2 bf16", rows, C, args.out, cols, liger_cpp.__version__)
 
 
 if __name__ == "__main__":

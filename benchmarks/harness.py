@@ -228,3 +228,38 @@ def fmt_table(rows, cols):
     for r in rows:
         out.append("  ".join(str(r.get(c, "")).ljust(w) for c, w in zip(cols, widths)))
     return "\n".join(out)
+
+
+def bandwidth_rows(base, fns, fwd, step, nbytes, grad_to_none, C):
+    """The element-wise ops' loop (DyT, PolyNorm, ReLU squared, Llama 4 RoPE): for each
+    implementation in `fns` (name -> callable), a fwd+bwd row and a fwd row, each `base`'s keys plus
+    mode, impl, median ms (bench_ms), GB/s of the mode's minimum bytes `nbytes[mode]` and % of the
+    copy bandwidth C. `fwd(f)` runs the forward (timed under no_grad), `step(f)` forward and
+    backward. A failing implementation gives a row with its error, not an exception."""
+    rows = []
+    for name, f in fns.items():
+        for mode in ("fwd+bwd", "fwd"):
+            row = {**base, "mode": mode, "impl": name}
+            try:
+                if mode == "fwd":
+                    with torch.no_grad():
+                        ms = bench_ms(lambda f=f: fwd(f))
+                else:
+                    ms = bench_ms(lambda f=f: step(f), grad_to_none=grad_to_none)
+                gbs = nbytes[mode] / (ms * 1e-3) / 1e9
+                row.update({"ms": round(ms, 4), "GB/s": round(gbs), "%C": round(100 * gbs / C, 1)})
+            except Exception as e:  # noqa: BLE001 - a failing baseline is reported, not fatal
+                row["error"] = str(e).splitlines()[0][:120]
+            rows.append(row)
+    torch.cuda.empty_cache()
+    return rows
+
+
+def report(op, title, rows, C, out, cols, version):
+    """Writes the run's JSON (when `out`) and prints its table: `title` on this GPU, C and commit."""
+    payload = {"op": op, "dtype": "bfloat16", "copy_GBps": round(C), **meta(), "rows": rows}
+    payload["liger_cpp_version"] = version
+    if out:
+        write_json(out, payload)
+    print(f"{title} on {payload['gpu']}, copy bandwidth C = {C:.0f} GB/s, commit {payload['commit']}")
+    print(fmt_table(rows, cols))
