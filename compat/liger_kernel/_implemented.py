@@ -287,6 +287,29 @@ for _where in (f"{_O}.fused_linear_kl_div", _O):
         "liger_kernel._functions:LigerFusedLinearKLDivFunction"
     )
 
+# Function-level forward / backward entry points (liger_kernel._entry_points), by defining module;
+# liger_kernel.ops' re-exports of them are aliases of these.
+_ENTRY_POINTS = {
+    "rms_norm": ("rms_norm_forward", "rms_norm_backward"),
+    "fused_add_rms_norm": ("fused_add_rms_norm_forward", "fused_add_rms_norm_backward"),
+    "layer_norm": ("layer_norm_forward", "layer_norm_backward"),
+    "group_norm": ("group_norm_forward", "group_norm_backward"),
+    "swiglu": ("swiglu_forward", "swiglu_backward"),
+    "geglu": ("geglu_forward", "geglu_backward"),
+    "relu_squared": ("relu_squared_forward", "relu_squared_backward"),
+    "rope": ("rope_forward", "rope_backward"),
+    "qwen2vl_mrope": ("qwen2vl_mrope_forward", "qwen2vl_mrope_backward"),
+    "llama4_rope": ("llama4_rope_forward",),
+    "cross_entropy": ("cross_entropy_forward", "cross_entropy_backward"),
+    "jsd": ("jsd_forward", "jsd_backward"),
+    "kl_div": ("kldiv_forward_triton", "kldiv_backward_triton"),
+    "tvd": ("tv_distance_forward_triton", "tvd_backward_triton"),
+    "utils": ("device_context", "get_amp_custom_fwd_bwd", "get_npu_core_count", "set_large_grf_mode"),
+}
+for _mod, _names in _ENTRY_POINTS.items():
+    for _fn in _names:
+        IMPLEMENTED[f"{_O}.{_mod}.{_fn}"] = f"liger_kernel._entry_points:{_fn}"
+
 
 def _load(target: str):
     module, _, attr = target.partition(":")

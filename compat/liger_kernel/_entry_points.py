@@ -1,0 +1,392 @@
+"""Liger-Kernel's function-level forward / backward entry points (``liger_kernel.ops.rms_norm.
+rms_norm_forward`` ... ``liger_kernel.ops.tvd.tvd_backward_triton``): what its autograd Functions
+call, and what other projects import to build Functions of their own (kernel dispatchers, mHC
+integrations, benchmarks). Each takes Liger-Kernel's arguments and returns its tuple, in the same
+order, computed by liger_cpp's ops (their CUDA kernels, or the CPU twins), without autograd.
+
+Where the tuple holds launch settings (BLOCK_SIZE, num_warps, num_stages) they are the values
+Liger-Kernel's launcher would pick for the shape, returned for the caller to pass back; liger_cpp's
+backward ignores them. Deliberate differences, as in _functions.py:
+- nothing is written in place: Liger-Kernel's backward entry points overwrite their inputs (swiglu's
+  and geglu's a and b, cross entropy's logits, rope's q and k) and return them; these return new
+  tensors with the same values, so callers that use the returned tensors (every caller in Liger)
+  behave the same, at the cost of one more buffer of that size;
+- statistics stay float32 (RSTD of casting mode "none", cross entropy's per-row losses), where
+  Liger-Kernel keeps some in the input's dtype.
+"""
+
+import contextlib
+
+import torch
+
+from liger_cpp.ops.llama4_rope import as_real_freqs
+from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb
+from liger_cpp.transformers.rope import liger_rotary_pos_emb
+from liger_kernel.ops.utils import calculate_settings
+
+_CASTING = {"llama": 0, "gemma": 1, "none": -1}
+_CASTING_NAME = {v: k for k, v in _CASTING.items()}
+
+
+def _casting(casting_mode):
+    """(name for liger_cpp, Liger-Kernel's integer) of a casting mode given as either."""
+    if isinstance(casting_mode, str):
+        if casting_mode not in _CASTING:
+            raise ValueError(
+                f"liger_cpp: argument 'casting_mode': expected one of {sorted(_CASTING)}, "
+                f"got {casting_mode!r}"
+            )
+        return casting_mode, _CASTING[casting_mode]
+    if int(casting_mode) not in _CASTING_NAME:
+        raise ValueError(
+            f"liger_cpp: argument 'casting_mode': expected one of {sorted(_CASTING_NAME)}, "
+            f"got {casting_mode!r}"
+        )
+    return _CASTING_NAME[int(casting_mode)], int(casting_mode)
+
+
+def _rows(x):
+    return x.reshape(-1, x.shape[-1])
+
+
+# ---- RMSNorm, FusedAddRMSNorm, LayerNorm, GroupNorm -------------------------------------------
+
+
+@torch.no_grad()
+def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
+    """(Y, X as rows, RSTD (rows,), BLOCK_SIZE, num_warps, casting mode as Liger's integer)."""
+    name, code = _casting(casting_mode)
+    Y, rstd = torch.ops.liger.rms_norm_fwd(X, W, float(eps), float(offset), name, False)
+    block, warps = calculate_settings(X.shape[-1])
+    return Y, _rows(X), rstd.reshape(-1), block, warps, code
+
+
+@torch.no_grad()
+def rms_norm_backward(
+    dY, X, W, RSTD, offset, casting_mode, BLOCK_SIZE, num_warps, in_place, row_mode, needs_dw=None
+):
+    """(dX in dY's shape, dW in W's dtype or None). `in_place` is accepted; dX is a new tensor."""
+    name, _ = _casting(casting_mode)
+    compute_dw = W is not None and (needs_dw is None or bool(needs_dw))
+    x = X.reshape(dY.shape)
+    dX, dW = torch.ops.liger.rms_norm_bwd(
+        dY, x, W, RSTD.reshape(dY.shape[:-1]), float(offset), name, compute_dw
+    )
+    return dX, (dW if compute_dw else None)
+
+
+@torch.no_grad()
+def fused_add_rms_norm_forward(X, R, W, eps, offset, casting_mode):
+    """(Y, S = X + R, RSTD (rows,), BLOCK_SIZE, num_warps, num_stages, casting mode's integer)."""
+    name, code = _casting(casting_mode)
+    Y, S, rstd = torch.ops.liger.fused_add_rms_norm_fwd(X, R, W, float(eps), float(offset), name, False)
+    block, warps = calculate_settings(X.shape[-1])
+    return Y, S, rstd.reshape(-1), block, warps, 2, code
+
+
+@torch.no_grad()
+def fused_add_rms_norm_backward(
+    dY, dS_out, S, W, RSTD, offset, casting_mode, BLOCK_SIZE, num_warps, num_stages, in_place, needs_dw=None
+):
+    """(dX, dR, dW): dX and dR are the same tensor (the gradient of S), as Liger-Kernel's."""
+    name, _ = _casting(casting_mode)
+    compute_dw = W is not None and (needs_dw is None or bool(needs_dw))
+    s = S.reshape(dY.shape)
+    d_s = None if dS_out is None else dS_out.reshape(dY.shape)
+    dS, dW = torch.ops.liger.fused_add_rms_norm_bwd(
+        dY, d_s, s, W, RSTD.reshape(dY.shape[:-1]), float(offset), name, compute_dw
+    )
+    return dS, dS, (dW if compute_dw else None)
+
+
+@torch.no_grad()
+def layer_norm_forward(X, W, B, eps):
+    """(Y, X as rows, Mean (rows,), RSTD (rows,), BLOCK_SIZE, num_warps)."""
+    Y, mean, rstd = torch.ops.liger.layer_norm_fwd(X, W, B, float(eps))
+    block, warps = calculate_settings(X.shape[-1])
+    return Y, _rows(X), mean.reshape(-1), rstd.reshape(-1), block, warps
+
+
+@torch.no_grad()
+def layer_norm_backward(dY, X, W, B, Mean, RSTD, needs_dw=None, needs_db=None):
+    """(dX in dY's shape, dW in W's dtype or None, dB in B's dtype or None)."""
+    compute_dw = W is not None and (needs_dw is None or bool(needs_dw))
+    compute_db = B is not None and (needs_db is None or bool(needs_db))
+    lead = dY.shape[:-1]
+    dX, dW, dB = torch.ops.liger.layer_norm_bwd(
+        dY, X.reshape(dY.shape), W, Mean.reshape(lead), RSTD.reshape(lead), compute_dw, compute_db
+    )
+    return dX, (dW if compute_dw else None), (dB.to(B.dtype) if compute_db else None)
+
+
+@torch.no_grad()
+def group_norm_forward(X, num_channels, num_groups, W, B, eps):
+    """(Y, X, Mean (batch, groups), RSTD (batch, groups), BLOCK_SIZE): PyTorch's group norm kernel
+    (float32 statistics), as liger_cpp's LigerGroupNorm."""
+    if X.dim() < 2 or X.shape[1] != num_channels or num_channels % num_groups:
+        raise ValueError(
+            f"liger_cpp: argument 'X': expected (batch, {num_channels}, ...) with num_groups {num_groups} "
+            f"dividing the channels, got {tuple(X.shape)}"
+        )
+    n, hw = X.shape[0], X[0, 0].numel()
+    Y, mean, rstd = torch.native_group_norm(X, W, B, n, num_channels, hw, num_groups, float(eps))
+    group = num_channels // num_groups * hw
+    block = min(65536, 1 << max(0, group - 1).bit_length())  # Liger-Kernel's: a power of two, capped
+    return Y, X, mean, rstd, block
+
+
+@torch.no_grad()
+def group_norm_backward(dY, X, W, B, Mean, RSTD, num_channels, num_groups):
+    """(dX, dW, dB) of group_norm_forward."""
+    n, hw = X.shape[0], X[0, 0].numel()
+    mask = [True, W is not None, B is not None]
+    dX, dW, dB = torch.ops.aten.native_group_norm_backward(
+        dY.contiguous(), X.contiguous(), Mean, RSTD, W, n, num_channels, hw, num_groups, mask
+    )
+    return dX, dW, dB
+
+
+# ---- Gated units and activations --------------------------------------------------------------
+
+
+@torch.no_grad()
+def swiglu_forward(a, b, gate_multiplier: float = 1.0):
+    """(a, b, silu(a * gate_multiplier) * b)."""
+    a_ = a * gate_multiplier if gate_multiplier != 1.0 else a
+    return a, b, torch.ops.liger.swiglu_fwd(a_, b, False)
+
+
+@torch.no_grad()
+def swiglu_backward(a, b, dc, gate_multiplier: float = 1.0):
+    """(da, db) of swiglu_forward, new tensors (Liger-Kernel writes them over a and b)."""
+    if gate_multiplier == 1.0:
+        return torch.ops.liger.swiglu_bwd(dc, a, b)
+    da, db = torch.ops.liger.swiglu_bwd(dc, a * gate_multiplier, b)
+    return da * gate_multiplier, db
+
+
+@torch.no_grad()
+def geglu_forward(a, b):
+    """(a, b, gelu_tanh(a) * b)."""
+    return a, b, torch.ops.liger.geglu_fwd(a, b, "tanh", False)
+
+
+@torch.no_grad()
+def geglu_backward(a, b, dc):
+    """(da, db) of geglu_forward, new tensors."""
+    return torch.ops.liger.geglu_bwd(dc, a, b, "tanh")
+
+
+@torch.no_grad()
+def relu_squared_forward(X):
+    return torch.ops.liger.relu_squared_fwd(X)
+
+
+@torch.no_grad()
+def relu_squared_backward(X, dY):
+    return torch.ops.liger.relu_squared_bwd(dY, X)
+
+
+# ---- RoPE ---------------------------------------------------------------------------------------
+
+
+def _rope_tables(cos, sin, unsqueeze_dim):
+    """Liger-Kernel's table shapes: 4-D tables squeezed to 3-D, 2-D ones given a batch of 1."""
+    if cos.dim() == 4:
+        if cos.shape[unsqueeze_dim] == 1:
+            cos, sin = cos.squeeze(unsqueeze_dim), sin.squeeze(unsqueeze_dim)
+        elif cos.shape[1] == 1:
+            cos, sin = cos.squeeze(1), sin.squeeze(1)
+        else:
+            cos, sin = cos.squeeze(), sin.squeeze()
+    if cos.dim() == 2:
+        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
+    return cos, sin
+
+
+def _vjp(fn, dq, dk):
+    """(dq_in, dk_in): the transpose of the linear map (q, k) -> fn(q, k) applied to (dq, dk)."""
+    q0 = torch.zeros_like(dq, requires_grad=True)
+    k0 = torch.zeros_like(dk, requires_grad=True)
+    with torch.enable_grad():
+        qo, ko = fn(q0, k0)
+    return torch.autograd.grad((qo, ko), (q0, k0), (dq, dk))
+
+
+@torch.no_grad()
+def rope_forward(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=None):
+    """(q_rot, k_rot, cos, sin) for q, k (B, H, S, D), the tables as Liger-Kernel shapes them."""
+    cos, sin = _rope_tables(cos, sin, unsqueeze_dim)
+    qo, ko = liger_rotary_pos_emb(q, k, cos, sin, None, 1, rotary_dim)
+    return qo, ko, cos, sin
+
+
+def rope_backward(dq, dk, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=None):
+    """(dq, dk) of rope_forward: the transposed rotation (partial rotary: the rest passed through)."""
+    cos, sin = _rope_tables(cos, sin, unsqueeze_dim)
+    with torch.no_grad():
+        return _vjp(lambda q, k: liger_rotary_pos_emb(q, k, cos, sin, None, 1, rotary_dim), dq, dk)
+
+
+@torch.no_grad()
+def qwen2vl_mrope_forward(q, k, cos, sin, mrope_section):
+    """(q_rot, k_rot, cos, sin) for q, k (B, H, S, D) and tables (3, B, S, D)."""
+    qo, ko = liger_multimodal_rotary_pos_emb(q, k, cos, sin, list(mrope_section), 1)
+    return qo, ko, cos, sin
+
+
+def qwen2vl_mrope_backward(dq, dk, cos, sin, mrope_section):
+    sections = list(mrope_section)
+    with torch.no_grad():
+        return _vjp(lambda q, k: liger_multimodal_rotary_pos_emb(q, k, cos, sin, sections, 1), dq, dk)
+
+
+@torch.no_grad()
+def llama4_rope_forward(q, k, freqs_cis, BLOCK_SIZE: int = None, imag_sign: float = 1.0):
+    """(q_rot, k_rot) for q, k (B, S, H, D): pairs times freqs_cis, or its conjugate with imag_sign
+    -1 (the backward). A complex freqs_cis is read as (S, D / 2), as Liger-Kernel reads it."""
+    seq = q.shape[1]
+    if freqs_cis.is_complex():
+        freqs_cis = freqs_cis.reshape(-1, freqs_cis.shape[-1])[:seq]
+    freqs = as_real_freqs(freqs_cis)
+    if imag_sign != 1.0:
+        freqs = torch.stack((freqs[..., 0], freqs[..., 1] * imag_sign), dim=-1)
+    return torch.ops.liger.llama4_rope_fwd(q, k, freqs, False)
+
+
+# ---- Cross entropy ------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def cross_entropy_forward(
+    _input,
+    target,
+    weight,
+    ignore_index,
+    lse_square_scale,
+    label_smoothing,
+    reduction,
+    softcap,
+    return_z_loss,
+    return_token_accuracy=False,
+    return_predicted_tokens=False,
+):
+    """(loss, z_loss or None, token_accuracy or None, predicted_tokens or None, gradient): the
+    gradient of the loss w.r.t. _input (rows, V) for grad_output 1, where _input requires grad (a new
+    tensor; Liger-Kernel writes it over _input and returns that), else _input itself."""
+    grad = _input.requires_grad
+    loss, z, dlogits, argmax = torch.ops.liger.cross_entropy_fwd(
+        _input.detach(),
+        target,
+        weight,
+        int(ignore_index),
+        float(label_smoothing),
+        float(lse_square_scale),
+        float(softcap or 0.0),
+        reduction,
+        grad,
+        bool(return_token_accuracy or return_predicted_tokens),
+    )
+    # (the loss includes the z-loss, per row with reduction none, as Liger-Kernel's)
+    accuracy = predicted = None
+    if return_token_accuracy or return_predicted_tokens:
+        valid = target != ignore_index
+        hit = ((argmax == target) & valid).float()
+        if return_token_accuracy:
+            accuracy = hit if reduction == "none" else hit.sum() / valid.sum().clamp(min=1)
+        if return_predicted_tokens:
+            predicted = argmax
+    return loss, (z if return_z_loss else None), accuracy, predicted, (dlogits if grad else _input)
+
+
+@torch.no_grad()
+def cross_entropy_backward(_input, grad_output):
+    """The forward's gradient times grad_output (a scalar, or one value per row)."""
+    if grad_output.dim() == 0 and bool(grad_output == 1.0):
+        return _input
+    if grad_output.dim() > 0:
+        return _input * grad_output.unsqueeze(1).to(_input.dtype)
+    return (_input.float() * grad_output.float()).to(_input.dtype)
+
+
+# ---- Divergences of given distributions ---------------------------------------------------------
+
+
+@torch.no_grad()
+def jsd_forward(_input, target, shift_labels, beta, ignore_index, has_label, jsd_impl=None, jsd_mode=None):
+    """(loss in _input's dtype, the gradient w.r.t. _input)."""
+    labels = shift_labels if has_label else None
+    loss, dx = torch.ops.liger.jsd_fwd(_input, target, labels, float(beta), int(ignore_index), True)
+    return loss.to(_input.dtype), dx
+
+
+def jsd_backward(dX, grad_output):
+    if grad_output.dim() == 0 and bool(grad_output == 1.0):
+        return dX
+    return grad_output * dX
+
+
+@torch.no_grad()
+def kldiv_forward_triton(y_pred, y_true, log_target, reduction, eps):
+    """nn.KLDivLoss's loss of log-probabilities y_pred against y_true (log-probabilities with
+    log_target); reduction none / sum / mean / batchmean."""
+    return torch.ops.liger.kl_div_fwd(y_pred, y_true, reduction, bool(log_target), float(eps), False)[0]
+
+
+@torch.no_grad()
+def kldiv_backward_triton(target, grad_output, new_grads, log_target):
+    """The unreduced gradient w.r.t. y_pred, -target (-exp(target) with log_target), written into
+    new_grads (the buffer Liger-Kernel's caller hands over for it) and times grad_output."""
+    new_grads.copy_(-(target.exp() if log_target else target))
+    if grad_output.dim() == 0 and bool(grad_output == 1.0):
+        return new_grads
+    return new_grads * grad_output
+
+
+@torch.no_grad()
+def tv_distance_forward_triton(p, q, shift_labels, reduction, ignore_index, has_label):
+    """(loss, the gradient w.r.t. p) of the total variation distance 0.5 |p - q|."""
+    labels = shift_labels if has_label else None
+    return torch.ops.liger.tvd_fwd(p, q, labels, reduction, int(ignore_index), True)
+
+
+def tvd_backward_triton(grad_output, grads):
+    if grad_output.dim() == 0 and bool(grad_output == 1.0):
+        return grads
+    return grads * grad_output
+
+
+# ---- liger_kernel.ops.utils ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def device_context(device):
+    """The device's backend's device context (torch.cuda.device for a CUDA device), else nothing."""
+    device = torch.device(device)
+    backend = getattr(torch, device.type, None)
+    if backend is not None and hasattr(backend, "device") and device.type != "cpu":
+        with backend.device(device):
+            yield
+    else:
+        yield
+
+
+def get_amp_custom_fwd_bwd():
+    """(custom_fwd, custom_bwd) of torch.amp for this machine's accelerator (CUDA, else CPU)."""
+    import functools
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return (
+        functools.partial(torch.amp.custom_fwd, device_type=device),
+        functools.partial(torch.amp.custom_bwd, device_type=device),
+    )
+
+
+def get_npu_core_count(default: int = 20) -> int:
+    """Ascend NPUs' vector core count; liger_cpp runs on no NPU, so always `default`."""
+    return default
+
+
+def set_large_grf_mode(kernel_args: dict):
+    """Intel XPU's large register file mode for a Triton launch; no Triton launch here: unchanged."""
+    return None

@@ -1,0 +1,394 @@
+"""Liger-Kernel's function-level forward / backward entry points through the compatibility package
+(compat/liger_kernel/_entry_points.py): `liger_kernel.ops.<op>.<op>_forward / _backward` called
+with Liger 0.8.5's positional arguments return its tuples, with values equal to independent float64
+PyTorch references (the forward's outputs and, through the backward entry point, the gradients of
+autograd on the reference). Odd shapes, float32 (tight tolerances) on the CPU, bfloat16 too on CUDA."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from compat_env import ensure_compat
+
+ensure_compat()
+
+import liger_kernel.ops as kops  # noqa: E402
+from liger_kernel.ops import cross_entropy as kce  # noqa: E402
+from liger_kernel.ops import fused_add_rms_norm as kfa  # noqa: E402
+from liger_kernel.ops import geglu as kgeglu  # noqa: E402
+from liger_kernel.ops import group_norm as kgn  # noqa: E402
+from liger_kernel.ops import jsd as kjsd  # noqa: E402
+from liger_kernel.ops import kl_div as kkl  # noqa: E402
+from liger_kernel.ops import layer_norm as kln  # noqa: E402
+from liger_kernel.ops import llama4_rope as kl4  # noqa: E402
+from liger_kernel.ops import qwen2vl_mrope as kmr  # noqa: E402
+from liger_kernel.ops import relu_squared as krs  # noqa: E402
+from liger_kernel.ops import rms_norm as krms  # noqa: E402
+from liger_kernel.ops import rope as krope  # noqa: E402
+from liger_kernel.ops import swiglu as ksw  # noqa: E402
+from liger_kernel.ops import tvd as ktvd  # noqa: E402
+from liger_kernel.ops import utils as kutils  # noqa: E402
+
+from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _cases():
+    return [(d, t) for d in DEVICES for t in DTYPES if d == "cuda" or t == torch.float32]
+
+
+def _tol(dtype):
+    return dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+
+
+def _close(out, ref, dtype, name):
+    torch.testing.assert_close(out.double(), ref.double(), **_tol(dtype), msg=lambda m: f"{name}: {m}")
+
+
+def _leaf(t):
+    return t.detach().double().requires_grad_()
+
+
+def _grads(ref_fn, inputs, grad_out):
+    """Gradients of <ref_fn(*inputs), grad_out> in float64 w.r.t. every input."""
+    leaves = [_leaf(t) for t in inputs]
+    out = ref_fn(*leaves)
+    return torch.autograd.grad(out, leaves, grad_out.double())
+
+
+def _g(device, seed=0):
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def test_package_level_names_are_the_entry_points():
+    for name in ("rms_norm_forward", "swiglu_backward", "cross_entropy_forward", "rope_backward"):
+        assert getattr(kops, name) is getattr(getattr(kops, name.rsplit("_", 1)[0]), name)
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+@pytest.mark.parametrize("casting_mode,offset", [("llama", 0.0), ("gemma", 1.0), (-1, 0.0)])
+def test_rms_norm(device, dtype, casting_mode, offset):
+    g = _g(device)
+    X = torch.randn(3, 5, 37, device=device, generator=g).to(dtype)
+    W = torch.randn(37, device=device, generator=g).to(dtype)
+    dY = torch.randn(3, 5, 37, device=device, generator=g).to(dtype)
+
+    def ref(x, w):
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * (w + offset)
+
+    Y, X2, RSTD, block, warps, mode = krms.rms_norm_forward(X, W, 1e-6, offset, casting_mode, None)
+    assert (X2.shape, RSTD.shape, block, warps) == ((15, 37), (15,), 64, 4)
+    assert mode == {"llama": 0, "gemma": 1, -1: -1}[casting_mode]
+    _close(Y, ref(X.double(), W.double()), dtype, "Y")
+    dX, dW = krms.rms_norm_backward(dY, X2, W, RSTD, offset, mode, block, warps, False, None)
+    rdx, rdw = _grads(ref, [X, W], dY)
+    _close(dX, rdx, dtype, "dX")
+    _close(dW, rdw, dtype, "dW")
+    assert dX.shape == X.shape and dW.dtype == W.dtype
+    assert krms.rms_norm_backward(dY, X2, W, RSTD, offset, mode, block, warps, False, None, False)[1] is None
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_fused_add_rms_norm(device, dtype):
+    g = _g(device, 1)
+    X, R, dY, dS_out = (torch.randn(7, 45, device=device, generator=g).to(dtype) for _ in range(4))
+    W = torch.randn(45, device=device, generator=g).to(dtype)
+
+    def ref(x, r, w):
+        s = x + r
+        return s * torch.rsqrt(s.square().mean(-1, keepdim=True) + 1e-6) * w
+
+    Y, S, RSTD, block, warps, stages, mode = kfa.fused_add_rms_norm_forward(X, R, W, 1e-6, 0.0, "llama")
+    assert (block, warps, stages, mode) == (64, 4, 2, 0)
+    _close(Y, ref(X.double(), R.double(), W.double()), dtype, "Y")
+    _close(S, X.double() + R.double(), dtype, "S")
+    dX, dR, dW = kfa.fused_add_rms_norm_backward(
+        dY, dS_out, S, W, RSTD, 0.0, mode, block, warps, stages, False
+    )
+    assert dX is dR
+    s = _leaf(S)
+    w = _leaf(W)
+    out = s * torch.rsqrt(s.square().mean(-1, keepdim=True) + 1e-6) * w
+    rds, rdw = torch.autograd.grad(out, (s, w), dY.double())
+    _close(dX, rds + dS_out.double(), dtype, "dS")
+    _close(dW, rdw, dtype, "dW")
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_layer_norm(device, dtype):
+    g = _g(device, 2)
+    X = torch.randn(2, 9, 51, device=device, generator=g).to(dtype) * 3 + 1
+    W, B = (torch.randn(51, device=device, generator=g).to(dtype) for _ in range(2))
+    dY = torch.randn(2, 9, 51, device=device, generator=g).to(dtype)
+
+    def ref(x, w, b):
+        return F.layer_norm(x, (51,), w, b, 1e-5)
+
+    Y, X2, Mean, RSTD, block, warps = kln.layer_norm_forward(X, W, B, 1e-5)
+    assert (X2.shape, Mean.shape, RSTD.shape, block) == ((18, 51), (18,), (18,), 64)
+    _close(Y, ref(X.double(), W.double(), B.double()), dtype, "Y")
+    dX, dW, dB = kln.layer_norm_backward(dY, X2, W, B, Mean, RSTD)
+    for got, want, name in zip((dX, dW, dB), _grads(ref, [X, W, B], dY), ("dX", "dW", "dB")):
+        _close(got, want, dtype, name)
+    assert kln.layer_norm_backward(dY, X2, W, B, Mean, RSTD, False, False)[1:] == (None, None)
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_group_norm(device, dtype):
+    g = _g(device, 3)
+    X = torch.randn(3, 6, 5, 7, device=device, generator=g).to(dtype)
+    W, B = (torch.randn(6, device=device, generator=g).to(dtype) for _ in range(2))
+    dY = torch.randn_like(X)
+
+    def ref(x, w, b):
+        return F.group_norm(x, 3, w, b, 1e-6)
+
+    Y, X2, Mean, RSTD, block = kgn.group_norm_forward(X, 6, 3, W, B, 1e-6)
+    assert Mean.shape == (3, 3) and RSTD.shape == (3, 3) and block == 128
+    _close(Y, ref(X.double(), W.double(), B.double()), dtype, "Y")
+    got = kgn.group_norm_backward(dY, X2, W, B, Mean, RSTD, 6, 3)
+    for a, b, name in zip(got, _grads(ref, [X, W, B], dY), ("dX", "dW", "dB")):
+        _close(a, b, dtype, name)
+    with pytest.raises(ValueError, match="argument 'X'"):
+        kgn.group_norm_forward(X, 6, 4, W, B, 1e-6)
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+@pytest.mark.parametrize("gate_multiplier", [1.0, 0.5])
+def test_swiglu(device, dtype, gate_multiplier):
+    g = _g(device, 4)
+    a, b, dc = (torch.randn(4, 3, 29, device=device, generator=g).to(dtype) for _ in range(3))
+
+    def ref(a, b):
+        return F.silu(a * gate_multiplier) * b
+
+    a_out, b_out, c = ksw.swiglu_forward(a, b, gate_multiplier)
+    assert a_out is a and b_out is b
+    _close(c, ref(a.double(), b.double()), dtype, "c")
+    a0, b0 = a.clone(), b.clone()
+    da, db = ksw.swiglu_backward(a, b, dc, gate_multiplier)
+    rda, rdb = _grads(ref, [a, b], dc)
+    _close(da, rda, dtype, "da")
+    _close(db, rdb, dtype, "db")
+    assert torch.equal(a, a0) and torch.equal(b, b0)  # not overwritten
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_geglu_and_relu_squared(device, dtype):
+    g = _g(device, 5)
+    a, b, dc = (torch.randn(6, 33, device=device, generator=g).to(dtype) for _ in range(3))
+
+    def ref(a, b):
+        return F.gelu(a, approximate="tanh") * b
+
+    _, _, c = kgeglu.geglu_forward(a, b)
+    _close(c, ref(a.double(), b.double()), dtype, "c")
+    for got, want, name in zip(kgeglu.geglu_backward(a, b, dc), _grads(ref, [a, b], dc), ("da", "db")):
+        _close(got, want, dtype, name)
+    _close(krs.relu_squared_forward(a), F.relu(a.double()).square(), dtype, "relu^2")
+    _close(krs.relu_squared_backward(a, dc), 2 * F.relu(a.double()) * dc.double(), dtype, "relu^2 dX")
+
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), -1)
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+@pytest.mark.parametrize("table_dims,rotary_dim", [(3, None), (2, None), (4, None), (3, 8)])
+def test_rope(device, dtype, table_dims, rotary_dim):
+    g = _g(device, 6)
+    B, Hq, Hk, S, D = 2, 5, 3, 11, 16
+    q = torch.randn(B, Hq, S, D, device=device, generator=g).to(dtype)
+    k = torch.randn(B, Hk, S, D, device=device, generator=g).to(dtype)
+    dq, dk = torch.randn_like(q), torch.randn_like(k)
+    rd = rotary_dim or D
+    f = torch.randn(1, S, rd // 2, device=device, generator=g)
+    cos, sin = torch.cat((f, f), -1).cos(), torch.cat((f, f), -1).sin()
+    if table_dims == 2:
+        cos, sin = cos[0], sin[0]
+    elif table_dims == 4:
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    c3, s3 = (t.reshape(1, S, rd).double().unsqueeze(1) for t in (cos, sin))
+
+    def ref(q, k):
+        def rot(x):
+            xr, xp = x[..., :rd], x[..., rd:]
+            return torch.cat((xr * c3 + _rotate_half(xr) * s3, xp), -1)
+
+        return rot(q), rot(k)
+
+    qo, ko, cos_out, sin_out = krope.rope_forward(q, k, cos, sin, None, 1, rotary_dim)
+    assert cos_out.dim() == 3
+    rq, rk = ref(q.double(), k.double())
+    _close(qo, rq, dtype, "q")
+    _close(ko, rk, dtype, "k")
+    gq, gk = krope.rope_backward(dq, dk, cos, sin, None, 1, rotary_dim)
+    ql, kl = _leaf(q), _leaf(k)
+    rq, rk = ref(ql, kl)
+    wq, wk = torch.autograd.grad((rq, rk), (ql, kl), (dq.double(), dk.double()))
+    _close(gq, wq, dtype, "dq")
+    _close(gk, wk, dtype, "dk")
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_qwen2vl_mrope(device, dtype):
+    g = _g(device, 7)
+    B, H, S, D = 2, 3, 9, 16
+    q, k = (torch.randn(B, H, S, D, device=device, generator=g).to(dtype) for _ in range(2))
+    dq, dk = torch.randn_like(q), torch.randn_like(k)
+    f = torch.randn(3, B, S, D // 2, device=device, generator=g)
+    cos, sin = torch.cat((f, f), -1).cos(), torch.cat((f, f), -1).sin()
+    section = [2, 3, 3]
+    qo, ko, _, _ = kmr.qwen2vl_mrope_forward(q, k, cos, sin, section)
+    wq, wk = liger_multimodal_rotary_pos_emb(q, k, cos, sin, section)
+    assert torch.equal(qo, wq) and torch.equal(ko, wk)
+    gq, gk = kmr.qwen2vl_mrope_backward(dq, dk, cos, sin, section)
+    ql, kl = q.detach().requires_grad_(), k.detach().requires_grad_()
+    rq, rk = torch.autograd.grad(
+        liger_multimodal_rotary_pos_emb(ql, kl, cos, sin, section), (ql, kl), (dq, dk)
+    )
+    torch.testing.assert_close(gq, rq, rtol=0, atol=0)
+    torch.testing.assert_close(gk, rk, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_llama4_rope(device, dtype):
+    g = _g(device, 8)
+    B, S, Hq, Hk, D = 2, 7, 4, 2, 12
+    q = torch.randn(B, S, Hq, D, device=device, generator=g).to(dtype)
+    k = torch.randn(B, S, Hk, D, device=device, generator=g).to(dtype)
+    ang = torch.randn(S, D // 2, device=device, generator=g, dtype=torch.float64)
+    freqs = torch.polar(torch.ones_like(ang), ang)
+
+    def ref(x, f):
+        xc = torch.view_as_complex(x.double().reshape(*x.shape[:-1], D // 2, 2))
+        return torch.view_as_real(xc * f[None, :, None, :]).flatten(-2)
+
+    qo, ko = kl4.llama4_rope_forward(q, k, freqs.to(torch.complex64))
+    _close(qo, ref(q, freqs), dtype, "q")
+    _close(ko, ref(k, freqs), dtype, "k")
+    # imag_sign -1: the conjugate rotation, the forward's transpose (Liger's backward)
+    qb, _ = kl4.llama4_rope_forward(q, k, freqs.to(torch.complex64), None, -1.0)
+    _close(qb, ref(q, freqs.conj()), dtype, "q conj")
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy(device, dtype, reduction):
+    g = _g(device, 9)
+    N, V = 13, 97
+    x = (torch.randn(N, V, device=device, generator=g) * 2).to(dtype).requires_grad_()
+    y = torch.randint(0, V, (N,), device=device, generator=g)
+    y[::4] = -100
+    w = torch.rand(V, device=device, generator=g) + 0.5
+    ls, zs = 0.1, 1e-3
+
+    def ref(x):
+        lse = torch.logsumexp(x, -1)
+        valid = y != -100
+        ce = F.cross_entropy(x, y, weight=w.double(), ignore_index=-100, label_smoothing=ls, reduction="none")
+        z = torch.where(valid, zs * lse.square(), torch.zeros_like(lse))
+        if reduction == "none":
+            return ce + z, z
+        if reduction == "sum":
+            return ce.sum() + z.sum(), z.sum()
+        denom = w.double()[y.clamp(min=0)][valid].sum()
+        return ce.sum() / denom + z.sum() / valid.sum(), z.sum() / valid.sum()
+
+    x0 = x.detach().clone()
+    loss, z, acc, pred, grad = kce.cross_entropy_forward(
+        x, y, w, -100, zs, ls, reduction, None, True, True, True
+    )
+    rl, rz = ref(x.detach().double())
+    _close(loss, rl, torch.float32 if dtype == torch.float32 else dtype, "loss")
+    _close(z, rz, dtype, "z_loss")
+    am = x.detach().float().argmax(-1)
+    want_pred = torch.where(y != -100, am, torch.full_like(am, -1))
+    assert torch.equal(pred, want_pred)
+    hits = ((am == y) & (y != -100)).double()
+    want_acc = hits if reduction == "none" else hits.sum() / (y != -100).sum()
+    torch.testing.assert_close(acc.double(), want_acc)
+    assert torch.equal(x.detach(), x0)  # the logits are not overwritten with the gradient
+    go = (
+        torch.rand(N, device=device, generator=g) + 0.5
+        if reduction == "none"
+        else torch.tensor(1.7, device=device)
+    )
+    got = kce.cross_entropy_backward(grad, go)
+    xl = _leaf(x)
+    want = torch.autograd.grad(ref(xl)[0], xl, go.double())[0]
+    _close(got, want, dtype, "grad")
+    # without requires_grad, the logits come back untouched as Liger's do
+    assert (
+        kce.cross_entropy_forward(x.detach(), y, None, -100, 0.0, 0.0, reduction, None, False)[4] is not None
+    )
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_divergences(device, dtype):
+    g = _g(device, 10)
+    N, V = 9, 41
+    lq = torch.log_softmax(torch.randn(N, V, device=device, generator=g), -1).to(dtype)
+    lp = torch.log_softmax(torch.randn(N, V, device=device, generator=g), -1).to(dtype)
+    labels = torch.randint(0, V, (N,), device=device, generator=g)
+    labels[::3] = -100
+    go = torch.tensor(0.7, device=device)
+
+    def jsd_ref(x):
+        beta = 0.3
+        q, p = x.exp(), lp.double().exp()
+        m = beta * p + (1 - beta) * q
+        rows = beta * (p * (lp.double() - m.log())).sum(-1) + (1 - beta) * (q * (x - m.log())).sum(-1)
+        valid = labels != -100
+        return (rows * valid).sum() / valid.sum()
+
+    loss, dX = kjsd.jsd_forward(lq, lp, labels, 0.3, -100, True)
+    assert loss.dtype == dtype
+    _close(loss, jsd_ref(lq.double()), dtype, "jsd")
+    xl = _leaf(lq)
+    _close(kjsd.jsd_backward(dX, go), torch.autograd.grad(jsd_ref(xl), xl, go.double())[0], dtype, "jsd dX")
+    assert kjsd.jsd_backward(dX, torch.tensor(1.0, device=device)) is dX
+
+    p = lp.exp()
+    for reduction in ("batchmean", "sum", "mean", "none"):
+        want = F.kl_div(lq.double(), p.double(), reduction=reduction)
+        _close(kkl.kldiv_forward_triton(lq, p, False, reduction, 1e-10), want, dtype, f"kl {reduction}")
+    buf = torch.empty_like(p)
+    got = kkl.kldiv_backward_triton(lp, go, buf, True)
+    _close(got, -lp.double().exp() * 0.7, dtype, "kl grad")
+
+    q = torch.softmax(torch.randn(N, V, device=device, generator=g), -1).to(dtype)
+    loss, grads = ktvd.tv_distance_forward_triton(p, q, labels, "batchmean", -100, True)
+    valid = (labels != -100).double()[:, None]
+    diff = p.double() - q.double()
+    _close(loss, (0.5 * diff.abs() * valid).sum() / valid.sum(), dtype, "tvd")
+    _close(
+        ktvd.tvd_backward_triton(go, grads), 0.5 * diff.sign() * valid / valid.sum() * 0.7, dtype, "tvd dp"
+    )
+
+
+def test_utils():
+    with kutils.device_context("cpu"):
+        pass
+    if torch.cuda.is_available():
+        with kutils.device_context("cuda:0"):
+            assert torch.cuda.current_device() == 0
+    fwd, bwd = kutils.get_amp_custom_fwd_bwd()
+    assert callable(fwd) and callable(bwd)
+    assert kutils.get_npu_core_count() == 20 and kutils.get_npu_core_count(7) == 7
+    args = {"x": 1}
+    kutils.set_large_grf_mode(args)
+    assert args == {"x": 1}
+
+
+def test_bad_casting_mode_names_the_argument():
+    x, w = torch.randn(2, 8), torch.randn(8)
+    with pytest.raises(ValueError, match="argument 'casting_mode'"):
+        krms.rms_norm_forward(x, w, 1e-6, 0.0, "llama3", None)
+    with pytest.raises(ValueError, match="argument 'casting_mode'"):
+        krms.rms_norm_forward(x, w, 1e-6, 0.0, 5, None)
+    assert math.isfinite(krms.rms_norm_forward(x, w, 1e-6, 0.0, 1, None)[0].sum().item())
