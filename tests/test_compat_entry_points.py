@@ -392,3 +392,120 @@ def test_bad_casting_mode_names_the_argument():
     with pytest.raises(ValueError, match="argument 'casting_mode'"):
         krms.rms_norm_forward(x, w, 1e-6, 0.0, 5, None)
     assert math.isfinite(krms.rms_norm_forward(x, w, 1e-6, 0.0, 1, None)[0].sum().item())
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_fused_linear_cross_entropy(device, dtype, reduction):
+    from liger_kernel.ops import fused_linear_cross_entropy as kfl
+
+    g = _g(device, 11)
+    N, H, V = 23, 19, 67
+    x = torch.randn(N, H, device=device, generator=g).to(dtype).requires_grad_()
+    w = (torch.randn(V, H, device=device, generator=g) * 0.3).to(dtype).requires_grad_()
+    b = torch.randn(V, device=device, generator=g).to(dtype)
+    y = torch.randint(0, V, (N,), device=device, generator=g)
+    y[::5] = -100
+
+    def ref(x, w, b):
+        logits = x @ w.T + b
+        ce = F.cross_entropy(logits, y, ignore_index=-100, label_smoothing=0.05, reduction="none")
+        z = torch.where(y != -100, 1e-3 * torch.logsumexp(logits, -1).square(), torch.zeros_like(ce))
+        per_row = ce + z
+        return per_row if reduction == "none" else per_row.sum() / (y != -100).sum()
+
+    out = kfl.fused_linear_cross_entropy_forward(
+        x, w, y, None, b, -100, 1e-3, 0.05, reduction, None, True, None, False, True, True
+    )
+    loss, z, acc, pred, dx, dw, db = out
+    _close(loss, ref(x.double(), w.double(), b.double()), dtype, "loss")
+    assert z is not None and acc is not None and pred.shape == (N,)
+    go = (
+        torch.rand(N, device=device, generator=g) + 0.5
+        if reduction == "none"
+        else torch.tensor(0.6, device=device)
+    )
+    xl, wl, bl = _leaf(x), _leaf(w), _leaf(b)
+    rdx, rdw, rdb = torch.autograd.grad(ref(xl, wl, bl), (xl, wl, bl), go.double())
+    if reduction == "none":  # the per-token upstream gradient goes in with the forward, as Liger's
+        out = kfl.fused_linear_cross_entropy_forward(
+            x, w, y, None, b, -100, 1e-3, 0.05, reduction, None, token_grad_output=go
+        )
+        dx, dw, db = out[4:]
+    else:
+        dx, dw, db = kfl.fused_linear_cross_entropy_backward(go, dx, dw, db)
+    tol = dtype if dtype == torch.float32 else torch.bfloat16
+    _close(dx, rdx, tol, "dX")
+    _close(dw, rdw, tol, "dW")
+    _close(db, rdb, tol, "dB")
+    # no gradient wanted: zeros for the input, None for the weight and bias (Liger's)
+    none = kfl.fused_linear_cross_entropy_forward(x.detach(), w.detach(), y, None, b)
+    assert torch.equal(none[4], torch.zeros_like(x)) and none[5] is None and none[6] is None
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_fused_linear_jsd_and_kl_div(device, dtype):
+    from liger_kernel.ops import fused_linear_jsd as kfj
+    from liger_kernel.ops import fused_linear_kl_div as kfk
+
+    g = _g(device, 12)
+    N, Hs, Ht, V, T = 17, 11, 13, 43, 0.8
+    xs = torch.randn(N, Hs, device=device, generator=g).to(dtype).requires_grad_()
+    ws = (torch.randn(V, Hs, device=device, generator=g) * 0.4).to(dtype).requires_grad_()
+    xt = torch.randn(N, Ht, device=device, generator=g).to(dtype)
+    wt = (torch.randn(V, Ht, device=device, generator=g) * 0.4).to(dtype)
+    labels = torch.randint(0, V, (N,), device=device, generator=g)
+    labels[1::4] = -100
+    valid = labels != -100
+    go = torch.tensor(1.3, device=device)
+
+    def jsd_ref(x, w, beta=0.25):
+        lq = torch.log_softmax(x @ w.T / T, -1)
+        lp = torch.log_softmax(xt.double() @ wt.double().T / T, -1)
+        m = (beta * lp.exp() + (1 - beta) * lq.exp()).log()
+        rows = beta * (lp.exp() * (lp - m)).sum(-1) + (1 - beta) * (lq.exp() * (lq - m)).sum(-1)
+        return (rows * valid).sum() / valid.sum()
+
+    loss, dx, dw = kfj.fused_linear_jsd_forward(xs, ws, xt, wt, labels, 0.25, -100, True, T)
+    _close(loss, jsd_ref(xs.double(), ws.double()), dtype, "jsd")
+    xl, wl = _leaf(xs), _leaf(ws)
+    rdx, rdw = torch.autograd.grad(jsd_ref(xl, wl), (xl, wl), go.double())
+    dx, dw = kfj.fused_linear_jsd_backward(go, dx, dw)
+    _close(dx, rdx, dtype, "jsd dX")
+    _close(dw, rdw, dtype, "jsd dW")
+
+    q = torch.softmax(torch.randn(N, V, device=device, generator=g), -1)
+
+    def kl_ref(x, w):
+        ls = torch.log_softmax(x @ w.T / T, -1)
+        rows = (q.double() * (q.double().clamp(min=1e-10).log() - ls)).sum(-1)
+        return (rows * valid).sum() / valid.sum()
+
+    loss, dx, dw = kfk.fused_linear_kl_div_forward(xs, ws, q, labels, "batchmean", -100, True, T, 1e-10)
+    _close(loss, kl_ref(xs.double(), ws.double()), dtype, "kl")
+    rdx, rdw = torch.autograd.grad(kl_ref(xl, wl), (xl, wl), go.double())
+    dx, dw = kfk.fused_linear_kl_div_backward(go, dx, dw)
+    _close(dx, rdx, dtype, "kl dX")
+    _close(dw, rdw, dtype, "kl dW")
+    assert kfk.get_num_warps(4096) == 8 and kfk.get_num_warps(65536) == 32
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_swiglu_fused_gate_up(device, dtype):
+    g = _g(device, 13)
+    y = torch.randn(3, 5, 2 * 21, device=device, generator=g).to(dtype)
+    dc = torch.randn(3, 5, 21, device=device, generator=g).to(dtype)
+
+    def ref(y):
+        gate, up = y.chunk(2, -1)
+        return F.silu(gate) * up
+
+    rows, c = ksw.swiglu_fused_gate_up_forward(y)
+    assert rows.shape == (15, 42) and c.shape == (3, 5, 21)
+    _close(c, ref(y.double()), dtype, "c")
+    y0 = y.clone()
+    dy = ksw.swiglu_fused_gate_up_backward(y, dc, True)
+    assert dy.shape == (15, 42) and torch.equal(y, y0)
+    _close(dy, _grads(ref, [y], dc)[0].reshape(15, 42), dtype, "dy")
+    with pytest.raises(ValueError, match="argument 'y'"):
+        ksw.swiglu_fused_gate_up_forward(y[..., 1:])

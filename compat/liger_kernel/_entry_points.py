@@ -7,10 +7,12 @@ order, computed by liger_cpp's ops (their CUDA kernels, or the CPU twins), witho
 Where the tuple holds launch settings (BLOCK_SIZE, num_warps, num_stages) they are the values
 Liger-Kernel's launcher would pick for the shape, returned for the caller to pass back; liger_cpp's
 backward ignores them. Deliberate differences, as in _functions.py:
-- nothing is written in place: Liger-Kernel's backward entry points overwrite their inputs (swiglu's
-  and geglu's a and b, cross entropy's logits, rope's q and k) and return them; these return new
-  tensors with the same values, so callers that use the returned tensors (every caller in Liger)
-  behave the same, at the cost of one more buffer of that size;
+- nothing of the caller's is written in place: Liger-Kernel's entry points overwrite their inputs
+  (swiglu's and geglu's a and b, cross entropy's logits, rope's q and k, the fused gate-up tensor)
+  and return them; these return new tensors with the same values, so callers that use the returned
+  tensors (every caller in Liger) behave the same, at the cost of one more buffer of that size. The
+  fused-linear cross entropy's backward scales the gradient buffers its forward returned in place,
+  as Liger-Kernel's: they are not the caller's data, and a copy of dW would double the peak;
 - statistics stay float32 (RSTD of casting mode "none", cross entropy's per-row losses), where
   Liger-Kernel keeps some in the input's dtype.
 """
@@ -166,6 +168,30 @@ def swiglu_backward(a, b, dc, gate_multiplier: float = 1.0):
 
 
 @torch.no_grad()
+def swiglu_fused_gate_up_forward(y):
+    """(y as rows (rows, 2 F), silu(gate) * up (..., F)) for y = cat(gate, up) along its last dim:
+    the two halves are read as strided views, never copied apart."""
+    if y.shape[-1] % 2:
+        raise ValueError(
+            f"liger_cpp: argument 'y': expected an even last dimension (gate and up), got {tuple(y.shape)}"
+        )
+    f = y.shape[-1] // 2
+    rows = y.reshape(-1, 2 * f)
+    c = torch.ops.liger.swiglu_fwd(rows[:, :f], rows[:, f:], False)
+    return rows, c.reshape(*y.shape[:-1], f)
+
+
+@torch.no_grad()
+def swiglu_fused_gate_up_backward(y, dc, in_place=False):
+    """The gradient w.r.t. y = cat(gate, up), (rows, 2 F), a new tensor (`in_place` is accepted;
+    Liger-Kernel's writes it over y)."""
+    f = y.shape[-1] // 2
+    rows = y.reshape(-1, 2 * f)
+    da, db = torch.ops.liger.swiglu_bwd(dc.reshape(-1, f), rows[:, :f], rows[:, f:])
+    return torch.cat((da, db), dim=-1)
+
+
+@torch.no_grad()
 def geglu_forward(a, b):
     """(a, b, gelu_tanh(a) * b)."""
     return a, b, torch.ops.liger.geglu_fwd(a, b, "tanh", False)
@@ -307,6 +333,192 @@ def cross_entropy_backward(_input, grad_output):
     if grad_output.dim() > 0:
         return _input * grad_output.unsqueeze(1).to(_input.dtype)
     return (_input.float() * grad_output.float()).to(_input.dtype)
+
+
+# ---- Losses fused with the lm_head --------------------------------------------------------------
+
+_CHUNK_MEM_CONST = 1  # Liger-Kernel's default chunk sizing constant (accepted, not used)
+
+
+def fused_linear_cross_entropy_forward(
+    _input,
+    weight,
+    target,
+    ce_weight=None,
+    bias=None,
+    ignore_index=-100,
+    lse_square_scale=0.0,
+    label_smoothing=0.0,
+    reduction="mean",
+    softcap=None,
+    return_z_loss=False,
+    accum_dtype=None,
+    use_token_scaling=False,
+    return_token_accuracy=False,
+    return_predicted_tokens=False,
+    ce_impl=None,
+    ce_mode=None,
+    token_grad_output=None,
+    compute_gradients=None,
+    weight_requires_grad=None,
+    chunk_mem_const=_CHUNK_MEM_CONST,
+):
+    """(loss, z_loss, token_accuracy, predicted_tokens, grad_input, grad_weight, grad_bias) of
+    cross entropy on _input (BT, H) @ weight^T (+ bias), the logits never held whole. The gradients
+    (of the loss for grad_output 1, or of sum(token_grad_output * loss) with reduction none) are
+    computed where _input requires grad (or compute_gradients), grad_weight where the weight does too
+    (or weight_requires_grad); grad_input is zeros otherwise, grad_weight / grad_bias None, as
+    Liger-Kernel's. `ce_impl`, `ce_mode`, `chunk_mem_const` are accepted and not used."""
+    want_dx = _input.requires_grad if compute_gradients is None else bool(compute_gradients)
+    want_dw = want_dx and (
+        weight.requires_grad if weight_requires_grad is None else bool(weight_requires_grad)
+    )
+    want_db = want_dx and bias is not None
+    common = dict(
+        bias=None if bias is None else bias.detach(),
+        ce_weight=ce_weight,
+        ignore_index=int(ignore_index),
+        lse_square_scale=float(lse_square_scale),
+        label_smoothing=float(label_smoothing),
+        reduction=reduction,
+        softcap=float(softcap or 0.0),
+        accum_dtype=accum_dtype,
+        use_token_scaling=bool(use_token_scaling),
+    )
+    x, w = _input.detach(), weight.detach()
+    with torch.no_grad():
+        fused = token_grad_output is None
+        loss, z, acc, pred, dx, dw, db = torch.ops.liger.fused_linear_cross_entropy_fwd(
+            x,
+            w,
+            target,
+            return_z_loss=bool(return_z_loss),
+            return_token_accuracy=bool(return_token_accuracy),
+            return_predicted_tokens=bool(return_predicted_tokens),
+            compute_dx=want_dx and fused,
+            compute_dw=want_dw and fused,
+            compute_db=want_db and fused,
+            **common,
+        )
+        if not fused and want_dx:
+            dx, dw, db = torch.ops.liger.fused_linear_cross_entropy_bwd(
+                token_grad_output,
+                x,
+                w,
+                target,
+                compute_dx=True,
+                compute_dw=want_dw,
+                compute_db=want_db,
+                **common,
+            )
+    return (
+        loss,
+        z if return_z_loss else None,
+        acc if return_token_accuracy else None,
+        pred if return_predicted_tokens else None,
+        dx if want_dx else torch.zeros_like(_input),
+        dw if want_dw else None,
+        db if want_db else None,
+    )
+
+
+@torch.no_grad()
+def fused_linear_cross_entropy_backward(grad_output, grad_input, grad_weight, grad_bias):
+    """The forward's gradients times grad_output (one value), scaled in place as Liger-Kernel's: they
+    are the buffers fused_linear_cross_entropy_forward returned, not the caller's data, and a copy of
+    grad_weight (V x H) would double the backward's peak."""
+    if grad_output.numel() == 1 and bool(grad_output == 1.0):
+        return grad_input, grad_weight, grad_bias
+    empty = grad_input.new_empty(0)
+    torch.ops.liger.fused_linear_cross_entropy_scale_(
+        grad_input,
+        empty if grad_weight is None else grad_weight,
+        empty if grad_bias is None else grad_bias,
+        grad_output,
+    )
+    return grad_input, grad_weight, grad_bias
+
+
+def _loss_and_grads(loss_fn, student_input, student_weight):
+    """(loss, grad_input, grad_weight or None) of loss_fn(input, weight) through liger_cpp's autograd."""
+    want_dw = student_weight.requires_grad
+    x = student_input.detach().requires_grad_()
+    w = student_weight.detach().requires_grad_(want_dw)
+    with torch.enable_grad():
+        loss = loss_fn(x, w)
+    grads = torch.autograd.grad(loss, (x, w) if want_dw else (x,))
+    return loss.detach(), grads[0], (grads[1] if want_dw else None)
+
+
+def fused_linear_jsd_forward(
+    student_input,
+    student_weight,
+    teacher_input,
+    teacher_weight,
+    shift_labels,
+    jsd_beta,
+    ignore_index,
+    has_label,
+    temperature,
+    jsd_impl=None,
+    jsd_mode=None,
+    accum_dtype=None,
+):
+    """(loss, grad_input, grad_weight or None): the generalized JSD of the teacher's and the
+    student's heads (liger_cpp's fused distillation op), with its gradients for grad_output 1."""
+    from liger_cpp.transformers.fused_linear_jsd import liger_fused_linear_jsd
+
+    labels = shift_labels if has_label else None
+    t_in, t_w = teacher_input.detach(), teacher_weight.detach()
+    return _loss_and_grads(
+        lambda x, w: liger_fused_linear_jsd(
+            x, w, t_in, t_w, labels, float(jsd_beta), int(ignore_index), float(temperature), accum_dtype
+        ),
+        student_input,
+        student_weight,
+    )
+
+
+def fused_linear_jsd_backward(grad_output, grad_input, grad_weight):
+    """The forward's gradients times grad_output (one value), as new tensors."""
+    if grad_output.numel() == 1 and bool(grad_output == 1.0):
+        return grad_input, grad_weight
+    return grad_input * grad_output, (None if grad_weight is None else grad_weight * grad_output)
+
+
+def fused_linear_kl_div_forward(
+    student_input,
+    student_weight,
+    target,
+    shift_labels,
+    reduction,
+    ignore_index,
+    has_label,
+    temperature,
+    eps,
+    accum_dtype=None,
+):
+    """(loss, grad_input, grad_weight or None): KL of the given target probabilities from the
+    student head's softmax (liger_cpp's fused op), with its gradients for grad_output 1."""
+    from liger_cpp.transformers.functional import liger_fused_linear_kl_div
+
+    labels = shift_labels if has_label else None
+    return _loss_and_grads(
+        lambda x, w: liger_fused_linear_kl_div(
+            x, w, target, labels, reduction, int(ignore_index), float(temperature), float(eps), accum_dtype
+        ),
+        student_input,
+        student_weight,
+    )
+
+
+def fused_linear_kl_div_backward(grad_output, grad_input, grad_weight):
+    return fused_linear_jsd_backward(grad_output, grad_input, grad_weight)
+
+
+def get_num_warps(BLOCK_SIZE):
+    """Liger-Kernel's warps for a Triton block: 4, 8 from 2048, 16 from 8192, 32 from 32768."""
+    return 32 if BLOCK_SIZE >= 32768 else 16 if BLOCK_SIZE >= 8192 else 8 if BLOCK_SIZE >= 2048 else 4
 
 
 # ---- Divergences of given distributions ---------------------------------------------------------

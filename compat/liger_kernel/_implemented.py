@@ -294,7 +294,12 @@ _ENTRY_POINTS = {
     "fused_add_rms_norm": ("fused_add_rms_norm_forward", "fused_add_rms_norm_backward"),
     "layer_norm": ("layer_norm_forward", "layer_norm_backward"),
     "group_norm": ("group_norm_forward", "group_norm_backward"),
-    "swiglu": ("swiglu_forward", "swiglu_backward"),
+    "swiglu": (
+        "swiglu_forward",
+        "swiglu_backward",
+        "swiglu_fused_gate_up_forward",
+        "swiglu_fused_gate_up_backward",
+    ),
     "geglu": ("geglu_forward", "geglu_backward"),
     "relu_squared": ("relu_squared_forward", "relu_squared_backward"),
     "rope": ("rope_forward", "rope_backward"),
@@ -302,8 +307,15 @@ _ENTRY_POINTS = {
     "llama4_rope": ("llama4_rope_forward",),
     "cross_entropy": ("cross_entropy_forward", "cross_entropy_backward"),
     "jsd": ("jsd_forward", "jsd_backward"),
-    "kl_div": ("kldiv_forward_triton", "kldiv_backward_triton"),
-    "tvd": ("tv_distance_forward_triton", "tvd_backward_triton"),
+    "kl_div": ("kldiv_forward_triton", "kldiv_backward_triton", "get_num_warps"),
+    "tvd": ("tv_distance_forward_triton", "tvd_backward_triton", "get_num_warps"),
+    "fused_ce_tvd": ("get_num_warps",),
+    "fused_linear_cross_entropy": (
+        "fused_linear_cross_entropy_forward",
+        "fused_linear_cross_entropy_backward",
+    ),
+    "fused_linear_jsd": ("fused_linear_jsd_forward", "fused_linear_jsd_backward"),
+    "fused_linear_kl_div": ("fused_linear_kl_div_forward", "fused_linear_kl_div_backward", "get_num_warps"),
     "utils": ("device_context", "get_amp_custom_fwd_bwd", "get_npu_core_count", "set_large_grf_mode"),
 }
 for _mod, _names in _ENTRY_POINTS.items():
