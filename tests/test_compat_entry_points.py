@@ -509,3 +509,61 @@ def test_swiglu_fused_gate_up(device, dtype):
     _close(dy, _grads(ref, [y], dc)[0].reshape(15, 42), dtype, "dy")
     with pytest.raises(ValueError, match="argument 'y'"):
         ksw.swiglu_fused_gate_up_forward(y[..., 1:])
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+@pytest.mark.parametrize("casting_mode,with_shift", [("llama", True), ("gemma", False)])
+def test_modulated_rms_norm(device, dtype, casting_mode, with_shift):
+    from liger_kernel.ops import modulated_rms_norm as kmod
+
+    g = _g(device, 14)
+    X = torch.randn(2, 6, 24, device=device, generator=g).to(dtype)
+    W = torch.randn(24, device=device, generator=g).to(dtype)
+    scale = (torch.randn(2, 1, 24, device=device, generator=g) * 0.3).to(dtype)  # one row per sample
+    shift = torch.randn(2, 1, 24, device=device, generator=g).to(dtype) if with_shift else None
+    dY = torch.randn_like(X)
+
+    def ref(x, w, sc, sh=None):
+        y = (1 + sc) * (x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * (w + 0.5))
+        return y if sh is None else y + sh
+
+    Y, RSTD, block, warps, mode, per = kmod.modulated_rms_norm_forward(
+        X, W, scale, shift, 1e-6, 0.5, casting_mode
+    )
+    assert RSTD.shape == (12,) and per == 6 and mode == {"llama": 0, "gemma": 1}[casting_mode]
+    inputs = [X, W, scale] + ([shift] if with_shift else [])
+    _close(Y, ref(*[t.double() for t in inputs]), dtype, "Y")
+    got = kmod.modulated_rms_norm_backward(dY, X, W, scale, shift, RSTD, 0.5, mode, block, warps, per, False)
+    want = _grads(ref, inputs, dY)
+    for a, b, name in zip(got, want, ("dX", "dW", "dScale", "dShift")):
+        _close(a, b, dtype if dtype == torch.float32 else torch.bfloat16, name)
+    assert (got[3] is None) == (not with_shift) and got[2].shape == scale.shape
+    with pytest.raises(ValueError, match="argument 'scale'"):
+        kmod.modulated_rms_norm_forward(X, W, scale[:, :, :5], None, 1e-6, 0.0, "llama")
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_attn_res(device, dtype):
+    from liger_kernel.ops import attn_res as kar
+
+    g = _g(device, 15)
+    N, B, T, D = 4, 2, 5, 16
+    blocks = [torch.randn(B, T, D, device=device, generator=g).to(dtype) for _ in range(N)]
+    wq, wn = (torch.randn(D, device=device, generator=g).to(dtype) for _ in range(2))
+    dh = torch.randn(B, T, D, device=device, generator=g).to(dtype)
+
+    def ref(v, wq, wn):
+        k = v * torch.rsqrt(v.square().mean(-1, keepdim=True) + 1e-6) * wn
+        alpha = torch.softmax((k * wq).sum(-1), dim=0)
+        return (alpha.unsqueeze(-1) * v).sum(0)
+
+    h, V3, alpha, rstd = kar.attn_res_forward(blocks, wq, wn)
+    assert h.shape == (B, T, D) and V3.shape == (N, B * T, D) and alpha.shape == rstd.shape == (B * T, N)
+    v = torch.stack(blocks).double()
+    _close(h, ref(v, wq.double(), wn.double()), dtype, "h")
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(B * T, device=device, dtype=torch.float32))
+    dv, dwq, dwn = kar.attn_res_backward(dh, V3, wq, wn, alpha, rstd)
+    want = _grads(ref, [torch.stack(blocks), wq, wn], dh)
+    _close(dv, want[0].reshape(N, B * T, D), dtype, "dV")
+    _close(dwq, want[1], dtype, "dw_query")
+    _close(dwn, want[2], dtype, "dw_norm")

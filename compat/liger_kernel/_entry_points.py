@@ -148,6 +148,96 @@ def group_norm_backward(dY, X, W, B, Mean, RSTD, num_channels, num_groups):
     return dX, dW, dB
 
 
+def _modulation_rows(X, scale, shift):
+    """(R, rows per modulation): scale / shift hold R rows of the hidden size, each applying to a
+    block of consecutive rows of X, as Liger-Kernel's modulated RMSNorm broadcasts them."""
+    d = X.shape[-1]
+    n = X.numel() // d
+    if scale.numel() == 0 or scale.numel() % d or n % (scale.numel() // d):
+        raise ValueError(
+            f"liger_cpp: argument 'scale': expected R x {d} elements with R dividing the {n} rows of X, "
+            f"got shape {tuple(scale.shape)}"
+        )
+    r = scale.numel() // d
+    if shift is not None and shift.numel() != scale.numel():
+        raise ValueError(
+            f"liger_cpp: argument 'shift': expected scale's {r} x {d} elements, got {tuple(shift.shape)}"
+        )
+    return r, n // r
+
+
+@torch.no_grad()
+def modulated_rms_norm_forward(X, W, scale, shift, eps, offset, casting_mode):
+    """(Y = (1 + scale) * RMSNorm(X) + shift, RSTD (rows,), BLOCK_SIZE, num_warps, casting mode's
+    integer, rows per modulation), as liger_cpp's LigerModulatedRMSNorm computes Y."""
+    from liger_cpp.transformers.torch_composed_ops import liger_modulated_rms_norm
+
+    name, code = _casting(casting_mode)
+    _, per = _modulation_rows(X, scale, shift)
+    Y = liger_modulated_rms_norm(X, W, scale, shift, float(eps), float(offset), name)
+    rstd = torch.ops.liger.rms_norm_fwd(X, W, float(eps), float(offset), name, False)[1]
+    block, warps = calculate_settings(X.shape[-1])
+    return Y, rstd.reshape(-1), block, warps, code, per
+
+
+@torch.no_grad()
+def modulated_rms_norm_backward(
+    dY, X, W, scale, shift, RSTD, offset, casting_mode, BLOCK_SIZE, num_warps, rows_per_modulation, in_place
+):
+    """(dX, dW or None, dScale, dShift or None) of modulated_rms_norm_forward from its RSTD: dX and dW
+    through liger_cpp's RMSNorm backward with dY (1 + scale) coming in, dScale / dShift the sums of
+    dY RMSNorm(X) / dY over each modulation's rows, in float32."""
+    name, _ = _casting(casting_mode)
+    d = X.shape[-1]
+    r, per = _modulation_rows(X, scale, shift)
+    x = X.reshape(-1, d)
+    rstd = RSTD.reshape(-1, 1).float()
+    # RMSNorm(X) again from RSTD, in the casting mode's arithmetic (csrc/schema.cpp, rms_norm_fwd)
+    normed = x.float() * rstd
+    if W is None:
+        out = normed.to(X.dtype)
+    elif name == "llama":
+        out = normed.to(X.dtype) * (W + offset)
+    else:
+        out = (normed * (W.float() + offset)).to(X.dtype)
+    g = dY.reshape(r, per, d).float()
+    up = (g * (1 + scale.reshape(r, 1, d).float())).reshape(-1, d).to(out.dtype)
+    dX, dW = torch.ops.liger.rms_norm_bwd(up, x, W, RSTD.reshape(-1), float(offset), name, W is not None)
+    d_scale = (g * out.reshape(r, per, d).float()).sum(1).to(scale.dtype).reshape(scale.shape)
+    d_shift = None if shift is None else g.sum(1).to(shift.dtype).reshape(shift.shape)
+    return dX.reshape(X.shape).to(X.dtype), (dW if W is not None else None), d_scale, d_shift
+
+
+@torch.no_grad()
+def attn_res_forward(blocks, w_query, w_norm, eps=1e-6):
+    """(h [..., D], V as [N, tokens, D], Alpha [tokens, N], RSTD [tokens, N]; both float32) of
+    Kimi's attention residuals over N blocks (a list of [..., D] or stacked [N, ..., D])."""
+    from liger_cpp.transformers.torch_composed_ops import liger_attn_res
+
+    V = torch.stack(list(blocks)) if isinstance(blocks, (list, tuple)) else blocks
+    n, d = V.shape[0], V.shape[-1]
+    v3 = V.reshape(n, -1, d).contiguous()
+    h = liger_attn_res(v3, w_query, w_norm, eps)
+    vf = v3.float()
+    rstd = torch.rsqrt(vf.square().mean(-1) + eps)
+    alpha = torch.softmax((vf * rstd.unsqueeze(-1) * w_norm.float() * w_query.float()).sum(-1), dim=0)
+    return h.reshape(V.shape[1:]), v3, alpha.T.contiguous(), rstd.T.contiguous()
+
+
+def attn_res_backward(dh, V_3d, w_query, w_norm, Alpha, RSTD, eps=1e-6):
+    """(dV [N, tokens, D], dw_query, dw_norm): liger_cpp's attention residuals' gradients (PyTorch's
+    autograd over the float32 formula; Alpha and RSTD are not needed to recompute it)."""
+    from liger_cpp.transformers.torch_composed_ops import liger_attn_res
+
+    v = V_3d.detach().requires_grad_()
+    wq = w_query.detach().requires_grad_()
+    wn = w_norm.detach().requires_grad_()
+    with torch.enable_grad():
+        h = liger_attn_res(v, wq, wn, eps)
+    with torch.no_grad():
+        return torch.autograd.grad(h, (v, wq, wn), dh.reshape(h.shape).to(h.dtype))
+
+
 # ---- Gated units and activations --------------------------------------------------------------
 
 

@@ -291,6 +291,8 @@ for _where in (f"{_O}.fused_linear_kl_div", _O):
 # liger_kernel.ops' re-exports of them are aliases of these.
 _ENTRY_POINTS = {
     "rms_norm": ("rms_norm_forward", "rms_norm_backward"),
+    "modulated_rms_norm": ("modulated_rms_norm_forward", "modulated_rms_norm_backward"),
+    "attn_res": ("attn_res_forward", "attn_res_backward"),
     "fused_add_rms_norm": ("fused_add_rms_norm_forward", "fused_add_rms_norm_backward"),
     "layer_norm": ("layer_norm_forward", "layer_norm_backward"),
     "group_norm": ("group_norm_forward", "group_norm_backward"),
