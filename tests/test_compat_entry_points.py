@@ -567,3 +567,57 @@ def test_attn_res(device, dtype):
     _close(dv, want[0].reshape(N, B * T, D), dtype, "dV")
     _close(dwq, want[1], dtype, "dw_query")
     _close(dwn, want[2], dtype, "dw_norm")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T,K,E,block", [(37, 3, 5, 4), (1, 2, 9, 64), (50, 8, 16, 16)])
+def test_compute_routing_metadata(device, T, K, E, block):
+    from liger_kernel.ops import fused_moe as kmoe
+
+    g = _g(device, 16)
+    topk = torch.stack([torch.randperm(E, device=device, generator=g)[:K] for _ in range(T)]).int()
+    count, start, gather, scatter, reverse, tile_start, tile_expert = kmoe.compute_routing_metadata(
+        topk, E, block
+    )
+    flat = topk.reshape(-1).tolist()
+    order = [p for e in range(E) for p in range(T * K) if flat[p] == e]  # by expert, then (t, k)
+    counts = [flat.count(e) for e in range(E)]
+    starts = [sum(counts[:e]) for e in range(E + 1)]
+    tiles = [(starts[e] + j * block, e) for e in range(E) for j in range(-(-counts[e] // block))]
+    assert all(
+        t.dtype == torch.int32 for t in (count, start, gather, scatter, reverse, tile_start, tile_expert)
+    )
+    assert count.tolist() == counts and start.tolist() == starts
+    assert scatter.tolist() == order and gather.tolist() == [p // K for p in order]
+    assert [reverse[p].item() for p in order] == list(range(T * K))
+    assert list(zip(tile_start.tolist(), tile_expert.tolist())) == tiles
+    with pytest.raises(ValueError, match="argument 'topk_indices'"):
+        kmoe.compute_routing_metadata(topk, E - 1 if topk.max() == E - 1 else 0, block)
+
+
+def test_get_bucket_m():
+    from liger_kernel.ops import mlp as kmlp
+
+    assert [kmlp.get_bucket_m(m) for m in (0, 31, 32, 255, 256, 383, 4095, 4096, 10**6)] == [
+        0, 0, 1, 7, 10, 10, 39, 40, 40,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+@pytest.mark.parametrize("kernel_size,dilation", [(5, 1), (3, 2)])
+def test_fused_neighborhood_attention_forward(device, dtype, kernel_size, dilation):
+    from liger_kernel.ops import fused_neighborhood_attention as kna
+
+    g = _g(device, 17)
+    q, k, v = (torch.randn(2, 3, 13, 8, device=device, generator=g).to(dtype) for _ in range(3))
+    i = torch.arange(13, device=device)
+    rel = i[None, :] - i[:, None]
+    allowed = (rel.abs() <= (kernel_size // 2) * dilation) & (rel % dilation == 0)
+    scores = (q.double() @ k.double().transpose(-1, -2)) * 0.25
+    probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
+    out, weights, params = kna.fused_neighborhood_attention_forward(q, k, v, kernel_size, dilation, 0.25)
+    _close(out, probs @ v.double(), dtype, "out")
+    assert weights.dtype == dtype and len(params) == 3
+    _close(weights, probs, dtype, "weights")
+    with pytest.raises(NotImplementedError, match="argument 'return_lse'"):
+        kna.fused_neighborhood_attention_forward(q, k, v, return_lse=True)

@@ -611,6 +611,82 @@ def get_num_warps(BLOCK_SIZE):
     return 32 if BLOCK_SIZE >= 32768 else 16 if BLOCK_SIZE >= 8192 else 8 if BLOCK_SIZE >= 2048 else 4
 
 
+# ---- MoE routing, MLP bucketing, neighborhood attention -----------------------------------------
+
+BLOCK_M_TOKEN = 64  # Liger-Kernel's default M tile of its fused MoE GEMMs
+
+
+@torch.no_grad()
+def compute_routing_metadata(topk_indices, E, block_m_token=BLOCK_M_TOKEN):
+    """Liger-Kernel's token -> expert permutation of (T, K) top-k expert ids, all int32:
+    (expert_token_count (E,), expert_start_idx (E + 1,) exclusive sums ending in T K,
+    x_gather_idx (T K,) sorted position -> token, s_scatter_idx (T K,) sorted position -> flat
+    (t, k) index, s_reverse_scatter_idx (T K,) its inverse, tile_row_start / tile_expert
+    (tiles,) the first sorted row and the expert of each block_m_token-row tile). Sorted by expert,
+    ties in (t, k) order. One host synchronisation (the tile count), as Liger-Kernel's."""
+    T, K = topk_indices.shape
+    flat = topk_indices.reshape(-1).long()
+    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= E):
+        raise ValueError(
+            f"liger_cpp: argument 'topk_indices': expected expert ids in [0, {E}), got out-of-range ids"
+        )
+    dev, i32 = topk_indices.device, torch.int32
+    order = torch.sort(flat, stable=True).indices  # sorted position -> flat (t, k)
+    count = torch.bincount(flat, minlength=E)
+    start = torch.zeros(E + 1, dtype=torch.long, device=dev)
+    start[1:] = torch.cumsum(count, 0)
+    reverse = torch.empty_like(order)
+    reverse[order] = torch.arange(order.numel(), device=dev)
+    tiles_per = (count + block_m_token - 1) // block_m_token
+    tile_expert = torch.repeat_interleave(torch.arange(E, device=dev), tiles_per)
+    first_tile = torch.cumsum(tiles_per, 0) - tiles_per
+    within = torch.arange(tile_expert.numel(), device=dev) - first_tile[tile_expert]
+    tile_row_start = start[tile_expert] + within * block_m_token
+    return (
+        count.to(i32),
+        start.to(i32),
+        (order // K).to(i32),
+        order.to(i32),
+        reverse.to(i32),
+        tile_row_start.to(i32),
+        tile_expert.to(i32),
+    )
+
+
+def get_bucket_m(M, threshold=4096, bucket_size=128):
+    """Liger-Kernel's MLP autotuning bucket of M rows: M // 32 below 256, then 8 + M // bucket_size,
+    and one last bucket from `threshold` on."""
+    offset = 256 // 32
+    if M >= threshold:
+        return offset + threshold // bucket_size
+    if M < 256:
+        return M // 32
+    return offset + M // bucket_size
+
+
+@torch.no_grad()
+def fused_neighborhood_attention_forward(
+    query, key, value, kernel_size=7, dilation=1, scale=None, return_lse=False
+):
+    """(output [B, heads, L, head_dim], attention weights [B, heads, L, L] in query's dtype, softmax
+    launch settings): liger_cpp's neighborhood attention (PyTorch's ops, float32 math)."""
+    from liger_cpp.transformers.neighborhood_attention import neighborhood_attention_probs
+
+    if return_lse:
+        raise NotImplementedError(
+            "liger_cpp: argument 'return_lse': True is not supported (nor by Liger-Kernel)"
+        )
+    if value.dim() != 4 or value.shape[:3] != query.shape[:3]:
+        raise ValueError(
+            "liger_cpp: argument 'value': expected [B, heads, L, head_dim] with query's "
+            f"{tuple(query.shape[:3])}, got {tuple(value.shape)}"
+        )
+    probs = neighborhood_attention_probs(query, key, kernel_size, dilation, scale)
+    out = torch.matmul(probs, value.to(probs.dtype)).to(query.dtype)
+    block = min(65536, 1 << max(0, query.shape[-2] - 1).bit_length())
+    return out, probs.to(query.dtype), (block, get_num_warps(block), False)
+
+
 # ---- Divergences of given distributions ---------------------------------------------------------
 
 

@@ -29,18 +29,30 @@ def _check(kernel_size, dilation):
 def liger_fused_neighborhood_attention(query, key, value, kernel_size=7, dilation=1, scale=None):
     """query, key, value [B, heads, L, head_dim] -> [B, heads, L, head_dim]; scale None:
     1 / sqrt(head_dim)."""
-    _check(kernel_size, dilation)
-    if query.dim() != 4 or key.shape != query.shape or value.shape[:3] != query.shape[:3]:
+    if value.dim() != 4 or value.shape[:3] != query.shape[:3]:
         raise ValueError(
             "liger_cpp: arguments 'query', 'key', 'value': expected [B, heads, L, head_dim] each, got "
             f"{tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}"
+        )
+    probs = neighborhood_attention_probs(query, key, kernel_size, dilation, scale)
+    return torch.matmul(probs, value.to(probs.dtype)).to(query.dtype)
+
+
+def neighborhood_attention_probs(query, key, kernel_size=7, dilation=1, scale=None):
+    """The attention weights [B, heads, L, L] (float32, float64 for float64 inputs): the softmax of
+    scale q.k over each position's neighborhood (|i - j| <= (kernel_size // 2) dilation, j - i a
+    multiple of dilation), 0 elsewhere."""
+    _check(kernel_size, dilation)
+    if query.dim() != 4 or key.shape != query.shape:
+        raise ValueError(
+            "liger_cpp: arguments 'query', 'key': expected [B, heads, L, head_dim] each, got "
+            f"{tuple(query.shape)} and {tuple(key.shape)}"
         )
     acc = torch.float64 if query.dtype == torch.float64 else torch.float32
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = torch.matmul(query.to(acc), key.to(acc).transpose(-1, -2)) * scale
     allowed = _neighborhood(query.shape[-2], kernel_size, dilation, query.device)
-    probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-    return torch.matmul(probs, value.to(acc)).to(query.dtype)
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
 
 
 class LigerFusedNeighborhoodAttentionFunction:
