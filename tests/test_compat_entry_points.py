@@ -621,3 +621,16 @@ def test_fused_neighborhood_attention_forward(device, dtype, kernel_size, dilati
     _close(weights, probs, dtype, "weights")
     with pytest.raises(NotImplementedError, match="argument 'return_lse'"):
         kna.fused_neighborhood_attention_forward(q, k, v, return_lse=True)
+
+
+def test_rows_wider_than_liger_block_limit():
+    # Liger-Kernel's Triton norms stop at 65536 columns; liger_cpp's kernels do not, nor do these
+    x, w = torch.randn(2, 70001), torch.randn(70001)
+    y, _, rstd, block, warps, _ = krms.rms_norm_forward(x, w, 1e-6, 0.0, "llama", None)
+    assert (block, warps) == (65536, 32)
+    _close(
+        y,
+        x.double() * torch.rsqrt(x.double().square().mean(-1, keepdim=True) + 1e-6) * w.double(),
+        x.dtype,
+        "Y",
+    )

@@ -24,7 +24,6 @@ import torch
 from liger_cpp.ops.llama4_rope import as_real_freqs
 from liger_cpp.transformers.qwen2vl_mrope import liger_multimodal_rotary_pos_emb
 from liger_cpp.transformers.rope import liger_rotary_pos_emb
-from liger_kernel.ops.utils import calculate_settings
 
 _CASTING = {"llama": 0, "gemma": 1, "none": -1}
 _CASTING_NAME = {v: k for k, v in _CASTING.items()}
@@ -51,6 +50,13 @@ def _rows(x):
     return x.reshape(-1, x.shape[-1])
 
 
+def _settings(n):
+    """Liger-Kernel's (BLOCK_SIZE, num_warps) for rows of n elements, without its 65536-element
+    limit (liger_cpp's kernels have none): the block capped at 65536."""
+    block = min(65536, 1 << max(0, int(n) - 1).bit_length())
+    return block, get_num_warps(block)
+
+
 # ---- RMSNorm, FusedAddRMSNorm, LayerNorm, GroupNorm -------------------------------------------
 
 
@@ -59,7 +65,7 @@ def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
     """(Y, X as rows, RSTD (rows,), BLOCK_SIZE, num_warps, casting mode as Liger's integer)."""
     name, code = _casting(casting_mode)
     Y, rstd = torch.ops.liger.rms_norm_fwd(X, W, float(eps), float(offset), name, False)
-    block, warps = calculate_settings(X.shape[-1])
+    block, warps = _settings(X.shape[-1])
     return Y, _rows(X), rstd.reshape(-1), block, warps, code
 
 
@@ -82,7 +88,7 @@ def fused_add_rms_norm_forward(X, R, W, eps, offset, casting_mode):
     """(Y, S = X + R, RSTD (rows,), BLOCK_SIZE, num_warps, num_stages, casting mode's integer)."""
     name, code = _casting(casting_mode)
     Y, S, rstd = torch.ops.liger.fused_add_rms_norm_fwd(X, R, W, float(eps), float(offset), name, False)
-    block, warps = calculate_settings(X.shape[-1])
+    block, warps = _settings(X.shape[-1])
     return Y, S, rstd.reshape(-1), block, warps, 2, code
 
 
@@ -105,7 +111,7 @@ def fused_add_rms_norm_backward(
 def layer_norm_forward(X, W, B, eps):
     """(Y, X as rows, Mean (rows,), RSTD (rows,), BLOCK_SIZE, num_warps)."""
     Y, mean, rstd = torch.ops.liger.layer_norm_fwd(X, W, B, float(eps))
-    block, warps = calculate_settings(X.shape[-1])
+    block, warps = _settings(X.shape[-1])
     return Y, _rows(X), mean.reshape(-1), rstd.reshape(-1), block, warps
 
 
@@ -132,9 +138,7 @@ def group_norm_forward(X, num_channels, num_groups, W, B, eps):
         )
     n, hw = X.shape[0], X[0, 0].numel()
     Y, mean, rstd = torch.native_group_norm(X, W, B, n, num_channels, hw, num_groups, float(eps))
-    group = num_channels // num_groups * hw
-    block = min(65536, 1 << max(0, group - 1).bit_length())  # Liger-Kernel's: a power of two, capped
-    return Y, X, mean, rstd, block
+    return Y, X, mean, rstd, _settings(num_channels // num_groups * hw)[0]
 
 
 @torch.no_grad()
@@ -176,7 +180,7 @@ def modulated_rms_norm_forward(X, W, scale, shift, eps, offset, casting_mode):
     _, per = _modulation_rows(X, scale, shift)
     Y = liger_modulated_rms_norm(X, W, scale, shift, float(eps), float(offset), name)
     rstd = torch.ops.liger.rms_norm_fwd(X, W, float(eps), float(offset), name, False)[1]
-    block, warps = calculate_settings(X.shape[-1])
+    block, warps = _settings(X.shape[-1])
     return Y, rstd.reshape(-1), block, warps, code, per
 
 
@@ -683,8 +687,7 @@ def fused_neighborhood_attention_forward(
         )
     probs = neighborhood_attention_probs(query, key, kernel_size, dilation, scale)
     out = torch.matmul(probs, value.to(probs.dtype)).to(query.dtype)
-    block = min(65536, 1 << max(0, query.shape[-2] - 1).bit_length())
-    return out, probs.to(query.dtype), (block, get_num_warps(block), False)
+    return out, probs.to(query.dtype), (*_settings(query.shape[-2]), False)
 
 
 # ---- Divergences of given distributions ---------------------------------------------------------
