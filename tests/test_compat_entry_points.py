@@ -634,3 +634,25 @@ def test_rows_wider_than_liger_block_limit():
         x.dtype,
         "Y",
     )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("M,K,N", [(5, 12, 7), (33, 64, 24)])
+def test_mm_int8int2(device, M, K, N):
+    from liger_kernel.ops.experimental import mm_int8int2 as kmm
+
+    g = _g(device, 18)
+    w = torch.randint(-1, 2, (K, N), device=device, generator=g, dtype=torch.int32)
+    w0 = w.clone()
+    packed = kmm.pack_weights(w)
+    assert torch.equal(w, w0) and packed.dtype == torch.uint8 and packed.shape == (K // 4, N)
+    assert torch.equal(kmm.unpack_weights(packed), w)
+    # the layout: packed row r, bits 2 i, holds row i K/4 + r of the weights, plus one
+    assert int(packed[1, 2]) >> 4 & 3 == int(w[2 * (K // 4) + 1, 2]) + 1
+    a = torch.randint(-128, 128, (M, K), device=device, generator=g, dtype=torch.int8)
+    c = kmm.matmul(a, packed)
+    want = (a.long().cpu() @ w.long().cpu()).to(torch.int32)
+    assert c.dtype == torch.int32 and torch.equal(c.cpu(), want)
+    assert kmm.get_autotune_config() == []
+    with pytest.raises(ValueError, match="arguments 'a', 'b'"):
+        kmm.matmul(a[:, :-1], packed)

@@ -737,6 +737,56 @@ def tvd_backward_triton(grad_output, grads):
     return grads * grad_output
 
 
+# ---- The int8 x int2 matmul (liger_kernel.ops.experimental.mm_int8int2) ------------------------
+
+
+def unpack_weights(packed, bits=2):
+    """Ternary weights (-1, 0, 1) from their 2-bit packing: packed row r holds, at bits 2 i, the
+    weight of row i R + r (R the packed rows; four values a byte), stored plus one. int32, 4 R rows."""
+    if bits != 2:
+        raise ValueError(f"liger_cpp: argument 'bits': expected 2, got {bits}")
+    parts = [((packed.to(torch.uint8) >> (2 * i)) & 3) for i in range(4)]
+    return torch.cat(parts, dim=0).to(torch.int32) - 1
+
+
+def pack_weights(intweights, bits=2):
+    """The packing unpack_weights reads, of ternary int weights (-1, 0, 1; rows first), uint8 with
+    ceil(rows / 4) rows. intweights is not modified (Liger-Kernel's adds one to it in place)."""
+    if bits != 2:
+        raise ValueError(f"liger_cpp: argument 'bits': expected 2, got {bits}")
+    rows = intweights.shape[0]
+    per = (rows + 3) // 4
+    stored = (intweights + 1).to(torch.uint8)
+    packed = torch.zeros((per, *intweights.shape[1:]), dtype=torch.uint8, device=intweights.device)
+    for i in range(4):
+        part = stored[i * per : min((i + 1) * per, rows)]
+        packed[: part.shape[0]] |= part << (2 * i)
+    return packed
+
+
+def get_autotune_config():
+    """Liger-Kernel's Triton autotuning configurations of its int8 x int2 kernel: none here (the
+    product runs on PyTorch's integer or float64 matrix products, exactly)."""
+    return []
+
+
+@torch.no_grad()
+def matmul(a, b):
+    """a (M, K) int8 times the ternary weights packed in b (K / 4, N) uint8: (M, N) int32, exact
+    (PyTorch's int8 x int8 -> int32 product where its shapes allow on CUDA, else float64, exact
+    for these sums below 2^53)."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0] * 4:
+        raise ValueError(
+            f"liger_cpp: arguments 'a', 'b': expected (M, K) and packed (K / 4, N), got {tuple(a.shape)} and "
+            f"{tuple(b.shape)}"
+        )
+    w = unpack_weights(b)
+    M, K = a.shape
+    if a.is_cuda and M > 16 and K % 8 == 0 and w.shape[1] % 8 == 0:
+        return torch._int_mm(a.to(torch.int8).contiguous(), w.to(torch.int8).contiguous())
+    return (a.double() @ w.double()).to(torch.int32)
+
+
 # ---- liger_kernel.ops.utils ---------------------------------------------------------------------
 
 

@@ -294,6 +294,7 @@ _ENTRY_POINTS = {
     "modulated_rms_norm": ("modulated_rms_norm_forward", "modulated_rms_norm_backward"),
     "attn_res": ("attn_res_forward", "attn_res_backward"),
     "fused_moe": ("compute_routing_metadata",),
+    "experimental.mm_int8int2": ("unpack_weights", "pack_weights", "get_autotune_config", "matmul"),
     "mlp": ("get_bucket_m",),
     "fused_neighborhood_attention": ("fused_neighborhood_attention_forward",),
     "fused_add_rms_norm": ("fused_add_rms_norm_forward", "fused_add_rms_norm_backward"),
