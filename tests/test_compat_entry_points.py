@@ -656,3 +656,84 @@ def test_mm_int8int2(device, M, K, N):
     assert kmm.get_autotune_config() == []
     with pytest.raises(ValueError, match="arguments 'a', 'b'"):
         kmm.matmul(a[:, :-1], packed)
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+def test_mhc_steps(device, dtype):
+    from liger_kernel.ops import mhc as kmhc
+
+    g = _g(device, 19)
+    N, HC, C, eps, tmax = 7, 3, 10, 1e-6, 6
+    M = HC * HC + 2 * HC
+    x = torch.randn(N, HC * C, device=device, generator=g).to(dtype)
+    phi = (torch.randn(HC * C, M, device=device, generator=g) * 0.2).to(dtype)
+    b = torch.randn(M, device=device, generator=g)
+    a_pre, a_post, a_res = (torch.rand((), device=device, generator=g) + 0.5 for _ in range(3))
+
+    def mm_norm(x, phi):
+        return (x @ phi) * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+
+    mix, invr = kmhc.mhc_mm_norm_fwd(x, phi, eps)
+    _close(mix, mm_norm(x.double(), phi.double()), dtype, "mix")
+    gm = torch.randn(N, M, device=device, generator=g)
+    gx, gphi = kmhc.mhc_mm_norm_bwd(x, phi, mix, invr, gm)
+    rx, rphi = _grads(mm_norm, [x, phi], gm)
+    _close(gx, rx, dtype, "mm_norm grad_x")
+    _close(gphi, rphi, dtype, "mm_norm grad_phi")
+    assert gx.dtype == dtype and gphi.dtype == torch.float32
+
+    def sinkhorn(logits):
+        mat = torch.softmax(logits, -1) + 1e-6
+        mat = mat / (mat.sum(-2, keepdim=True) + 1e-6)
+        for _ in range(tmax - 1):
+            mat = mat / (mat.sum(-1, keepdim=True) + 1e-6)
+            mat = mat / (mat.sum(-2, keepdim=True) + 1e-6)
+        return mat
+
+    m64, b64 = mix.double(), b.double()
+    logits = (m64[:, 2 * HC :] * a_res.double() + b64[2 * HC :]).reshape(N, HC, HC)
+    out_hres = torch.empty(N, HC, HC, device=device)
+    h_pre, h_post, h_res, hist = kmhc.mhc_split_sinkhorn_fwd(
+        mix, b, a_pre, a_post, a_res, tmax=tmax, pre_eps=0.01, sinkhorn_eps=1e-6, post_mult=2.0,
+        out_hres=out_hres, return_hist=True,
+    )  # fmt: skip
+    assert h_res is out_hres and hist.shape == (N, tmax, HC, HC)
+    _close(h_pre, torch.sigmoid(m64[:, :HC] * a_pre.double() + b64[:HC]) + 0.01, torch.float32, "h_pre")
+    _close(
+        h_post,
+        2 * torch.sigmoid(m64[:, HC : 2 * HC] * a_post.double() + b64[HC : 2 * HC]),
+        torch.float32,
+        "h_post",
+    )
+    _close(h_res, sinkhorn(logits), torch.float32, "h_res")
+    _close(hist[:, -1], h_res, torch.float32, "hist")
+    gh = torch.randn(N, HC, HC, device=device, generator=g)
+    got = kmhc.mhc_sinkhorn_bwd(mix, b, a_res, gh, tmax=tmax, sinkhorn_eps=1e-6)
+    lg = logits.clone().requires_grad_()
+    _close(got, torch.autograd.grad(sinkhorn(lg), lg, gh.double())[0], torch.float32, "sinkhorn grad")
+
+    xs = x.reshape(N, HC, C)
+    f = torch.randn(N, C, device=device, generator=g).to(dtype)
+    go_pre = torch.randn(N, C, device=device, generator=g)
+    go_post = torch.randn(N, HC, C, device=device, generator=g)
+
+    def pre(x, h):
+        return (h.unsqueeze(-1) * x).sum(1)
+
+    def post_res(x, f, hp, hr):
+        return hr @ x + hp.unsqueeze(-1) * f.unsqueeze(1)
+
+    _close(kmhc.mhc_pre_fwd(xs, h_pre), pre(xs.double(), h_pre.double()), dtype, "pre")
+    for a_, b_, name in zip(
+        kmhc.mhc_pre_bwd(xs, h_pre, go_pre), _grads(pre, [xs, h_pre], go_pre), ("gx", "gh")
+    ):
+        _close(a_, b_, dtype, f"pre {name}")
+    want = post_res(xs.double(), f.double(), h_post.double(), h_res.double())
+    _close(kmhc.mhc_post_res_fwd(xs, f, h_post, h_res), want, dtype, "post_res")
+    got = kmhc.mhc_post_res_bwd(xs, f, h_post, h_res, go_post)
+    want = _grads(post_res, [xs, f, h_post, h_res], go_post)
+    for a_, b_, name in zip(got, want, ("gx", "gf", "ghpost", "ghres")):
+        _close(a_, b_, dtype, f"post_res {name}")
+    with pytest.raises(ValueError, match="argument 'mix'"):
+        kmhc.mhc_split_sinkhorn_fwd(mix[:, :-1], b[:-1], a_pre, a_post, a_res, tmax=2, pre_eps=0.0,
+                                    sinkhorn_eps=1e-6, post_mult=2.0)  # fmt: skip

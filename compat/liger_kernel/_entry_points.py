@@ -18,6 +18,7 @@ backward ignores them. Deliberate differences, as in _functions.py:
 """
 
 import contextlib
+import math
 
 import torch
 
@@ -240,6 +241,170 @@ def attn_res_backward(dh, V_3d, w_query, w_norm, Alpha, RSTD, eps=1e-6):
         h = liger_attn_res(v, wq, wn, eps)
     with torch.no_grad():
         return torch.autograd.grad(h, (v, wq, wn), dh.reshape(h.shape).to(h.dtype))
+
+
+# ---- mHC (manifold-constrained hyper-connections): Liger-Kernel's Triton-level steps ------------
+# float32 PyTorch, as liger_cpp's mHC (liger_cpp/transformers/mhc.py); each writes into the `out_*`
+# buffers a caller passes (those are outputs) and returns them; block / warp arguments are accepted.
+
+
+def _into(out, value):
+    return value if out is None else out.copy_(value)
+
+
+@torch.no_grad()
+def mhc_mm_norm_fwd(
+    x, phi, eps, *, out_mix=None, out_invr=None, block_n=32, block_k=256, block_m=32, num_warps=4
+):
+    """(mix = (x phi) invr [N, M], invr = rsqrt(mean(x^2) + eps) [N]), both float32."""
+    xf = x.float()
+    invr = torch.rsqrt(xf.square().mean(-1) + eps)
+    return _into(out_mix, (xf @ phi.float()) * invr.unsqueeze(-1)), _into(out_invr, invr)
+
+
+@torch.no_grad()
+def mhc_mm_norm_bwd(
+    x,
+    phi,
+    mix,
+    invr,
+    grad_mix,
+    *,
+    out_grad_x=None,
+    out_grad_phi=None,
+    block_n=32,
+    block_k=256,
+    block_m=32,
+    num_warps=4,
+):
+    """(grad_x in x's dtype, grad_phi float32) of mhc_mm_norm_fwd, from its invr (no eps needed):
+    grad_x = invr (g phi^T) - invr^2 x sum_m(g mix) / K, grad_phi = x^T (g invr)."""
+    xf, g, r = x.float(), grad_mix.float(), invr.float().unsqueeze(-1)
+    gx = r * (g @ phi.float().T) - (r * r) * xf * (g * mix.float()).sum(-1, keepdim=True) / x.shape[-1]
+    return _into(out_grad_x, gx.to(x.dtype)), _into(out_grad_phi, xf.T @ (g * r))
+
+
+def _sinkhorn(logits, tmax, sinkhorn_eps, hist=None):
+    mat = torch.softmax(logits, dim=-1) + sinkhorn_eps
+    mat = mat / (mat.sum(-2, keepdim=True) + sinkhorn_eps)
+    if hist is not None:
+        hist[:, 0] = mat
+    for t in range(int(tmax) - 1):
+        mat = mat / (mat.sum(-1, keepdim=True) + sinkhorn_eps)
+        mat = mat / (mat.sum(-2, keepdim=True) + sinkhorn_eps)
+        if hist is not None:
+            hist[:, t + 1] = mat
+    return mat
+
+
+def _hc(m):
+    hc = (math.isqrt(4 + 4 * m) - 2) // 2
+    if hc * hc + 2 * hc != m:
+        raise ValueError(f"liger_cpp: argument 'mix': expected HC^2 + 2 HC columns, got {m}")
+    return hc
+
+
+@torch.no_grad()
+def mhc_split_sinkhorn_fwd(
+    mix,
+    b,
+    alpha_pre,
+    alpha_post,
+    alpha_res,
+    *,
+    tmax,
+    pre_eps,
+    sinkhorn_eps,
+    post_mult,
+    out_hpre=None,
+    out_hpost=None,
+    out_hres=None,
+    out_hist=None,
+    return_hist=False,
+    num_warps=1,
+):
+    """(h_pre [N, HC], h_post [N, HC], h_res [N, HC, HC][, hist [N, tmax, HC, HC]: the Sinkhorn
+    matrix after each iteration]), float32, from mix [N, HC^2 + 2 HC]."""
+    n, hc = mix.shape[0], _hc(mix.shape[1])
+    m, bf = mix.float(), b.float()
+    h_pre = torch.sigmoid(m[:, :hc] * alpha_pre.float() + bf[:hc]) + pre_eps
+    h_post = torch.sigmoid(m[:, hc : 2 * hc] * alpha_post.float() + bf[hc : 2 * hc]) * post_mult
+    logits = (m[:, 2 * hc :] * alpha_res.float() + bf[2 * hc :]).reshape(n, hc, hc)
+    hist = None
+    if return_hist:
+        hist = (
+            out_hist if out_hist is not None else mix.new_empty((n, int(tmax), hc, hc), dtype=torch.float32)
+        )
+    h_res = _sinkhorn(logits, tmax, sinkhorn_eps, hist)
+    out = (_into(out_hpre, h_pre), _into(out_hpost, h_post), _into(out_hres, h_res))
+    return (*out, hist) if return_hist else out
+
+
+def mhc_sinkhorn_bwd(
+    mix, b, alpha_res, grad_hres, *, tmax, sinkhorn_eps, hist=None, out_grad_logits=None, num_warps=1
+):
+    """The gradient w.r.t. the Sinkhorn's logits (alpha_res mix_res + b_res) [N, HC, HC], float32,
+    through autograd of the iterations recomputed from mix (hist is accepted, not needed)."""
+    n, hc = mix.shape[0], _hc(mix.shape[1])
+    with torch.no_grad():
+        logits = (mix.float()[:, 2 * hc :] * alpha_res.float() + b.float()[2 * hc :]).reshape(n, hc, hc)
+    logits.requires_grad_()
+    with torch.enable_grad():
+        mat = _sinkhorn(logits, tmax, sinkhorn_eps)
+    (grad,) = torch.autograd.grad(mat, logits, grad_hres.float())
+    with torch.no_grad():
+        return _into(out_grad_logits, grad)
+
+
+@torch.no_grad()
+def mhc_pre_fwd(x, h_pre, *, out=None, block_n=32, block_c=128, num_warps=4):
+    """sum_i h_pre[n, i] x[n, i, :]: [N, HC, C] -> [N, C], float32."""
+    return _into(out, (h_pre.float().unsqueeze(-1) * x.float()).sum(1))
+
+
+@torch.no_grad()
+def mhc_pre_bwd(
+    x, h_pre, grad_out, *, out_grad_x=None, out_grad_h=None, block_n=32, block_c=128, num_warps=4
+):
+    """(grad_x [N, HC, C], grad_h [N, HC]), float32, of mhc_pre_fwd."""
+    g = grad_out.float().unsqueeze(1)
+    return _into(out_grad_x, h_pre.float().unsqueeze(-1) * g), _into(out_grad_h, (x.float() * g).sum(-1))
+
+
+@torch.no_grad()
+def mhc_post_res_fwd(
+    x, f_out, h_post, h_res, *, out=None, block_n=None, block_c=None, num_warps=None, num_stages=None
+):
+    """x_out[n, o] = sum_i h_res[n, o, i] x[n, i] + h_post[n, o] f_out[n]: [N, HC, C], float32."""
+    value = h_res.float() @ x.float() + h_post.float().unsqueeze(-1) * f_out.float().unsqueeze(1)
+    return _into(out, value)
+
+
+@torch.no_grad()
+def mhc_post_res_bwd(
+    x,
+    f_out,
+    h_post,
+    h_res,
+    grad_out,
+    *,
+    out_grad_x=None,
+    out_grad_f=None,
+    out_grad_hpost=None,
+    out_grad_hres=None,
+    block_n=None,
+    block_c=None,
+    num_warps=None,
+    num_stages=None,
+):
+    """(grad_x [N, HC, C], grad_f [N, C], grad_hpost [N, HC], grad_hres [N, HC, HC]), float32."""
+    g = grad_out.float()
+    return (
+        _into(out_grad_x, h_res.float().transpose(-1, -2) @ g),
+        _into(out_grad_f, (h_post.float().unsqueeze(-1) * g).sum(1)),
+        _into(out_grad_hpost, (g * f_out.float().unsqueeze(1)).sum(-1)),
+        _into(out_grad_hres, g @ x.float().transpose(-1, -2)),
+    )
 
 
 # ---- Gated units and activations --------------------------------------------------------------
