@@ -7,7 +7,8 @@ order, computed by liger_cpp's ops (their CUDA kernels, or the CPU twins), witho
 Where the tuple holds launch settings (BLOCK_SIZE, num_warps, num_stages) they are the values
 Liger-Kernel's launcher would pick for the shape, returned for the caller to pass back; liger_cpp's
 backward ignores them. Deliberate differences, as in _functions.py:
-- nothing of the caller's is written in place: Liger-Kernel's entry points overwrite their inputs
+- no input of the caller's is written over (output buffers it passes, mHC's `out_*`, are filled,
+  as Liger-Kernel's): Liger-Kernel's entry points overwrite their inputs
   (swiglu's and geglu's a and b, cross entropy's logits, rope's q and k, the fused gate-up tensor)
   and return them; these return new tensors with the same values, so callers that use the returned
   tensors (every caller in Liger) behave the same, at the cost of one more buffer of that size. The
