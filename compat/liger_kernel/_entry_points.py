@@ -154,32 +154,14 @@ def group_norm_backward(dY, X, W, B, Mean, RSTD, num_channels, num_groups):
     return dX, dW, dB
 
 
-def _modulation_rows(X, scale, shift):
-    """(R, rows per modulation): scale / shift hold R rows of the hidden size, each applying to a
-    block of consecutive rows of X, as Liger-Kernel's modulated RMSNorm broadcasts them."""
-    d = X.shape[-1]
-    n = X.numel() // d
-    if scale.numel() == 0 or scale.numel() % d or n % (scale.numel() // d):
-        raise ValueError(
-            f"liger_cpp: argument 'scale': expected R x {d} elements with R dividing the {n} rows of X, "
-            f"got shape {tuple(scale.shape)}"
-        )
-    r = scale.numel() // d
-    if shift is not None and shift.numel() != scale.numel():
-        raise ValueError(
-            f"liger_cpp: argument 'shift': expected scale's {r} x {d} elements, got {tuple(shift.shape)}"
-        )
-    return r, n // r
-
-
 @torch.no_grad()
 def modulated_rms_norm_forward(X, W, scale, shift, eps, offset, casting_mode):
     """(Y = (1 + scale) * RMSNorm(X) + shift, RSTD (rows,), BLOCK_SIZE, num_warps, casting mode's
     integer, rows per modulation), as liger_cpp's LigerModulatedRMSNorm computes Y."""
-    from liger_cpp.transformers.torch_composed_ops import liger_modulated_rms_norm
+    from liger_cpp.transformers.torch_composed_ops import liger_modulated_rms_norm, modulation_rows
 
     name, code = _casting(casting_mode)
-    _, per = _modulation_rows(X, scale, shift)
+    _, per = modulation_rows(X, scale, shift)
     Y = liger_modulated_rms_norm(X, W, scale, shift, float(eps), float(offset), name)
     rstd = torch.ops.liger.rms_norm_fwd(X, W, float(eps), float(offset), name, False)[1]
     block, warps = _settings(X.shape[-1])
@@ -193,9 +175,11 @@ def modulated_rms_norm_backward(
     """(dX, dW or None, dScale, dShift or None) of modulated_rms_norm_forward from its RSTD: dX and dW
     through liger_cpp's RMSNorm backward with dY (1 + scale) coming in, dScale / dShift the sums of
     dY RMSNorm(X) / dY over each modulation's rows, in float32."""
+    from liger_cpp.transformers.torch_composed_ops import modulation_rows
+
     name, _ = _casting(casting_mode)
     d = X.shape[-1]
-    r, per = _modulation_rows(X, scale, shift)
+    r, per = modulation_rows(X, scale, shift)
     x = X.reshape(-1, d)
     rstd = RSTD.reshape(-1, 1).float()
     # RMSNorm(X) again from RSTD, in the casting mode's arithmetic (csrc/schema.cpp, rms_norm_fwd)

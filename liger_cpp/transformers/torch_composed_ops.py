@@ -65,13 +65,9 @@ def liger_group_norm(X, affine_scaling_weight, affine_shifting_bias, num_channel
     return F.group_norm(X, num_groups, affine_scaling_weight, affine_shifting_bias, eps)
 
 
-def liger_modulated_rms_norm(
-    X, W, scale, shift=None, eps=1e-6, offset=0.0, casting_mode="llama", in_place=False
-):
-    """(1 + scale) * RMSNorm(X) + shift: liger_cpp's RMSNorm (weight W or None, offset, casting
-    mode as LigerRMSNorm's), then the modulation in X's dtype. scale: R x hidden elements, R
-    dividing X's rows, row r of scale applying to X's rows [r N / R, (r + 1) N / R); shift None or
-    scale's shape. `in_place` is accepted (Liger's default True); nothing is written in place."""
+def modulation_rows(X, scale, shift):
+    """(R, rows per modulation) of the modulated RMSNorm: scale (and shift, None or scale's shape)
+    hold R x hidden elements, R dividing X's rows; row r applies to a block of consecutive rows."""
     h = X.shape[-1]
     n = X.numel() // h if h else 0
     if scale.numel() == 0 or scale.numel() % h or n % (scale.numel() // h):
@@ -84,7 +80,19 @@ def liger_modulated_rms_norm(
         raise ValueError(
             f"liger_cpp: argument 'shift': expected scale's {r} x {h} elements, got {tuple(shift.shape)}"
         )
-    y = rms_norm(X, W, eps, offset=offset, casting_mode=casting_mode).reshape(r, n // r, h)
+    return r, n // r
+
+
+def liger_modulated_rms_norm(
+    X, W, scale, shift=None, eps=1e-6, offset=0.0, casting_mode="llama", in_place=False
+):
+    """(1 + scale) * RMSNorm(X) + shift: liger_cpp's RMSNorm (weight W or None, offset, casting
+    mode as LigerRMSNorm's), then the modulation in X's dtype. scale: R x hidden elements, R
+    dividing X's rows, row r of scale applying to X's rows [r N / R, (r + 1) N / R); shift None or
+    scale's shape. `in_place` is accepted (Liger's default True); nothing is written in place."""
+    h = X.shape[-1]
+    r, per = modulation_rows(X, scale, shift)
+    y = rms_norm(X, W, eps, offset=offset, casting_mode=casting_mode).reshape(r, per, h)
     y = y * (1 + scale.reshape(r, 1, h))
     if shift is not None:
         y = y + shift.reshape(r, 1, h)
