@@ -737,3 +737,35 @@ def test_mhc_steps(device, dtype):
     with pytest.raises(ValueError, match="argument 'mix'"):
         kmhc.mhc_split_sinkhorn_fwd(mix[:, :-1], b[:-1], a_pre, a_post, a_res, tmax=2, pre_eps=0.0,
                                     sinkhorn_eps=1e-6, post_mult=2.0)  # fmt: skip
+
+
+@pytest.mark.parametrize("device,dtype", _cases())
+@pytest.mark.parametrize("gm,dm", [(1.0, 1.0), (0.7, 1.3)])
+def test_fused_mlp_steps(device, dtype, gm, dm):
+    from liger_kernel.ops import mlp as kmlp
+
+    g = _g(device, 20)
+    B, S, D, H = 2, 5, 12, 20
+    x = torch.randn(B, S, D, device=device, generator=g).to(dtype)
+    wg, wu = ((torch.randn(H, D, device=device, generator=g) * 0.3).to(dtype) for _ in range(2))
+    wd = (torch.randn(D, H, device=device, generator=g) * 0.3).to(dtype)
+    dO = torch.randn(B, S, D, device=device, generator=g).to(dtype)
+
+    def ref(x, wg, wu, wd):
+        return (F.silu(x @ wg.T * gm) * (x @ wu.T)) @ wd.T * dm
+
+    A, cfg = kmlp.gemm_swiglu(x, wg, wu, gm, False)
+    AGU, cfg = kmlp.gemm_swiglu(x, wg, wu, gm)
+    assert AGU.shape == (B, S, 3 * H) and torch.equal(AGU[..., :H], A)
+    _close(A @ wd.T * dm, ref(x.double(), wg.double(), wu.double(), wd.double()), dtype, "out")
+    # Liger-Kernel's LigerMLPFunction.backward, step by step
+    want = _grads(ref, [x, wg, wu, wd], dO)
+    dWd = dO.reshape(-1, D).T @ AGU[..., :H].reshape(-1, H) * dm
+    assert kmlp.swiglu_backward_dGU(dO, wd, AGU, cfg, gm, dm) is None
+    dWug = AGU[..., H:].reshape(-1, 2 * H).T @ x.reshape(-1, D)
+    dI = kmlp.swiglu_backward_dI(wg, wu, AGU)
+    tol = dtype if dtype == torch.float32 else torch.bfloat16
+    _close(dI, want[0], tol, "dI")
+    _close(dWug[:H], want[1], tol, "dWg")
+    _close(dWug[H:], want[2], tol, "dWu")
+    _close(dWd, want[3], tol, "dWd")

@@ -342,7 +342,7 @@ def test_stubs_have_liger_signatures_and_raise_not_implemented():
             else:
                 obj()
         n += 1
-    assert n >= 3  # the stubs left (4 on 2026-12-07, evening): the loop above must have run over them
+    assert n >= 1  # the stubs left (1 on 2026-12-07, evening: the expert-parallel MoE): the loop above must have run over them
 
 
 def test_liger_cpp_own_api_takes_liger_arguments_in_liger_order():

@@ -13,7 +13,8 @@ backward ignores them. Deliberate differences, as in _functions.py:
   and return them; these return new tensors with the same values, so callers that use the returned
   tensors (every caller in Liger) behave the same, at the cost of one more buffer of that size. The
   fused-linear cross entropy's backward scales the gradient buffers its forward returned in place,
-  as Liger-Kernel's: they are not the caller's data, and a copy of dW would double the peak;
+  and the fused MLP's swiglu_backward_dGU writes over gemm_swiglu's AGU buffer, as Liger-Kernel's:
+  those are the forward's outputs, not the caller's data, and copies would raise the peak;
 - statistics stay float32 (RSTD of casting mode "none", cross entropy's per-row losses), where
   Liger-Kernel keeps some in the input's dtype.
 """
@@ -805,6 +806,43 @@ def compute_routing_metadata(topk_indices, E, block_m_token=BLOCK_M_TOKEN):
         tile_row_start.to(i32),
         tile_expert.to(i32),
     )
+
+
+@torch.no_grad()
+def gemm_swiglu(input, gate_weight, up_weight, gate_multiplier, store_preact=True):
+    """Liger-Kernel's fused MLP forward step, on cuBLAS's GEMMs and liger_cpp's SwiGLU: G = input
+    gate_weight^T gate_multiplier, U = input up_weight^T, A = silu(G) U; returns (cat(A, G, U) on the
+    last dim, None) with store_preact (the backward's buffer), else (A, None). The second element
+    stands for Liger-Kernel's Triton autotuning result; liger_cpp has none."""
+    G = torch.nn.functional.linear(input, gate_weight)
+    if gate_multiplier != 1.0:
+        G = G * gate_multiplier
+    U = torch.nn.functional.linear(input, up_weight)
+    A = torch.ops.liger.swiglu_fwd(G, U, False)
+    return (torch.cat((A, G, U), dim=-1) if store_preact else A), None
+
+
+@torch.no_grad()
+def swiglu_backward_dGU(dO, down_weight, AGU, fwd_best_config, gate_multiplier, down_multiplier):
+    """dG and dU (the gradients of the two projections' outputs) from dO through down_weight, written
+    over G and U in AGU, as Liger-Kernel's: AGU is gemm_swiglu's buffer, which swiglu_backward_dI and
+    the weight gradients then read."""
+    h = down_weight.shape[1]
+    dA = dO @ down_weight
+    if down_multiplier != 1.0:
+        dA = dA * down_multiplier
+    dG, dU = torch.ops.liger.swiglu_bwd(dA, AGU[..., h : 2 * h], AGU[..., 2 * h :])
+    if gate_multiplier != 1.0:
+        dG = dG * gate_multiplier
+    AGU[..., h : 2 * h] = dG
+    AGU[..., 2 * h :] = dU
+
+
+@torch.no_grad()
+def swiglu_backward_dI(gate_weight, up_weight, AGU):
+    """The input's gradient dG gate_weight + dU up_weight, from AGU after swiglu_backward_dGU."""
+    h = gate_weight.shape[0]
+    return AGU[..., h : 2 * h] @ gate_weight + AGU[..., 2 * h :] @ up_weight
 
 
 def get_bucket_m(M, threshold=4096, bucket_size=128):

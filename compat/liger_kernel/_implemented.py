@@ -305,7 +305,7 @@ _ENTRY_POINTS = {
     ),
     "fused_moe": ("compute_routing_metadata",),
     "experimental.mm_int8int2": ("unpack_weights", "pack_weights", "get_autotune_config", "matmul"),
-    "mlp": ("get_bucket_m",),
+    "mlp": ("get_bucket_m", "gemm_swiglu", "swiglu_backward_dGU", "swiglu_backward_dI"),
     "fused_neighborhood_attention": ("fused_neighborhood_attention_forward",),
     "fused_add_rms_norm": ("fused_add_rms_norm_forward", "fused_add_rms_norm_backward"),
     "layer_norm": ("layer_norm_forward", "layer_norm_backward"),
