@@ -50,6 +50,7 @@ IMPLEMENTED = {
     f"{_T}.swiglu.LigerSwiGLUMLPForMuseGlimmer": "liger_cpp.transformers.swiglu:LigerSwiGLUMLPForMuseGlimmer",
     f"{_T}.relu_squared.LigerReLUSquared": "liger_cpp.transformers.relu_squared:LigerReLUSquared",
     f"{_T}.swiglu.LigerExperts": "liger_cpp.transformers.moe:LigerExperts",
+    f"{_T}.moe.LigerExpertParallelFusedMoe": "liger_cpp.transformers.moe:LigerExpertParallelFusedMoe",
     **{
         f"{_T}.llama4_rope.{n}": f"liger_cpp.transformers.llama4_rope:{n}"
         for n in (

@@ -168,3 +168,78 @@ __all__ = [
     "LigerLlama4TextMoeMixin",
     "experts_activation",
 ]
+
+
+class LigerExpertParallelFusedMoe(nn.Module):
+    """Liger's LigerExpertParallelFusedMoe(process_group=None): a SwiGLU MoE layer's experts with
+    their weights passed to forward, spread over the ranks of `process_group` (expert parallelism).
+
+    forward(hidden_states [..., H], expert_indices [..., k], expert_weights [..., k], all_B
+    [E_local, I, H] (gate), all_C [E_local, I, H] (up), all_A [E_local, H, I] (down), num_experts)
+    returns sum_j w_j A_e (silu(B_e x) * C_e x) for each token's experts e, in x's shape. Rank r
+    holds the global experts [r E_local, (r + 1) E_local). Without a group (or a group of one),
+    E_local is num_experts and liger_cpp's fused experts op runs them in place; with one, each
+    (token, expert) row travels to its expert's rank and back through torch.distributed's
+    differentiable all_to_all_single, and the combine happens at home. Liger's runs on NVSHMEM; this
+    one runs on any backend with all-to-all (NCCL, gloo). Costs: B and C are concatenated into the
+    op's [E_local, 2I, H] layout each call, and the row counts take one host synchronisation."""
+
+    def __init__(self, process_group=None) -> None:
+        super().__init__()
+        self.process_group = process_group
+
+    def forward(self, hidden_states, expert_indices, expert_weights, all_B, all_C, all_A, num_experts):
+        import torch.distributed as dist
+
+        h, k = hidden_states.shape[-1], expert_indices.shape[-1]
+        e_local = all_B.shape[0]
+        world = 1
+        if self.process_group is not None or (
+            dist.is_available() and dist.is_initialized() and e_local != num_experts
+        ):
+            world = dist.get_world_size(self.process_group)
+        if (
+            e_local * world != num_experts
+            or all_C.shape != all_B.shape
+            or all_A.shape != (e_local, h, all_B.shape[1])
+        ):
+            raise ValueError(
+                f"liger_cpp: arguments 'all_B', 'all_C', 'all_A', 'num_experts': expected [E_local, I, {h}] "
+                f"twice and [E_local, {h}, I] with E_local x {world} ranks = num_experts, got "
+                f"{tuple(all_B.shape)}, {tuple(all_C.shape)}, {tuple(all_A.shape)} and {num_experts}"
+            )
+        x = hidden_states.reshape(-1, h)
+        idx = expert_indices.reshape(-1, k).long()
+        w = expert_weights.reshape(-1, k)
+        gate_up = torch.cat((all_B, all_C), dim=1)
+        if world == 1:
+            return moe_experts(x, idx, w, gate_up, all_A).reshape(hidden_states.shape)
+        return self._expert_parallel(x, idx, w, gate_up, all_A, e_local, world).reshape(hidden_states.shape)
+
+    def _expert_parallel(self, x, idx, w, gate_up, down, e_local, world):
+        import torch.distributed as dist
+        from torch.distributed.nn.functional import all_to_all_single
+
+        group, dev = self.process_group, x.device
+        flat = idx.reshape(-1)
+        dest = torch.div(flat, e_local, rounding_mode="floor")
+        order = torch.argsort(dest, stable=True)  # (token, slot) rows grouped by destination rank
+        send = torch.bincount(dest, minlength=world)
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=group)
+        send_sizes, recv_sizes = send.tolist(), recv.tolist()  # the one host synchronisation
+        rows = x.index_select(0, torch.div(order, idx.shape[1], rounding_mode="floor"))
+        local_ids = (flat[order] - dest[order] * e_local).to(torch.long)
+        got_rows = all_to_all_single(
+            x.new_empty(sum(recv_sizes), x.shape[1]), rows, recv_sizes, send_sizes, group=group
+        )
+        got_ids = torch.empty(sum(recv_sizes), dtype=torch.long, device=dev)
+        dist.all_to_all_single(got_ids, local_ids, recv_sizes, send_sizes, group=group)
+        ones = torch.ones(got_ids.shape[0], 1, dtype=w.dtype, device=dev)
+        y = moe_experts(got_rows, got_ids.unsqueeze(1), ones, gate_up, down)
+        back = all_to_all_single(y.new_empty(rows.shape), y, send_sizes, recv_sizes, group=group)
+        # back[i] is the expert output of (token, slot) row order[i]; weight it and add it home
+        weighted = back.float() * w.reshape(-1)[order].unsqueeze(1).float()  # float32 sums, as the op's
+        token = torch.div(order, idx.shape[1], rounding_mode="floor")
+        out = torch.zeros(x.shape, dtype=torch.float32, device=dev).index_add(0, token, weighted)
+        return out.to(x.dtype)
