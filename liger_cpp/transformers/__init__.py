@@ -33,7 +33,11 @@ from liger_cpp.transformers.llama4_rope import (  # noqa: F401,E402
     liger_llama4_vision_rotary_pos_emb,
 )
 from liger_cpp.transformers.mhc import LigerMHC  # noqa: F401,E402
-from liger_cpp.transformers.moe import LigerExperts, LigerGptOssExpertsMixin  # noqa: F401,E402
+from liger_cpp.transformers.moe import (  # noqa: F401,E402
+    LigerExpertParallelFusedMoe,
+    LigerExperts,
+    LigerGptOssExpertsMixin,
+)
 from liger_cpp.transformers.monkey_patch import (  # noqa: F401
     MODEL_TYPE_TO_APPLY_LIGER_FN,
     _apply_liger_kernel,
@@ -219,6 +223,7 @@ __all__ = [
     "LigerCrossEntropyLoss",
     "LigerDeepseekV4SwiGLUMLP",
     "LigerExperts",
+    "LigerExpertParallelFusedMoe",
     "LigerExpertsSwiGLUMixin",
     "LigerGptOssExpertsMixin",
     "LigerFalconH1MLP",
