@@ -10,7 +10,7 @@ Usage: python benchmarks/bench_dyt_poly_norm.py [--out FILE.json] [--quick] [--s
 import argparse
 
 import torch
-from harness import bandwidth_rows, copy_bandwidth_gbs, report, try_import_liger
+from harness import bandwidth_rows, copy_bandwidth_gbs, parse_shapes, report, try_import_liger
 
 import liger_cpp
 from liger_cpp.ops.dyt import dyt
@@ -84,7 +84,7 @@ def main():
     C = copy_bandwidth_gbs()
     shapes = [(4096, 4096)] if args.quick else [(16384, 4096), (8192, 8192), (32768, 2048)]
     if args.shapes:
-        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
+        shapes = parse_shapes(args.shapes)
     fns = variants(try_import_liger())
     rows = [r for op in fns for m, n in shapes for r in run(op, m, n, fns[op], C)]
     cols = ["op", "shape", "mode", "impl", "ms", "GB/s", "%C", "error"]

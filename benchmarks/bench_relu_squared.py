@@ -9,7 +9,7 @@ Usage: python benchmarks/bench_relu_squared.py [--out FILE.json] [--quick] [--sh
 import argparse
 
 import torch
-from harness import bandwidth_rows, copy_bandwidth_gbs, report, try_import_liger
+from harness import bandwidth_rows, copy_bandwidth_gbs, parse_shapes, report, try_import_liger
 
 import liger_cpp
 from liger_cpp.ops.relu_squared import relu_squared
@@ -46,7 +46,7 @@ def main():
     C = copy_bandwidth_gbs()
     shapes = [(4096 if args.quick else 16384, 16384)]
     if args.shapes:
-        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
+        shapes = parse_shapes(args.shapes)
     fns = variants(try_import_liger())
     rows = [r for m, n in shapes for r in run(m, n, fns, C)]
     cols = ["shape", "mode", "impl", "ms", "GB/s", "%C", "error"]

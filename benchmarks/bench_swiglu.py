@@ -18,6 +18,7 @@ from harness import (
     copy_bandwidth_gbs,
     fmt_table,
     meta,
+    parse_shapes,
     set_variant_plan,
     try_import_liger,
     write_json,
@@ -145,7 +146,7 @@ def main():
     C = copy_bandwidth_gbs()
     shapes = [(4096 if args.quick else 16384, 14336)]
     if args.shapes:
-        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
+        shapes = parse_shapes(args.shapes)
     rows = []
     for m, n in shapes:
         for op in args.ops.split(","):

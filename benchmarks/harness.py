@@ -230,6 +230,11 @@ def fmt_table(rows, cols):
     return "\n".join(out)
 
 
+def parse_shapes(arg):
+    """Shapes from a --shapes argument: "16384x4096,8192x8192" -> [(16384, 4096), (8192, 8192)]."""
+    return [tuple(int(v) for v in s.lower().split("x")) for s in arg.split(",")]
+
+
 def bandwidth_rows(base, fns, fwd, step, nbytes, grad_to_none, C):
     """The element-wise ops' loop (DyT, PolyNorm, ReLU squared, Llama 4 RoPE): for each
     implementation in `fns` (name -> callable), a fwd+bwd row and a fwd row, each `base`'s keys plus
