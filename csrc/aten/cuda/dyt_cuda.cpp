@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <cstdint>
 #include <optional>
 #include <tuple>
 
@@ -37,9 +38,17 @@ at::Tensor dyt_fwd_cuda(const at::Tensor& X, const at::Tensor& alpha, const at::
   check_dyt_inputs(X, alpha, gamma, beta, /*cuda=*/true);
   const c10::cuda::CUDAGuard guard(X.device());
   const at::ScalarType wt = param_work_dtype(X, gamma);
-  const at::Tensor x = X.contiguous(), a = alpha.to(wt).contiguous(), g = gamma.to(wt).contiguous();
+  const at::Tensor x = X.contiguous(), a = alpha.to(wt).contiguous();
+  // The vectorised forward reads gamma / beta a vector (16 / x's element size elements) at a time:
+  // a parameter that is a view at another offset is copied (cols elements) to aligned memory.
+  const int64_t palign = (16 / X.element_size()) * c10::elementSize(wt);
+  auto aligned_param = [&](const at::Tensor& t) {
+    at::Tensor c = t.to(wt).contiguous();
+    return reinterpret_cast<std::uintptr_t>(c.data_ptr()) % palign == 0 ? c : c.clone();
+  };
+  const at::Tensor g = aligned_param(gamma);
   const bool has_beta = beta.has_value() && beta->defined();
-  const at::Tensor b = has_beta ? beta->to(wt).contiguous() : at::Tensor();
+  const at::Tensor b = has_beta ? aligned_param(*beta) : at::Tensor();
   at::Tensor y = at::empty(X.sizes(), X.options());
   k::DytArgs p = base_args(x, a, g, wt);
   p.beta = has_beta ? b.data_ptr() : nullptr;

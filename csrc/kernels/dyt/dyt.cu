@@ -11,11 +11,11 @@
 namespace liger_cpp::kernels {
 namespace {
 
-constexpr int kRowsInFlight = 4;  // U: rows a thread loads before it computes
-// The forward's blocks each take U rows a ty lane (many short blocks: no partly filled last wave);
-// the backward's take many rows each, two blocks an SM (one wave, resident together: the launch
-// bound keeps the registers within two 256-thread blocks), since each block's partial rows are
-// read back by the reduction.
+constexpr int kRowsInFlight = 4;  // U: rows a backward thread loads before it computes
+constexpr int kFwdVectors = 2;    // vectors a forward thread loads before it computes
+// The backward's blocks take many rows each, two blocks an SM (one wave, resident together: the
+// launch bound keeps the registers within two 256-thread blocks), since each block's partial rows
+// are read back by the reduction.
 constexpr int kBwdBlocksPerSm = 2;
 
 __device__ __forceinline__ double warp_sum_f64(double v) {
@@ -30,32 +30,40 @@ __device__ __forceinline__ void load_params(const WT* p, int64_t c0, float (&f)[
   for (int j = 0; j < VEC; ++j) f[j] = p != nullptr ? to_float<WT>(p[c0 + j]) : 0.f;
 }
 
+// Forward: a block per (row, column chunk) (Liger's and Inductor's grid: many short blocks, no
+// partly filled last wave), tx threads with kFwdVectors vectors each, the row's vectors loaded
+// before any is computed; gamma / beta loaded as whole vectors after them (VEC > 1: the host hands
+// them over aligned). Rows beyond the grid's limit loop.
 template <typename T, typename WT, int VEC>
 __global__ void __launch_bounds__(kDytThreads)
     dyt_fwd_kernel(const T* __restrict__ x, const WT* __restrict__ alpha, const WT* __restrict__ gamma,
-                   const WT* __restrict__ beta, T* __restrict__ y, int64_t rows, int64_t cols,
-                   int64_t per_group) {
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * VEC;
-  if (c0 >= cols) return;
+                   const WT* __restrict__ beta, T* __restrict__ y, int64_t rows, int64_t cols) {
+  constexpr int NV = kFwdVectors;
+  const int64_t nvec = cols / VEC;
+  const int64_t v0 = static_cast<int64_t>(blockIdx.y) * blockDim.x * NV + threadIdx.x;
   const float a = to_float<WT>(alpha[0]);
-  float g[VEC], b[VEC];
-  load_params<WT, VEC>(gamma, c0, g);
-  load_params<WT, VEC>(beta, c0, b);
-  const int64_t rb = static_cast<int64_t>(blockIdx.x) * per_group;
-  const int64_t re = rb + per_group < rows ? rb + per_group : rows;
-  const int64_t ty = blockDim.y;
-  for (int64_t r0 = rb + threadIdx.y; r0 < re; r0 += kRowsInFlight * ty) {
-    float xv[kRowsInFlight][VEC];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * cols;
+    T* yr = y + row * cols;
+    Vec<T, VEC> xv[NV];
 #pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u)
-      if (r0 + u * ty < re) load_floats<T, VEC>(x + (r0 + u * ty) * cols + c0, xv[u]);
+    for (int k = 0; k < NV; ++k) {
+      const int64_t v = v0 + static_cast<int64_t>(k) * blockDim.x;
+      if (v < nvec) xv[k] = load_vec<T, VEC>(xr + v * VEC);
+    }
 #pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) {
-      if (r0 + u * ty >= re) continue;
+    for (int k = 0; k < NV; ++k) {
+      const int64_t v = v0 + static_cast<int64_t>(k) * blockDim.x;
+      if (v >= nvec) continue;
+      const Vec<WT, VEC> g = load_vec<WT, VEC>(gamma + v * VEC);
+      Vec<WT, VEC> b;
+      if (beta != nullptr) b = load_vec<WT, VEC>(beta + v * VEC);
       float o[VEC];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) o[j] = g[j] * tanhf(a * xv[u][j]) + b[j];
-      store_floats<T, VEC>(y + (r0 + u * ty) * cols + c0, o);
+      for (int j = 0; j < VEC; ++j)
+        o[j] = to_float<WT>(g.v[j]) * tanhf(a * to_float<T>(xv[k].v[j])) +
+               (beta != nullptr ? to_float<WT>(b.v[j]) : 0.f);
+      store_floats<T, VEC>(yr + v * VEC, o);
     }
   }
 }
@@ -136,26 +144,36 @@ DytPlan plan_dyt(int64_t rows, int64_t cols, int elem_size, bool aligned, int sm
   const int64_t vw = 16 / elem_size;
   p.vec = aligned && cols % vw == 0;
   const int64_t nv = ceil_div(cols, p.vec ? vw : 1);  // vectors (threads) a row
+  constexpr int64_t kMaxGridX = 0x7fffffff;
+  if (!backward) {
+    // tx threads of kFwdVectors vectors a block: the fewest threads (>= 32, a power of two, <= 256)
+    // that cover the row in one chunk, else 256-thread chunks. An H100 A/B of 128 / 256 threads x
+    // 1 / 2 / 4 vectors: 2 vectors best at 2048-8192 columns (scripts/probes/dyt_fwd_layouts.cu).
+    int tx = 32;
+    while (tx < kDytThreads && tx * kFwdVectors < nv) tx *= 2;
+    p.tx = tx;
+    p.ty = 1;
+    p.col_tiles = ceil_div(nv, static_cast<int64_t>(tx) * kFwdVectors);
+    p.row_groups = rows < 1 ? 1 : (rows < kMaxGridX ? rows : kMaxGridX);
+    p.rows_per_group = 1;
+    p.partial_rows = 0;
+    p.workspace_floats = 0;
+    return p;
+  }
   int tx = 32;
   while (tx < kDytThreads && tx < nv) tx *= 2;
   p.tx = tx;
   p.ty = kDytThreads / tx;
   p.col_tiles = ceil_div(nv, tx);
   const int64_t sms = sm_count > 0 ? sm_count : 132;
-  if (backward) {
-    int64_t groups = ceil_div(sms * kBwdBlocksPerSm, p.col_tiles);
-    const int64_t max_groups = ceil_div(rows, p.ty);
-    if (groups > max_groups) groups = max_groups;
-    if (groups < 1) groups = 1;
-    p.rows_per_group = rows > 0 ? ceil_div(rows, groups) : 1;
-  } else {
-    p.rows_per_group = static_cast<int64_t>(kRowsInFlight) * p.ty;
-    constexpr int64_t kMaxGridX = 0x7fffffff;
-    if (ceil_div(rows, p.rows_per_group) > kMaxGridX) p.rows_per_group = ceil_div(rows, kMaxGridX);
-  }
+  int64_t groups = ceil_div(sms * kBwdBlocksPerSm, p.col_tiles);
+  const int64_t max_groups = ceil_div(rows, p.ty);
+  if (groups > max_groups) groups = max_groups;
+  if (groups < 1) groups = 1;
+  p.rows_per_group = rows > 0 ? ceil_div(rows, groups) : 1;
   p.row_groups = rows > 0 ? ceil_div(rows, p.rows_per_group) : 1;
   p.partial_rows = p.row_groups * p.ty;
-  p.workspace_floats = backward ? 2 * p.partial_rows * cols + p.col_tiles * p.row_groups : 0;
+  p.workspace_floats = 2 * p.partial_rows * cols + p.col_tiles * p.row_groups;
   return p;
 }
 
@@ -173,10 +191,9 @@ cudaError_t dyt_fwd(const DytArgs& a, const DytPlan& p, cudaStream_t stream) {
     T* y = static_cast<T*>(a.out);
     if (p.vec)
       dyt_fwd_kernel<T, WT, kVec>
-          <<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols, p.rows_per_group);
+          <<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols);
     else
-      dyt_fwd_kernel<T, WT, 1>
-          <<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols, p.rows_per_group);
+      dyt_fwd_kernel<T, WT, 1><<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols);
     return cudaGetLastError();
   });
 }

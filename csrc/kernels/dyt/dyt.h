@@ -33,11 +33,13 @@ struct DytArgs {
   DType dtype, wdtype;  // wdtype: dtype or kFloat32
 };
 
-// One call's launch: blocks of tx x ty threads, tx threads (VEC elements each) along a row's
-// columns, ty rows at a time; grid (row_groups, col_tiles), each block taking rows_per_group rows
-// (forward: 4 a lane; backward: two blocks an SM in all). The backward writes one float32 partial
-// row of dgamma and of dbeta per (row group, ty lane) and one dalpha partial per block (summed in
-// float64 within the block), then reduces them (workspace_floats in all).
+// One call's launch: blocks of tx x ty threads, VEC elements a thread-vector; grid (row_groups,
+// col_tiles). Forward: a block per (row, chunk of tx x 2 vectors), ty = 1, row_groups = rows (rows
+// beyond the grid's limit loop), gamma / beta read as vectors (the host aligns them). Backward: tx
+// threads along a row's columns, ty rows at a time, each block taking rows_per_group rows (two
+// blocks an SM in all); it writes one float32 partial row of dgamma and of dbeta per (row group,
+// ty lane) and one dalpha partial per block (summed in float64 within the block), then reduces
+// them (workspace_floats in all).
 struct DytPlan {
   bool vec;  // 16-byte vectors (cols % VEC == 0 and aligned pointers), else one element
   int tx, ty;
