@@ -190,8 +190,7 @@ cudaError_t dyt_fwd(const DytArgs& a, const DytPlan& p, cudaStream_t stream) {
              *be = static_cast<const WT*>(a.beta);
     T* y = static_cast<T*>(a.out);
     if (p.vec)
-      dyt_fwd_kernel<T, WT, kVec>
-          <<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols);
+      dyt_fwd_kernel<T, WT, kVec><<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols);
     else
       dyt_fwd_kernel<T, WT, 1><<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols);
     return cudaGetLastError();
