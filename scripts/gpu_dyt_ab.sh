@@ -9,6 +9,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 1
+. scripts/ab_rounds.sh
 if ls .whl/*.whl >/dev/null 2>&1; then  # the carried Liger-Kernel wheel, for the bench
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
@@ -22,13 +23,7 @@ if [ "${PROBE:-1}" = 1 ]; then
   echo "== dyt_fwd_layouts" | tee -a "$R"
   timeout 120 "$P" 2>&1 | tee -a "$R"
 fi
-for round in 1 2; do
-  for side in ${SIDES:-base new}; do
-    case $side in base) root=$PWD/.ab_base ;; a) root=$PWD/.ab_a ;; *) root=$PWD ;; esac
-    echo "== $side round $round" | tee -a "$R"
-    PYTHONPATH=$root:$PWD/benchmarks timeout 150 python3 scripts/probes/dyt_ab.py 2>&1 | tee -a "$R"
-  done
-done
+ab_rounds scripts/probes/dyt_ab.py "$R"
 if [ "${BENCH:-0}" = 1 ]; then  # the bench of record (Liger, torch.compile, eager) on this tree's build
   PYTHONPATH=$PWD:$PWD/benchmarks:/tmp/site timeout 240 python3 benchmarks/bench_dyt_poly_norm.py \
     --out "$OUT/dyt_poly_norm.json" 2>&1 | tail -60 >"$OUT/dyt_poly_norm.txt"

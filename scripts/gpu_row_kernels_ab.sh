@@ -8,6 +8,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 1
+. scripts/ab_rounds.sh
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
@@ -18,13 +19,7 @@ if [ "${PROBE:-1}" = 1 ]; then
   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/lp scripts/probes/logprob_layouts.cu \
     && timeout 120 /tmp/lp 2>&1 | tee -a "$R"
 fi
-for round in 1 2; do
-  for side in ${SIDES:-base new}; do
-    case $side in base) root=$PWD/.ab_base ;; a) root=$PWD/.ab_a ;; *) root=$PWD ;; esac
-    echo "== $side round $round" | tee -a "$R"
-    PYTHONPATH=$root:$PWD/benchmarks timeout 150 python3 scripts/probes/row_kernels_ab.py 2>&1 | tee -a "$R"
-  done
-done
+ab_rounds scripts/probes/row_kernels_ab.py "$R"
 echo "== selective probe (new)" | tee -a "$R"
 PYTHONPATH=$PWD:$PWD/benchmarks:/tmp/site timeout 60 python3 scripts/probes/selective_logprobs.py 0.9 2>&1 | tail -3 | tee -a "$R"
 if [ "${TESTS:-1}" = 1 ]; then

@@ -6,27 +6,16 @@ bandwidth measured in the same process.
     PYTHONPATH=.ab_base:benchmarks python3 scripts/probes/dyt_ab.py
 """
 
-import statistics
-
 import torch
+from dw_gemm_torch import med  # this folder: on the path when the script runs
 from harness import copy_bandwidth_gbs
 
 import liger_cpp
 from liger_cpp.ops.dyt import dyt
 
 
-def med_ms(fn, reps=51):
-    for _ in range(10):
-        fn()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+def med_ms(fn):
+    return med(fn, steps=51, warm=10)
 
 
 def main():

@@ -1,0 +1,14 @@
+# Sourced by the device A/B scripts (scripts/gpu_*_ab.sh): ab_rounds SCRIPT REPORT runs the Python
+# probe SCRIPT once per side named in $SIDES (default "base new"; base: the package carried in
+# .ab_base/, a: .ab_a/, new: this tree), two alternating rounds, with that side's package first on
+# PYTHONPATH, appending to REPORT.
+ab_rounds() {
+  local script=$1 report=$2 round side root
+  for round in 1 2; do
+    for side in ${SIDES:-base new}; do
+      case $side in base) root=$PWD/.ab_base ;; a) root=$PWD/.ab_a ;; *) root=$PWD ;; esac
+      echo "== $side round $round" | tee -a "$report"
+      PYTHONPATH=$root:$PWD/benchmarks timeout 150 python3 "$script" 2>&1 | tee -a "$report"
+    done
+  done
+}
