@@ -24,14 +24,14 @@ if [ "${PROBE:-1}" = 1 ]; then
   timeout 120 "$P" 2>&1 | tee -a "$R"
 fi
 ab_rounds scripts/probes/dyt_ab.py "$R"
-if [ "${BENCH:-0}" = 1 ]; then  # the bench of record (Liger, torch.compile, eager) on this tree's build
-  PYTHONPATH=$PWD:$PWD/benchmarks:/tmp/site timeout 240 python3 benchmarks/bench_dyt_poly_norm.py \
-    --out "$OUT/dyt_poly_norm.json" 2>&1 | tail -60 >"$OUT/dyt_poly_norm.txt"
-  cat "$OUT/dyt_poly_norm.txt" >>"$R"
-fi
 if [ "${TESTS:-1}" = 1 ]; then
   PYTHONPATH=$PWD timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -n 8 -p no:cacheprovider -k cuda \
     ${TEST_FILES:-tests/test_dyt_poly_norm.py tests/test_compat_entry_points.py} >"$OUT/tests.log" 2>&1
   echo "tests rc=$?" | tee -a "$R"
   tail -3 "$OUT/tests.log"
+fi
+if [ "${BENCH:-0}" = 1 ]; then  # the bench of record (Liger, torch.compile, eager) on this tree's build
+  PYTHONPATH=$PWD:$PWD/benchmarks:/tmp/site timeout 240 python3 benchmarks/bench_dyt_poly_norm.py \
+    --out "$OUT/dyt_poly_norm.json" 2>&1 | tail -60 >"$OUT/dyt_poly_norm.txt"
+  cat "$OUT/dyt_poly_norm.txt" >>"$R"
 fi
