@@ -19,21 +19,30 @@ def gloo_on_loopback():
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
-def gather_on_gloo(rank, init_file, out_file, compute):
-    """A gloo rank's whole life for spawn_workers: one CPU thread, the process group on the
-    loopback, compute(rank) -> this rank's results, every rank's results gathered and saved by
-    rank 0 (what spawn_workers returns), the group torn down by both ranks together."""
+def gather_on_gloo(rank, init_file, out_file, compute, device_type="cpu"):
+    """A rank's whole life for spawn_workers: the process group (gloo on the loopback with one CPU
+    thread; with device_type "cuda", NCCL with this rank on cuda:rank), compute(rank) -> this rank's
+    results (moved to the CPU), every rank's results gathered and saved by rank 0 (what
+    spawn_workers returns), the group torn down by both ranks together."""
     from datetime import timedelta
 
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # 2 processes on 2 cores
     gloo_on_loopback()
+    cuda = device_type == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
     dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60)
+        "nccl" if cuda else "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=60),
+        **({"device_id": torch.device("cuda", rank)} if cuda else {}),
     )
     try:
-        results = compute(rank)
+        results = [t.cpu() if isinstance(t, torch.Tensor) else t for t in compute(rank)]
         every = [None] * WORLD
         dist.all_gather_object(every, results)
         if rank == 0:

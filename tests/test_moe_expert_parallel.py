@@ -1,11 +1,14 @@
 """LigerExpertParallelFusedMoe (Liger's name; liger_cpp/transformers/moe.py): the experts' SwiGLU MoE
 with the expert weights passed in, run locally and over two gloo ranks that each hold half of the
 experts, against a float64 PyTorch reference of every token through all experts: outputs and the
-gradients of the tokens, the combine weights and every expert's weights."""
+gradients of the tokens, the combine weights and every expert's weights. With two GPUs the same
+two ranks run over NCCL, each on its own GPU."""
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+from conftest import CUDA_OK
 from spawn_ranks import WORLD, gather_on_gloo, spawn_workers
 
 from liger_cpp.transformers.moe import LigerExpertParallelFusedMoe
@@ -68,29 +71,35 @@ def test_bad_shapes_name_the_arguments():
         LigerExpertParallelFusedMoe()(x, idx, w, B, C[:, :-1], A, E)
 
 
-def _results(rank):
-    import torch.distributed as dist
-
+def _results(rank, device_type="cpu"):
+    dev = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
     B, C, A = _weights()
     half = E // WORLD
-    mine = [t[rank * half : (rank + 1) * half].clone().requires_grad_() for t in (B, C, A)]
-    x, idx, w, go = _tokens(rank)
+    mine = [t[rank * half : (rank + 1) * half].to(dev).requires_grad_() for t in (B, C, A)]
+    x, idx, w, go = (t.to(dev) for t in _tokens(rank))
     x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
     out = LigerExpertParallelFusedMoe(dist.group.WORLD)(x, idx, w, *mine, E)
     out.backward(go)
     return [out.detach(), x.grad, w.grad] + [t.grad for t in mine]
 
 
-def _worker(rank, init_file, out_file):
-    gather_on_gloo(rank, init_file, out_file, _results)
+def _worker(rank, init_file, out_file, device_type):
+    gather_on_gloo(rank, init_file, out_file, lambda r: _results(r, device_type), device_type)
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    return spawn_workers(_worker, tmp_path_factory.mktemp("ep"), what="expert-parallel workers")
+    return spawn_workers(_worker, tmp_path_factory.mktemp("ep"), "cpu", what="expert-parallel workers")
 
 
-def test_two_ranks_match_reference(two_ranks):
+@pytest.fixture(scope="module")
+def two_ranks_cuda(tmp_path_factory):
+    return spawn_workers(
+        _worker, tmp_path_factory.mktemp("ep_cuda"), "cuda", what="expert-parallel NCCL workers"
+    )
+
+
+def _check_two_ranks(results):
     B, C, A = _weights()
     experts = _leaves(B, C, A)
     total = 0
@@ -103,7 +112,7 @@ def test_two_ranks_match_reference(two_ranks):
         per_rank.append((ref, xl, wl))
     grads = torch.autograd.grad(total, [t for r in per_rank for t in r[1:]] + experts)
     half = E // WORLD
-    for rank, (out, gx, gw, gB, gC, gA) in enumerate(two_ranks):
+    for rank, (out, gx, gw, gB, gC, gA) in enumerate(results):
         ref = per_rank[rank][0]
         torch.testing.assert_close(out.double(), ref.detach(), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(gx.double(), grads[2 * rank], rtol=1e-5, atol=1e-5)
@@ -111,3 +120,15 @@ def test_two_ranks_match_reference(two_ranks):
         sl = slice(rank * half, (rank + 1) * half)
         for got, want in zip((gB, gC, gA), grads[2 * WORLD :]):
             torch.testing.assert_close(got.double(), want[sl], rtol=1e-5, atol=1e-5)
+
+
+def test_two_ranks_match_reference(two_ranks):
+    _check_two_ranks(two_ranks)
+
+
+@pytest.mark.skipif(
+    not (CUDA_OK and torch.cuda.device_count() >= 2 and dist.is_nccl_available()),
+    reason="needs two GPUs and NCCL",
+)
+def test_two_ranks_cuda_over_nccl_match_reference(two_ranks_cuda):
+    _check_two_ranks(two_ranks_cuda)
