@@ -1,4 +1,13 @@
-# Sourced by the device A/B scripts (scripts/gpu_*_ab.sh): ab_rounds SCRIPT REPORT runs the Python
+# Sourced by the device A/B scripts (scripts/gpu_*_ab.sh).
+#
+# install_liger_wheel: the carried Liger-Kernel wheel (.whl/, the baseline) into /tmp/site, when there.
+install_liger_wheel() {
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  fi
+}
+
+# ab_rounds SCRIPT REPORT runs the Python
 # probe SCRIPT once per side named in $SIDES (default "base new"; base: the package carried in
 # .ab_base/, a: .ab_a/, new: this tree), two alternating rounds, with that side's package first on
 # PYTHONPATH, appending to REPORT.

@@ -9,9 +9,7 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 1
 . scripts/ab_rounds.sh
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-fi
+install_liger_wheel
 R="$OUT/row_ab.txt"
 nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader | tee "$R"
 if [ "${PROBE:-1}" = 1 ]; then
