@@ -4,6 +4,8 @@
 // each thread keeps U rows' loads in flight. The backward's per-column sums go to float32 partial
 // rows (one per row group and ty lane), dalpha's to one float per block, and the norms' fixed-order
 // reduction (reduce_partials.cuh) finishes them: deterministic, no atomics.
+#include <type_traits>
+
 #include "kernels/common/float_rows.cuh"
 #include "kernels/dyt/dyt.h"
 #include "kernels/norm/reduce_partials.cuh"
@@ -32,9 +34,10 @@ __device__ __forceinline__ void load_params(const WT* p, int64_t c0, float (&f)[
 
 // Forward: a block per (row, column chunk) (Liger's and Inductor's grid: many short blocks, no
 // partly filled last wave), tx threads with kFwdVectors vectors each, the row's vectors loaded
-// before any is computed; gamma / beta loaded as whole vectors after them (VEC > 1: the host hands
-// them over aligned). Rows beyond the grid's limit loop.
-template <typename T, typename WT, int VEC>
+// before any is computed; gamma / beta loaded together as whole vectors after them (VEC > 1: the
+// host hands them over aligned; HAS_BETA a template argument, so that no branch separates the two
+// loads). Rows beyond the grid's limit loop.
+template <typename T, typename WT, int VEC, bool HAS_BETA>
 __global__ void __launch_bounds__(kDytThreads)
     dyt_fwd_kernel(const T* __restrict__ x, const WT* __restrict__ alpha, const WT* __restrict__ gamma,
                    const WT* __restrict__ beta, T* __restrict__ y, int64_t rows, int64_t cols) {
@@ -57,12 +60,13 @@ __global__ void __launch_bounds__(kDytThreads)
       if (v >= nvec) continue;
       const Vec<WT, VEC> g = load_vec<WT, VEC>(gamma + v * VEC);
       Vec<WT, VEC> b;
-      if (beta != nullptr) b = load_vec<WT, VEC>(beta + v * VEC);
+      if constexpr (HAS_BETA) b = load_vec<WT, VEC>(beta + v * VEC);
       float o[VEC];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        o[j] = to_float<WT>(g.v[j]) * tanhf(a * to_float<T>(xv[k].v[j])) +
-               (beta != nullptr ? to_float<WT>(b.v[j]) : 0.f);
+      for (int j = 0; j < VEC; ++j) {
+        o[j] = to_float<WT>(g.v[j]) * tanhf(a * to_float<T>(xv[k].v[j]));
+        if constexpr (HAS_BETA) o[j] += to_float<WT>(b.v[j]);
+      }
       store_floats<T, VEC>(yr + v * VEC, o);
     }
   }
@@ -189,10 +193,17 @@ cudaError_t dyt_fwd(const DytArgs& a, const DytPlan& p, cudaStream_t stream) {
     const WT *al = static_cast<const WT*>(a.alpha), *ga = static_cast<const WT*>(a.gamma),
              *be = static_cast<const WT*>(a.beta);
     T* y = static_cast<T*>(a.out);
-    if (p.vec)
-      dyt_fwd_kernel<T, WT, kVec><<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols);
+    auto launch = [&](auto has_beta) {
+      constexpr bool kBeta = decltype(has_beta)::value;
+      if (p.vec)
+        dyt_fwd_kernel<T, WT, kVec, kBeta><<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols);
+      else
+        dyt_fwd_kernel<T, WT, 1, kBeta><<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols);
+    };
+    if (be != nullptr)
+      launch(std::true_type{});
     else
-      dyt_fwd_kernel<T, WT, 1><<<grid, block, 0, stream>>>(x, al, ga, be, y, a.rows, a.cols);
+      launch(std::false_type{});
     return cudaGetLastError();
   });
 }
