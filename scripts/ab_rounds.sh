@@ -7,6 +7,14 @@ install_liger_wheel() {
   fi
 }
 
+# ab_start REPORT: the wheel above, then REPORT started anew with the GPU's name and clock and the
+# commit under test ($LIGER_CPP_COMMIT).
+ab_start() {
+  install_liger_wheel
+  nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader | tee "$1"
+  echo "commit ${LIGER_CPP_COMMIT:-unknown}" | tee -a "$1"
+}
+
 # ab_rounds SCRIPT REPORT runs the Python
 # probe SCRIPT once per side named in $SIDES (default "base new"; base: the package carried in
 # .ab_base/, a: .ab_a/, new: this tree), two alternating rounds, with that side's package first on

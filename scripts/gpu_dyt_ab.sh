@@ -10,10 +10,8 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 1
 . scripts/ab_rounds.sh
-install_liger_wheel
 R="$OUT/dyt_ab.txt"
-nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader | tee "$R"
-echo "commit ${LIGER_CPP_COMMIT:-unknown}" | tee -a "$R"
+ab_start "$R"
 if [ "${PROBE:-1}" = 1 ]; then
   P=.probe/dyt_fwd_layouts
   [ -x "$P" ] || { nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/dytp \

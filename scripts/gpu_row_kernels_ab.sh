@@ -9,9 +9,8 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 1
 . scripts/ab_rounds.sh
-install_liger_wheel
 R="$OUT/row_ab.txt"
-nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader | tee "$R"
+ab_start "$R"
 if [ "${PROBE:-1}" = 1 ]; then
   echo "== logprob_layouts.cu" | tee -a "$R"
   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/lp scripts/probes/logprob_layouts.cu \
