@@ -19,7 +19,7 @@ def gloo_on_loopback():
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
-def gather_on_gloo(rank, init_file, out_file, compute, device_type="cpu"):
+def gather_on_ranks(rank, init_file, out_file, compute, device_type="cpu"):
     """A rank's whole life for spawn_workers: the process group (gloo on the loopback with one CPU
     thread; with device_type "cuda", NCCL with this rank on cuda:rank), compute(rank) -> this rank's
     results (moved to the CPU), every rank's results gathered and saved by rank 0 (what

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from conftest import CUDA_OK
-from spawn_ranks import WORLD, gather_on_gloo, spawn_workers
+from spawn_ranks import WORLD, gather_on_ranks, spawn_workers
 
 from liger_cpp.transformers.moe import LigerExpertParallelFusedMoe
 
@@ -84,7 +84,7 @@ def _results(rank, device_type="cpu"):
 
 
 def _worker(rank, init_file, out_file, device_type):
-    gather_on_gloo(rank, init_file, out_file, lambda r: _results(r, device_type), device_type)
+    gather_on_ranks(rank, init_file, out_file, lambda r: _results(r, device_type), device_type)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import DEVICES
-from spawn_ranks import WORLD, gather_on_gloo, spawn_workers
+from spawn_ranks import WORLD, gather_on_ranks, spawn_workers
 
 from liger_cpp.ops import LigerFusedLinearScaledCrossEntropyTPFunction, fused_linear_token_logprobs
 
@@ -77,7 +77,7 @@ def _results(rank):
 
 
 def _worker(rank, init_file, out_file):
-    gather_on_gloo(rank, init_file, out_file, _results)
+    gather_on_ranks(rank, init_file, out_file, _results)
 
 
 @pytest.fixture(scope="module")

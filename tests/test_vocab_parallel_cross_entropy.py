@@ -7,7 +7,7 @@ ignore_index, grad_output != 1, bfloat16, no host synchronisation in the backwar
 import pytest
 import torch
 import torch.distributed as dist
-from spawn_ranks import WORLD, gather_on_gloo, spawn_workers
+from spawn_ranks import WORLD, gather_on_ranks, spawn_workers
 
 from liger_cpp.transformers.vocab_parallel_cross_entropy import (
     LigerVocabParallelCEFunction,
@@ -119,7 +119,7 @@ def _results(rank):
 
 
 def _worker(rank, init_file, out_file):
-    gather_on_gloo(rank, init_file, out_file, _results)
+    gather_on_ranks(rank, init_file, out_file, _results)
 
 
 @pytest.fixture(scope="module")
