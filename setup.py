@@ -157,7 +157,9 @@ def _extensions():
     include_dirs = [os.path.join(ROOT, "csrc")]
     # torch adds -DPy_LIMITED_API (3.10) itself for py_limited_api extensions.
     # -g0: Python's own CFLAGS carry -g, and host debug info was 41 MB of a 69 MB extension.
-    cxx = ["-O3", "-std=c++17", "-g0"]
+    # No -std here: torch's BuildExtension adds the standard its headers need when none is given
+    # (C++17 with torch 2.11; C++20 with 2.15, whose ATen headers refuse C++17).
+    cxx = ["-O3", "-g0"]
     link = ["-Wl,--strip-debug"]
     if not with_cuda:
         print(f"liger_cpp: building the CPU implementations only ({why})", file=sys.stderr)
@@ -178,7 +180,7 @@ def _extensions():
     sources += _unity(units, ext=".cu")
     # -compress-all: nvcc leaves small fatbins uncompressed, and the kernels are split into one
     # small .cu (CUDA module) per family: uncompressed they took the extension from 12.4 to 16.3 MB.
-    nvcc = ["-O3", "-std=c++17", "--threads=2", "-Xfatbin=-compress-all"]
+    nvcc = ["-O3", "--threads=2", "-Xfatbin=-compress-all"]  # the standard: as for cxx above
     # Line tables (source-level profiling in Nsight Compute) only when asked for: they tripled the
     # sm_90a cubins (rms_norm 28.5 MB against 9.45 MB, same SASS), and CUDA loads a .cu file's whole
     # module on its first kernel launch: the first RMSNorm call took 73-81 ms, the first call of ops

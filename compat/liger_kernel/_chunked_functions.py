@@ -32,6 +32,9 @@ from liger_cpp.chunked_loss.fused_linear_unpaired_preference import LigerFusedLi
 from liger_cpp.chunked_loss.grpo_loss import grpo_ppo_loss_fn
 
 
+_FUNCTION_APPLY = inspect.getattr_static(torch.autograd.Function, "apply")
+
+
 def _routed_apply(fused):
     """A classmethod ``apply`` with ``fused``'s signature: ``fused`` for the stock class, the autograd
     Function's own apply for a subclass that overrides its loss function, forward or backward."""
@@ -39,7 +42,9 @@ def _routed_apply(fused):
     def apply(cls, *args, **kwargs):
         if cls._stock():
             return fused(*args, **kwargs)
-        return torch.autograd.Function.apply.__func__(cls, *args, **kwargs)
+        # autograd.Function's own apply, bound to cls: a Python classmethod up to torch 2.11, the C
+        # base class's classmethod descriptor in 2.15 (no __func__ there); __get__ binds either.
+        return _FUNCTION_APPLY.__get__(None, cls)(*args, **kwargs)
 
     params = list(inspect.signature(fused).parameters.values())
     apply.__signature__ = inspect.Signature(

@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "aten/op_handle.h"
@@ -96,20 +97,30 @@ inline at::Tensor grad_as(const at::Tensor& g, at::ScalarType dtype) {
 // lead to the node's own inputs (and to graph_inputs: e.g. incoming gradients that require grad),
 // so any second backward that reaches them raises. @once_differentiable in Python does the same,
 // minus the edges.
+// torch holds autograd nodes by std::shared_ptr up to 2.11 and by c10::intrusive_ptr in newer
+// releases (2.15): NodePtr is whichever get_current_node() returns, make_node makes one of those.
+using NodePtr = decltype(torch::autograd::get_current_node());
+template <class T, class... Args>
+NodePtr make_node(Args&&... args) {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>)
+    return std::make_shared<T>(std::forward<Args>(args)...);
+  else
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+}
+
 inline variable_list once_differentiable(variable_list grads, const char* op,
                                          std::initializer_list<at::Tensor> graph_inputs = {}) {
   if (!at::GradMode::is_enabled()) return grads;
   // The edges: those of the node being run (its forward's inputs), and those of graph_inputs.
   torch::autograd::edge_list edges;
-  if (const std::shared_ptr<torch::autograd::Node> self = torch::autograd::get_current_node())
-    edges = self->next_edges();
+  if (const NodePtr self = torch::autograd::get_current_node()) edges = self->next_edges();
   variable_list roots;
   for (const at::Tensor& t : graph_inputs)
     if (t.defined() && t.requires_grad() && !tracing(t)) roots.push_back(t);
   for (torch::autograd::Edge& e : torch::autograd::collect_next_edges(roots)) edges.push_back(std::move(e));
   if (std::none_of(edges.begin(), edges.end(), [](const torch::autograd::Edge& e) { return e.is_valid(); }))
     return grads;
-  auto node = std::make_shared<torch::autograd::Error>(
+  const NodePtr node = make_node<torch::autograd::Error>(
       std::string("liger_cpp: ") + op +
           " has no double-backward formula: a gradient of its gradient (create_graph=True, then a second "
           "backward) is not supported",
