@@ -3,7 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-$PY -m ruff check . && $PY -m ruff format --check .
+# One command a line: under set -e a failure on the left of && does not stop the script.
+$PY -m ruff check .
+$PY -m ruff format --check .
 CF=$(command -v clang-format || true)
 if [ -z "$CF" ]; then
   $PY -m pip install -q --disable-pip-version-check "clang-format==14.0.6" && CF=$(command -v clang-format)

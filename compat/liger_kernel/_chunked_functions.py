@@ -31,7 +31,6 @@ from liger_cpp.chunked_loss.fused_linear_preference import LigerFusedLinearPrefe
 from liger_cpp.chunked_loss.fused_linear_unpaired_preference import LigerFusedLinearUnpairedPreferenceBase
 from liger_cpp.chunked_loss.grpo_loss import grpo_ppo_loss_fn
 
-
 _FUNCTION_APPLY = inspect.getattr_static(torch.autograd.Function, "apply")
 
 
