@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from utils import assert_backward_builds_no_zeros
+from utils import assert_backward_builds_no_zeros, needs_compiled_autograd_cpp
 
 import liger_cpp  # noqa: F401
 from liger_cpp.ops.cross_entropy import cross_entropy
@@ -230,6 +230,7 @@ def test_no_zero_gradients_for_unused_outputs():
     assert_backward_builds_no_zeros([y], [torch.ones_like(y)], "liger.fused_add_rms_norm_bwd.default")
 
 
+@needs_compiled_autograd_cpp
 @pytest.mark.parametrize("name", NAMES)
 def test_compiled_autograd(name):
     from torch._dynamo import compiled_autograd

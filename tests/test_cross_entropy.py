@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import CUDA_OK, DEVICES
 from reference import cross_entropy_argmax_ref, cross_entropy_ref
-from utils import assert_close_to_ref
+from utils import assert_close_to_ref, needs_compiled_autograd_cpp
 
 import liger_cpp  # noqa: F401
 from liger_cpp._testing import plan_override
@@ -401,6 +401,7 @@ def test_autograd_is_cpp(device):
         loss.backward()
 
 
+@needs_compiled_autograd_cpp
 @pytest.mark.parametrize("device", DEVICES)
 def test_compiled_autograd(device):
     """The C++ node must stay traceable by compiled autograd (it hashes the node's saved data)."""

@@ -39,6 +39,16 @@ TOL = {"rtol": 1e-5, "atol": 1e-6}
 HF_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
+def _fsdp2_on_cpu():
+    """Whether this torch's FSDP2 runs on the CPU: 2.6's records events on its all-gather stream,
+    which CPU streams lack there (AttributeError: 'Stream' object has no attribute 'record_event')."""
+    return hasattr(torch.cpu.Stream, "record_event")
+
+
+def _kinds(device_type):
+    return tuple(k for k in KINDS if device_type == "cuda" or not k.startswith("fsdp2") or _fsdp2_on_cpu())
+
+
 def _data(step):
     return batch(seed=100 + step, b=ROWS, t=9, ignore=False)
 
@@ -141,7 +151,7 @@ def _worker(rank, init_file, out_file, lr_rank1, device_type="cpu"):
 
         lt.apply_liger_kernel_to_llama()  # class level, before the models are built
         results = {}
-        for kind in KINDS:
+        for kind in _kinds(device.type):
             model = build("llama").to(device)
             if kind.endswith("_tiled"):
                 model = tiled(model)
@@ -238,6 +248,8 @@ def _check(res, ref, what, tol):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_fsdp_matches_single_process(kind, fsdp_results, plain_hf):
+    if kind not in fsdp_results:
+        pytest.skip(f"torch {torch.__version__}'s FSDP2 does not run on the CPU (no record_event)")
     res = fsdp_results[kind]
     # tiled: the weight gradients are summed over shards in another order than one GEMM's
     tol = HF_TOL if kind.endswith("_tiled") else TOL

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
+#include <utility>
 
 #include "aten/checks/common.h"
 #ifdef LIGER_CPP_WITH_CUDA
@@ -196,17 +198,37 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> finish_grads(Grads& g, con
 // which the float32 accumulation upcasts each chunk's operands instead.
 inline std::atomic<bool> g_out_dtype_gemm{true};
 
+// Whether this torch's ATen declares mm / addmm with out_dtype (their dtype_out overloads, which
+// torch 2.6 lacks): found at compile time, so that the extension builds against either.
+template <class T, class = void>
+struct has_out_dtype_mm : std::false_type {};
+template <class T>
+struct has_out_dtype_mm<T, std::void_t<decltype(at::mm_out(std::declval<T&>(), std::declval<const T&>(),
+                                                           std::declval<const T&>(), at::kFloat))>>
+    : std::true_type {};
+
+// dW (+)= dL^T @ xc by ATen's out_dtype GEMMs; false where this torch has none.
+template <class T>
+bool out_dtype_gemm(T& dw32, const T& dlt, const T& xc, bool first) {
+  if constexpr (has_out_dtype_mm<T>::value) {
+    // cuBLAS: bf16/fp16 operands, fp32 accumulation and fp32 C, read back
+    // with beta 1 on later chunks: no rounding to the low dtype at all.
+    if (first)
+      at::mm_out(dw32, dlt, xc, at::kFloat);
+    else
+      at::addmm_out(dw32, dw32, dlt, xc, at::kFloat, 1, 1);
+    return true;
+  } else {
+    return false;
+  }
+}
+
 // dW (+)= dL^T @ xc into a float32 buffer from low-precision dL and xc.
 inline void accumulate_dw_fp32(at::Tensor& dw32, const at::Tensor& dlt, const at::Tensor& xc, bool first) {
   if (dw32.is_cuda() && g_out_dtype_gemm.load(std::memory_order_relaxed)) {
     try {
-      // cuBLAS: bf16/fp16 operands, fp32 accumulation and fp32 C, read back
-      // with beta 1 on later chunks: no rounding to the low dtype at all.
-      if (first)
-        at::mm_out(dw32, dlt, xc, at::kFloat);
-      else
-        at::addmm_out(dw32, dw32, dlt, xc, at::kFloat, 1, 1);
-      return;
+      if (out_dtype_gemm<at::Tensor>(dw32, dlt, xc, first)) return;
+      g_out_dtype_gemm.store(false, std::memory_order_relaxed);
     } catch (const c10::Error&) {
       // The dtype checks run before any work is queued, so falling back is safe.
       g_out_dtype_gemm.store(false, std::memory_order_relaxed);
