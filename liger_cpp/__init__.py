@@ -6,15 +6,30 @@ Importing the package loads the compiled extension ``liger_cpp._C``, which regis
 
 import os
 
-import torch  # noqa: F401  (loads libc10/libtorch, which _C links against)
+import torch  # loads libc10/libtorch, which _C links against
+
+
+def _load_failure(e):
+    """The message when _C does not load: naming the torch it was built against where that differs
+    from this process's (its symbols change between releases, so it must be rebuilt)."""
+    msg = f"liger_cpp: the compiled extension liger_cpp._C is missing or does not load ({e})."
+    try:
+        from liger_cpp._build_torch import TORCH_VERSION
+    except ImportError:
+        TORCH_VERSION = None
+    if TORCH_VERSION and TORCH_VERSION != torch.__version__:
+        msg += (
+            f" It was built against torch {TORCH_VERSION} and this process runs torch {torch.__version__}:"
+            " rebuild it with the torch you run, without build isolation (pip would otherwise build"
+            " against the newest torch)."
+        )
+    return msg + " Build it with `pip install --no-build-isolation -e .` from the source tree."
+
 
 try:
     from liger_cpp import _C  # noqa: F401  (registers torch.ops.liger.*)
 except ImportError as e:  # pragma: no cover - only without a build
-    raise ImportError(
-        "liger_cpp: the compiled extension liger_cpp._C is missing or does not load "
-        f"({e}). Build it with `pip install --no-build-isolation -e .` from the source tree."
-    ) from e
+    raise ImportError(_load_failure(e)) from e
 
 from liger_cpp import ops  # noqa: E402,F401  (fake registrations)
 from liger_cpp._version import __version__  # noqa: E402,F401

@@ -19,6 +19,7 @@ The contract tested (and documented):
 """
 
 import dataclasses
+import sys
 from typing import Callable
 
 import pytest
@@ -36,6 +37,7 @@ from reference import (
 )
 from test_moe_experts import reference as moe_experts_ref
 
+import liger_cpp
 from liger_cpp.chunked_loss import LigerFusedLinearDPOLoss
 from liger_cpp.ops.moe_experts import moe_experts
 from liger_cpp.transformers import (
@@ -418,3 +420,18 @@ def test_cross_entropy_reads_classes_from_the_last_dimension(device):
     sq = torch.randn(2, 4, 4, device=device)
     ts = torch.randint(0, 4, (2, 4), device=device)
     _close(liger_cross_entropy(sq, ts), F.cross_entropy(sq.reshape(-1, 4), ts.reshape(-1)), "(N, C, C)")
+
+
+def test_an_extension_built_against_another_torch_names_both_releases(monkeypatch):
+    """_C compiled for one torch release does not load under another (undefined symbols: a build
+    with pip's isolation takes the newest torch); the import error then names both releases."""
+    import types
+
+    fake = types.ModuleType("liger_cpp._build_torch")
+    fake.TORCH_VERSION = "2.99.0+other"
+    monkeypatch.setitem(sys.modules, "liger_cpp._build_torch", fake)
+    msg = liger_cpp._load_failure(ImportError("_C.abi3.so: undefined symbol: _ZN3c104cuda"))
+    assert "undefined symbol" in msg and "--no-build-isolation" in msg
+    assert f"built against torch 2.99.0+other and this process runs torch {torch.__version__}" in msg
+    fake.TORCH_VERSION = torch.__version__  # same release: some other cause, no such sentence
+    assert "built against" not in liger_cpp._load_failure(ImportError("x"))
