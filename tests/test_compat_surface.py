@@ -10,6 +10,7 @@ import importlib.metadata
 import inspect
 import json
 import os
+import site as sitelib
 import subprocess
 import sys
 
@@ -83,19 +84,21 @@ def test_framework_version_checks_pass():
 def test_pip_install_and_uninstall(tmp_path):
     """`pip install ./compat` into an environment, then `pip uninstall liger-kernel` removes it."""
     venv = tmp_path / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True
-    )
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = str(venv / "bin" / "python")
+    site = subprocess.check_output(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+    )
+    site = site.strip()
+    # This environment's packages (pip, setuptools, torch) behind the new one's own. Not
+    # --system-site-packages: run from a venv, that gives the base interpreter's, which may lack them.
+    with open(os.path.join(site, "outer_env.pth"), "w") as f:
+        f.write("\n".join(sitelib.getsitepackages()) + "\n")
     pip = [py, "-m", "pip", "--disable-pip-version-check", "-q"]
     src = staged_source(str(tmp_path))  # compat/ as in the checkout, built outside it
     subprocess.run(
         pip + ["install", "--no-deps", "--no-build-isolation", src], check=True, capture_output=True
     )
-    site = subprocess.check_output(
-        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
-    )
-    site = site.strip()
     probe = (
         "import importlib.metadata as m, importlib.util as u; s = u.find_spec('liger_kernel'); "
         "print(m.version('liger-kernel'), s.origin if s else None)"
