@@ -389,8 +389,10 @@ def tiny_config_new(model_type, attn="eager"):
                 intermediate_size=64,
                 num_hidden_layers=1,
                 num_attention_heads=4,
-                image_size=28,
-                patch_size=14,
+                # 16 patches, 4 image tokens after the pixel shuffle: a multiple of patch_size, which
+                # transformers 5.20's inputs_merger (the newest for Python 3.10) groups them by
+                image_size=8,
+                patch_size=2,
             ),
             image_token_id=5,
             scale_factor=2,

@@ -35,9 +35,9 @@ def image_batch(model_type, model, seed=0):
         if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
             kw["mm_token_type_ids"] = (ids == 5).long()
     else:
-        n = 4 if model_type in ("llava", "paligemma") else 1
+        n = 4 if model_type in ("llava", "paligemma", "smolvlm") else 1
         ids = torch.tensor([[9] + [5] * n + [10, 11, 12, 13], [9] + [5] * n + [20, 21, 22, 23]])
-        shape = (2, 1, 3, 28, 28) if model_type == "smolvlm" else (2, 3, 28, 28)
+        shape = (2, 1, 3, 8, 8) if model_type == "smolvlm" else (2, 3, 28, 28)
         kw = dict(pixel_values=torch.randn(*shape, generator=g))
         if model_type == "llava":
             kw["image_sizes"] = torch.tensor([[28, 28], [28, 28]])
