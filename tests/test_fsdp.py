@@ -40,9 +40,14 @@ HF_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 def _fsdp2_on_cpu():
-    """Whether this torch's FSDP2 runs on the CPU: 2.6's records events on its all-gather stream,
-    which CPU streams lack there (AttributeError: 'Stream' object has no attribute 'record_event')."""
-    return hasattr(torch.cpu.Stream, "record_event")
+    """Whether this torch's FSDP2 on the CPU trains like one process. 2.6's records events on its
+    all-gather stream, which CPU streams lack there ('Stream' object has no attribute 'record_event');
+    2.8's runs, but leaves the embedding of Hugging Face's own Llama up to 2e-5 off the single-process
+    run after the 3 AdamW steps, without liger_cpp too. 2.9, 2.11 and 2.15 match."""
+    return (
+        hasattr(torch.cpu.Stream, "record_event")
+        and torch.torch_version.TorchVersion(torch.__version__) >= "2.9"
+    )
 
 
 def _kinds(device_type):
@@ -249,7 +254,7 @@ def _check(res, ref, what, tol):
 @pytest.mark.parametrize("kind", KINDS)
 def test_fsdp_matches_single_process(kind, fsdp_results, plain_hf):
     if kind not in fsdp_results:
-        pytest.skip(f"torch {torch.__version__}'s FSDP2 does not run on the CPU (no record_event)")
+        pytest.skip(f"torch {torch.__version__}'s FSDP2 on the CPU does not train like one process")
     res = fsdp_results[kind]
     # tiled: the weight gradients are summed over shards in another order than one GEMM's
     tol = HF_TOL if kind.endswith("_tiled") else TOL
