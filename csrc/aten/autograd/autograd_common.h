@@ -90,13 +90,6 @@ inline at::Tensor grad_as(const at::Tensor& g, at::ScalarType dtype) {
   return g.to(dtype);
 }
 
-// The backward's results, made to raise on a second backward when the graph of this backward is
-// being recorded (create_graph=True): the ops have no double-backward formula. Without this the
-// results would not require grad and a second torch.autograd.grad would fail with a confusing
-// message (or, with allow_unused, silently give None). The results get an Error node whose edges
-// lead to the node's own inputs (and to graph_inputs: e.g. incoming gradients that require grad),
-// so any second backward that reaches them raises. @once_differentiable in Python does the same,
-// minus the edges.
 // torch holds autograd nodes by std::shared_ptr up to 2.11 and by c10::intrusive_ptr in newer
 // releases (2.15): NodePtr is whichever get_current_node() returns, make_node makes one of those.
 using NodePtr = decltype(torch::autograd::get_current_node());
@@ -108,6 +101,13 @@ NodePtr make_node(Args&&... args) {
     return c10::make_intrusive<T>(std::forward<Args>(args)...);
 }
 
+// The backward's results, made to raise on a second backward when the graph of this backward is
+// being recorded (create_graph=True): the ops have no double-backward formula. Without this the
+// results would not require grad and a second torch.autograd.grad would fail with a confusing
+// message (or, with allow_unused, silently give None). The results get an Error node whose edges
+// lead to the node's own inputs (and to graph_inputs: e.g. incoming gradients that require grad),
+// so any second backward that reaches them raises. @once_differentiable in Python does the same,
+// minus the edges.
 inline variable_list once_differentiable(variable_list grads, const char* op,
                                          std::initializer_list<at::Tensor> graph_inputs = {}) {
   if (!at::GradMode::is_enabled()) return grads;
