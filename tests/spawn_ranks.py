@@ -19,6 +19,12 @@ def gloo_on_loopback():
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
+def fsdp2_runs_on_cpu():
+    """torch 2.6's FSDP2 records events on its all-gather stream, which CPU streams lack there
+    ('Stream' object has no attribute 'record_event'): it runs on GPUs only."""
+    return hasattr(torch.cpu.Stream, "record_event")
+
+
 def gather_on_ranks(rank, init_file, out_file, compute, device_type="cpu"):
     """A rank's whole life for spawn_workers: the process group (gloo on the loopback with one CPU
     thread; with device_type "cuda", NCCL with this rank on cuda:rank), compute(rank) -> this rank's

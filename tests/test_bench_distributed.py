@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("transformers")
 dist = pytest.importorskip("torch.distributed")
@@ -21,12 +20,10 @@ if not dist.is_available():
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_distributed as bd  # noqa: E402
+from spawn_ranks import fsdp2_runs_on_cpu  # noqa: E402
 
 
-@pytest.mark.skipif(
-    not hasattr(torch.cpu.Stream, "record_event"),
-    reason="this torch's FSDP2 does not run on the CPU (no record_event on its streams: torch 2.6)",
-)
+@pytest.mark.skipif(not fsdp2_runs_on_cpu(), reason="this torch's FSDP2 does not run on the CPU (torch 2.6)")
 def test_tiny_launch_writes_a_json_per_run_and_the_table(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     cmd = [

@@ -23,7 +23,7 @@ if not dist.is_available():
     pytest.skip("torch.distributed is not available in this build", allow_module_level=True)
 
 from hf_models import batch, build  # noqa: E402
-from spawn_ranks import WORLD, gloo_on_loopback, spawn_workers  # noqa: E402
+from spawn_ranks import WORLD, fsdp2_runs_on_cpu, gloo_on_loopback, spawn_workers  # noqa: E402
 
 STEPS = 3
 ROWS = 4  # global batch; each rank takes ROWS // WORLD rows
@@ -40,14 +40,11 @@ HF_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 def _fsdp2_on_cpu():
-    """Whether this torch's FSDP2 on the CPU trains like one process. 2.6's records events on its
-    all-gather stream, which CPU streams lack there ('Stream' object has no attribute 'record_event');
-    2.8's runs, but leaves the embedding of Hugging Face's own Llama up to 2e-5 off the single-process
-    run after the 3 AdamW steps, without liger_cpp too. 2.9, 2.11 and 2.15 match."""
-    return (
-        hasattr(torch.cpu.Stream, "record_event")
-        and torch.torch_version.TorchVersion(torch.__version__) >= "2.9"
-    )
+    """Whether this torch's FSDP2 on the CPU trains like one process: 2.6's does not run there
+    (fsdp2_runs_on_cpu); 2.8's runs, but leaves the embedding of Hugging Face's own Llama up to 2e-5
+    off the single-process run after the 3 AdamW steps, without liger_cpp too. 2.9, 2.11 and 2.15
+    match."""
+    return fsdp2_runs_on_cpu() and torch.__version__ >= "2.9"
 
 
 def _kinds(device_type):

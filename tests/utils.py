@@ -14,7 +14,7 @@ import torch
 # Compiled autograd runs C++ autograd functions (ours) from torch 2.7 on (pytorch#146229); 2.6 raises
 # "Attempting to trace a potentially unsafe C++ autograd function".
 needs_compiled_autograd_cpp = pytest.mark.skipif(
-    torch.torch_version.TorchVersion(torch.__version__) < "2.7",
+    torch.__version__ < "2.7",
     reason="compiled autograd takes C++ autograd functions from torch 2.7 on (pytorch#146229)",
 )
 

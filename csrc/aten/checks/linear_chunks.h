@@ -194,8 +194,9 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> finish_grads(Grads& g, con
 }
 
 // Whether ATen's mm/addmm with out_dtype (low-precision inputs, float32 output)
-// works here; set false the first time it throws (a torch without it), after
-// which the float32 accumulation upcasts each chunk's operands instead.
+// works here; set false the first time it throws or is found missing at compile
+// time (has_out_dtype_mm below), after which the float32 accumulation upcasts
+// each chunk's operands instead.
 inline std::atomic<bool> g_out_dtype_gemm{true};
 
 // Whether this torch's ATen declares mm / addmm with out_dtype (their dtype_out overloads, which
