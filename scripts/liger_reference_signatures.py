@@ -20,7 +20,7 @@ import zipfile
 
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compat", "liger_kernel")
 SKIP_PARTS = ("backends", "cutile", "cutedsl", "cute", "megatron", "testing", "_nvidia_shared")
-SKIP_MODULES = {"liger_kernel.ops.fused_moe_kernels", "liger_kernel.ops.configure", "liger_kernel.functional"}
+SKIP_MODULES = {"liger_kernel.ops.fused_moe_kernels"}
 # Private names that Hugging Face, TRL, Axolotl or LLaMA-Factory import.
 PRIVATE_KEPT = {"_apply_liger_kernel", "_apply_liger_kernel_to_instance", "_FSDPForwardRedirection"}
 CONSTANTS = {"MODEL_TYPE_TO_APPLY_LIGER_FN", "PEFT_AVAILABLE", "torch_to_triton_dtype"}
@@ -105,7 +105,7 @@ def scan(mod, source, known_functions, known_modules, is_package):
                 names[node.name] = entry
             else:
                 entry = {"kind": "class", "bases": [ast.unparse(b) for b in node.bases]}
-                if any(ast.unparse(d).endswith("dataclass") for d in node.decorator_list):
+                if any(ast.unparse(getattr(d, "func", d)).endswith("dataclass") for d in node.decorator_list):
                     entry["fields"] = [
                         [s.target.id] + ([] if s.value is None else [ast.unparse(s.value)])
                         for s in node.body

@@ -14,7 +14,20 @@ from liger_kernel import _surface
 _surface.install()
 
 
+# Liger-Kernel's top-level implementation choice (from its liger_kernel.backends); read lazily
+# from liger_kernel.functional, which imports torch.
+_IMPL_CHOICE = ("set_impl", "get_impl", "available_impls", "set_backend", "get_backend", "available_backends")
+
+
 def __getattr__(name):
+    if name == "functional":
+        import importlib
+
+        return importlib.import_module("liger_kernel.functional")
+    if name in _IMPL_CHOICE:
+        from liger_kernel import functional
+
+        return getattr(functional, name)
     if name == "__version__":  # read lazily: it imports liger_cpp (torch and the extension)
         from liger_kernel._surface import LIGER_VERSION, _liger_cpp_version
 
