@@ -297,3 +297,29 @@ def test_configure_warns_and_configures_nothing():
         warnings.simplefilter("error")
         with pytest.raises(UserWarning):
             configure()
+
+
+def test_functional_compiles_whole():
+    """Liger-Kernel's dispatcher is torch.compiler.disable'd (a graph break per call); here the
+    implementation check is plain Python over the arguments and the environment, so these compile
+    in one graph and equal the eager calls."""
+    import liger_kernel.functional as lf
+
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(5)
+    x, w, t = _r(g, 6, 7), _r(g, 11, 7), torch.randint(0, 11, (6,), generator=g)
+    n = _r(g, 7)
+    calls = {
+        "rms_norm": (lambda x, n: lf.rms_norm(x, n, 1e-5, offset=1.0, impl="cutile", mode="default"), (x, n)),
+        "swiglu": (lambda a, b: lf.swiglu(a, b, 0.5, 2.0, backend="triton"), (x, x.flip(0))),
+        "cross_entropy": (lambda z, t: lf.cross_entropy(z, t, None, -100, 0.0, 0.0, "sum"), (x @ w.T, t)),
+        "fused_linear_cross_entropy": (
+            lambda x, w, t: lf.fused_linear_cross_entropy(x, w, t, return_token_accuracy=True),
+            (x, w, t),
+        ),
+    }
+    for name, (fn, args) in calls.items():
+        want = fn(*args)
+        got = torch.compile(fn, fullgraph=True, backend="aot_eager")(*args)
+        for a, b in zip(_flat(got), _flat(want)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m, name=name: f"{name}: {m}")

@@ -18,6 +18,19 @@ from typing import Optional
 
 import torch
 
+from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+from liger_kernel.ops.fused_linear_jsd import LigerFusedLinearJSDFunction
+from liger_kernel.ops.geglu import LigerGELUMulFunction
+from liger_kernel.ops.jsd import LigerJSDFunction
+from liger_kernel.ops.kl_div import LigerKLDivLossFunction
+from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+from liger_kernel.ops.rope import LigerRopeFunction
+from liger_kernel.ops.softmax import LigerSoftmaxFunction
+from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
 # Liger-Kernel 0.8.5's implementation names (hyphenated <backend>-<dsl>), its legacy bare aliases,
 # and the modes its implementations take ("default" for all; the others are cuTile's).
 IMPLS = ("nvidia-triton", "nvidia-cutile", "nvidia-cutedsl", "ascend-triton", "liger_cpp")
@@ -98,12 +111,6 @@ def _resolve(op: str, impl: Optional[str], backend: Optional[str], mode: Optiona
         )
 
 
-def _function(module: str, name: str):
-    import importlib
-
-    return getattr(importlib.import_module(f"liger_kernel.ops.{module}"), name)
-
-
 def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -120,8 +127,7 @@ def rms_norm(
     """RMSNorm: ``x / sqrt(mean(x^2) + eps) * (offset + weight)`` (``row_mode`` is Liger's Triton
     kernel choice, accepted and not used)."""
     _resolve("rms_norm", impl, backend, mode)
-    fn = _function("rms_norm", "LigerRMSNormFunction")
-    return fn.apply(x, weight, eps, offset, casting_mode, in_place, row_mode)
+    return LigerRMSNormFunction.apply(x, weight, eps, offset, casting_mode, in_place, row_mode)
 
 
 def layer_norm(
@@ -137,7 +143,7 @@ def layer_norm(
     """LayerNorm over the last dimension; no bias when ``bias`` is None (Liger passes a zero bias,
     whose gradient nobody sees)."""
     _resolve("layer_norm", impl, backend, mode)
-    return _function("layer_norm", "LigerLayerNormFunction").apply(x, weight, bias, eps)
+    return LigerLayerNormFunction.apply(x, weight, bias, eps)
 
 
 def jsd(
@@ -153,7 +159,7 @@ def jsd(
 ) -> torch.Tensor:
     """Generalised Jensen-Shannon divergence of log-probabilities (Liger's ``LigerJSDFunction``)."""
     _resolve("jsd", impl, backend, mode)
-    return _function("jsd", "LigerJSDFunction").apply(_input, target, shift_labels, beta, ignore_index)
+    return LigerJSDFunction.apply(_input, target, shift_labels, beta, ignore_index)
 
 
 def softmax(
@@ -165,7 +171,7 @@ def softmax(
 ) -> torch.Tensor:
     """Softmax over the last dimension."""
     _resolve("softmax", impl, backend, mode)
-    return _function("softmax", "LigerSoftmaxFunction").apply(x)
+    return LigerSoftmaxFunction.apply(x)
 
 
 def swiglu(
@@ -180,8 +186,7 @@ def swiglu(
 ) -> torch.Tensor:
     """``silu(a * gate_multiplier) * b * down_multiplier`` (the multipliers are Falcon-H1's)."""
     _resolve("swiglu", impl, backend, mode)
-    fn = _function("swiglu", "LigerSiLUMulFunction")
-    return fn.apply(a, b, float(gate_multiplier), float(down_multiplier))
+    return LigerSiLUMulFunction.apply(a, b, float(gate_multiplier), float(down_multiplier))
 
 
 def rope(
@@ -198,7 +203,7 @@ def rope(
 ):
     """Rotary embedding of q and k (Hugging Face's rotate-half form); returns (q, k)."""
     _resolve("rope", impl, backend, mode)
-    return _function("rope", "LigerRopeFunction").apply(q, k, cos, sin, position_ids, unsqueeze_dim)
+    return LigerRopeFunction.apply(q, k, cos, sin, position_ids, unsqueeze_dim)
 
 
 def cross_entropy(
@@ -221,7 +226,7 @@ def cross_entropy(
     """Cross entropy on logits: ``(loss, z_loss, token_accuracy, predicted_tokens)``, the entries
     not asked for None."""
     _resolve("cross_entropy", impl, backend, mode)
-    return _function("cross_entropy", "LigerCrossEntropyFunction").apply(
+    return LigerCrossEntropyFunction.apply(
         input,
         target,
         weight,
@@ -251,8 +256,7 @@ def fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(RMSNorm(X + R), X + R)``."""
     _resolve("fused_add_rms_norm", impl, backend, mode)
-    fn = _function("fused_add_rms_norm", "LigerFusedAddRMSNormFunction")
-    return fn.apply(X, R, W, eps, offset, casting_mode, in_place)
+    return LigerFusedAddRMSNormFunction.apply(X, R, W, eps, offset, casting_mode, in_place)
 
 
 def geglu(
@@ -265,7 +269,7 @@ def geglu(
 ) -> torch.Tensor:
     """``gelu_tanh(a) * b``."""
     _resolve("geglu", impl, backend, mode)
-    return _function("geglu", "LigerGELUMulFunction").apply(a, b)
+    return LigerGELUMulFunction.apply(a, b)
 
 
 def kl_div(
@@ -281,7 +285,7 @@ def kl_div(
 ) -> torch.Tensor:
     """KL divergence of log-probabilities ``y_pred`` from ``y_true`` (torch's kl_div)."""
     _resolve("kl_div", impl, backend, mode)
-    return _function("kl_div", "LigerKLDivLossFunction").apply(y_pred, y_true, reduction, log_target, eps)
+    return LigerKLDivLossFunction.apply(y_pred, y_true, reduction, log_target, eps)
 
 
 def fused_linear_jsd(
@@ -301,7 +305,7 @@ def fused_linear_jsd(
     """JSD of the student's and the teacher's softmax(hidden @ weight^T / temperature), without
     their logits in memory."""
     _resolve("fused_linear_jsd", impl, backend, mode)
-    return _function("fused_linear_jsd", "LigerFusedLinearJSDFunction").apply(
+    return LigerFusedLinearJSDFunction.apply(
         student_input,
         student_weight,
         teacher_input,
@@ -337,7 +341,7 @@ def fused_linear_cross_entropy(
     """Cross entropy of ``_input @ weight^T (+ bias)`` without the logits in memory:
     ``(loss, z_loss, token_accuracy, predicted_tokens)``, the entries not asked for None."""
     _resolve("fused_linear_cross_entropy", impl, backend, mode)
-    return _function("fused_linear_cross_entropy", "LigerFusedLinearCrossEntropyFunction").apply(
+    return LigerFusedLinearCrossEntropyFunction.apply(
         _input,
         weight,
         target,
