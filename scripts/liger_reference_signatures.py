@@ -113,6 +113,9 @@ def scan(mod, source, known_functions, known_modules, is_package):
                     ]
                 elif init is not None:
                     entry["init"] = params(init, 1)
+                apply = _method(node, "apply")  # a dispatcher with an autograd Function's .apply
+                if apply is not None and "staticmethod" in [ast.unparse(d) for d in apply.decorator_list]:
+                    entry["apply"] = params(apply, 0)
                 for m in ("from_pretrained", "from_config"):
                     f = _method(node, m)
                     if f is not None:

@@ -268,7 +268,7 @@ def _check_entry(where, obj, entry, exact=True, stub=False):
     elif kind == "autograd_function" and "apply" in entry:
         _check_params(where + ".apply", _params(inspect.signature(obj.apply)), entry["apply"], exact, stub)
     elif kind in ("module", "class"):
-        for part in ("init", "forward", "from_pretrained", "from_config"):
+        for part in ("init", "forward", "from_pretrained", "from_config", "apply"):
             if part not in entry:
                 continue
             method = {"init": "__init__"}.get(part, part)

@@ -121,9 +121,69 @@ def test_liger_scaled_cross_entropy_function(device):
     lp, ent32 = fused_linear_token_logprobs(x, w, t, temperature=0.8, return_entropy=True)
     torch.testing.assert_close(nll, -lp)
     torch.testing.assert_close(ent, ent32.to(torch.bfloat16))
-    nll2, none = LigerFusedLinearScaledCrossEntropyFunction.apply(x, w, t, 0.8)
-    assert none is None
+    nll2 = LigerFusedLinearScaledCrossEntropyFunction.apply(x, w, t, 0.8)
+    assert isinstance(nll2, torch.Tensor)  # Liger 0.8.5: the NLL alone when nothing else is asked for
     torch.testing.assert_close(nll2, nll)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("return_entropy", [True, False])
+def test_liger_scaled_cross_entropy_selected_token_ids(device, dtype, return_entropy):
+    """selected_token_ids (Liger 0.8.5): the log-probabilities [M, K] of given vocabulary ids over the
+    whole vocabulary, float32, 0 in ignored rows, order and repeats kept, differentiable (upstream
+    gradients on every output), against float64 and same-dtype references."""
+    x, w, _, t, g_lp, g_ent = _make(device, dtype, bias=False, lead=(2, 47))
+    ids = torch.tensor([5, 0, 122, 5], device=device)
+    out = LigerFusedLinearScaledCrossEntropyFunction.apply(x, w, t, 0.7, -100, 1, return_entropy, ids)
+    assert len(out) == (3 if return_entropy else 2)
+    nll, sel = out[0], out[-1]
+    assert nll.dtype == torch.float32 and sel.shape == (2, 47, 4)
+    assert sel.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    g_sel = torch.randn(sel.shape, generator=torch.Generator().manual_seed(3)).to(device)
+    total = (nll * g_lp).sum() + (sel * g_sel).sum()
+    if return_entropy:
+        total = total + (out[1].float() * g_ent).sum()
+    total.backward()
+    lo = torch.float32 if dtype == torch.float64 else dtype
+    res = {}
+    for rdt in (torch.float64, lo):
+        xr, wr = leaf(x, rdt), leaf(w, rdt)
+        lps = torch.log_softmax(head_logits(xr, wr).to(acc_dtype(xr)) / 0.7, dim=-1)
+        valid = (t != -100).unsqueeze(-1)
+        rnll = -lps.gather(-1, torch.where(valid[..., 0], t, 0).unsqueeze(-1)).squeeze(-1) * valid[..., 0]
+        rsel = lps[..., ids] * valid
+        rt = (rnll * g_lp.to(rdt)).sum() + (rsel * g_sel.to(rdt)).sum()
+        if return_entropy:
+            rt = rt + (-(lps.exp() * lps).sum(-1) * valid[..., 0] * g_ent.to(rdt)).sum()
+        rt.backward()
+        res[rdt] = (rnll, rsel, xr, wr)
+    r64, rlo = res[torch.float64], res[lo]
+    tol_close("nll", nll, r64[0], rlo[0], dtype)
+    tol_close("selected", sel, r64[1], rlo[1], dtype)
+    assert not sel[t == -100].any()
+    torch.testing.assert_close(sel[..., 0], sel[..., 3], rtol=0, atol=0)
+    tol_close("dX", x.grad, r64[2].grad, rlo[2].grad, dtype)
+    tol_close("dW", w.grad, r64[3].grad, rlo[3].grad, dtype, in_ulps=acc_ulps(dtype, 3))
+
+
+def test_liger_scaled_cross_entropy_bad_arguments():
+    x, w, _, t, _, _ = _make("cpu", torch.float32, bias=False)
+    apply = LigerFusedLinearScaledCrossEntropyFunction.apply
+    with pytest.raises(TypeError, match="'selected_token_ids': expected a 1-D int64 tensor"):
+        apply(x, w, t, 1.0, -100, 1, False, torch.tensor([1, 2], dtype=torch.int32))
+    with pytest.raises(TypeError, match="'selected_token_ids': expected a 1-D int64 tensor"):
+        apply(x, w, t, 1.0, -100, 1, False, torch.tensor([[1]]))
+    with pytest.raises(ValueError, match=r"'selected_token_ids': expected ids in \[0, 123\)"):
+        apply(x, w, t, 1.0, -100, 1, False, torch.tensor([0, 123]))
+    with pytest.raises(ValueError, match=r"'selected_token_ids': expected ids in \[0, 123\)"):
+        apply(x, w, t, 1.0, -100, 1, False, torch.tensor([-1]))
+    with pytest.raises(ValueError, match="'m_tiles_per_cluster': expected >= 1"):
+        apply(x, w, t, 1.0, -100, 0)
+    with pytest.raises(TypeError, match="'m_tiles_per_cluster': expected an int"):
+        apply(x, w, t, 1.0, -100, True)
+    with pytest.raises(TypeError, match="'return_entropy': expected a bool"):
+        apply(x, w, t, 1.0, -100, 1, 1)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -86,12 +86,32 @@ def fused_linear_token_logprobs(
     return (logp, entropy) if return_entropy else logp
 
 
+def _check_selected_token_ids(ids, weight):
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.dim() != 1:
+        got = f"{ids.dtype} tensor of {ids.dim()} dimensions" if isinstance(ids, torch.Tensor) else type(ids)
+        raise TypeError(f"liger_cpp: argument 'selected_token_ids': expected a 1-D int64 tensor, got {got}")
+    if ids.device != weight.device:
+        raise ValueError(
+            f"liger_cpp: argument 'selected_token_ids': expected weight's device {weight.device}, "
+            f"got {ids.device}"
+        )
+    # One read on the host, as Liger's check does: an id out of range would index out of bounds.
+    if ids.numel() and bool(((ids < 0) | (ids >= weight.shape[0])).any()):
+        raise ValueError(f"liger_cpp: argument 'selected_token_ids': expected ids in [0, {weight.shape[0]})")
+
+
 class LigerFusedLinearScaledCrossEntropyFunction:
     """Liger's per-token operator: ``apply(_input, weight, target, temperature=1.0, ignore_index=-100,
-    m_tiles_per_cluster=1, return_entropy=False)`` -> (nll, entropy): float32 NLL [M] of the logits
-    divided by the temperature (0 for ignored rows) and, with return_entropy, the entropy [M] in the
-    input's dtype (else None); both differentiable. m_tiles_per_cluster (a CuTe tiling knob) is
-    accepted and ignored."""
+    m_tiles_per_cluster=1, return_entropy=False, selected_token_ids=None)``: the float32 NLL [M] of
+    the logits divided by the temperature (0 for ignored rows); with return_entropy also the entropy
+    [M] in the input's dtype; with int64 ``selected_token_ids`` [K] also the float32 log-probabilities
+    [M, K] of those vocabulary ids (0 in ignored rows, order and repeats kept). One tensor when only
+    the NLL is asked for, else the tuple in that order (Liger 0.8.5's contract); all differentiable.
+    m_tiles_per_cluster (a CuTe tiling knob) is checked as Liger checks it and otherwise unused.
+
+    The selected ids' log-probabilities are z_k / T - lse, with each row's lse recovered from the
+    fused op's own outputs (lse = z_target / T - logp_target), so no (M x V) logits exist and the
+    gradient of lse reaches the full vocabulary through the fused backward."""
 
     @staticmethod
     def apply(
@@ -102,14 +122,51 @@ class LigerFusedLinearScaledCrossEntropyFunction:
         ignore_index=-100,
         m_tiles_per_cluster=1,
         return_entropy=False,
+        selected_token_ids=None,
     ):
+        if not isinstance(m_tiles_per_cluster, int) or isinstance(m_tiles_per_cluster, bool):
+            raise TypeError(
+                f"liger_cpp: argument 'm_tiles_per_cluster': expected an int, got {type(m_tiles_per_cluster)}"
+            )
+        if m_tiles_per_cluster < 1:
+            raise ValueError(
+                f"liger_cpp: argument 'm_tiles_per_cluster': expected >= 1, got {m_tiles_per_cluster}"
+            )
+        if not isinstance(return_entropy, bool):
+            raise TypeError(
+                f"liger_cpp: argument 'return_entropy': expected a bool, got {type(return_entropy)}"
+            )
+        if selected_token_ids is not None:
+            _check_selected_token_ids(selected_token_ids, weight)
         out = fused_linear_token_logprobs(
             _input, weight, target, None, temperature, ignore_index, return_entropy=return_entropy
         )
-        if return_entropy:
-            logp, entropy = out
-            return -logp, entropy.to(_input.dtype)
-        return -out, None
+        logp, entropy = out if return_entropy else (out, None)
+        outputs = (-logp,) if entropy is None else (-logp, entropy.to(_input.dtype))
+        if selected_token_ids is not None:
+            outputs += (
+                _selected_logprobs(
+                    _input, weight, target, logp, temperature, ignore_index, selected_token_ids
+                ),
+            )
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _selected_logprobs(x, weight, target, logp, temperature, ignore_index, ids):
+    """log_softmax(x @ weight.T / T)[:, ids] from the target's log-prob: z_k / T - (z_t / T - logp_t),
+    float32 (float64 for float64 inputs), 0 in ignored rows. z_t and z_k are formed as the lm_head
+    GEMM gives the fused op its logits (accumulated in float32, rounded to the input's dtype), so lse
+    agrees with the one the op used."""
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    x2 = x.reshape(-1, x.shape[-1]).to(acc)
+    t = target.reshape(-1)
+    valid = t != ignore_index
+    safe_t = torch.where(valid, t, torch.zeros_like(t))
+    z_t = (x2 * weight.index_select(0, safe_t).to(acc)).sum(-1).to(x.dtype).to(acc)
+    lse = z_t / temperature - logp.reshape(-1).to(acc)
+    z_ids = (x2 @ weight.index_select(0, ids).to(acc).T).to(x.dtype).to(acc)
+    selected = (z_ids / temperature - lse[:, None]).masked_fill(~valid[:, None], 0.0)
+    return selected.reshape(*target.shape, ids.numel())
 
 
 @torch.library.register_fake("liger::fused_linear_logprobs_shard_fwd")
