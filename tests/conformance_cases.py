@@ -545,3 +545,38 @@ def run_helpers(grpo_loss_module, seed=0):
             ]
         )
     return out
+
+
+# LigerFusedLinearScaledCrossEntropyFunction (its 512-token PyTorch fallback on the CPU): id ->
+# (dtype, temperature, return_entropy, selected ids or None).
+SCALED_CE_CASES = {
+    "scaled-nll": (torch.float32, 1.0, False, None),
+    "scaled-entropy": (torch.float32, 0.7, True, None),
+    "scaled-selected": (torch.float32, 0.7, False, [3, 0, 10, 3]),
+    "scaled-entropy-selected": (torch.float32, 1.3, True, [10, 1]),
+    "scaled-bf16": (torch.bfloat16, 0.9, True, [2, 7]),
+}
+
+
+def run_scaled_ce(case, fn, seed=0):
+    """fn.apply (Liger's scaled cross entropy dispatcher) on a fixed head with ignored rows: the
+    structure of what it returns (a tensor, or a tuple of how many), each output, and dX / dW under
+    fixed upstream gradients on every output."""
+    dtype, temperature, entropy, ids = SCALED_CE_CASES[case]
+    g = _gen(seed)
+    x = torch.randn(600, 8, generator=g).to(dtype).requires_grad_(True)  # more rows than one 512 chunk
+    w = (torch.randn(11, 8, generator=g) * 0.6).to(dtype).requires_grad_(True)
+    t = torch.randint(0, 11, (600,), generator=g)
+    t[::7] = -100
+    args = (x, w, t, temperature, -100, 1, entropy) + ((torch.tensor(ids),) if ids is not None else ())
+    out = fn.apply(*args)
+    kind = "tensor" if isinstance(out, torch.Tensor) else f"tuple of {len(out)}"
+    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+    total = sum((o.float() * torch.randn(o.shape, generator=g)).sum() for o in outs)
+    grads = torch.autograd.grad(total, [x, w])
+    return {
+        "kind": kind,
+        "dtypes": [str(o.dtype) for o in outs],
+        "outputs": [o.detach().float() for o in outs],
+        "grads": [gr.detach().float() for gr in grads],
+    }

@@ -59,6 +59,13 @@ def main(out):
     import liger_kernel.chunked_loss.grpo_loss as grpo_loss
 
     results["helpers"] = cc.run_helpers(grpo_loss)
+    from liger_kernel.ops.fused_linear_scaled_cross_entropy import LigerFusedLinearScaledCrossEntropyFunction
+
+    for cid in cc.SCALED_CE_CASES:
+        try:
+            results[cid] = cc.run_scaled_ce(cid, LigerFusedLinearScaledCrossEntropyFunction)
+        except Exception as e:
+            results[cid] = {"error": f"{type(e).__name__}: {e}"}
     torch.save(results, out)
 
 
