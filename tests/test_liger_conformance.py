@@ -47,7 +47,13 @@ def _close(a, b, bf16, what, factor=0.005):
     # chunk for dW); measured differences are below 0.5 % of the largest value for losses and
     # outputs and 1.4 % for gradients, a semantic difference is of the order of the values themselves
     scale = float(b.abs().max()) if b.numel() else 0.0
-    torch.testing.assert_close(a, b, rtol=0, atol=factor * scale + 1e-6, msg=lambda m: f"{what} (bf16): {m}")
+    torch.testing.assert_close(
+        a,
+        b,
+        rtol=0,
+        atol=factor * scale + 1e-6,
+        msg=lambda m: f"{what} (within {factor} of the largest): {m}",
+    )
 
 
 def _compare(mine, theirs, bf16=False):
