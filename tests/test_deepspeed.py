@@ -28,7 +28,7 @@ if not dist.is_available():
 pytest.importorskip("deepspeed")
 
 from hf_models import build  # noqa: E402
-from spawn_ranks import WORLD, gloo_on_loopback, spawn_workers  # noqa: E402
+from spawn_ranks import WORLD, gloo_on_loopback, group_torn_down_together, spawn_workers  # noqa: E402
 from test_fsdp import (  # noqa: E402
     HF_TOL,
     LR,
@@ -144,7 +144,7 @@ def _worker(rank, init_file, out_file):
         timeout=timedelta(seconds=60),
         auto_mpi_discovery=False,  # no launcher: no MASTER_ADDR / MASTER_PORT, the file store instead
     )
-    try:
+    with group_torn_down_together():
         import liger_cpp.transformers as lt
 
         calls = _count_flce_calls()
@@ -167,12 +167,6 @@ def _worker(rank, init_file, out_file):
             ref_losses, _ = _train(ref)
             results["ref"] = (ref_losses, _full_params(ref, None))
             torch.save(results, out_file)
-        # Both ranks tear the group down together: rank 1 once destroyed its gloo group while rank 0
-        # still trained the reference, and aborted ("terminate called without an active exception",
-        # a CI run on 2026-12-01). On the normal path only: after an error the peer may never come.
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

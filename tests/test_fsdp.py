@@ -23,7 +23,13 @@ if not dist.is_available():
     pytest.skip("torch.distributed is not available in this build", allow_module_level=True)
 
 from hf_models import batch, build  # noqa: E402
-from spawn_ranks import WORLD, fsdp2_runs_on_cpu, gloo_on_loopback, spawn_workers  # noqa: E402
+from spawn_ranks import (  # noqa: E402
+    WORLD,
+    fsdp2_runs_on_cpu,
+    gloo_on_loopback,
+    group_torn_down_together,
+    spawn_workers,
+)
 
 STEPS = 3
 ROWS = 4  # global batch; each rank takes ROWS // WORLD rows
@@ -148,7 +154,7 @@ def _worker(rank, init_file, out_file, lr_rank1, device_type="cpu"):
         timeout=timedelta(seconds=60),
         **({"device_id": device} if device.type == "cuda" else {}),
     )
-    try:
+    with group_torn_down_together():
         import liger_cpp.transformers as lt
 
         lt.apply_liger_kernel_to_llama()  # class level, before the models are built
@@ -175,12 +181,6 @@ def _worker(rank, init_file, out_file, lr_rank1, device_type="cpu"):
             ref_losses, _ = _train(ref, device=device)
             results["ref"] = (ref_losses, _full_params(ref, None))
             torch.save(results, out_file)
-        # Both ranks tear the group down together: rank 1 once destroyed its gloo group while rank 0
-        # still trained the reference, and aborted ("terminate called without an active exception",
-        # a CI run on 2026-12-01). On the normal path only: after an error the peer may never come.
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 def _spawn(tmp_path, lr_rank1=LR, device_type="cpu"):
