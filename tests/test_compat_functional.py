@@ -5,7 +5,6 @@ order against a pure-PyTorch float64 reference (value and every input's gradient
 or, for the divergences and the loss options that have their own reference tests, against
 liger_cpp's functional called by keyword."""
 
-import ast
 import json
 import os
 import warnings
@@ -14,6 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from compat_env import COMPAT, ensure_compat
+from reference import fused_add_rms_norm_ref, geglu_ref, layer_norm_ref, rms_norm_ref, rope_ref, swiglu_ref
+from test_compat_surface import _positional as _in_liger_order
 
 ensure_compat()
 
@@ -43,25 +44,13 @@ def _positional(name, values):
     """Liger-Kernel's positional parameters of functional.`name` up to the last one given; the
     keyword-only ones as keywords."""
     params = [p for p in PARAMS[name]["params"] if "kwonly" not in p]
-    names = [p[0] for p in params]
-    last = max((names.index(k) for k in values if k in names), default=-1)
-    args = [
-        values[n] if n in values else ast.literal_eval(params[i][1]) for i, n in enumerate(names[: last + 1])
-    ]
+    names = {p[0] for p in params}
+    args = _in_liger_order(params, {k: v for k, v in values.items() if k in names})
     return args, {k: v for k, v in values.items() if k not in names}
 
 
 def _r(g, *shape):
     return torch.randn(*shape, generator=g, dtype=torch.float64)
-
-
-def _rms(x, w, eps, offset):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (offset + w)
-
-
-def _rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
 def _cases():
@@ -78,27 +67,25 @@ def _cases():
     return {
         "rms_norm": (
             dict(x=x, weight=w, eps=1e-3, offset=1.0, casting_mode="gemma"),
-            lambda v: _rms(v["x"], v["weight"], 1e-3, 1.0),
+            lambda v: rms_norm_ref(v["x"], v["weight"], 1e-3, 1.0, "gemma"),
         ),
         "layer_norm": (
             dict(x=x, weight=w, bias=b, eps=1e-4),
-            lambda v: F.layer_norm(v["x"], (13,), v["weight"], v["bias"], 1e-4),
+            lambda v: layer_norm_ref(v["x"], v["weight"], v["bias"], 1e-4),
         ),
         "softmax": (dict(x=logits), lambda v: torch.softmax(v["x"], -1)),
         "swiglu": (
             dict(a=a, b=u, gate_multiplier=0.5, down_multiplier=3.0),
-            lambda v: F.silu(v["a"] * 0.5) * v["b"] * 3.0,
+            lambda v: swiglu_ref(v["a"] * 0.5, v["b"]) * 3.0,
         ),
-        "geglu": (dict(a=a, b=u), lambda v: F.gelu(v["a"], approximate="tanh") * v["b"]),
+        "geglu": (dict(a=a, b=u), lambda v: geglu_ref(v["a"], v["b"])),
         "rope": (
             dict(q=q, k=k, cos=cos, sin=sin),
-            lambda v: tuple(
-                z * v["cos"].unsqueeze(1) + _rotate_half(z) * v["sin"].unsqueeze(1) for z in (v["q"], v["k"])
-            ),
+            lambda v: rope_ref(v["q"], v["k"], v["cos"], v["sin"]),
         ),
         "fused_add_rms_norm": (
             dict(X=x, R=x.flip(0), W=w, eps=1e-5, offset=0.0),
-            lambda v: (_rms(v["X"] + v["R"], v["W"], 1e-5, 0.0), v["X"] + v["R"]),
+            lambda v: fused_add_rms_norm_ref(v["X"], v["R"], v["W"], 1e-5),
         ),
         "kl_div": (
             dict(y_pred=log_p, y_true=p, reduction="sum"),

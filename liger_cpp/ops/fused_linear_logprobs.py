@@ -14,7 +14,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from liger_cpp.ops._common import check_device, head_grads_fake
+from liger_cpp.ops._common import acc_dtype, check_device, head_grads_fake
 
 
 @torch.library.register_fake("liger::fused_linear_logprobs_fwd")
@@ -158,7 +158,7 @@ def _selected_logprobs(x, weight, target, logp, temperature, ignore_index, ids):
     dtype, as the lm_head GEMM gives the fused op its logits (float32 accumulation, rounded to that
     dtype), so lse agrees with the one the op used. Kept for the backward: the target rows of the
     weight, [M, H] in its dtype (64 MiB at 8192 x 4096 bf16)."""
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    acc = acc_dtype(x)
     x2 = x.reshape(-1, x.shape[-1])
     t = target.reshape(-1)
     valid = t != ignore_index
