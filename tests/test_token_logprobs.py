@@ -149,13 +149,13 @@ def test_liger_scaled_cross_entropy_selected_token_ids(device, dtype, return_ent
     res = {}
     for rdt in (torch.float64, lo):
         xr, wr = leaf(x, rdt), leaf(w, rdt)
+        rlp, rent = reference(xr, wr, None, t, 0.7)
+        rnll = -rlp
         lps = torch.log_softmax(head_logits(xr, wr).to(acc_dtype(xr)) / 0.7, dim=-1)
-        valid = (t != -100).unsqueeze(-1)
-        rnll = -lps.gather(-1, torch.where(valid[..., 0], t, 0).unsqueeze(-1)).squeeze(-1) * valid[..., 0]
-        rsel = lps[..., ids] * valid
+        rsel = lps[..., ids] * (t != -100).unsqueeze(-1)
         rt = (rnll * g_lp.to(rdt)).sum() + (rsel * g_sel.to(rdt)).sum()
         if return_entropy:
-            rt = rt + (-(lps.exp() * lps).sum(-1) * valid[..., 0] * g_ent.to(rdt)).sum()
+            rt = rt + (rent * g_ent.to(rdt)).sum()
         rt.backward()
         res[rdt] = (rnll, rsel, xr, wr)
     r64, rlo = res[torch.float64], res[lo]
